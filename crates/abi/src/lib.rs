@@ -1,0 +1,455 @@
+//! The binary contract between `weft` (outside the target) and the agent (inside it).
+//!
+//! Three things cross the boundary:
+//!
+//! 1. **The shared data segment** (a memfd created by weft, mapped by both): a
+//!    [`ShmHeader`], then map descriptors ([`MapDesc`]) and key tables, the site table
+//!    ([`SiteDesc`]) with its address hash, and one [`ThreadSlot`] per target thread
+//!    (event ring + per-thread aggregation accumulators). Offsets, never pointers, so
+//!    each process maps it where it likes.
+//! 2. **Code regions** (memfds created by the agent near the code it must reach within
+//!    ±2 GiB, mapped RX in the target and RW in weft): trampolines and compiled advice.
+//! 3. **Control messages** on a `SOCK_SEQPACKET` Unix socket ([`Msg`]), with file
+//!    descriptors passed as `SCM_RIGHTS`.
+//!
+//! Advice runs as `extern "C" fn(*mut Frame)`; [`Frame`] is built on the stack by the
+//! trampoline. Everything here is `#[repr(C)]` and versioned by [`VERSION`].
+
+#![no_std]
+
+use core::sync::atomic::{AtomicU32, AtomicU64};
+
+pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
+/// Bumped whenever any layout or message in this crate changes.
+pub const VERSION: u32 = 1;
+
+/// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
+pub const ERROR_KINDS: usize = 8;
+
+// ---------------------------------------------------------------------------------
+// Shared data segment
+// ---------------------------------------------------------------------------------
+
+#[repr(C)]
+pub struct ShmHeader {
+    pub magic: u64,
+    pub version: u32,
+    /// Process id of the target (written by weft).
+    pub target_pid: u32,
+    pub total_size: u64,
+
+    /// Offset of the first [`ThreadSlot`]; slots are `thread_slot_size` apart.
+    pub threads_off: u64,
+    pub thread_slot_size: u64,
+    pub max_threads: u32,
+    /// Number of slots handed out so far (claim with `fetch_add`).
+    pub threads_claimed: AtomicU32,
+    /// Offset and size of the event ring inside each thread slot.
+    pub ring_off: u64,
+    pub ring_size: u64,
+    /// Offset of the aggregation area inside each thread slot.
+    pub agg_off: u64,
+
+    /// Offset of `map_count` [`MapDesc`]s.
+    pub maps_off: u64,
+    pub map_count: u32,
+
+    /// Site table: `max_sites` [`SiteDesc`]s at `sites_off`; an open-addressing hash
+    /// of `site_hash_cap` u32 (site index + 1, 0 = empty) keyed by `SiteDesc::addr`,
+    /// used by the int3 handler.
+    pub max_sites: u32,
+    pub sites_off: u64,
+    pub site_count: AtomicU32,
+    pub site_hash_cap: u32,
+    pub site_hash_off: u64,
+
+    /// Set by advice (`exit()`), read by weft.
+    pub exit_requested: AtomicU32,
+    /// [`SessionState`] as u32.
+    pub session_state: AtomicU32,
+    /// CLOCK_MONOTONIC at program start (for `elapsed`).
+    pub start_nsecs: u64,
+    /// Pid of the command launched with `-c`, else 0.
+    pub cpid: u64,
+    /// Hits on threads that found no free thread slot (their advice did not run).
+    pub threads_dropped: AtomicU64,
+    /// Errors counted outside any thread slot.
+    pub global_errors: [AtomicU64; ERROR_KINDS],
+}
+
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SessionState {
+    Preparing = 0,
+    Running = 1,
+    Ending = 2,
+}
+
+/// Kinds of map values, as stored in [`MapDesc::kind`].
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapKind {
+    Plain = 0,
+    Count = 1,
+    Sum = 2,
+    Min = 3,
+    Max = 4,
+    Avg = 5,
+    Stats = 6,
+    Hist = 7,
+    Lhist = 8,
+}
+
+#[repr(C)]
+pub struct MapDesc {
+    /// [`MapKind`] as u32.
+    pub kind: u32,
+    /// Nonzero for signed sums/min/max/avg/stats.
+    pub signed: u32,
+    /// Key size in bytes (0 for a scalar map).
+    pub key_size: u32,
+    /// Plain maps: value bytes stored in the entry. Aggregations: bytes of one
+    /// per-thread accumulator.
+    pub value_size: u32,
+    /// Bytes of one key-table entry (see [`entry_layout`]).
+    pub entry_size: u32,
+    /// Key-table slots, a power of two (1 for a scalar map).
+    pub capacity: u32,
+    /// Most live entries allowed; inserts beyond are dropped and counted.
+    pub max_entries: u32,
+    /// hist `k`, or 0.
+    pub hist_k: u32,
+    pub lhist_min: i64,
+    pub lhist_max: i64,
+    pub lhist_step: i64,
+    /// Offset of the key table in the segment.
+    pub table_off: u64,
+    /// Offset of this map's accumulators inside each thread's aggregation area
+    /// (`capacity * value_size` bytes; entry `i`'s accumulator is at `i * value_size`).
+    pub agg_off: u64,
+    /// Live entries.
+    pub count: AtomicU32,
+    pub _pad: u32,
+    /// Updates dropped because the map was full.
+    pub full_drops: AtomicU64,
+    /// Bumped by `clear`/`zero` so readers can tell a table was reset.
+    pub generation: AtomicU64,
+}
+
+/// Key-table entry states (`EntryHeader::state`).
+pub const ENTRY_EMPTY: u32 = 0;
+/// A thread is writing the key; readers spin briefly or treat it as absent.
+pub const ENTRY_BUSY: u32 = 1;
+pub const ENTRY_LIVE: u32 = 2;
+/// Deleted; the slot may be reused by the same key only (keeps probe chains intact).
+pub const ENTRY_DELETED: u32 = 3;
+
+/// Header of each key-table entry; followed by the key (`key_size` bytes rounded up
+/// to 8) and, for plain maps, the value (`value_size` rounded up to 8).
+#[repr(C)]
+pub struct EntryHeader {
+    pub state: AtomicU32,
+    pub hash: u32,
+}
+
+/// `(key offset, value offset, entry size)` within an entry for the given sizes.
+pub const fn entry_layout(key_size: u32, plain_value_size: u32) -> (u32, u32, u32) {
+    let key_off = 8;
+    let value_off = key_off + round8(key_size);
+    let size = value_off + round8(plain_value_size);
+    (key_off, value_off, size)
+}
+
+pub const fn round8(n: u32) -> u32 {
+    (n + 7) & !7
+}
+
+/// The hash used for map keys, by weft and by the agent alike (FNV-1a over 8-byte
+/// words, then a final mix). Never 0 or 1 so it can be told from an empty slot.
+pub fn key_hash(key: &[u8]) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut chunks = key.chunks_exact(8);
+    for c in &mut chunks {
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        h = (h ^ w).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    for &b in chunks.remainder() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    let h = (h as u32) | 2;
+    h
+}
+
+// ---------------------------------------------------------------------------------
+// Threads and events
+// ---------------------------------------------------------------------------------
+
+pub const THREAD_FREE: u32 = 0;
+pub const THREAD_LIVE: u32 = 1;
+/// The thread exited; weft may fold its accumulators and its slot stays readable.
+pub const THREAD_DEAD: u32 = 2;
+
+/// Start of each thread's area in the segment. Only the owning thread writes it
+/// (except `ring_tail`, written by weft).
+#[repr(C)]
+pub struct ThreadSlot {
+    pub tid: u32,
+    pub state: AtomicU32,
+    /// Error counters, indexed by `weft_ir::ErrorKind`.
+    pub errors: [AtomicU64; ERROR_KINDS],
+    /// Events written to the ring (including those later lost).
+    pub events_produced: AtomicU64,
+    /// Events dropped because the ring was full.
+    pub events_lost: AtomicU64,
+    /// Producer position (bytes, monotonically increasing), written by the thread.
+    pub ring_head: AtomicU64,
+    /// Consumer position, written by weft.
+    pub ring_tail: AtomicU64,
+    /// `comm` of the thread, NUL-padded, captured when the slot was claimed.
+    pub comm: [u8; 16],
+    /// Hits of target probes on this thread.
+    pub hits: AtomicU64,
+    /// Cache of the last scalar key lookups: reserved.
+    pub _reserved: [u64; 8],
+}
+
+/// Size reserved for the [`ThreadSlot`] header before the ring.
+pub const THREAD_HEADER_SIZE: u64 = 256;
+
+/// Event record header in a ring. Records are 8-byte aligned and never wrap: a
+/// record that would cross the end of the ring is preceded by an [`EVENT_PAD`] record
+/// filling the rest.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct EventHeader {
+    /// Total bytes of the record, header included, rounded up to 8.
+    pub len: u32,
+    /// One of the `EVENT_*` kinds.
+    pub kind: u32,
+    /// Format id, map id, ... depending on the kind.
+    pub id: u32,
+    /// Payload bytes (before rounding).
+    pub payload_len: u32,
+    /// Extra arguments (top/div of `print(@m, top, div)`).
+    pub arg0: u32,
+    pub arg1: u32,
+    /// CLOCK_MONOTONIC time the event was produced.
+    pub nsecs: u64,
+}
+
+pub const EVENT_HEADER_SIZE: u32 = core::mem::size_of::<EventHeader>() as u32;
+
+pub const EVENT_PAD: u32 = 0;
+pub const EVENT_PRINTF: u32 = 1;
+pub const EVENT_SYSTEM: u32 = 2;
+pub const EVENT_CAT: u32 = 3;
+pub const EVENT_TIME: u32 = 4;
+pub const EVENT_JOIN: u32 = 5;
+pub const EVENT_PRINT_MAP: u32 = 6;
+pub const EVENT_PRINT_VALUE: u32 = 7;
+pub const EVENT_CLEAR_MAP: u32 = 8;
+pub const EVENT_ZERO_MAP: u32 = 9;
+pub const EVENT_EXIT: u32 = 10;
+
+// ---------------------------------------------------------------------------------
+// Sites
+// ---------------------------------------------------------------------------------
+
+/// How a site is patched.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SiteKind {
+    /// A 5-byte `jmp rel32` to a trampoline over relocated instructions.
+    Jump = 1,
+    /// A 1-byte `int3`; the agent's SIGTRAP handler runs the advice.
+    Int3 = 2,
+    /// A compiler placeholder (NOPs) replaced by a call or jump.
+    Placeholder = 3,
+}
+
+pub const SITE_UNUSED: u32 = 0;
+/// weft is writing the patch; the bytes are either `orig` or `patch`.
+pub const SITE_PATCHING: u32 = 1;
+pub const SITE_PATCHED: u32 = 2;
+pub const SITE_RESTORED: u32 = 3;
+
+pub const SITE_MAX_BYTES: usize = 16;
+
+#[repr(C)]
+pub struct SiteDesc {
+    /// First patched byte in the target.
+    pub addr: u64,
+    /// Entry address of the function the site belongs to.
+    pub func: u64,
+    /// [`SiteKind`] as u32.
+    pub kind: u32,
+    /// `SITE_*` state.
+    pub state: AtomicU32,
+    pub orig_len: u32,
+    pub patch_len: u32,
+    pub orig: [u8; SITE_MAX_BYTES],
+    pub patch: [u8; SITE_MAX_BYTES],
+    /// Entry advice (`extern "C" fn(*mut Frame)`) or 0.
+    pub entry_advice: u64,
+    /// Return advice, or 0; nonzero means the entry hijacks the return address.
+    pub return_advice: u64,
+    /// Where execution continues after an int3 site's advice: the relocated displaced
+    /// instruction followed by a jump back.
+    pub resume: u64,
+    /// Index into the program's probe names for the entry and the return probe.
+    pub entry_probe: u32,
+    pub return_probe: u32,
+}
+
+// ---------------------------------------------------------------------------------
+// Advice frame
+// ---------------------------------------------------------------------------------
+
+/// General-purpose registers at the probe site, in `weft_ir::MachineReg` order.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Regs {
+    pub rax: u64,
+    pub rbx: u64,
+    pub rcx: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub rbp: u64,
+    /// `rsp` as it was at the site (before the trampoline moved it).
+    pub rsp: u64,
+    pub r8: u64,
+    pub r9: u64,
+    pub r10: u64,
+    pub r11: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
+    /// Address of the site (entry probes) or the return address (return probes).
+    pub rip: u64,
+    pub flags: u64,
+}
+
+pub const REGS_COUNT: usize = 18;
+
+/// What advice receives. Built by the trampoline (or the int3 handler, or weft for
+/// BEGIN/END/interval probes).
+#[repr(C)]
+pub struct Frame {
+    pub regs: Regs,
+    /// This thread's slot in the shared segment.
+    pub thread: *mut ThreadSlot,
+    /// Base of the shared segment in this process.
+    pub shm: *mut u8,
+    /// Site index (into the site table), or u32::MAX for probes that run in weft.
+    pub site: u64,
+    /// Entry address of the probed function.
+    pub func: u64,
+    /// Private per-thread state of the agent (opaque to advice).
+    pub tstate: *mut u8,
+    /// Probe name index for `probe`.
+    pub probe: u64,
+}
+
+pub const FRAME_REGS_OFF: usize = 0;
+pub const FRAME_THREAD_OFF: usize = 8 * REGS_COUNT;
+pub const FRAME_SHM_OFF: usize = FRAME_THREAD_OFF + 8;
+pub const FRAME_SITE_OFF: usize = FRAME_SHM_OFF + 8;
+pub const FRAME_FUNC_OFF: usize = FRAME_SITE_OFF + 8;
+pub const FRAME_TSTATE_OFF: usize = FRAME_FUNC_OFF + 8;
+pub const FRAME_PROBE_OFF: usize = FRAME_TSTATE_OFF + 8;
+pub const FRAME_SIZE: usize = FRAME_PROBE_OFF + 8;
+
+const _: () = assert!(core::mem::size_of::<Frame>() == FRAME_SIZE);
+
+// ---------------------------------------------------------------------------------
+// Helpers the compiled advice calls
+// ---------------------------------------------------------------------------------
+
+/// Functions compiled advice calls, by index into the helper table the agent sends in
+/// [`Hello`] (and weft builds for its own process). Signatures are in
+/// `weft-runtime::helpers`; all take `*mut Frame` first.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Helper {
+    ReadMem = 0,
+    ReadStr,
+    ReadBuf,
+    Comm,
+    FuncName,
+    Nsecs,
+    RealtimeNsecs,
+    Cpu,
+    Rand,
+    UStack,
+    MapFind,
+    MapInsert,
+    MapLoad,
+    MapStore,
+    MapAgg,
+    MapDelete,
+    MapLen,
+    MapIterNext,
+    Emit,
+    IntToStr,
+    StrCmp,
+    StrContains,
+    Signal,
+    StoreTarget,
+    CountError,
+    Tid,
+    Pid,
+}
+
+pub const HELPER_COUNT: usize = Helper::Pid as usize + 1;
+
+// ---------------------------------------------------------------------------------
+// Control messages
+// ---------------------------------------------------------------------------------
+
+/// Agent → weft, first message on a new connection.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Hello {
+    pub version: u32,
+    pub pid: u32,
+    /// Offset of the agent's TLS slot from the thread pointer (`fs:[off]`).
+    pub tls_offset: i64,
+    /// Address of the shared return trampoline.
+    pub return_trampoline: u64,
+    /// Address of `weft_agent_enter_slow` (thread attach slow path).
+    pub thread_attach: u64,
+    /// Agent text range (threads found here are not "inside advice").
+    pub text_start: u64,
+    pub text_end: u64,
+    /// Nonzero when a previous session is still active (attach refused).
+    pub busy: u32,
+    pub _pad: u32,
+    pub helpers: [u64; HELPER_COUNT],
+}
+
+/// Message tags.
+pub const MSG_HELLO: u32 = 1;
+/// weft → agent: map the shared segment (fd attached); payload `u64 size`.
+pub const MSG_MAP_SHM: u32 = 2;
+/// weft → agent: allocate a code region near an address; payload `u64 near, u64 size`.
+pub const MSG_ALLOC_CODE: u32 = 3;
+/// agent → weft: code region; payload `u64 addr, u64 size`, fd attached.
+pub const MSG_CODE_REGION: u32 = 4;
+/// weft → agent: sites are patched, advice may run (releases a launched target).
+pub const MSG_GO: u32 = 5;
+/// weft → agent: the session is over and all sites restored; drop the segment and
+/// code regions once weft confirms no thread is inside them (`MSG_FREE`).
+pub const MSG_END: u32 = 6;
+pub const MSG_FREE: u32 = 7;
+pub const MSG_OK: u32 = 8;
+/// agent → weft: payload is a UTF-8 message.
+pub const MSG_ERR: u32 = 9;
+
+/// Name of the environment variable that tells an `LD_PRELOAD`ed agent which
+/// abstract socket to connect to.
+pub const ENV_SOCKET: &str = "WEFT_SOCKET";

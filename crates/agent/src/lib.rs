@@ -1,0 +1,1 @@
+//! libweft_agent.so

@@ -1,0 +1,783 @@
+//! The probe program: what the language front end (`weft-lang`) produces and what the
+//! code generator (`weft-jit`) and the printer (`weft-output`) consume.
+//!
+//! A [`Program`] is a list of maps, format strings and probes. Each probe has one or
+//! more attach points and a body: a [`Function`] of register-machine instructions.
+//!
+//! The machine model, which every consumer relies on:
+//!
+//! * **Registers** ([`Reg`]) hold 64-bit integers. Narrower integer types are kept
+//!   sign- or zero-extended to 64 bits according to their [`Type`]; [`Inst::Extend`]
+//!   re-establishes that after arithmetic that may overflow the narrow type.
+//! * **Slots** ([`Slot`]) are byte arrays in the advice's stack frame, declared with a
+//!   size in [`Function::slots`]. Every value that does not fit a register (strings,
+//!   buffers, tuples, records, map keys, stacks, printf argument packs) lives in a slot
+//!   at a byte offset, laid out by [`Type::size`] / [`Type::align`] /
+//!   [`Type::field_offsets`]. Slots start zeroed only where an instruction says so
+//!   ([`Inst::SlotZero`]); the front end zeroes what it reads before writing it fully.
+//! * **Control flow** is explicit: [`Inst::Label`], [`Inst::Jump`], [`Inst::Branch`].
+//!   Every loop the front end emits is bounded (it counts iterations in a register and
+//!   leaves the loop when the bound is hit, bumping [`ErrorKind::LoopBound`]).
+//! * **Target memory** is only read through fault-tolerant instructions
+//!   ([`Inst::Load`], [`Inst::ReadStr`], [`Inst::ReadBuf`], [`Inst::UStack`]); a fault
+//!   yields zeroes and counts an error, it never crashes the target.
+//! * **Output** is asynchronous: [`Inst::Emit`] copies a slot into the thread's event
+//!   ring; weft formats it later ([`EventKind`]). Nothing in a body does I/O.
+//!
+//! Layout of values in slots and in events is little-endian, natural alignment, and
+//! described entirely by [`Type`], so a reader of an event or a map key needs only the
+//! type to decode it.
+
+use std::fmt;
+
+// ---------------------------------------------------------------------------------
+// Types
+// ---------------------------------------------------------------------------------
+
+/// The type of a value, as the checker inferred it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Type {
+    /// No value (statements, `printf(...)` used as an expression).
+    Void,
+    /// An integer of `bits` (8, 16, 32 or 64) bits; carried in a 64-bit register.
+    Int { bits: u8, signed: bool },
+    /// A boolean result of a comparison or `!`; prints as bpftrace prints it (0/1 in
+    /// maps and printf `%d`). Carried as 0 or 1 in a register, stored as 1 byte.
+    Bool,
+    /// A NUL-padded string of at most `cap - 1` bytes plus NUL (bpftrace `string[cap]`).
+    Str { cap: u32 },
+    /// Bytes read with `buf()`: layout `{ len: u32, bytes: [u8; cap] }`.
+    Buf { cap: u32 },
+    /// A tuple: fields laid out in order with natural alignment.
+    Tuple(Vec<Type>),
+    /// A record (named tuple), laid out like a tuple of its field types.
+    Record(Vec<(String, Type)>),
+    /// A code address in the target, printed as `symbol+off` (bpftrace `usym`).
+    USym,
+    /// A user stack: layout `{ n: u64, ips: [u64; depth] }`; printed like bpftrace.
+    UStack { depth: u32, mode: StackMode },
+    /// The probe that fired, as an index into [`Program::probe_names`]; prints the
+    /// probe's full name (`uprobe:/bin/app:main`). Stored as u64.
+    ProbeName,
+    /// A point in time to be printed with a strftime format: layout
+    /// `{ fmt: u64 (FmtId into Program::formats), nsecs: u64 (CLOCK_REALTIME) }`.
+    Timestamp,
+    /// A pointer to a value of the given type in the target (DWARF-typed or cast).
+    Ptr(Box<Type>),
+    /// A C struct, union or array known from DWARF or a cast; layout from the target.
+    CStruct(CStruct),
+}
+
+/// Stack printing modes (bpftrace `ustack(mode, n)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StackMode {
+    Bpftrace,
+    Perf,
+    Raw,
+}
+
+/// A C aggregate known from DWARF or from a cast to a struct pointer.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CStruct {
+    pub name: String,
+    pub size: u32,
+    pub fields: Vec<CField>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CField {
+    pub name: String,
+    pub offset: u32,
+    pub ty: Type,
+}
+
+impl Type {
+    pub const U64: Type = Type::Int { bits: 64, signed: false };
+    pub const I64: Type = Type::Int { bits: 64, signed: true };
+
+    /// Size in bytes when stored in a slot, a map key, a map value or an event.
+    pub fn size(&self) -> u32 {
+        match self {
+            Type::Void => 0,
+            Type::Int { bits, .. } => u32::from(*bits) / 8,
+            Type::Bool => 1,
+            Type::Str { cap } => *cap,
+            Type::Buf { cap } => 4 + *cap,
+            Type::Tuple(fields) => layout(fields.iter()).1,
+            Type::Record(fields) => layout(fields.iter().map(|(_, t)| t)).1,
+            Type::USym | Type::ProbeName | Type::Ptr(_) => 8,
+            Type::UStack { depth, .. } => 8 + 8 * *depth,
+            Type::Timestamp => 16,
+            Type::CStruct(s) => s.size,
+        }
+    }
+
+    /// Alignment in bytes (a power of two, at most 8).
+    pub fn align(&self) -> u32 {
+        match self {
+            Type::Void | Type::Bool | Type::Str { .. } => 1,
+            Type::Int { bits, .. } => u32::from(*bits) / 8,
+            Type::Buf { .. } => 4,
+            Type::Tuple(fields) => fields.iter().map(Type::align).max().unwrap_or(1),
+            Type::Record(fields) => fields.iter().map(|(_, t)| t.align()).max().unwrap_or(1),
+            Type::USym | Type::ProbeName | Type::Ptr(_) | Type::UStack { .. } | Type::Timestamp => 8,
+            Type::CStruct(_) => 8,
+        }
+    }
+
+    /// Byte offsets of the fields of a tuple or record (empty for other types).
+    pub fn field_offsets(&self) -> Vec<u32> {
+        match self {
+            Type::Tuple(fields) => layout(fields.iter()).0,
+            Type::Record(fields) => layout(fields.iter().map(|(_, t)| t)).0,
+            _ => Vec::new(),
+        }
+    }
+
+    /// True for types that live in a register (integers, bools, addresses).
+    pub fn is_scalar(&self) -> bool {
+        matches!(
+            self,
+            Type::Int { .. } | Type::Bool | Type::USym | Type::ProbeName | Type::Ptr(_)
+        )
+    }
+
+    pub fn is_signed(&self) -> bool {
+        matches!(self, Type::Int { signed: true, .. })
+    }
+}
+
+/// Field offsets and total size (rounded up to the alignment) of a sequence of types.
+fn layout<'a>(fields: impl Iterator<Item = &'a Type>) -> (Vec<u32>, u32) {
+    let mut offsets = Vec::new();
+    let mut off = 0u32;
+    let mut max_align = 1u32;
+    for t in fields {
+        let a = t.align().max(1);
+        max_align = max_align.max(a);
+        off = off.div_ceil(a) * a;
+        offsets.push(off);
+        off += t.size();
+    }
+    let size = off.div_ceil(max_align) * max_align;
+    (offsets, size)
+}
+
+impl fmt::Display for Type {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Type::Void => write!(f, "none"),
+            Type::Int { bits, signed } => write!(f, "{}int{}", if *signed { "" } else { "u" }, bits),
+            Type::Bool => write!(f, "bool"),
+            Type::Str { cap } => write!(f, "string[{cap}]"),
+            Type::Buf { cap } => write!(f, "buffer[{cap}]"),
+            Type::Tuple(ts) => {
+                write!(f, "(")?;
+                for (i, t) in ts.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ",")?;
+                    }
+                    write!(f, "{t}")?;
+                }
+                write!(f, ")")
+            }
+            Type::Record(fs) => {
+                write!(f, "(")?;
+                for (i, (n, t)) in fs.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ",")?;
+                    }
+                    write!(f, "{n}={t}")?;
+                }
+                write!(f, ")")
+            }
+            Type::USym => write!(f, "usym"),
+            Type::UStack { depth, .. } => write!(f, "ustack[{depth}]"),
+            Type::ProbeName => write!(f, "probe"),
+            Type::Timestamp => write!(f, "timestamp"),
+            Type::Ptr(t) => write!(f, "{t} *"),
+            Type::CStruct(s) => write!(f, "struct {}", s.name),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Program
+// ---------------------------------------------------------------------------------
+
+/// A checked, lowered program, ready for code generation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Program {
+    /// Maps, indexed by [`MapId`]. Order is the order of first appearance in the
+    /// source, which is also the order bpftrace prints them in at exit.
+    pub maps: Vec<MapDecl>,
+    /// Format strings of `printf`, `time`, `strftime`, `system`, `cat`, indexed by
+    /// [`FmtId`].
+    pub formats: Vec<Format>,
+    /// Probes in source order. A probe with several attach points shares one body.
+    pub probes: Vec<Probe>,
+    /// Full probe names for `probe` (the [`Type::ProbeName`] value indexes this),
+    /// filled in by the front end for every attach point as written (wildcards are
+    /// expanded later; the code generator appends expanded names and patches the
+    /// constants).
+    pub probe_names: Vec<String>,
+    pub config: Config,
+}
+
+/// Limits and options that shape code and memory layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// Default capacity of strings from `str()`, `comm`, `func` names (bpftrace: 64).
+    pub strlen: u32,
+    /// Maximum number of keys in one map (bpftrace: 4096).
+    pub max_map_keys: u32,
+    /// Maximum iterations of a `while` loop or `for` over a range.
+    pub max_loop_iterations: u32,
+    /// Maximum bytes of stack frame an advice body may use.
+    pub max_frame: u32,
+    /// `--unsafe` given: `system`, `signal` and writes to target memory are allowed.
+    pub unsafe_ok: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            strlen: 64,
+            max_map_keys: 4096,
+            max_loop_iterations: 1 << 20,
+            max_frame: 4096,
+            unsafe_ok: false,
+        }
+    }
+}
+
+/// Index into [`Program::maps`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MapId(pub u32);
+
+/// Index into [`Program::formats`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FmtId(pub u32);
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapDecl {
+    /// Name including the `@` (`@` alone for the anonymous map).
+    pub name: String,
+    /// Key type: `None` for a map used without `[...]` (a "scalar" map); a single key
+    /// type for `@m[k]`; a [`Type::Tuple`] for `@m[k1, k2]`.
+    pub key: Option<Type>,
+    pub value: MapValue,
+}
+
+/// What a map stores per key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MapValue {
+    /// `@m[k] = expr`: the last value written, shared by all threads.
+    Plain(Type),
+    /// Aggregations: one accumulator per thread, merged when read.
+    Count,
+    Sum { signed: bool },
+    Min { signed: bool },
+    Max { signed: bool },
+    Avg { signed: bool },
+    Stats { signed: bool },
+    /// Power-of-two histogram; `k` is bpftrace's second argument (0..=5).
+    Hist { k: u8 },
+    /// Linear histogram.
+    Lhist { min: i64, max: i64, step: i64 },
+}
+
+impl MapValue {
+    pub fn is_aggregation(&self) -> bool {
+        !matches!(self, MapValue::Plain(_))
+    }
+
+    /// Size of one per-thread accumulator (or of the shared value for `Plain`).
+    /// Layouts (all u64/i64 little-endian):
+    /// * Count: `[count]`; Sum: `[sum]`
+    /// * Min/Max: `[count, value]` (count > 0 when a value is present)
+    /// * Avg/Stats: `[count, total, min, max]` (min/max only meaningful for Stats)
+    /// * Hist: `[bucket; hist_buckets(k)]`; Lhist: `[bucket; lhist_buckets(..)]`
+    pub fn value_size(&self) -> u32 {
+        match self {
+            MapValue::Plain(t) => t.size().max(1),
+            MapValue::Count | MapValue::Sum { .. } => 8,
+            MapValue::Min { .. } | MapValue::Max { .. } => 16,
+            MapValue::Avg { .. } | MapValue::Stats { .. } => 32,
+            MapValue::Hist { k } => 8 * hist_buckets(*k),
+            MapValue::Lhist { min, max, step } => 8 * lhist_buckets(*min, *max, *step),
+        }
+    }
+}
+
+/// Number of buckets of a `hist(v, k)` accumulator: bucket 0 holds negative values,
+/// bucket 1 holds 0, then for k = 0 bucket 2 + i holds values in `[2^i, 2^(i+1))`;
+/// with k > 0 each power of two is split into 2^k linear sub-buckets (bpftrace's
+/// layout). Always `2 + (64 << k)` buckets, so any u64 has a bucket.
+pub fn hist_buckets(k: u8) -> u32 {
+    2 + (64u32 << k)
+}
+
+/// Number of buckets of an `lhist(min, max, step)` accumulator: one for values below
+/// `min`, one per step, one for values at or above `max`.
+pub fn lhist_buckets(min: i64, max: i64, step: i64) -> u32 {
+    let steps = ((max - min) + step - 1) / step.max(1);
+    (steps as u32) + 2
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Format {
+    /// The format string exactly as written (escapes already decoded).
+    pub text: String,
+    /// Types of the arguments, in order; the event payload is a [`Type::Tuple`] of
+    /// these.
+    pub args: Vec<Type>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Probe {
+    pub attach: Vec<AttachPoint>,
+    pub body: Function,
+}
+
+/// Where a probe fires. Providers that later issues add (`call:`, `get:`, `set:`,
+/// `tracepoint:`, `kernel:`, around/seq/cflow constructs) extend this enum.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AttachPoint {
+    Begin,
+    End,
+    /// Entry of a function, or `func+offset` when `offset` is nonzero. `func` may hold
+    /// wildcards (`*`, `?`, `[...]`). `target` is a path or a library name (`libc`).
+    Uprobe { target: String, func: String, offset: u64 },
+    /// Return of a function.
+    Uretprobe { target: String, func: String },
+    /// A USDT / SDT / WEFT_PROBE site. `provider` may be empty (any provider).
+    Usdt { target: String, provider: String, name: String },
+    /// Runs in the weft process every `period_ns`.
+    Interval { period_ns: u64 },
+    /// Samples the target's threads `hz` times a second.
+    Profile { hz: u64 },
+}
+
+impl AttachPoint {
+    /// True for probes whose advice runs inside the target process.
+    pub fn runs_in_target(&self) -> bool {
+        matches!(
+            self,
+            AttachPoint::Uprobe { .. }
+                | AttachPoint::Uretprobe { .. }
+                | AttachPoint::Usdt { .. }
+                | AttachPoint::Profile { .. }
+        )
+    }
+}
+
+impl fmt::Display for AttachPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttachPoint::Begin => write!(f, "BEGIN"),
+            AttachPoint::End => write!(f, "END"),
+            AttachPoint::Uprobe { target, func, offset: 0 } => write!(f, "uprobe:{target}:{func}"),
+            AttachPoint::Uprobe { target, func, offset } => {
+                write!(f, "uprobe:{target}:{func}+{offset}")
+            }
+            AttachPoint::Uretprobe { target, func } => write!(f, "uretprobe:{target}:{func}"),
+            AttachPoint::Usdt { target, provider, name } if provider.is_empty() => {
+                write!(f, "usdt:{target}:{name}")
+            }
+            AttachPoint::Usdt { target, provider, name } => write!(f, "usdt:{target}:{provider}:{name}"),
+            AttachPoint::Interval { period_ns } => write!(f, "interval:ns:{period_ns}"),
+            AttachPoint::Profile { hz } => write!(f, "profile:hz:{hz}"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Functions and instructions
+// ---------------------------------------------------------------------------------
+
+/// A virtual register holding a 64-bit integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Reg(pub u32);
+
+/// A byte array in the advice's frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Slot(pub u32);
+
+/// A jump target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Label(pub u32);
+
+/// A place in a slot: `(slot, byte offset)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Place {
+    pub slot: Slot,
+    pub off: u32,
+}
+
+impl Place {
+    pub fn new(slot: Slot, off: u32) -> Place {
+        Place { slot, off }
+    }
+    pub fn at(self, extra: u32) -> Place {
+        Place { slot: self.slot, off: self.off + extra }
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Function {
+    /// Number of registers used (`Reg(0)..Reg(regs)`).
+    pub regs: u32,
+    /// Sizes in bytes of the slots (`Slot(i)` has `slots[i]` bytes, 8-byte aligned).
+    pub slots: Vec<u32>,
+    /// Number of labels used (`Label(0)..Label(labels)`).
+    pub labels: u32,
+    pub code: Vec<Inst>,
+}
+
+/// Binary operators on 64-bit registers. Comparisons yield 0 or 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    /// Division and remainder by zero yield 0 and count [`ErrorKind::DivZero`].
+    DivS,
+    DivU,
+    ModS,
+    ModU,
+    And,
+    Or,
+    Xor,
+    Shl,
+    ShrS,
+    ShrU,
+    Eq,
+    Ne,
+    LtS,
+    LtU,
+    LeS,
+    LeU,
+    GtS,
+    GtU,
+    GeS,
+    GeU,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnOp {
+    /// Two's complement negation.
+    Neg,
+    /// Bitwise not (`~`).
+    Not,
+    /// Logical not (`!`): 1 if zero, else 0.
+    LNot,
+}
+
+/// Values from the probe's context, read into a register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CtxValue {
+    /// Integer argument `n` of the probed function per the SysV ABI (0..=5 in
+    /// registers, then on the stack at entry `rsp + 8 * (n - 5)`); for a USDT probe,
+    /// the n-th note argument.
+    Arg(u8),
+    /// Return value (`rax`) in a return probe.
+    Retval,
+    /// A machine register at the probe site (`reg("rsp")`).
+    Reg(MachineReg),
+    /// Address of the probed function (entry address, also in return probes); prints
+    /// as `func` does when typed [`Type::USym`].
+    FuncAddr,
+    /// Address where the probe fired (`reg("ip")`).
+    Ip,
+    Pid,
+    Tid,
+    Uid,
+    Gid,
+    /// CLOCK_MONOTONIC nanoseconds.
+    Nsecs,
+    /// CLOCK_REALTIME nanoseconds (for `time`/`strftime`).
+    RealtimeNsecs,
+    /// Nanoseconds since the program started.
+    Elapsed,
+    Cpu,
+    /// Pid of the command launched with `-c`, else 0.
+    Cpid,
+    /// A pseudo-random u32.
+    Rand,
+    /// The probe that fired, as an index into [`Program::probe_names`].
+    ProbeId,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MachineReg {
+    Rax,
+    Rbx,
+    Rcx,
+    Rdx,
+    Rsi,
+    Rdi,
+    Rbp,
+    Rsp,
+    R8,
+    R9,
+    R10,
+    R11,
+    R12,
+    R13,
+    R14,
+    R15,
+    Rip,
+    Flags,
+}
+
+/// An aggregation update.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AggOp {
+    Count,
+    Sum(Reg),
+    Min(Reg),
+    Max(Reg),
+    Avg(Reg),
+    Stats(Reg),
+    Hist(Reg),
+    Lhist(Reg),
+}
+
+/// Asynchronous actions; each becomes one record in the thread's event ring, handled
+/// by weft in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// `printf(fmt, args...)`: payload is the tuple of the format's args.
+    Printf(FmtId),
+    /// `system(fmt, args...)` (needs `--unsafe`).
+    System(FmtId),
+    /// `cat(fmt, args...)`.
+    Cat(FmtId),
+    /// `time(fmt)`: payload empty; weft prints local time with the format.
+    Time(FmtId),
+    /// `join(array[, sep])`: payload is the strings read, a tuple of `Str` fields; the
+    /// separator is format `FmtId`'s text.
+    Join(FmtId),
+    /// `print(@map[, top[, div]])`.
+    PrintMap { map: MapId, top: u32, div: u32 },
+    /// `print(value)`: payload is the value; its type is `Program::formats[fmt].args[0]`
+    /// (the front end registers a format with empty text for it).
+    PrintValue(FmtId),
+    /// `clear(@map)`.
+    ClearMap(MapId),
+    /// `zero(@map)`.
+    ZeroMap(MapId),
+    /// `exit()`: weft stops after the events before this one.
+    Exit,
+}
+
+/// Error counters that advice may bump; reported by weft at exit when nonzero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ErrorKind {
+    /// A read of target memory faulted.
+    ReadFault = 0,
+    /// Division or remainder by zero.
+    DivZero = 1,
+    /// A map was full; the update was dropped.
+    MapFull = 2,
+    /// A loop hit its iteration bound.
+    LoopBound = 3,
+    /// The event ring was full; the event was dropped.
+    EventLost = 4,
+}
+
+/// One instruction. `dst` is written; other registers and places are read.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inst {
+    Label(Label),
+    Jump(Label),
+    /// Jump to `if_true` when `cond != 0`, else to `if_false`.
+    Branch { cond: Reg, if_true: Label, if_false: Label },
+    /// End the advice.
+    Return,
+
+    Const { dst: Reg, value: i64 },
+    Mov { dst: Reg, src: Reg },
+    Binary { op: BinOp, dst: Reg, a: Reg, b: Reg },
+    Unary { op: UnOp, dst: Reg, a: Reg },
+    /// Truncate `src` to `bits` and sign- or zero-extend back to 64 bits.
+    Extend { dst: Reg, src: Reg, bits: u8, signed: bool },
+    Ctx { dst: Reg, value: CtxValue },
+    /// Read `size` (1, 2, 4, 8) bytes of target memory at `addr` and extend.
+    /// On a fault, `dst = 0` and [`ErrorKind::ReadFault`] is counted.
+    Load { dst: Reg, addr: Reg, size: u8, signed: bool },
+    /// Bump an error counter (used by the front end for loop bounds).
+    CountError(ErrorKind),
+
+    /// Store the low `size` bytes of `src` at `place`.
+    Store { place: Place, src: Reg, size: u8 },
+    /// Load `size` bytes from `place`, extended to 64 bits.
+    LoadSlot { dst: Reg, place: Place, size: u8, signed: bool },
+    /// Copy `len` bytes between places (they do not overlap).
+    Copy { dst: Place, src: Place, len: u32 },
+    /// Fill `len` bytes with zero.
+    Zero { place: Place, len: u32 },
+    /// Write constant bytes (string literals: the bytes then NUL padding up to `len`).
+    SetBytes { place: Place, bytes: Vec<u8>, len: u32 },
+    /// Write the address of a place into a register (for pointers to frame values,
+    /// e.g. to pass to `Load`; rarely needed).
+    AddrOf { dst: Reg, place: Place },
+
+    /// `str(addr[, max])`: copy a NUL-terminated string of at most `cap - 1` bytes
+    /// (and at most `max` bytes when given) from the target into `dst` (cap bytes,
+    /// NUL-padded). A NULL or faulting address yields the bytes read so far and counts
+    /// a read fault.
+    ReadStr { dst: Place, addr: Reg, max: Option<Reg>, cap: u32 },
+    /// `buf(addr, len)`: `dst` gets `{len: u32, bytes}`; at most `cap` bytes.
+    ReadBuf { dst: Place, addr: Reg, len: Reg, cap: u32 },
+    /// `comm` into a `Str` of `cap` bytes.
+    Comm { dst: Place, cap: u32 },
+    /// The name of the probed function (bpftrace `func` when used as a string).
+    FuncName { dst: Place, cap: u32 },
+    /// Compare two strings of at most `len` bytes (stopping at NUL): `dst = 1` when
+    /// equal, else 0.
+    StrEq { dst: Reg, a: Place, b: Place, len: u32 },
+    /// Compare the first `len` bytes of two places: `dst = 1` when equal.
+    BytesEq { dst: Reg, a: Place, b: Place, len: u32 },
+    /// `strncmp`-like ordering: `dst` = <0, 0, >0.
+    StrCmp { dst: Reg, a: Place, b: Place, len: u32 },
+    /// `strcontains(a, b)`: `dst = 1` when b occurs in a.
+    StrContains { dst: Reg, a: Place, b: Place, len: u32 },
+    /// Format an integer in decimal into a `Str` of `cap` bytes.
+    IntToStr { dst: Place, src: Reg, signed: bool, cap: u32 },
+    /// Walk the user stack with frame pointers from the probe site into `dst`
+    /// (`UStack` layout, `depth` entries at most).
+    UStack { dst: Place, depth: u32 },
+    /// `uaddr("symbol")`: resolved by the code generator to a constant.
+    SymbolAddr { dst: Reg, symbol: String },
+
+    /// Read a map value: for scalar value types into `dst_reg`; for other plain value
+    /// types, into `dst_place` (`value.size()` bytes). Absent keys read as zero. For
+    /// aggregations (`@c` where `@c = count()`), reads the merged integer value
+    /// (count, sum, min, max, avg).
+    MapLoad { map: MapId, key: Option<Place>, dst_reg: Option<Reg>, dst_place: Option<Place> },
+    /// `@m[key] = value` for a plain map: from `src_reg` for scalars, else `src_place`.
+    MapStore { map: MapId, key: Option<Place>, src_reg: Option<Reg>, src_place: Option<Place> },
+    /// Aggregation update on this thread's accumulator.
+    MapAgg { map: MapId, key: Option<Place>, op: AggOp },
+    /// `delete(@m[key])` (or the whole scalar map when `key` is None); `dst` (if any)
+    /// gets 1 when an entry was deleted.
+    MapDelete { map: MapId, key: Option<Place>, dst: Option<Reg> },
+    /// `has_key(@m, key)` / membership.
+    MapHasKey { dst: Reg, map: MapId, key: Place },
+    /// `len(@m)`.
+    MapLen { dst: Reg, map: MapId },
+    /// Start iterating a map: `it` gets an opaque cursor.
+    MapIterStart { it: Reg, map: MapId },
+    /// Advance: `found = 1` and the key/value written (value as for `MapLoad`) when
+    /// there is another entry; else `found = 0`. The cursor is updated in place.
+    MapIterNext {
+        found: Reg,
+        it: Reg,
+        map: MapId,
+        key: Option<Place>,
+        dst_reg: Option<Reg>,
+        dst_place: Option<Place>,
+    },
+
+    /// Send an event; the payload is `len` bytes at `payload` (None: empty payload).
+    Emit { kind: EventKind, payload: Option<Place>, len: u32 },
+    /// `signal(sig)` to the current thread (needs `--unsafe`).
+    Signal { sig: Reg },
+    /// Store the low `size` bytes of `src` into target memory at `addr` (needs
+    /// `--unsafe`); faults are counted.
+    StoreTarget { addr: Reg, src: Reg, size: u8 },
+}
+
+impl Function {
+    pub fn new_reg(&mut self) -> Reg {
+        self.regs += 1;
+        Reg(self.regs - 1)
+    }
+    pub fn new_slot(&mut self, size: u32) -> Slot {
+        self.slots.push(size.div_ceil(8) * 8);
+        Slot(self.slots.len() as u32 - 1)
+    }
+    pub fn new_label(&mut self) -> Label {
+        self.labels += 1;
+        Label(self.labels - 1)
+    }
+    pub fn push(&mut self, inst: Inst) {
+        self.code.push(inst);
+    }
+    /// Total frame bytes needed by the slots.
+    pub fn frame_size(&self) -> u32 {
+        self.slots.iter().sum()
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Dumping (`weft trace -d program`)
+// ---------------------------------------------------------------------------------
+
+impl fmt::Display for Reg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "r{}", self.0)
+    }
+}
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "L{}", self.0)
+    }
+}
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "s{}+{}", self.slot.0, self.off)
+    }
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, m) in self.maps.iter().enumerate() {
+            let key = m.key.as_ref().map(|k| format!("[{k}]")).unwrap_or_default();
+            writeln!(f, "map {i} {}{key}: {:?}", m.name, m.value)?;
+        }
+        for (i, fm) in self.formats.iter().enumerate() {
+            let args: Vec<String> = fm.args.iter().map(|t| t.to_string()).collect();
+            writeln!(f, "fmt {i} {:?} ({})", fm.text, args.join(", "))?;
+        }
+        for p in &self.probes {
+            let names: Vec<String> = p.attach.iter().map(|a| a.to_string()).collect();
+            writeln!(f, "probe {} (regs {}, slots {:?})", names.join(", "), p.body.regs, p.body.slots)?;
+            for inst in &p.body.code {
+                match inst {
+                    Inst::Label(l) => writeln!(f, "  {l}:")?,
+                    other => writeln!(f, "    {other:?}")?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tuple_layout_is_natural() {
+        let t = Type::Tuple(vec![
+            Type::Int { bits: 8, signed: false },
+            Type::U64,
+            Type::Str { cap: 5 },
+            Type::Int { bits: 32, signed: true },
+        ]);
+        assert_eq!(t.field_offsets(), vec![0, 8, 16, 24]);
+        assert_eq!(t.size(), 32);
+        assert_eq!(t.align(), 8);
+    }
+
+    #[test]
+    fn lhist_bucket_count() {
+        // lhist(x, 0, 100, 10): <0, 10 steps, >=100
+        assert_eq!(lhist_buckets(0, 100, 10), 12);
+        assert_eq!(lhist_buckets(0, 95, 10), 12);
+    }
+}
