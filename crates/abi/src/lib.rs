@@ -71,6 +71,9 @@ pub struct ShmHeader {
     pub start_nsecs: u64,
     /// Pid of the command launched with `-c`, else 0.
     pub cpid: u64,
+    /// Real uid and gid of the target (for `uid`/`gid`).
+    pub uid: u64,
+    pub gid: u64,
     /// Hits on threads that found no free thread slot (their advice did not run).
     pub threads_dropped: AtomicU64,
     /// Errors counted outside any thread slot.
@@ -302,7 +305,11 @@ pub struct SiteDesc {
     /// Index into the program's probe names for the entry and the return probe.
     pub entry_probe: u32,
     pub return_probe: u32,
+    /// Name of the function (NUL-padded, truncated), for `func` used as a string.
+    pub name: [u8; SITE_NAME_LEN],
 }
+
+pub const SITE_NAME_LEN: usize = 64;
 
 // ---------------------------------------------------------------------------------
 // Advice frame
@@ -453,3 +460,200 @@ pub const MSG_ERR: u32 = 9;
 /// Name of the environment variable that tells an `LD_PRELOAD`ed agent which
 /// abstract socket to connect to.
 pub const ENV_SOCKET: &str = "WEFT_SOCKET";
+
+// ---------------------------------------------------------------------------------
+// Agent-private thread state (read by trampolines at fixed offsets)
+// ---------------------------------------------------------------------------------
+
+/// Per-thread state of the agent, found through the agent's initial-exec TLS slot
+/// (`fs:[Hello::tls_offset]`). Lives in the agent's own memory, not in the shared
+/// segment, so it survives sessions (pending return addresses outlive a session).
+#[repr(C)]
+pub struct AgentThread {
+    /// This thread's slot in the current session's segment; null when there is no
+    /// session or the thread has not been seen in it yet (→ slow path).
+    pub slot: *mut ThreadSlot,
+    /// Nonzero while the thread is inside advice or a helper (quiescence check).
+    pub nest: u32,
+    /// `THREAD_FLAG_*`.
+    pub flags: u32,
+    pub tid: u32,
+    pub pid: u32,
+    /// Session generation `slot` belongs to.
+    pub session: u64,
+    /// Shadow stack of hijacked return addresses.
+    pub shadow_depth: u32,
+    pub shadow_cap: u32,
+    pub shadow: *mut ShadowEntry,
+    /// State of `rand`.
+    pub rand: u64,
+    /// Return probes skipped because the shadow stack was full, or entries discarded
+    /// as stale (longjmp) or restored (exceptions).
+    pub shadow_overflows: u64,
+    pub shadow_discarded: u64,
+    /// Set while this thread runs the agent's own code (control thread, signal
+    /// handlers): advice does not run.
+    pub busy: u32,
+    pub _pad: u32,
+}
+
+pub const AGENT_THREAD_SLOT_OFF: i32 = 0;
+pub const AGENT_THREAD_NEST_OFF: i32 = 8;
+pub const AGENT_THREAD_FLAGS_OFF: i32 = 12;
+
+/// The agent's control thread: advice never runs on it.
+pub const THREAD_FLAG_IGNORE: u32 = 1;
+
+/// One hijacked return address.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ShadowEntry {
+    /// The real return address.
+    pub ret: u64,
+    /// Stack address of the return-address slot (the site's `rsp`).
+    pub slot: u64,
+    /// Site index.
+    pub site: u32,
+    /// Session generation the site belongs to.
+    pub session: u32,
+    /// CLOCK_MONOTONIC at entry (reserved for latency builtins).
+    pub entry_nsecs: u64,
+}
+
+/// Value returned in `rax:rdx` by the thread-attach slow path.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadAttach {
+    pub thread: *mut AgentThread,
+    pub slot: *mut ThreadSlot,
+}
+
+// ---------------------------------------------------------------------------------
+// Histogram buckets (shared by the agent, which fills them, and the printer)
+// ---------------------------------------------------------------------------------
+
+/// Bucket of `v` in a `hist(v, k)` accumulator of `2 + (64 << k)` buckets:
+/// 0 for negative values, 1 for zero, then for `1 <= v < 2^k` one bucket per value,
+/// then each power of two `[2^l, 2^(l+1))` (l >= k) split into 2^k equal sub-buckets.
+/// For k = 0 this is bpftrace's `hist`: bucket `2 + floor(log2(v))`.
+#[inline]
+pub fn hist_index(v: i64, k: u32) -> usize {
+    if v < 0 {
+        return 0;
+    }
+    if v == 0 {
+        return 1;
+    }
+    let n = v as u64;
+    let l = 63 - n.leading_zeros();
+    if l < k {
+        return 1 + n as usize;
+    }
+    let sub = ((n >> (l - k)) & ((1u64 << k) - 1)) as usize;
+    1 + (1usize << k) + ((l - k) as usize) * (1usize << k) + sub
+}
+
+/// Inclusive lower and exclusive upper bound of bucket `idx` of `hist(v, k)`
+/// (`None` upper bound for the last power of two). Bucket 0 is `(-inf, 0)`.
+pub fn hist_bucket_bounds(idx: usize, k: u32) -> (i128, Option<i128>) {
+    match idx {
+        0 => (i128::MIN, Some(0)),
+        1 => (0, Some(1)),
+        _ => {
+            let per = 1usize << k;
+            if idx < 1 + per {
+                let n = (idx - 1) as i128;
+                return (n, Some(n + 1));
+            }
+            let rel = idx - 1 - per;
+            let l = (rel / per) as u32 + k;
+            let sub = (rel % per) as i128;
+            let width = 1i128 << (l - k);
+            let lo = (1i128 << l) + sub * width;
+            let hi = lo + width;
+            (
+                lo,
+                if hi > u64::MAX as i128 {
+                    None
+                } else {
+                    Some(hi)
+                },
+            )
+        }
+    }
+}
+
+/// Bucket of `v` in `lhist(v, min, max, step)`: 0 below `min`, `1 + (v - min) / step`
+/// inside, the last bucket at or above `max`.
+#[inline]
+pub fn lhist_index(v: i64, min: i64, max: i64, step: i64) -> usize {
+    if v < min {
+        0
+    } else if v >= max {
+        let steps = ((max - min) + step - 1) / step;
+        steps as usize + 1
+    } else {
+        1 + ((v - min) / step) as usize
+    }
+}
+
+#[cfg(test)]
+mod hist_tests {
+    use super::*;
+
+    #[test]
+    fn log2_buckets_k0() {
+        assert_eq!(hist_index(-5, 0), 0);
+        assert_eq!(hist_index(0, 0), 1);
+        assert_eq!(hist_index(1, 0), 2);
+        assert_eq!(hist_index(2, 0), 3);
+        assert_eq!(hist_index(3, 0), 3);
+        assert_eq!(hist_index(4, 0), 4);
+        assert_eq!(hist_index(1023, 0), 11);
+        assert_eq!(hist_index(1024, 0), 12);
+        assert_eq!(hist_index(i64::MAX, 0), 64);
+        assert_eq!(hist_bucket_bounds(4, 0), (4, Some(8)));
+        assert_eq!(hist_bucket_bounds(12, 0), (1024, Some(2048)));
+    }
+
+    #[test]
+    fn buckets_with_k_cover_their_bounds() {
+        for k in 0..=5u32 {
+            for v in [
+                1i64,
+                2,
+                3,
+                5,
+                7,
+                8,
+                9,
+                31,
+                32,
+                33,
+                100,
+                1000,
+                4095,
+                4096,
+                1 << 40,
+            ] {
+                let i = hist_index(v, k);
+                let (lo, hi) = hist_bucket_bounds(i, k);
+                assert!(
+                    lo <= v as i128 && hi.is_none_or(|h| (v as i128) < h),
+                    "k={k} v={v} i={i} {lo} {hi:?}"
+                );
+                assert!(i < 2 + (64usize << k));
+            }
+        }
+    }
+
+    #[test]
+    fn lhist_buckets() {
+        assert_eq!(lhist_index(-1, 0, 100, 10), 0);
+        assert_eq!(lhist_index(0, 0, 100, 10), 1);
+        assert_eq!(lhist_index(9, 0, 100, 10), 1);
+        assert_eq!(lhist_index(10, 0, 100, 10), 2);
+        assert_eq!(lhist_index(99, 0, 100, 10), 10);
+        assert_eq!(lhist_index(100, 0, 100, 10), 11);
+    }
+}

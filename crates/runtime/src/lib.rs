@@ -1,1 +1,17 @@
-//! See Cargo.toml description and ARCHITECTURE.md.
+//! The runtime advice needs, in the agent (inside the target) and in weft (which runs
+//! BEGIN, END and interval probes itself).
+//!
+//! * [`safe`]: fault-tolerant reads of memory advice does not own.
+//! * [`shm`], [`layout`]: the shared data segment.
+//! * [`map`]: lock-free key tables and per-thread accumulators.
+//! * [`ring`]: per-thread event rings.
+//! * [`helpers`]: the `extern "C"` functions compiled advice calls.
+//! * [`clock`]: clocks from the vDSO.
+
+pub mod clock;
+pub mod helpers;
+pub mod layout;
+pub mod map;
+pub mod ring;
+pub mod safe;
+pub mod shm;

@@ -1,0 +1,1 @@
+//! Trampolines (see lib docs).

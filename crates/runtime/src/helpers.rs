@@ -1,0 +1,579 @@
+//! The functions compiled advice calls (`weft_abi::Helper`), all `extern "C"`.
+//!
+//! Rules for everything in this module, because it runs on the target's threads in
+//! the middle of arbitrary code, possibly inside a signal handler:
+//! no locks, no system calls (clocks come from the vDSO), no allocation, no panics
+//! (indices are checked or come from the weft-written layout), and target memory
+//! is only touched through [`crate::safe`].
+
+use core::sync::atomic::Ordering;
+use weft_abi::{
+    AgentThread, Frame, Helper, MapKind, ThreadSlot, ERROR_KINDS, HELPER_COUNT, SITE_NAME_LEN,
+};
+
+use crate::map;
+use crate::ring;
+use crate::safe;
+use crate::shm::Shm;
+
+/// Error counter indices (match `weft_ir::ErrorKind`).
+pub const ERR_READ_FAULT: usize = 0;
+pub const ERR_DIV_ZERO: usize = 1;
+pub const ERR_MAP_FULL: usize = 2;
+pub const ERR_LOOP_BOUND: usize = 3;
+pub const ERR_EVENT_LOST: usize = 4;
+
+#[inline]
+fn frame<'a>(f: *mut Frame) -> &'a Frame {
+    // SAFETY: advice is always called with a valid frame built by the trampoline,
+    // the int3 handler or weft.
+    unsafe { &*f }
+}
+
+#[inline]
+fn shm(f: &Frame) -> Shm {
+    // SAFETY: frame.shm is the live session's segment (the quiescence protocol keeps
+    // it mapped while any thread can be in advice).
+    unsafe { Shm::from_base(f.shm) }
+}
+
+#[inline]
+fn slot<'a>(f: &Frame) -> &'a ThreadSlot {
+    // SAFETY: frame.thread is this thread's slot in the segment.
+    unsafe { &*f.thread }
+}
+
+#[inline]
+pub fn count_error_in(slot: &ThreadSlot, kind: usize) {
+    if kind < ERROR_KINDS {
+        let c = &slot.errors[kind];
+        c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+}
+
+/// Map id → descriptor, or None for an out-of-range id (never from correct code).
+#[inline]
+fn desc<'a>(s: &'a Shm, id: u64) -> Option<&'a weft_abi::MapDesc> {
+    (id < u64::from(s.map_count())).then(|| s.map(id as u32))
+}
+
+#[inline]
+fn key_slice<'a>(d: &weft_abi::MapDesc, key: *const u8) -> &'a [u8] {
+    if d.key_size == 0 || key.is_null() {
+        &[]
+    } else {
+        // SAFETY: the key points into the advice frame, key_size bytes.
+        unsafe { core::slice::from_raw_parts(key, d.key_size as usize) }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Memory
+// ---------------------------------------------------------------------------------
+
+pub extern "C" fn weft_h_read_mem(f: *mut Frame, addr: u64, size: u64) -> u64 {
+    match safe::load(addr, size as u8) {
+        Some(v) => v,
+        None => {
+            count_error_in(slot(frame(f)), ERR_READ_FAULT);
+            0
+        }
+    }
+}
+
+/// `str(addr[, max])` into `dst` of `cap` bytes (NUL-padded).
+pub extern "C" fn weft_h_read_str(f: *mut Frame, dst: *mut u8, addr: u64, max: u64, cap: u64) {
+    let cap = cap as usize;
+    if cap == 0 {
+        return;
+    }
+    // SAFETY: dst is a frame slot of cap bytes.
+    let out = unsafe { core::slice::from_raw_parts_mut(dst, cap) };
+    let limit = (cap - 1).min(max.min(usize::MAX as u64) as *const () as usize);
+    let (len, faulted) = safe::strcpy(out, addr, limit);
+    out[len..].fill(0);
+    if faulted {
+        count_error_in(slot(frame(f)), ERR_READ_FAULT);
+    }
+}
+
+/// `buf(addr, len)` into `dst` = `{ u32 len, bytes[cap] }`.
+pub extern "C" fn weft_h_read_buf(f: *mut Frame, dst: *mut u8, addr: u64, len: u64, cap: u64) {
+    let want = len.min(cap) as usize;
+    // SAFETY: dst is a frame slot of 4 + cap bytes.
+    let out = unsafe { core::slice::from_raw_parts_mut(dst.add(4), cap as usize) };
+    let got = safe::copy(&mut out[..want], addr);
+    out[got..].fill(0);
+    // SAFETY: the length prefix is the first 4 bytes of dst.
+    unsafe { (dst as *mut u32).write_unaligned(got as u32) };
+    if got < want {
+        count_error_in(slot(frame(f)), ERR_READ_FAULT);
+    }
+}
+
+pub extern "C" fn weft_h_store_target(f: *mut Frame, addr: u64, value: u64, size: u64) {
+    if !safe::store(addr, value, size as u8) {
+        count_error_in(slot(frame(f)), ERR_READ_FAULT);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Context
+// ---------------------------------------------------------------------------------
+
+pub extern "C" fn weft_h_comm(f: *mut Frame, dst: *mut u8, cap: u64) {
+    let comm = &slot(frame(f)).comm;
+    // SAFETY: dst is a frame slot of cap bytes.
+    let out = unsafe { core::slice::from_raw_parts_mut(dst, cap as usize) };
+    copy_cstr(out, comm);
+}
+
+pub extern "C" fn weft_h_func_name(f: *mut Frame, dst: *mut u8, cap: u64) {
+    let fr = frame(f);
+    // SAFETY: dst is a frame slot of cap bytes.
+    let out = unsafe { core::slice::from_raw_parts_mut(dst, cap as usize) };
+    let s = shm(fr);
+    if fr.site < u64::from(s.header().max_sites) {
+        let name: [u8; SITE_NAME_LEN] = s.site(fr.site as u32).name;
+        copy_cstr(out, &name);
+    } else {
+        out.fill(0);
+    }
+}
+
+fn copy_cstr(out: &mut [u8], src: &[u8]) {
+    if out.is_empty() {
+        return;
+    }
+    let n = src
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(src.len())
+        .min(out.len() - 1);
+    out[..n].copy_from_slice(&src[..n]);
+    out[n..].fill(0);
+}
+
+pub extern "C" fn weft_h_nsecs() -> u64 {
+    crate::clock::monotonic_ns()
+}
+
+pub extern "C" fn weft_h_realtime_nsecs() -> u64 {
+    crate::clock::realtime_ns()
+}
+
+pub extern "C" fn weft_h_cpu() -> u64 {
+    crate::clock::cpu()
+}
+
+fn tstate<'a>(f: &Frame) -> Option<&'a mut AgentThread> {
+    // SAFETY: frame.tstate is null or this thread's AgentThread, only used by it.
+    unsafe { (f.tstate as *mut AgentThread).as_mut() }
+}
+
+pub extern "C" fn weft_h_rand(f: *mut Frame) -> u64 {
+    let fr = frame(f);
+    let Some(t) = tstate(fr) else { return 4 };
+    if t.rand == 0 {
+        t.rand = crate::clock::monotonic_ns() | 1;
+    }
+    // xorshift64*
+    let mut x = t.rand;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t.rand = x;
+    (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) & 0xffff_ffff
+}
+
+pub extern "C" fn weft_h_tid(f: *mut Frame) -> u64 {
+    tstate(frame(f)).map_or(0, |t| u64::from(t.tid))
+}
+
+pub extern "C" fn weft_h_pid(f: *mut Frame) -> u64 {
+    tstate(frame(f)).map_or(0, |t| u64::from(t.pid))
+}
+
+/// Walk the stack with frame pointers into `dst` = `{ n: u64, ips: [u64; depth] }`.
+/// The first entry is the probe site; at a function entry the second is the return
+/// address at `[rsp]` (the caller), then the `rbp` chain.
+pub extern "C" fn weft_h_ustack(f: *mut Frame, dst: *mut u8, depth: u64) {
+    let fr = frame(f);
+    let depth = depth as usize;
+    // SAFETY: dst is a frame slot of 8 + 8 * depth bytes.
+    let out = unsafe { core::slice::from_raw_parts_mut(dst as *mut u64, 1 + depth) };
+    let mut n = 0usize;
+    let mut push = |ip: u64, n: &mut usize| {
+        if *n < depth && ip != 0 {
+            out[1 + *n] = ip;
+            *n += 1;
+        }
+    };
+    let at_entry = fr.regs.rip == fr.func;
+    push(fr.regs.rip, &mut n);
+    if at_entry {
+        if let Some(ret) = safe::load(fr.regs.rsp, 8) {
+            push(ret, &mut n);
+        }
+    }
+    let mut bp = fr.regs.rbp;
+    let mut prev = 0u64;
+    while n < depth && bp > prev && bp & 7 == 0 {
+        let (Some(next), Some(ret)) = (safe::load(bp, 8), safe::load(bp + 8, 8)) else {
+            break;
+        };
+        if ret == 0 {
+            break;
+        }
+        push(ret, &mut n);
+        prev = bp;
+        bp = next;
+    }
+    out[0] = n as u64;
+    for v in &mut out[1 + n..] {
+        *v = 0;
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Maps
+// ---------------------------------------------------------------------------------
+
+pub extern "C" fn weft_h_map_find(f: *mut Frame, id: u64, key: *const u8) -> i64 {
+    let s = shm(frame(f));
+    let Some(d) = desc(&s, id) else { return -1 };
+    map::find(&s, d, key_slice(d, key)).map_or(-1, i64::from)
+}
+
+pub extern "C" fn weft_h_map_insert(f: *mut Frame, id: u64, key: *const u8) -> i64 {
+    let fr = frame(f);
+    let s = shm(fr);
+    let Some(d) = desc(&s, id) else { return -1 };
+    match map::insert(&s, d, key_slice(d, key)).index() {
+        Some(i) => i64::from(i),
+        None => {
+            count_error_in(slot(fr), ERR_MAP_FULL);
+            -1
+        }
+    }
+}
+
+/// Read a value: plain maps copy `value_size` bytes to `dst` (if not null) and return
+/// the first 8 bytes zero-extended; aggregations return the merged scalar.
+pub extern "C" fn weft_h_map_load(f: *mut Frame, id: u64, key: *const u8, dst: *mut u8) -> u64 {
+    let s = shm(frame(f));
+    let Some(d) = desc(&s, id) else { return 0 };
+    let found = map::find(&s, d, key_slice(d, key));
+    load_value(&s, d, found, dst)
+}
+
+fn load_value(s: &Shm, d: &weft_abi::MapDesc, found: Option<u32>, dst: *mut u8) -> u64 {
+    let size = d.value_size as usize;
+    match found {
+        None => {
+            if !dst.is_null() && d.kind == MapKind::Plain as u32 {
+                // SAFETY: dst is a frame slot of value_size bytes.
+                unsafe { core::ptr::write_bytes(dst, 0, size) };
+            }
+            0
+        }
+        Some(i) if d.kind == MapKind::Plain as u32 => {
+            let v = map::plain_value_ptr(s, d, i);
+            let mut w = [0u8; 8];
+            // SAFETY: the entry's value has value_size bytes; dst (if any) too.
+            unsafe {
+                core::ptr::copy_nonoverlapping(v, w.as_mut_ptr(), size.min(8));
+                if !dst.is_null() {
+                    core::ptr::copy_nonoverlapping(v, dst, size);
+                }
+            }
+            u64::from_le_bytes(w)
+        }
+        Some(i) => {
+            let v = map::merged_scalar(s, d, i);
+            if !dst.is_null() {
+                // SAFETY: for aggregations the caller passes an 8-byte destination.
+                unsafe { (dst as *mut u64).write_unaligned(v) };
+            }
+            v
+        }
+    }
+}
+
+/// Store a plain value: `value_size` bytes from `src`, or (src null) the low bytes of
+/// `value`.
+pub extern "C" fn weft_h_map_store(
+    f: *mut Frame,
+    id: u64,
+    key: *const u8,
+    src: *const u8,
+    value: u64,
+) {
+    let fr = frame(f);
+    let s = shm(fr);
+    let Some(d) = desc(&s, id) else { return };
+    let Some(i) = map::insert(&s, d, key_slice(d, key)).index() else {
+        count_error_in(slot(fr), ERR_MAP_FULL);
+        return;
+    };
+    let v = map::plain_value_ptr(&s, d, i);
+    let size = d.value_size as usize;
+    // SAFETY: the entry's value has value_size bytes; src (if any) too.
+    unsafe {
+        if src.is_null() {
+            let b = value.to_le_bytes();
+            core::ptr::copy_nonoverlapping(b.as_ptr(), v, size.min(8));
+        } else {
+            core::ptr::copy_nonoverlapping(src, v, size);
+        }
+    }
+}
+
+pub extern "C" fn weft_h_map_agg(f: *mut Frame, id: u64, key: *const u8, op: u64, value: u64) {
+    let fr = frame(f);
+    let s = shm(fr);
+    let Some(d) = desc(&s, id) else { return };
+    let Some(i) = map::insert(&s, d, key_slice(d, key)).index() else {
+        count_error_in(slot(fr), ERR_MAP_FULL);
+        return;
+    };
+    let acc = map::accumulator(&s, d, fr.thread, i);
+    map::aggregate(d, acc, op as u32, value);
+}
+
+pub extern "C" fn weft_h_map_delete(f: *mut Frame, id: u64, key: *const u8) -> u64 {
+    let s = shm(frame(f));
+    let Some(d) = desc(&s, id) else { return 0 };
+    u64::from(map::delete(&s, d, key_slice(d, key)))
+}
+
+pub extern "C" fn weft_h_map_len(f: *mut Frame, id: u64) -> u64 {
+    let s = shm(frame(f));
+    desc(&s, id).map_or(0, |d| u64::from(d.count.load(Ordering::Relaxed)))
+}
+
+/// Advance `*cursor` to the next live entry; copy its key to `key_dst` and its value
+/// (as `weft_h_map_load` would) to `val_dst`. Returns 1 when an entry was found.
+pub extern "C" fn weft_h_map_iter_next(
+    f: *mut Frame,
+    id: u64,
+    cursor: *mut u64,
+    key_dst: *mut u8,
+    val_dst: *mut u8,
+) -> u64 {
+    let s = shm(frame(f));
+    let Some(d) = desc(&s, id) else { return 0 };
+    // SAFETY: cursor points to a register spill slot in the advice frame.
+    let cur = unsafe { &mut *cursor };
+    while *cur < u64::from(d.capacity) {
+        let i = *cur as u32;
+        *cur += 1;
+        if map::entry_state(&s, d, i) != weft_abi::ENTRY_LIVE {
+            continue;
+        }
+        if !key_dst.is_null() && d.key_size > 0 {
+            let k = map::key_bytes(&s, d, i);
+            // SAFETY: key_dst is a frame slot of key_size bytes.
+            unsafe { core::ptr::copy_nonoverlapping(k.as_ptr(), key_dst, k.len()) };
+        }
+        load_value(&s, d, Some(i), val_dst);
+        return 1;
+    }
+    0
+}
+
+// ---------------------------------------------------------------------------------
+// Events and strings
+// ---------------------------------------------------------------------------------
+
+/// Send an event: `args` packs `arg0 | arg1 << 32`.
+pub extern "C" fn weft_h_emit(
+    f: *mut Frame,
+    kind: u64,
+    id: u64,
+    args: u64,
+    payload: *const u8,
+    len: u64,
+) -> u64 {
+    let fr = frame(f);
+    let s = shm(fr);
+    let h = s.header();
+    let data = if payload.is_null() || len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: payload is a frame slot of len bytes.
+        unsafe { core::slice::from_raw_parts(payload, len as usize) }
+    };
+    if kind == u64::from(weft_abi::EVENT_EXIT) {
+        h.exit_requested.store(1, Ordering::Release);
+    }
+    // SAFETY: fr.thread is this thread's slot; its ring is ring_size bytes.
+    let ok = unsafe {
+        ring::produce(
+            fr.thread,
+            s.ring(fr.thread),
+            h.ring_size,
+            kind as u32,
+            id as u32,
+            (args as u32, (args >> 32) as u32),
+            crate::clock::monotonic_ns(),
+            data,
+        )
+    };
+    u64::from(ok)
+}
+
+pub extern "C" fn weft_h_int_to_str(dst: *mut u8, value: u64, signed: u64, cap: u64) {
+    let mut buf = [0u8; 24];
+    let mut n = 0;
+    let neg = signed != 0 && (value as i64) < 0;
+    let mut v = if neg {
+        (value as i64).unsigned_abs()
+    } else {
+        value
+    };
+    loop {
+        buf[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if neg {
+        buf[n] = b'-';
+        n += 1;
+    }
+    buf[..n].reverse();
+    // SAFETY: dst is a frame slot of cap bytes.
+    let out = unsafe { core::slice::from_raw_parts_mut(dst, cap as usize) };
+    copy_cstr(out, &buf[..n]);
+}
+
+fn cstr<'a>(p: *const u8, len: u64) -> &'a [u8] {
+    // SAFETY: p is a frame slot of at least len bytes.
+    let s = unsafe { core::slice::from_raw_parts(p, len as usize) };
+    let n = s.iter().position(|&b| b == 0).unwrap_or(s.len());
+    &s[..n]
+}
+
+/// Compare two NUL-terminated strings of at most `len` bytes: <0, 0, >0.
+pub extern "C" fn weft_h_str_cmp(a: *const u8, b: *const u8, len: u64) -> i64 {
+    match cstr(a, len).cmp(cstr(b, len)) {
+        core::cmp::Ordering::Less => -1,
+        core::cmp::Ordering::Equal => 0,
+        core::cmp::Ordering::Greater => 1,
+    }
+}
+
+pub extern "C" fn weft_h_str_contains(a: *const u8, b: *const u8, len: u64) -> u64 {
+    let (h, n) = (cstr(a, len), cstr(b, len));
+    u64::from(n.is_empty() || h.windows(n.len()).any(|w| w == n))
+}
+
+pub extern "C" fn weft_h_signal(f: *mut Frame, sig: u64) {
+    let fr = frame(f);
+    if let Some(t) = tstate(fr) {
+        // A system call, allowed only because `signal()` needs --unsafe.
+        // SAFETY: tgkill on our own thread.
+        unsafe { libc::syscall(libc::SYS_tgkill, t.pid as i64, t.tid as i64, sig as i64) };
+    }
+}
+
+pub extern "C" fn weft_h_count_error(f: *mut Frame, kind: u64) {
+    count_error_in(slot(frame(f)), kind as *const () as usize);
+}
+
+/// The helper table, in `weft_abi::Helper` order, as addresses in this process.
+pub fn helper_table() -> [u64; HELPER_COUNT] {
+    let mut t = [0u64; HELPER_COUNT];
+    let set = |t: &mut [u64; HELPER_COUNT], h: Helper, f: usize| t[h as usize] = f as u64;
+    set(
+        &mut t,
+        Helper::ReadMem,
+        weft_h_read_mem as *const () as usize,
+    );
+    set(
+        &mut t,
+        Helper::ReadStr,
+        weft_h_read_str as *const () as usize,
+    );
+    set(
+        &mut t,
+        Helper::ReadBuf,
+        weft_h_read_buf as *const () as usize,
+    );
+    set(&mut t, Helper::Comm, weft_h_comm as *const () as usize);
+    set(
+        &mut t,
+        Helper::FuncName,
+        weft_h_func_name as *const () as usize,
+    );
+    set(&mut t, Helper::Nsecs, weft_h_nsecs as *const () as usize);
+    set(
+        &mut t,
+        Helper::RealtimeNsecs,
+        weft_h_realtime_nsecs as *const () as usize,
+    );
+    set(&mut t, Helper::Cpu, weft_h_cpu as *const () as usize);
+    set(&mut t, Helper::Rand, weft_h_rand as *const () as usize);
+    set(&mut t, Helper::UStack, weft_h_ustack as *const () as usize);
+    set(
+        &mut t,
+        Helper::MapFind,
+        weft_h_map_find as *const () as usize,
+    );
+    set(
+        &mut t,
+        Helper::MapInsert,
+        weft_h_map_insert as *const () as usize,
+    );
+    set(
+        &mut t,
+        Helper::MapLoad,
+        weft_h_map_load as *const () as usize,
+    );
+    set(
+        &mut t,
+        Helper::MapStore,
+        weft_h_map_store as *const () as usize,
+    );
+    set(&mut t, Helper::MapAgg, weft_h_map_agg as *const () as usize);
+    set(
+        &mut t,
+        Helper::MapDelete,
+        weft_h_map_delete as *const () as usize,
+    );
+    set(&mut t, Helper::MapLen, weft_h_map_len as *const () as usize);
+    set(
+        &mut t,
+        Helper::MapIterNext,
+        weft_h_map_iter_next as *const () as usize,
+    );
+    set(&mut t, Helper::Emit, weft_h_emit as *const () as usize);
+    set(
+        &mut t,
+        Helper::IntToStr,
+        weft_h_int_to_str as *const () as usize,
+    );
+    set(&mut t, Helper::StrCmp, weft_h_str_cmp as *const () as usize);
+    set(
+        &mut t,
+        Helper::StrContains,
+        weft_h_str_contains as *const () as usize,
+    );
+    set(&mut t, Helper::Signal, weft_h_signal as *const () as usize);
+    set(
+        &mut t,
+        Helper::StoreTarget,
+        weft_h_store_target as *const () as usize,
+    );
+    set(
+        &mut t,
+        Helper::CountError,
+        weft_h_count_error as *const () as usize,
+    );
+    set(&mut t, Helper::Tid, weft_h_tid as *const () as usize);
+    set(&mut t, Helper::Pid, weft_h_pid as *const () as usize);
+    t
+}

@@ -1,0 +1,541 @@
+//! Maps in the shared segment.
+//!
+//! Every map has one key table: open addressing, linear probing, a power-of-two
+//! number of entries, each `EntryHeader { state, hash }` + key (+ value for plain
+//! maps). Keys are inserted with a compare-and-swap on `state` (EMPTY → BUSY → LIVE),
+//! so threads never take a lock. Aggregations keep their values per thread: entry
+//! `i`'s accumulator for thread `t` is at `agg_area(t) + desc.agg_off + i *
+//! value_size`, written only by thread `t` (plain loads and stores, no atomic
+//! read-modify-write) and summed by weft when it reads the map.
+//!
+//! A deleted entry becomes a tombstone that only the same key may revive, so probe
+//! chains stay intact without rehashing.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use weft_abi::{
+    entry_layout, hist_index, key_hash, lhist_index, EntryHeader, MapDesc, MapKind, ENTRY_BUSY,
+    ENTRY_DELETED, ENTRY_EMPTY, ENTRY_LIVE,
+};
+
+use crate::shm::Shm;
+
+/// Bounded spin on an entry another thread is inserting (it may be stopped).
+const BUSY_SPINS: u32 = 10_000;
+
+#[inline]
+fn entry_ptr(shm: &Shm, d: &MapDesc, i: u32) -> *mut u8 {
+    shm.at(d.table_off + u64::from(i) * u64::from(d.entry_size))
+}
+
+#[inline]
+fn header(e: *mut u8) -> &'static EntryHeader {
+    // SAFETY: every entry starts with an EntryHeader, 8-aligned.
+    unsafe { &*(e as *const EntryHeader) }
+}
+
+#[inline]
+fn key_of<'a>(e: *mut u8, key_size: u32) -> &'a [u8] {
+    // SAFETY: the key follows the 8-byte header.
+    unsafe { core::slice::from_raw_parts(e.add(8), key_size as usize) }
+}
+
+/// Pointer to the value of a plain map's entry.
+#[inline]
+pub fn plain_value_ptr(shm: &Shm, d: &MapDesc, i: u32) -> *mut u8 {
+    let (_, voff, _) = entry_layout(d.key_size, d.value_size);
+    // SAFETY: the value lies inside the entry.
+    unsafe { entry_ptr(shm, d, i).add(voff as usize) }
+}
+
+/// Key bytes of entry `i` (valid while the entry is LIVE).
+pub fn key_bytes<'a>(shm: &'a Shm, d: &MapDesc, i: u32) -> &'a [u8] {
+    key_of(entry_ptr(shm, d, i), d.key_size)
+}
+
+pub fn entry_state(shm: &Shm, d: &MapDesc, i: u32) -> u32 {
+    header(entry_ptr(shm, d, i)).state.load(Ordering::Acquire)
+}
+
+/// Find a live entry for `key`.
+pub fn find(shm: &Shm, d: &MapDesc, key: &[u8]) -> Option<u32> {
+    if d.key_size == 0 {
+        return (entry_state(shm, d, 0) == ENTRY_LIVE).then_some(0);
+    }
+    let mask = d.capacity - 1;
+    let h = key_hash(key);
+    let mut i = h & mask;
+    for _ in 0..d.capacity {
+        let e = entry_ptr(shm, d, i);
+        let hd = header(e);
+        match hd.state.load(Ordering::Acquire) {
+            ENTRY_EMPTY => return None,
+            st => {
+                if hd.hash == h && key_of(e, d.key_size) == key {
+                    return (st == ENTRY_LIVE).then_some(i);
+                }
+            }
+        }
+        i = (i + 1) & mask;
+    }
+    None
+}
+
+/// Outcome of [`insert`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Insert {
+    Existing(u32),
+    New(u32),
+    Full,
+}
+
+impl Insert {
+    pub fn index(self) -> Option<u32> {
+        match self {
+            Insert::Existing(i) | Insert::New(i) => Some(i),
+            Insert::Full => None,
+        }
+    }
+}
+
+fn claim_count(d: &MapDesc) -> bool {
+    let mut n = d.count.load(Ordering::Relaxed);
+    loop {
+        if n >= d.max_entries {
+            return false;
+        }
+        match d
+            .count
+            .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) => return true,
+            Err(cur) => n = cur,
+        }
+    }
+}
+
+/// Find or insert `key`. A full map counts the drop in `full_drops`.
+pub fn insert(shm: &Shm, d: &MapDesc, key: &[u8]) -> Insert {
+    if d.key_size == 0 {
+        let hd = header(entry_ptr(shm, d, 0));
+        let st = hd.state.load(Ordering::Acquire);
+        if st == ENTRY_LIVE {
+            return Insert::Existing(0);
+        }
+        if hd
+            .state
+            .compare_exchange(st, ENTRY_LIVE, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            d.count.store(1, Ordering::Relaxed);
+            return Insert::New(0);
+        }
+        return Insert::Existing(0);
+    }
+    let mask = d.capacity - 1;
+    let h = key_hash(key);
+    let mut i = h & mask;
+    let mut probes = 0;
+    while probes < d.capacity {
+        let e = entry_ptr(shm, d, i);
+        let hd = header(e);
+        let mut st = hd.state.load(Ordering::Acquire);
+        if st == ENTRY_BUSY {
+            let mut spins = 0;
+            while st == ENTRY_BUSY && spins < BUSY_SPINS {
+                core::hint::spin_loop();
+                st = hd.state.load(Ordering::Acquire);
+                spins += 1;
+            }
+        }
+        match st {
+            ENTRY_EMPTY => {
+                if !claim_count(d) {
+                    d.full_drops.fetch_add(1, Ordering::Relaxed);
+                    return Insert::Full;
+                }
+                if hd
+                    .state
+                    .compare_exchange(ENTRY_EMPTY, ENTRY_BUSY, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    // SAFETY: we own the entry while it is BUSY; header and key lie in it.
+                    unsafe {
+                        let hp = e as *mut EntryHeader;
+                        core::ptr::addr_of_mut!((*hp).hash).write(h);
+                        core::ptr::copy_nonoverlapping(key.as_ptr(), e.add(8), key.len());
+                    }
+                    hd.state.store(ENTRY_LIVE, Ordering::Release);
+                    return Insert::New(i);
+                }
+                // Lost the race for this entry: give the count back and look again.
+                d.count.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            ENTRY_LIVE | ENTRY_DELETED if hd.hash == h && key_of(e, d.key_size) == key => {
+                if st == ENTRY_LIVE {
+                    return Insert::Existing(i);
+                }
+                if !claim_count(d) {
+                    d.full_drops.fetch_add(1, Ordering::Relaxed);
+                    return Insert::Full;
+                }
+                if hd
+                    .state
+                    .compare_exchange(
+                        ENTRY_DELETED,
+                        ENTRY_LIVE,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+                {
+                    return Insert::New(i);
+                }
+                d.count.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            _ => {}
+        }
+        i = (i + 1) & mask;
+        probes += 1;
+    }
+    d.full_drops.fetch_add(1, Ordering::Relaxed);
+    Insert::Full
+}
+
+/// Delete `key` (or the scalar entry). Accumulators of all threads are zeroed so a
+/// revived key starts from nothing. Returns true when an entry was deleted.
+pub fn delete(shm: &Shm, d: &MapDesc, key: &[u8]) -> bool {
+    let Some(i) = find(shm, d, key) else {
+        return false;
+    };
+    let hd = header(entry_ptr(shm, d, i));
+    if hd
+        .state
+        .compare_exchange(
+            ENTRY_LIVE,
+            ENTRY_DELETED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
+        return false;
+    }
+    d.count.fetch_sub(1, Ordering::Relaxed);
+    zero_entry_values(shm, d, i);
+    true
+}
+
+fn zero_entry_values(shm: &Shm, d: &MapDesc, i: u32) {
+    if d.kind == MapKind::Plain as u32 {
+        let v = plain_value_ptr(shm, d, i);
+        // SAFETY: the value area of the entry, value_size bytes.
+        unsafe { core::ptr::write_bytes(v, 0, d.value_size as usize) };
+        return;
+    }
+    for t in 0..shm.threads_claimed() {
+        let p = accumulator(shm, d, shm.thread_slot(t), i);
+        zero_words(p, d.value_size);
+    }
+}
+
+fn zero_words(p: *mut u8, size: u32) {
+    for w in 0..(size / 8) as usize {
+        // SAFETY: accumulators are 8-aligned and `size` bytes long.
+        unsafe { (*(p as *const AtomicU64).add(w)).store(0, Ordering::Relaxed) };
+    }
+}
+
+/// `clear(@m)`: remove every entry.
+pub fn clear(shm: &Shm, d: &MapDesc) {
+    for i in 0..d.capacity {
+        let hd = header(entry_ptr(shm, d, i));
+        let st = hd.state.load(Ordering::Acquire);
+        if st == ENTRY_LIVE {
+            zero_entry_values(shm, d, i);
+        }
+        if st != ENTRY_EMPTY {
+            hd.state.store(ENTRY_EMPTY, Ordering::Release);
+        }
+    }
+    d.count.store(0, Ordering::Relaxed);
+    d.generation.fetch_add(1, Ordering::Relaxed);
+}
+
+/// `zero(@m)`: keep the keys, zero the values.
+pub fn zero(shm: &Shm, d: &MapDesc) {
+    for i in 0..d.capacity {
+        if entry_state(shm, d, i) == ENTRY_LIVE {
+            zero_entry_values(shm, d, i);
+        }
+    }
+    d.generation.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Pointer to thread `slot`'s accumulator for entry `i`.
+#[inline]
+pub fn accumulator(shm: &Shm, d: &MapDesc, slot: *mut weft_abi::ThreadSlot, i: u32) -> *mut u8 {
+    // SAFETY: the accumulators of this map lie in the slot's aggregation area.
+    unsafe {
+        shm.agg_area(slot)
+            .add((d.agg_off + u64::from(i) * u64::from(d.value_size)) as usize)
+    }
+}
+
+#[inline]
+fn word(p: *mut u8, i: usize) -> &'static AtomicU64 {
+    // SAFETY: accumulators are 8-aligned arrays of u64 words.
+    unsafe { &*(p as *const AtomicU64).add(i) }
+}
+
+#[inline]
+fn bump(w: &AtomicU64, by: u64) {
+    // Only the owning thread writes: load + store, no locked instruction.
+    w.store(
+        w.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+/// Aggregation operations, as passed to the `MapAgg` helper.
+pub const AGG_COUNT: u32 = 0;
+pub const AGG_SUM: u32 = 1;
+pub const AGG_MIN: u32 = 2;
+pub const AGG_MAX: u32 = 3;
+pub const AGG_AVG: u32 = 4;
+pub const AGG_STATS: u32 = 5;
+pub const AGG_HIST: u32 = 6;
+pub const AGG_LHIST: u32 = 7;
+
+/// Apply an aggregation to this thread's accumulator `acc` of map `d`.
+#[inline]
+pub fn aggregate(d: &MapDesc, acc: *mut u8, op: u32, v: u64) {
+    let signed = d.signed != 0;
+    let less = |a: u64, b: u64| {
+        if signed {
+            (a as i64) < (b as i64)
+        } else {
+            a < b
+        }
+    };
+    match op {
+        AGG_COUNT => bump(word(acc, 0), 1),
+        AGG_SUM => bump(word(acc, 0), v),
+        AGG_MIN | AGG_MAX => {
+            let n = word(acc, 0).load(Ordering::Relaxed);
+            let cur = word(acc, 1).load(Ordering::Relaxed);
+            let better = if op == AGG_MIN {
+                less(v, cur)
+            } else {
+                less(cur, v)
+            };
+            if n == 0 || better {
+                word(acc, 1).store(v, Ordering::Relaxed);
+            }
+            word(acc, 0).store(n + 1, Ordering::Relaxed);
+        }
+        AGG_AVG | AGG_STATS => {
+            let n = word(acc, 0).load(Ordering::Relaxed);
+            bump(word(acc, 1), v);
+            if n == 0 || less(v, word(acc, 2).load(Ordering::Relaxed)) {
+                word(acc, 2).store(v, Ordering::Relaxed);
+            }
+            if n == 0 || less(word(acc, 3).load(Ordering::Relaxed), v) {
+                word(acc, 3).store(v, Ordering::Relaxed);
+            }
+            word(acc, 0).store(n + 1, Ordering::Relaxed);
+        }
+        AGG_HIST => bump(word(acc, hist_index(v as i64, d.hist_k)), 1),
+        AGG_LHIST => bump(
+            word(
+                acc,
+                lhist_index(v as i64, d.lhist_min, d.lhist_max, d.lhist_step),
+            ),
+            1,
+        ),
+        _ => {}
+    }
+}
+
+/// Merge the accumulators of entry `i` over all threads into `out` (value_size
+/// bytes), in the same layout.
+pub fn merge(shm: &Shm, d: &MapDesc, i: u32, out: &mut [u8]) {
+    let words = (d.value_size / 8) as usize;
+    let mut acc = vec![0u64; words];
+    let signed = d.signed != 0;
+    let kind = d.kind;
+    let mut n_total = 0u64;
+    for t in 0..shm.threads_claimed() {
+        let p = accumulator(shm, d, shm.thread_slot(t), i);
+        let w = |k: usize| word(p, k).load(Ordering::Relaxed);
+        match kind {
+            k if k == MapKind::Min as u32 || k == MapKind::Max as u32 => {
+                let n = w(0);
+                if n == 0 {
+                    continue;
+                }
+                let v = w(1);
+                let better = if kind == MapKind::Min as u32 {
+                    if signed {
+                        (v as i64) < (acc[1] as i64)
+                    } else {
+                        v < acc[1]
+                    }
+                } else if signed {
+                    (v as i64) > (acc[1] as i64)
+                } else {
+                    v > acc[1]
+                };
+                if n_total == 0 || better {
+                    acc[1] = v;
+                }
+                n_total += n;
+                acc[0] = n_total;
+            }
+            k if k == MapKind::Avg as u32 || k == MapKind::Stats as u32 => {
+                let n = w(0);
+                if n == 0 {
+                    continue;
+                }
+                let (mn, mx) = (w(2), w(3));
+                let lt = |a: u64, b: u64| {
+                    if signed {
+                        (a as i64) < (b as i64)
+                    } else {
+                        a < b
+                    }
+                };
+                if n_total == 0 || lt(mn, acc[2]) {
+                    acc[2] = mn;
+                }
+                if n_total == 0 || lt(acc[3], mx) {
+                    acc[3] = mx;
+                }
+                acc[1] = acc[1].wrapping_add(w(1));
+                n_total += n;
+                acc[0] = n_total;
+            }
+            _ => {
+                for (k, a) in acc.iter_mut().enumerate() {
+                    *a = a.wrapping_add(w(k));
+                }
+            }
+        }
+    }
+    for (k, a) in acc.iter().enumerate() {
+        out[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
+    }
+}
+
+/// The merged scalar a map read (`@c` where `@c = count()`) yields: count, sum, min,
+/// max, or avg (total / count, truncated toward zero).
+pub fn merged_scalar(shm: &Shm, d: &MapDesc, i: u32) -> u64 {
+    let mut buf = [0u8; 32];
+    let size = d.value_size as usize;
+    if size > buf.len() {
+        return 0;
+    }
+    merge(shm, d, i, &mut buf[..size]);
+    let w = |k: usize| u64::from_le_bytes(buf[k * 8..k * 8 + 8].try_into().unwrap());
+    match d.kind {
+        k if k == MapKind::Count as u32 || k == MapKind::Sum as u32 => w(0),
+        k if k == MapKind::Min as u32 || k == MapKind::Max as u32 => w(1),
+        k if k == MapKind::Avg as u32 || k == MapKind::Stats as u32 => {
+            let n = w(0);
+            if n == 0 {
+                0
+            } else if d.signed != 0 {
+                ((w(1) as i64) / (n as i64)) as u64
+            } else {
+                w(1) / n
+            }
+        }
+        _ => 0,
+    }
+}
+
+/// Live entries in table order (weft side, for printing).
+pub fn live_entries(shm: &Shm, d: &MapDesc) -> Vec<u32> {
+    (0..d.capacity)
+        .filter(|&i| entry_state(shm, d, i) == ENTRY_LIVE)
+        .collect()
+}
+
+/// Keep the unused import of AtomicU32 meaningful for readers of EntryHeader.
+#[allow(dead_code)]
+type State = AtomicU32;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{LayoutBuilder, MapSpec};
+
+    fn segment(specs: &[MapSpec]) -> (Vec<u64>, Shm) {
+        let mut b = LayoutBuilder::new(4, 4096);
+        for s in specs {
+            b.add_map(*s);
+        }
+        let layout = b.finish();
+        let mut mem = vec![0u64; (layout.total_size as usize).div_ceil(8)];
+        let shm = unsafe { Shm::from_base(mem.as_mut_ptr() as *mut u8) };
+        layout.write_header(&shm, 1);
+        (mem, shm)
+    }
+
+    #[test]
+    fn insert_find_delete_revive() {
+        let (_mem, shm) = segment(&[MapSpec::plain(8, 8, 16)]);
+        let d = shm.map(0);
+        let k1 = 5u64.to_le_bytes();
+        let k2 = 6u64.to_le_bytes();
+        assert_eq!(find(&shm, d, &k1), None);
+        let i1 = insert(&shm, d, &k1);
+        assert!(matches!(i1, Insert::New(_)));
+        assert_eq!(insert(&shm, d, &k1), Insert::Existing(i1.index().unwrap()));
+        assert!(insert(&shm, d, &k2).index().is_some());
+        assert_eq!(d.count.load(Ordering::Relaxed), 2);
+        assert!(delete(&shm, d, &k1));
+        assert_eq!(find(&shm, d, &k1), None);
+        assert_eq!(find(&shm, d, &k2).is_some(), true);
+        assert_eq!(d.count.load(Ordering::Relaxed), 1);
+        assert_eq!(insert(&shm, d, &k1), Insert::New(i1.index().unwrap()));
+    }
+
+    #[test]
+    fn full_map_drops_and_counts() {
+        let (_mem, shm) = segment(&[MapSpec::plain(8, 8, 4)]);
+        let d = shm.map(0);
+        for k in 0..4u64 {
+            assert!(insert(&shm, d, &k.to_le_bytes()).index().is_some());
+        }
+        assert_eq!(insert(&shm, d, &99u64.to_le_bytes()), Insert::Full);
+        assert_eq!(d.full_drops.load(Ordering::Relaxed), 1);
+        assert!(
+            insert(&shm, d, &3u64.to_le_bytes()).index().is_some(),
+            "existing key still found"
+        );
+    }
+
+    #[test]
+    fn per_thread_accumulators_merge() {
+        let (_mem, shm) = segment(&[MapSpec::agg(MapKind::Stats, true, 8, 32, 16)]);
+        let d = shm.map(0);
+        shm.header().threads_claimed.store(2, Ordering::Relaxed);
+        let i = insert(&shm, d, &1u64.to_le_bytes()).index().unwrap();
+        for (t, vals) in [(0u32, [5i64, -3]), (1, [10, 2])] {
+            let acc = accumulator(&shm, d, shm.thread_slot(t), i);
+            for v in vals {
+                aggregate(d, acc, AGG_STATS, v as u64);
+            }
+        }
+        let mut out = [0u8; 32];
+        merge(&shm, d, i, &mut out);
+        let w: Vec<i64> = out
+            .chunks(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(w, vec![4, 14, -3, 10]);
+        assert_eq!(merged_scalar(&shm, d, i) as i64, 3);
+    }
+}

@@ -1,0 +1,442 @@
+//! Fault-tolerant access to memory advice does not own.
+//!
+//! Advice reads target memory through pointers it was given (`str(arg0)`, `*p`,
+//! struct fields). A bad pointer must never crash the target: the few instructions
+//! that touch such memory live in the assembly below, between known labels. The
+//! SIGSEGV/SIGBUS handler installed by [`install_fault_handler`] checks whether the
+//! faulting instruction is one of them; if so it resumes at that routine's fixup,
+//! which returns a "faulted" result. Any other fault is passed on to the handler that
+//! was installed before ours (or the default action), so the target's own fault
+//! handling keeps working.
+//!
+//! Each routine keeps its progress in `rax`, so the fixup can report how far it got.
+
+use core::arch::global_asm;
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::mem::MaybeUninit;
+
+global_asm!(
+    ".text",
+    // u64 weft_safe_load(const void *addr /*rdi*/, u64 size /*rsi*/, u64 *out /*rdx*/)
+    // returns 0 on success, 1 on fault; *out = zero-extended value.
+    ".p2align 4",
+    ".globl weft_safe_load",
+    ".hidden weft_safe_load",
+    "weft_safe_load:",
+    "    xor eax, eax",
+    "    cmp rsi, 8",
+    "    je 8f",
+    "    cmp rsi, 4",
+    "    je 4f",
+    "    cmp rsi, 2",
+    "    je 2f",
+    ".globl weft_safe_load_fault_begin",
+    ".hidden weft_safe_load_fault_begin",
+    "weft_safe_load_fault_begin:",
+    "    movzx ecx, byte ptr [rdi]",
+    "    jmp 9f",
+    "2:  movzx ecx, word ptr [rdi]",
+    "    jmp 9f",
+    "4:  mov ecx, dword ptr [rdi]",
+    "    jmp 9f",
+    "8:  mov rcx, qword ptr [rdi]",
+    ".globl weft_safe_load_fault_end",
+    ".hidden weft_safe_load_fault_end",
+    "weft_safe_load_fault_end:",
+    "9:  mov qword ptr [rdx], rcx",
+    "    ret",
+    ".globl weft_safe_load_fixup",
+    ".hidden weft_safe_load_fixup",
+    "weft_safe_load_fixup:",
+    "    mov qword ptr [rdx], 0",
+    "    mov eax, 1",
+    "    ret",
+    //
+    // u64 weft_safe_copy(void *dst /*rdi*/, const void *src /*rsi*/, u64 n /*rdx*/)
+    // returns the number of bytes copied (n unless a fault stopped it).
+    ".p2align 4",
+    ".globl weft_safe_copy",
+    ".hidden weft_safe_copy",
+    "weft_safe_copy:",
+    "    xor eax, eax",
+    "    test rdx, rdx",
+    "    jz 3f",
+    "    cmp rdx, 8",
+    "    jb 2f",
+    "1:  lea rcx, [rax + 8]",
+    "    cmp rcx, rdx",
+    "    ja 2f",
+    ".globl weft_safe_copyw_fault_begin",
+    ".hidden weft_safe_copyw_fault_begin",
+    "weft_safe_copyw_fault_begin:",
+    "    mov r8, qword ptr [rsi + rax]",
+    ".globl weft_safe_copyw_fault_end",
+    ".hidden weft_safe_copyw_fault_end",
+    "weft_safe_copyw_fault_end:",
+    "    mov qword ptr [rdi + rax], r8",
+    "    mov rax, rcx",
+    "    jmp 1b",
+    // A word that faulted may still start with readable bytes: finish byte by byte.
+    ".globl weft_safe_copyw_fixup",
+    ".hidden weft_safe_copyw_fixup",
+    "weft_safe_copyw_fixup:",
+    "2:  cmp rax, rdx",
+    "    jae 3f",
+    ".globl weft_safe_copy_fault_begin",
+    ".hidden weft_safe_copy_fault_begin",
+    "weft_safe_copy_fault_begin:",
+    "    movzx ecx, byte ptr [rsi + rax]",
+    ".globl weft_safe_copy_fault_end",
+    ".hidden weft_safe_copy_fault_end",
+    "weft_safe_copy_fault_end:",
+    "    mov byte ptr [rdi + rax], cl",
+    "    inc rax",
+    "    jmp 2b",
+    "3:  ret",
+    ".globl weft_safe_copy_fixup",
+    ".hidden weft_safe_copy_fixup",
+    "weft_safe_copy_fixup:",
+    "    ret",
+    //
+    // u64 weft_safe_strcpy(u8 *dst /*rdi*/, const u8 *src /*rsi*/, u64 max /*rdx*/)
+    // Copies bytes until a NUL or `max` bytes; does not write the NUL.
+    // returns the number of bytes copied, with bit 63 set if a fault stopped it.
+    ".p2align 4",
+    ".globl weft_safe_strcpy",
+    ".hidden weft_safe_strcpy",
+    "weft_safe_strcpy:",
+    "    xor eax, eax",
+    "1:  cmp rax, rdx",
+    "    jae 3f",
+    ".globl weft_safe_strcpy_fault_begin",
+    ".hidden weft_safe_strcpy_fault_begin",
+    "weft_safe_strcpy_fault_begin:",
+    "    movzx ecx, byte ptr [rsi + rax]",
+    ".globl weft_safe_strcpy_fault_end",
+    ".hidden weft_safe_strcpy_fault_end",
+    "weft_safe_strcpy_fault_end:",
+    "    test ecx, ecx",
+    "    jz 3f",
+    "    mov byte ptr [rdi + rax], cl",
+    "    inc rax",
+    "    jmp 1b",
+    "3:  ret",
+    ".globl weft_safe_strcpy_fixup",
+    ".hidden weft_safe_strcpy_fixup",
+    "weft_safe_strcpy_fixup:",
+    "    bts rax, 63",
+    "    ret",
+    //
+    // u64 weft_safe_store(void *addr /*rdi*/, u64 value /*rsi*/, u64 size /*rdx*/)
+    // returns 0 on success, 1 on fault.
+    ".p2align 4",
+    ".globl weft_safe_store",
+    ".hidden weft_safe_store",
+    "weft_safe_store:",
+    "    xor eax, eax",
+    "    cmp rdx, 8",
+    "    je 8f",
+    "    cmp rdx, 4",
+    "    je 4f",
+    "    cmp rdx, 2",
+    "    je 2f",
+    ".globl weft_safe_store_fault_begin",
+    ".hidden weft_safe_store_fault_begin",
+    "weft_safe_store_fault_begin:",
+    "    mov byte ptr [rdi], sil",
+    "    ret",
+    "2:  mov word ptr [rdi], si",
+    "    ret",
+    "4:  mov dword ptr [rdi], esi",
+    "    ret",
+    "8:  mov qword ptr [rdi], rsi",
+    ".globl weft_safe_store_fault_end",
+    ".hidden weft_safe_store_fault_end",
+    "weft_safe_store_fault_end:",
+    "    ret",
+    ".globl weft_safe_store_fixup",
+    ".hidden weft_safe_store_fixup",
+    "weft_safe_store_fixup:",
+    "    mov eax, 1",
+    "    ret",
+);
+
+unsafe extern "C" {
+    fn weft_safe_load(addr: u64, size: u64, out: *mut u64) -> u64;
+    fn weft_safe_copy(dst: *mut u8, src: u64, n: u64) -> u64;
+    fn weft_safe_strcpy(dst: *mut u8, src: u64, max: u64) -> u64;
+    fn weft_safe_store(addr: u64, value: u64, size: u64) -> u64;
+    static weft_safe_load_fault_begin: u8;
+    static weft_safe_load_fault_end: u8;
+    static weft_safe_load_fixup: u8;
+    static weft_safe_copyw_fault_begin: u8;
+    static weft_safe_copyw_fault_end: u8;
+    static weft_safe_copyw_fixup: u8;
+    static weft_safe_copy_fault_begin: u8;
+    static weft_safe_copy_fault_end: u8;
+    static weft_safe_copy_fixup: u8;
+    static weft_safe_strcpy_fault_begin: u8;
+    static weft_safe_strcpy_fault_end: u8;
+    static weft_safe_strcpy_fixup: u8;
+    static weft_safe_store_fault_begin: u8;
+    static weft_safe_store_fault_end: u8;
+    static weft_safe_store_fixup: u8;
+}
+
+/// Addresses below this are never read (NULL and the first page); the kernel never
+/// maps them for user processes with the default `vm.mmap_min_addr`.
+const MIN_ADDR: u64 = 4096;
+/// Non-canonical addresses fault with SIGSEGV too, but reject them early.
+const MAX_ADDR: u64 = 0x0000_8000_0000_0000;
+
+fn plausible(addr: u64, len: u64) -> bool {
+    addr >= MIN_ADDR && addr < MAX_ADDR && addr.checked_add(len).is_some_and(|e| e <= MAX_ADDR)
+}
+
+/// Read `size` (1, 2, 4 or 8) bytes at `addr`, zero-extended. `None` on a fault.
+#[inline]
+pub fn load(addr: u64, size: u8) -> Option<u64> {
+    if !plausible(addr, u64::from(size)) {
+        return None;
+    }
+    let mut out = 0u64;
+    // SAFETY: weft_safe_load only dereferences `addr` at instructions covered by the
+    // fault handler's fixup table, and writes `out`, a valid local.
+    let faulted = unsafe { weft_safe_load(addr, u64::from(size), &mut out) };
+    (faulted == 0).then_some(out)
+}
+
+/// Copy up to `dst.len()` bytes from `src`. Returns the number copied (less than
+/// `dst.len()` when a fault stopped the copy).
+#[inline]
+pub fn copy(dst: &mut [u8], src: u64) -> usize {
+    if dst.is_empty() {
+        return 0;
+    }
+    if !plausible(src, 1) {
+        return 0;
+    }
+    let n = (dst.len() as u64).min(MAX_ADDR - src);
+    // SAFETY: dst is a valid writable buffer of at least n bytes; src is only read at
+    // fault-handled instructions.
+    unsafe { weft_safe_copy(dst.as_mut_ptr(), src, n) as usize }
+}
+
+/// Copy a NUL-terminated string of at most `max` bytes from `src` into `dst` (which
+/// must hold `max` bytes). Returns `(len, faulted)`; the NUL is not written.
+#[inline]
+pub fn strcpy(dst: &mut [u8], src: u64, max: usize) -> (usize, bool) {
+    let max = max.min(dst.len());
+    if max == 0 {
+        return (0, false);
+    }
+    if !plausible(src, 1) {
+        return (0, true);
+    }
+    let max = (max as u64).min(MAX_ADDR - src);
+    // SAFETY: dst holds at least `max` bytes; src is only read at fault-handled
+    // instructions.
+    let r = unsafe { weft_safe_strcpy(dst.as_mut_ptr(), src, max) };
+    ((r & !(1 << 63)) as usize, r >> 63 != 0)
+}
+
+/// Store `size` bytes of `value` at `addr` in target memory (only for `--unsafe`
+/// advice). Returns false on a fault.
+pub fn store(addr: u64, value: u64, size: u8) -> bool {
+    if !plausible(addr, u64::from(size)) {
+        return false;
+    }
+    // SAFETY: the store happens at a fault-handled instruction; the caller (advice
+    // under --unsafe) has accepted writing target memory.
+    unsafe { weft_safe_store(addr, value, u64::from(size)) == 0 }
+}
+
+/// If `ip` is a fault-handled instruction, the address to resume at.
+pub fn fixup_for(ip: u64) -> Option<u64> {
+    // SAFETY: only the addresses of these linker-defined labels are taken.
+    let table = unsafe {
+        [
+            (
+                &weft_safe_load_fault_begin as *const u8 as u64,
+                &weft_safe_load_fault_end as *const u8 as u64,
+                &weft_safe_load_fixup as *const u8 as u64,
+            ),
+            (
+                &weft_safe_copyw_fault_begin as *const u8 as u64,
+                &weft_safe_copyw_fault_end as *const u8 as u64,
+                &weft_safe_copyw_fixup as *const u8 as u64,
+            ),
+            (
+                &weft_safe_copy_fault_begin as *const u8 as u64,
+                &weft_safe_copy_fault_end as *const u8 as u64,
+                &weft_safe_copy_fixup as *const u8 as u64,
+            ),
+            (
+                &weft_safe_strcpy_fault_begin as *const u8 as u64,
+                &weft_safe_strcpy_fault_end as *const u8 as u64,
+                &weft_safe_strcpy_fixup as *const u8 as u64,
+            ),
+            (
+                &weft_safe_store_fault_begin as *const u8 as u64,
+                &weft_safe_store_fault_end as *const u8 as u64,
+                &weft_safe_store_fixup as *const u8 as u64,
+            ),
+        ]
+    };
+    table
+        .iter()
+        .find(|(b, e, _)| ip >= *b && ip < *e)
+        .map(|(_, _, f)| *f)
+}
+
+// ---------------------------------------------------------------------------------
+// The handler
+// ---------------------------------------------------------------------------------
+
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+static mut OLD_SEGV: MaybeUninit<libc::sigaction> = MaybeUninit::uninit();
+static mut OLD_BUS: MaybeUninit<libc::sigaction> = MaybeUninit::uninit();
+
+/// Install the SIGSEGV/SIGBUS handler that turns faults in the routines above into
+/// error results. Idempotent. Other faults go to the previously installed handler.
+pub fn install_fault_handler() -> std::io::Result<()> {
+    if INSTALLED.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    for (sig, old) in [
+        (libc::SIGSEGV, &raw mut OLD_SEGV),
+        (libc::SIGBUS, &raw mut OLD_BUS),
+    ] {
+        // SAFETY: a zeroed sigaction is valid; we fill in handler, flags and mask;
+        // `old` points to a static only written here, before the handler can run
+        // (the handler reads it only after sigaction returned).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_fault as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(sig, &sa, (*old).as_mut_ptr()) != 0 {
+                INSTALLED.store(false, Ordering::Release);
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// True when our handler is still the one installed for SIGSEGV (the target may have
+/// replaced it; the agent re-checks periodically).
+pub fn fault_handler_installed() -> bool {
+    // SAFETY: querying the current disposition with a null new action.
+    unsafe {
+        let mut cur: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut cur) == 0
+            && cur.sa_sigaction == on_fault as *const () as usize
+    }
+}
+
+extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid ucontext_t for SA_SIGINFO handlers.
+    let uc = unsafe { &mut *(ctx as *mut libc::ucontext_t) };
+    let ip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
+    if let Some(fix) = fixup_for(ip) {
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] = fix as i64;
+        return;
+    }
+    // Not ours: hand over to the previous disposition.
+    let old = if sig == libc::SIGBUS {
+        &raw const OLD_BUS
+    } else {
+        &raw const OLD_SEGV
+    };
+    // SAFETY: OLD_* were initialised by install_fault_handler before this handler
+    // could be invoked.
+    let old = unsafe { (*old).assume_init_ref() };
+    let h = old.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // Restore the default action and return: the faulting instruction runs again
+        // and the kernel applies the default (core dump), as without weft.
+        // SAFETY: resetting a signal disposition to default.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+        return;
+    }
+    if old.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler was installed with SA_SIGINFO, so it has this
+        // signature.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: a plain sa_handler takes the signal number only.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_and_faults() {
+        install_fault_handler().unwrap();
+        let x: u64 = 0x1122_3344_5566_7788;
+        let a = &x as *const u64 as u64;
+        assert_eq!(load(a, 8), Some(0x1122_3344_5566_7788));
+        assert_eq!(load(a, 4), Some(0x5566_7788));
+        assert_eq!(load(a, 2), Some(0x7788));
+        assert_eq!(load(a, 1), Some(0x88));
+        assert_eq!(load(0, 8), None);
+        assert_eq!(load(0xdead_0000_0000, 8), None, "unmapped");
+        assert_eq!(load(0xffff_ffff_ffff_0000, 8), None, "non-canonical");
+    }
+
+    #[test]
+    fn copy_stops_at_unmapped_page() {
+        install_fault_handler().unwrap();
+        // Map two pages, unmap the second: a copy across the boundary stops there.
+        // SAFETY: anonymous mapping and unmapping of our own memory.
+        let p = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            ) as *mut u8;
+            assert!(!p.is_null());
+            libc::munmap(p.add(4096) as *mut _, 4096);
+            std::ptr::write_bytes(p, b'x', 4096);
+            p
+        };
+        let mut buf = [0u8; 64];
+        let n = copy(&mut buf, p as u64 + 4096 - 10);
+        assert_eq!(n, 10);
+        assert_eq!(&buf[..10], b"xxxxxxxxxx");
+        let (len, faulted) = strcpy(&mut buf, p as u64 + 4096 - 5, 64);
+        assert_eq!((len, faulted), (5, true));
+        let s = b"hello\0world";
+        let (len, faulted) = strcpy(&mut buf, s.as_ptr() as u64, 64);
+        assert_eq!((len, faulted), (5, false));
+        assert_eq!(&buf[..5], b"hello");
+        let (len, _) = strcpy(&mut buf, s.as_ptr() as u64, 3);
+        assert_eq!(len, 3);
+        // SAFETY: unmapping what we mapped.
+        unsafe { libc::munmap(p as *mut _, 4096) };
+    }
+
+    #[test]
+    fn store_faults_on_readonly() {
+        install_fault_handler().unwrap();
+        let mut v: u32 = 0;
+        assert!(store(&mut v as *mut u32 as u64, 0xabcd, 4));
+        assert_eq!(v, 0xabcd);
+        let code = loads_and_faults as *const () as u64;
+        assert!(!store(code, 0, 1), "text is read-only");
+    }
+}
