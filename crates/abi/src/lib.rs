@@ -428,8 +428,12 @@ pub struct Hello {
     pub tls_offset: i64,
     /// Address of the shared return trampoline.
     pub return_trampoline: u64,
-    /// Address of `weft_agent_enter_slow` (thread attach slow path).
+    /// Address of `weft_agent_thread_attach` (thread attach slow path, returns
+    /// [`ThreadAttach`] in rax:rdx).
     pub thread_attach: u64,
+    /// Address of `weft_agent_hijack(frame)`: push a shadow entry and replace the
+    /// return address at `frame.regs.rsp` with the return trampoline.
+    pub hijack: u64,
     /// Agent text range (threads found here are not "inside advice").
     pub text_start: u64,
     pub text_end: u64,

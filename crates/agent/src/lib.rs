@@ -1,1 +1,100 @@
-//! libweft_agent.so
+//! `libweft_agent.so`: the part of weft that lives inside the target process.
+//!
+//! It is loaded before `main` (`LD_PRELOAD`, for `weft trace -c`) or into a running
+//! process (`dlopen` called by weft through ptrace, for `weft trace -p`). It does not
+//! patch code itself while weft is alive; it provides what patched code needs:
+//!
+//! * [`threads`]: per-thread state behind an initial-exec TLS slot, and the slow path
+//!   that gives a thread its slot in the session's shared segment;
+//! * [`ret`]: the return trampoline and shadow stacks for return probes;
+//! * [`trap`]: the SIGTRAP handler for int3 sites;
+//! * [`control`]: the control thread that maps the segment and code regions weft
+//!   asks for, and restores every patch ([`patch`]) the moment weft goes away.
+//!
+//! The fault-tolerant memory access and the advice helpers come from
+//! `weft-runtime`, which weft links too.
+//!
+//! No Rust panic may unwind into the target: entry points catch unwinding.
+
+mod control;
+mod patch;
+mod ret;
+mod session;
+mod threads;
+mod trap;
+
+use std::os::fd::OwnedFd;
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INIT: extern "C" fn() = weft_agent_init;
+
+extern "C" fn weft_agent_init() {
+    let _ = std::panic::catch_unwind(init);
+}
+
+fn init() {
+    if threads::init().is_err() {
+        return;
+    }
+    patch::init();
+    let _ = weft_runtime::safe::install_fault_handler();
+    let _ = trap::install();
+    // SAFETY: registering a fork handler; it only touches our own state.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    let launch = launch_socket();
+    let waiting = launch.is_some();
+    let spawned = std::thread::Builder::new()
+        .name("weft-agent".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let _ = std::panic::catch_unwind(move || control::main(launch));
+        });
+    if waiting && spawned.is_ok() {
+        // A launched target waits here, before main, until its probes are in.
+        control::wait_released();
+    }
+}
+
+/// For `weft trace -c`: connect to the socket named in `WEFT_SOCKET`, and remove
+/// the variable and the agent from `LD_PRELOAD` so children start clean.
+fn launch_socket() -> Option<OwnedFd> {
+    let name = std::env::var(weft_abi::ENV_SOCKET).ok()?;
+    // SAFETY: the constructor of a launched program runs before main, with no other
+    // thread of the program reading the environment.
+    unsafe {
+        std::env::remove_var(weft_abi::ENV_SOCKET);
+        if let Ok(pre) = std::env::var("LD_PRELOAD") {
+            let rest: Vec<&str> = pre
+                .split([':', ' '])
+                .filter(|p| !p.is_empty() && !p.ends_with("libweft_agent.so"))
+                .collect();
+            if rest.is_empty() {
+                std::env::remove_var("LD_PRELOAD");
+            } else {
+                std::env::set_var("LD_PRELOAD", rest.join(":"));
+            }
+        }
+    }
+    weft_runtime::proto::connect(&name).ok()
+}
+
+/// In a child after fork(): the session belongs to the parent. The child keeps its
+/// copy of the patched code (and its pending return addresses work), but advice no
+/// longer runs in it.
+extern "C" fn after_fork_child() {
+    threads::after_fork_child();
+    threads::detach_all();
+    if let Some(s) = session::take() {
+        // The mappings are the parent's too (MAP_SHARED): never unmap them here.
+        std::mem::forget(s);
+    }
+}
+
+/// Start address of the agent's ELF image, for weft's symbol lookups.
+#[unsafe(no_mangle)]
+pub extern "C" fn weft_agent_version() -> u32 {
+    weft_abi::VERSION
+}
+
+pub use control::weft_agent_connect;

@@ -1,1 +1,200 @@
-//! Trampolines (see lib docs).
+//! Entry trampolines for jump sites.
+//!
+//! A patched site jumps here. The head saves every general-purpose register, the
+//! flags (when the site is not a function entry, where they are dead) and xmm0–7
+//! into a [`weft_abi::Frame`] on an aligned stack area, finds the thread's agent
+//! state through the TLS slot, runs each entry advice (and the return-address
+//! hijack for return probes), restores everything and falls through into the
+//! relocated displaced instructions, which the caller appends (they end with the
+//! jump back).
+//!
+//! ```text
+//!   [lea rsp,[rsp-128]; pushfq]      only off function entry: skip the red zone
+//!   push rax; mov rax,rsp; and rsp,-16; sub rsp,AREA   P = rax
+//!   save registers, xmm0-7, P, rip
+//!   mov rax,fs:[tls]; test; jz slow; cmp [rax+nest],0; jne skip
+//!   mov rcx,[rax+slot]; test; jz slow
+//! have: fill frame; inc nest; call advice...; [call hijack]; dec nest; jmp skip
+//! slow: call thread_attach → rax=thread, rdx=slot; test rdx; jz skip; jmp have
+//! skip: restore; mov rsp,P; pop rax; [popfq; lea rsp,[rsp+128]]
+//!   <relocated instructions, jump back>
+//! ```
+//!
+//! Re-entrancy: advice never runs while the thread is already inside advice
+//! (`nest != 0`): a probed function called by a helper, or from a signal handler
+//! that interrupted advice, is skipped.
+//!
+//! Everything is addressed absolutely, so the head is position-independent.
+
+use iced_x86::code_asm::*;
+use weft_abi::{
+    AGENT_THREAD_NEST_OFF, AGENT_THREAD_SLOT_OFF, FRAME_FUNC_OFF, FRAME_PROBE_OFF, FRAME_SHM_OFF,
+    FRAME_SITE_OFF, FRAME_SIZE, FRAME_THREAD_OFF, FRAME_TSTATE_OFF,
+};
+
+use crate::JitError;
+
+/// What a trampoline head needs to know.
+#[derive(Clone, Debug)]
+pub struct EntryTrampoline {
+    /// Address of the patched instruction (reported as `regs.rip`).
+    pub site_addr: u64,
+    /// Entry address of the function.
+    pub func: u64,
+    /// Index of the site in the shared site table.
+    pub site_index: u32,
+    /// Entry advice to call, in order, each with its probe name index.
+    pub calls: Vec<(u64, u32)>,
+    /// The agent's hijack function, for sites with return probes.
+    pub hijack: Option<u64>,
+    /// The site is a function entry: flags, r11 and the red zone are dead.
+    pub at_entry: bool,
+    pub shm_base: u64,
+    pub tls_offset: i64,
+    pub thread_attach: u64,
+}
+
+const OFF_P: i32 = FRAME_SIZE as i32;
+const OFF_XMM: i32 = FRAME_SIZE as i32 + 16;
+const AREA: i32 = ((FRAME_SIZE as i32 + 16 + 128) + 15) & !15;
+
+fn reg_off(i: usize) -> i32 {
+    (i * 8) as i32
+}
+
+// Indices into weft_abi::Regs.
+const RAX: usize = 0;
+const RSP: usize = 7;
+const RIP: usize = 16;
+const FLAGS: usize = 17;
+
+/// The registers saved and restored by index (all but rax and rsp).
+fn saved_regs() -> [(usize, AsmRegister64); 14] {
+    [
+        (1, rbx),
+        (2, rcx),
+        (3, rdx),
+        (4, rsi),
+        (5, rdi),
+        (6, rbp),
+        (8, r8),
+        (9, r9),
+        (10, r10),
+        (11, r11),
+        (12, r12),
+        (13, r13),
+        (14, r14),
+        (15, r15),
+    ]
+}
+
+fn xmms() -> [AsmRegisterXmm; 8] {
+    [xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7]
+}
+
+/// Emit the head. The relocated instructions must follow it immediately.
+pub fn entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
+    let mut a = CodeAssembler::new(64)?;
+    let mut have = a.create_label();
+    let mut slow = a.create_label();
+    let mut skip = a.create_label();
+    let extra = if t.at_entry { 8 } else { 8 + 8 + 128 };
+    if !t.at_entry {
+        a.lea(rsp, qword_ptr(rsp - 128))?;
+        a.pushfq()?;
+    }
+    a.push(rax)?;
+    a.mov(rax, rsp)?;
+    a.and(rsp, -16)?;
+    a.sub(rsp, AREA)?;
+    a.mov(qword_ptr(rsp + OFF_P), rax)?;
+    for (i, r) in saved_regs() {
+        a.mov(qword_ptr(rsp + reg_off(i)), r)?;
+    }
+    a.mov(rcx, qword_ptr(rax))?;
+    a.mov(qword_ptr(rsp + reg_off(RAX)), rcx)?;
+    a.lea(rcx, qword_ptr(rax + extra))?;
+    a.mov(qword_ptr(rsp + reg_off(RSP)), rcx)?;
+    if !t.at_entry {
+        a.mov(rcx, qword_ptr(rax + 8))?;
+        a.mov(qword_ptr(rsp + reg_off(FLAGS)), rcx)?;
+    }
+    for (i, x) in xmms().into_iter().enumerate() {
+        a.movdqu(xmmword_ptr(rsp + OFF_XMM + 16 * i as i32), x)?;
+    }
+    a.mov(rax, t.site_addr)?;
+    a.mov(qword_ptr(rsp + reg_off(RIP)), rax)?;
+    // Thread state.
+    let tls = i32::try_from(t.tls_offset).map_err(|_| JitError::BadProgram("TLS offset".into()))?;
+    a.mov(rax, qword_ptr(tls).fs())?;
+    a.test(rax, rax)?;
+    a.jz(slow)?;
+    a.cmp(dword_ptr(rax + AGENT_THREAD_NEST_OFF), 0)?;
+    a.jne(skip)?;
+    a.mov(rcx, qword_ptr(rax + AGENT_THREAD_SLOT_OFF))?;
+    a.test(rcx, rcx)?;
+    a.jz(slow)?;
+    a.set_label(&mut have)?;
+    a.mov(qword_ptr(rsp + FRAME_TSTATE_OFF as i32), rax)?;
+    a.mov(qword_ptr(rsp + FRAME_THREAD_OFF as i32), rcx)?;
+    a.inc(dword_ptr(rax + AGENT_THREAD_NEST_OFF))?;
+    a.mov(rax, t.shm_base)?;
+    a.mov(qword_ptr(rsp + FRAME_SHM_OFF as i32), rax)?;
+    a.mov(rax, t.func)?;
+    a.mov(qword_ptr(rsp + FRAME_FUNC_OFF as i32), rax)?;
+    a.mov(qword_ptr(rsp + FRAME_SITE_OFF as i32), t.site_index as i32)?;
+    for &(advice, probe) in &t.calls {
+        a.mov(qword_ptr(rsp + FRAME_PROBE_OFF as i32), probe as i32)?;
+        a.mov(rdi, rsp)?;
+        a.mov(rax, advice)?;
+        a.call(rax)?;
+    }
+    if let Some(h) = t.hijack {
+        a.mov(rdi, rsp)?;
+        a.mov(rax, h)?;
+        a.call(rax)?;
+    }
+    a.mov(rax, qword_ptr(rsp + FRAME_TSTATE_OFF as i32))?;
+    a.dec(dword_ptr(rax + AGENT_THREAD_NEST_OFF))?;
+    a.jmp(skip)?;
+    a.set_label(&mut slow)?;
+    a.mov(rdi, rsp)?;
+    a.mov(rax, t.thread_attach)?;
+    a.call(rax)?;
+    a.test(rdx, rdx)?;
+    a.jz(skip)?;
+    a.mov(rcx, rdx)?;
+    a.jmp(have)?;
+    a.set_label(&mut skip)?;
+    for (i, x) in xmms().into_iter().enumerate() {
+        a.movdqu(x, xmmword_ptr(rsp + OFF_XMM + 16 * i as i32))?;
+    }
+    for (i, r) in saved_regs() {
+        a.mov(r, qword_ptr(rsp + reg_off(i)))?;
+    }
+    a.mov(rax, qword_ptr(rsp + OFF_P))?;
+    a.mov(rsp, rax)?;
+    a.pop(rax)?;
+    if !t.at_entry {
+        a.popfq()?;
+        a.lea(rsp, qword_ptr(rsp + 128))?;
+    }
+    Ok(a.assemble(0)?)
+}
+
+/// A thunk that calls several return advice functions in order, each with its probe
+/// name index in `frame.probe`: `extern "C" fn(*mut Frame)`.
+pub fn multi_call(calls: &[(u64, u32)]) -> Result<Vec<u8>, JitError> {
+    let mut a = CodeAssembler::new(64)?;
+    a.push(rbx)?;
+    a.mov(rbx, rdi)?;
+    for &(advice, probe) in calls {
+        a.mov(qword_ptr(rbx + FRAME_PROBE_OFF as i32), probe as i32)?;
+        a.mov(rdi, rbx)?;
+        a.mov(rax, advice)?;
+        a.call(rax)?;
+    }
+    a.pop(rbx)?;
+    a.ret()?;
+    Ok(a.assemble(0)?)
+}

@@ -209,7 +209,8 @@ pub extern "C" fn weft_h_ustack(f: *mut Frame, dst: *mut u8, depth: u64) {
             *n += 1;
         }
     };
-    let at_entry = fr.regs.rip == fr.func;
+    // At a function entry (or just after its endbr64) [rsp] is the return address.
+    let at_entry = fr.regs.rip.wrapping_sub(fr.func) <= 4;
     push(fr.regs.rip, &mut n);
     if at_entry {
         if let Some(ret) = safe::load(fr.regs.rsp, 8) {

@@ -12,6 +12,7 @@ pub mod clock;
 pub mod helpers;
 pub mod layout;
 pub mod map;
+pub mod proto;
 pub mod ring;
 pub mod safe;
 pub mod shm;

@@ -324,6 +324,13 @@ pub fn install_fault_handler() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Put our handler back in front after the target replaced it; the handler it
+/// replaced becomes the one we chain to.
+pub fn reinstall_fault_handler() {
+    INSTALLED.store(false, Ordering::Release);
+    let _ = install_fault_handler();
+}
+
 /// True when our handler is still the one installed for SIGSEGV (the target may have
 /// replaced it; the agent re-checks periodically).
 pub fn fault_handler_installed() -> bool {

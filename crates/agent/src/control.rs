@@ -1,0 +1,416 @@
+//! The agent's control thread: talks to weft, maps what weft asks for, and restores
+//! every patch if weft goes away.
+//!
+//! It waits for a connection request (`weft_agent_connect`, called by weft through
+//! ptrace, or the `WEFT_SOCKET` variable of a launched command), connects to weft's
+//! abstract socket, checks weft runs as our user (or root), and serves the session.
+//! A closed socket means weft is gone: the sites are restored at once.
+
+use core::sync::atomic::{AtomicU32, Ordering};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use weft_abi::*;
+use weft_runtime::proto;
+use weft_runtime::shm::Shm;
+
+use crate::{patch, ret, session, threads, trap};
+
+static REQUEST: AtomicU32 = AtomicU32::new(0);
+static mut REQUEST_NAME: [u8; 108] = [0; 108];
+/// Set when a launched target may run `main` (weaving done, or weft gone).
+pub static RELEASED: AtomicU32 = AtomicU32::new(0);
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout_ms: Option<u64>) {
+    let ts = timeout_ms.map(|ms| libc::timespec {
+        tv_sec: (ms / 1000) as i64,
+        tv_nsec: ((ms % 1000) * 1_000_000) as i64,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(core::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: futex wait on a valid aligned u32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            tsp,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: futex wake on a valid aligned u32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        );
+    }
+}
+
+/// Called by weft (through ptrace, in a hijacked thread) with the name of its
+/// abstract socket. Only copies the name and wakes the control thread: no locks, no
+/// allocation, safe wherever the thread was stopped.
+#[unsafe(no_mangle)]
+pub extern "C" fn weft_agent_connect(name: *const libc::c_char) -> i32 {
+    if name.is_null() {
+        return -1;
+    }
+    // SAFETY: weft passes a NUL-terminated string; we copy at most 107 bytes into a
+    // buffer only the control thread reads, after the REQUEST increment below.
+    unsafe {
+        let dst = &raw mut REQUEST_NAME;
+        let mut i = 0;
+        while i < 107 {
+            let c = *name.add(i) as u8;
+            (*dst)[i] = c;
+            if c == 0 {
+                break;
+            }
+            i += 1;
+        }
+        (*dst)[i] = 0;
+    }
+    REQUEST.fetch_add(1, Ordering::AcqRel);
+    futex_wake(&REQUEST);
+    0
+}
+
+fn request_name() -> String {
+    // SAFETY: read after observing REQUEST change (Acquire).
+    let bytes = unsafe { *(&raw const REQUEST_NAME) };
+    let n = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..n]).into_owned()
+}
+
+/// Body of the control thread. `initial` is the connection of a launched target.
+pub fn main(initial: Option<OwnedFd>) {
+    threads::mark_ignored();
+    // SAFETY: blocking every signal on this thread so the target's signals go to its
+    // own threads; prctl names the thread for `ps`/`top`.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"weft-agent".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+    }
+    if let Some(fd) = initial {
+        serve(fd);
+    }
+    release_launch();
+    let mut seen = 0;
+    loop {
+        let now = REQUEST.load(Ordering::Acquire);
+        if now == seen {
+            futex_wait(&REQUEST, seen, None);
+            continue;
+        }
+        seen = now;
+        let name = request_name();
+        if let Ok(fd) = proto::connect(&name) {
+            if peer_allowed(fd.as_raw_fd()) {
+                serve(fd);
+            }
+        }
+    }
+}
+
+pub fn release_launch() {
+    RELEASED.store(1, Ordering::Release);
+    futex_wake(&RELEASED);
+}
+
+/// Wait (in the constructor of a launched target) until weft says go or goes away.
+pub fn wait_released() {
+    while RELEASED.load(Ordering::Acquire) == 0 {
+        futex_wait(&RELEASED, 0, Some(1000));
+    }
+}
+
+fn peer_allowed(fd: i32) -> bool {
+    match proto::peer_cred(fd) {
+        // SAFETY: getuid has no preconditions.
+        Ok(c) => c.uid == 0 || c.uid == unsafe { libc::getuid() },
+        Err(_) => false,
+    }
+}
+
+fn hello() -> Vec<u8> {
+    let (text_start, text_end) = ret::trampoline_range();
+    let h = Hello {
+        version: VERSION,
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() } as u32,
+        tls_offset: threads::tls_offset(),
+        return_trampoline: ret::trampoline_addr(),
+        thread_attach: threads::weft_agent_thread_attach as *const () as u64,
+        hijack: ret::weft_agent_hijack as *const () as u64,
+        text_start,
+        text_end,
+        busy: u32::from(session::current().is_some()),
+        _pad: 0,
+        helpers: weft_runtime::helpers::helper_table(),
+    };
+    let mut v = vec![0u8; core::mem::size_of::<Hello>()];
+    // SAFETY: Hello is repr(C) plain data.
+    unsafe { (v.as_mut_ptr() as *mut Hello).write_unaligned(h) };
+    v.extend_from_slice(&(ret::weft_agent_on_raise as *const () as u64).to_le_bytes());
+    v
+}
+
+/// Serve one session on `fd` until weft closes it.
+fn serve(fd: OwnedFd) {
+    let sock = fd.as_raw_fd();
+    if proto::send(sock, MSG_HELLO, &hello(), None).is_err() {
+        return;
+    }
+    let mut regions: Vec<(u64, usize)> = Vec::new();
+    let mut ending: Option<Box<session::Session>> = None;
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: sock,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, 500) };
+        if r == 0 {
+            keep_handlers();
+            continue;
+        }
+        let msg = match proto::recv(sock) {
+            Ok(Some(m)) => m,
+            _ => {
+                weft_gone();
+                return;
+            }
+        };
+        let reply = match msg.tag {
+            MSG_MAP_SHM => map_shm(&msg),
+            MSG_ALLOC_CODE => match alloc_code(msg.u64_at(0), msg.u64_at(1), msg.u64_at(2)) {
+                Ok((addr, size, memfd)) => {
+                    regions.push((addr, size));
+                    let _ = proto::send(
+                        sock,
+                        MSG_CODE_REGION,
+                        &proto::u64s(&[addr, size as u64]),
+                        Some(memfd.as_raw_fd()),
+                    );
+                    continue;
+                }
+                Err(e) => Err(e),
+            },
+            MSG_GO => {
+                release_launch();
+                Ok(())
+            }
+            MSG_END => {
+                threads::detach_all();
+                ending = session::take();
+                if let Some(s) = ending.as_mut() {
+                    s.code.append(&mut regions);
+                }
+                Ok(())
+            }
+            MSG_FREE => {
+                drop(ending.take());
+                Ok(())
+            }
+            other => Err(format!("unknown message {other}")),
+        };
+        let _ = match reply {
+            Ok(()) => proto::send(sock, MSG_OK, &[], None),
+            Err(e) => proto::send(sock, MSG_ERR, e.as_bytes(), None),
+        };
+    }
+}
+
+/// weft closed the connection (exited, crashed or was killed): restore every site
+/// and stop running advice. The segment and code stay mapped: without weft no one
+/// can check that no thread is still inside them.
+fn weft_gone() {
+    if let Some(s) = session::current() {
+        s.shm
+            .header()
+            .session_state
+            .store(SessionState::Ending as u32, Ordering::Release);
+        patch::restore_all(&s.shm);
+    }
+    threads::detach_all();
+    if let Some(s) = session::take() {
+        // Keep the mappings: the trap handler may still resume threads through the
+        // relocated code of restored sites.
+        std::mem::forget(s);
+    }
+    release_launch();
+}
+
+fn map_shm(msg: &proto::Message) -> Result<(), String> {
+    let fd = msg.fd.as_ref().ok_or("MAP_SHM without a file descriptor")?;
+    let size = msg.u64_at(0) as usize;
+    if session::current().is_some() {
+        return Err("a session is already active in this process".into());
+    }
+    // SAFETY: mapping the memfd weft sent, shared, read-write.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(format!(
+            "mmap of the shared segment failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: the mapping is at least `size` bytes; the header is checked below
+    // before anything else reads it.
+    let shm = unsafe { Shm::from_base(p as *mut u8) };
+    let h = shm.header();
+    if size < core::mem::size_of::<ShmHeader>()
+        || h.magic != SHM_MAGIC
+        || h.version != VERSION
+        || h.total_size as usize != size
+    {
+        // SAFETY: unmapping what we just mapped.
+        unsafe { libc::munmap(p, size) };
+        return Err("shared segment has the wrong magic, version or size".into());
+    }
+    session::publish(Box::new(session::Session {
+        shm,
+        shm_size: size,
+        generation: session::next_generation(),
+        code: Vec::new(),
+    }));
+    Ok(())
+}
+
+/// Map a code region (RX here, RW in weft) of `size` bytes inside `[lo, hi)`.
+fn alloc_code(lo: u64, hi: u64, size: u64) -> Result<(u64, usize, OwnedFd), String> {
+    let size = (size.max(4096)).div_ceil(4096) * 4096;
+    // SAFETY: memfd_create with a static name.
+    let raw = unsafe { libc::memfd_create(c"weft-code".as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: raw is a fresh fd we own.
+    let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: sizing our memfd.
+    if unsafe { libc::ftruncate(raw, size as i64) } != 0 {
+        return Err(format!("ftruncate: {}", std::io::Error::last_os_error()));
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| e.to_string())?;
+    for addr in candidates(&maps, lo, hi, size) {
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping.
+        let p = unsafe {
+            libc::mmap(
+                addr as *mut _,
+                size as usize,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_SHARED | libc::MAP_FIXED_NOREPLACE,
+                raw,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            if p as u64 == addr {
+                return Ok((addr, size as usize, memfd));
+            }
+            // Old kernels ignore NOREPLACE and treat it as a hint.
+            // SAFETY: unmapping what we just mapped.
+            unsafe { libc::munmap(p, size as usize) };
+        }
+    }
+    Err(format!(
+        "no free address space for {size} bytes of trampolines within ±2 GiB of the probed code"
+    ))
+}
+
+/// Start addresses of free gaps inside `[lo, hi)` that fit `size`, nearest to the
+/// middle of the range first.
+fn candidates(maps: &str, lo: u64, hi: u64, size: u64) -> Vec<u64> {
+    let mut used: Vec<(u64, u64)> = maps
+        .lines()
+        .filter_map(|l| {
+            let range = l.split_whitespace().next()?;
+            let (a, b) = range.split_once('-')?;
+            Some((
+                u64::from_str_radix(a, 16).ok()?,
+                u64::from_str_radix(b, 16).ok()?,
+            ))
+        })
+        .collect();
+    used.sort();
+    let lo = lo.max(0x10000).div_ceil(4096) * 4096;
+    let mid = lo / 2 + hi / 2;
+    let mut out = Vec::new();
+    let mut prev_end = 0x10000u64;
+    let guard = 1 << 20;
+    for (start, end) in used
+        .iter()
+        .copied()
+        .chain(std::iter::once((0x7fff_ffff_f000, 0x7fff_ffff_f000)))
+    {
+        let g0 = prev_end.max(lo);
+        let g1 = start.min(hi);
+        if g1 > g0 && g1 - g0 >= size + 2 * guard {
+            // Prefer the end of the gap nearest the probed code.
+            if g1 <= mid {
+                out.push((g1 - guard - size) & !4095);
+            } else {
+                out.push((g0 + guard).div_ceil(4096) * 4096);
+            }
+        }
+        prev_end = prev_end.max(end);
+    }
+    out.sort_by_key(|&a| a.abs_diff(mid));
+    out
+}
+
+/// The target may install its own SIGSEGV/SIGTRAP handlers after us; put ours back
+/// in front (they chain to whatever was there).
+fn keep_handlers() {
+    if session::current().is_none() {
+        return;
+    }
+    if !weft_runtime::safe::fault_handler_installed() {
+        weft_runtime::safe::reinstall_fault_handler();
+    }
+    if !trap::installed() {
+        let _ = trap::install();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::candidates;
+
+    #[test]
+    fn gap_candidates_stay_in_range() {
+        let maps = "555555554000-555555556000 r-xp 00000000 08:01 1 /bin/x\n\
+                    555555756000-555555777000 rw-p 00000000 00:00 0 [heap]\n\
+                    7ffff7dd3000-7ffff7dfc000 r-xp 00000000 08:01 2 /lib/ld.so\n";
+        let lo = 0x5555_5555_4000u64 - (1 << 31) + (1 << 24);
+        let hi = 0x5555_5555_6000u64 + (1 << 31) - (1 << 24);
+        let c = candidates(maps, lo, hi, 1 << 16);
+        assert!(!c.is_empty());
+        for a in c {
+            assert!(a >= lo && a + (1 << 16) <= hi, "{a:x}");
+            assert_eq!(a % 4096, 0);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Undoing patches from inside the target, when weft is gone.
+//!
+//! Normally weft patches and restores code with every thread stopped. If weft dies,
+//! the agent restores every patched site itself while the target keeps running,
+//! with the sequence that is safe for concurrent execution (as the kernel's
+//! `text_poke_bp`): write `int3` over the first byte, make every core serialize,
+//! write the tail, serialize, write the first byte, serialize. A thread that reaches
+//! the site meanwhile traps, and the SIGTRAP handler sends it to the site's
+//! relocated copy of the original instructions.
+//!
+//! Code is written through `/proc/self/mem`, which writes through read-only pages
+//! without changing their protection.
+
+use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use weft_abi::{SiteKind, SITE_PATCHED, SITE_PATCHING, SITE_RESTORED};
+use weft_runtime::shm::Shm;
+
+static MEM_FD: AtomicI32 = AtomicI32::new(-1);
+static SYNC_CORE: AtomicBool = AtomicBool::new(false);
+
+const MEMBARRIER_CMD_QUERY: i32 = 0;
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: i32 = 1 << 4;
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 1 << 5;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE: i32 = 1 << 6;
+
+fn membarrier(cmd: i32) -> i64 {
+    // SAFETY: membarrier takes no pointers.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) }
+}
+
+pub fn init() {
+    // SAFETY: opening our own /proc/self/mem.
+    let fd = unsafe { libc::open(c"/proc/self/mem".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    MEM_FD.store(fd, Ordering::Release);
+    let cmds = membarrier(MEMBARRIER_CMD_QUERY);
+    if cmds > 0 && cmds as i32 & MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE != 0 {
+        if membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) == 0 {
+            SYNC_CORE.store(true, Ordering::Release);
+        }
+    } else if cmds > 0 && cmds as i32 & MEMBARRIER_CMD_PRIVATE_EXPEDITED != 0 {
+        membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+    }
+}
+
+/// Make every thread of the process execute a serializing instruction before
+/// continuing, so no core runs stale instruction bytes.
+fn sync_core() {
+    if SYNC_CORE.load(Ordering::Acquire) {
+        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE);
+    } else {
+        // An IPI to every core running our threads; interrupt return serializes.
+        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    }
+}
+
+fn write_code(addr: u64, bytes: &[u8]) -> bool {
+    let fd = MEM_FD.load(Ordering::Acquire);
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: pwrite from a valid buffer to our own address space.
+    let n = unsafe { libc::pwrite(fd, bytes.as_ptr() as *const _, bytes.len(), addr as i64) };
+    n == bytes.len() as isize
+}
+
+fn read_code(addr: u64, out: &mut [u8]) -> bool {
+    let fd = MEM_FD.load(Ordering::Acquire);
+    // SAFETY: pread into a valid buffer.
+    let n = unsafe { libc::pread(fd, out.as_mut_ptr() as *mut _, out.len(), addr as i64) };
+    n == out.len() as isize
+}
+
+/// Restore every site of the session that is (or may be) patched. Returns the
+/// number of sites restored.
+pub fn restore_all(shm: &Shm) -> usize {
+    let n = shm
+        .header()
+        .site_count
+        .load(Ordering::Acquire)
+        .min(shm.header().max_sites);
+    let mut todo = Vec::new();
+    for i in 0..n {
+        let s = shm.site(i);
+        let st = s.state.load(Ordering::Acquire);
+        if st != SITE_PATCHED && st != SITE_PATCHING {
+            continue;
+        }
+        let len = s.patch_len as usize;
+        let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
+        if len == 0 || len > cur.len() || !read_code(s.addr, &mut cur[..len]) {
+            continue;
+        }
+        if cur[..len] == s.patch[..len] {
+            todo.push(i);
+        } else {
+            // Never patched (weft died before writing), or changed by someone else.
+            s.state.store(SITE_RESTORED, Ordering::Release);
+        }
+    }
+    // 1. int3 over the first byte of multi-byte patches.
+    for &i in &todo {
+        let s = shm.site(i);
+        if s.kind != SiteKind::Int3 as u32 && s.patch_len > 1 {
+            write_code(s.addr, &[0xcc]);
+        }
+    }
+    sync_core();
+    // 2. the tail.
+    for &i in &todo {
+        let s = shm.site(i);
+        if s.kind != SiteKind::Int3 as u32 && s.patch_len > 1 {
+            write_code(s.addr + 1, &s.orig[1..s.patch_len as usize]);
+        }
+    }
+    sync_core();
+    // 3. the first byte.
+    for &i in &todo {
+        let s = shm.site(i);
+        write_code(s.addr, &s.orig[..1]);
+        s.state.store(SITE_RESTORED, Ordering::Release);
+    }
+    sync_core();
+    todo.len()
+}

@@ -1,0 +1,54 @@
+//! The current session: the shared segment and the code regions weft gave us.
+//!
+//! Sessions are published through an atomic pointer. A session that ends normally
+//! is freed only after weft has checked, with every thread stopped, that no thread
+//! is inside advice or a trampoline (`MSG_FREE`). One that ends because weft died
+//! is leaked: no one can prove it quiescent any more.
+
+use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use weft_runtime::shm::Shm;
+
+pub struct Session {
+    pub shm: Shm,
+    pub shm_size: usize,
+    pub generation: u64,
+    /// Code regions mapped for this session: (address, size).
+    pub code: Vec<(u64, usize)>,
+}
+
+static CURRENT: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+pub fn current() -> Option<&'static Session> {
+    let p = CURRENT.load(Ordering::Acquire);
+    // SAFETY: a published session stays valid until `take` and the quiescence check.
+    unsafe { p.as_ref() }
+}
+
+pub fn next_generation() -> u64 {
+    GENERATION.fetch_add(1, Ordering::AcqRel) + 1
+}
+
+pub fn publish(s: Box<Session>) {
+    CURRENT.store(Box::into_raw(s), Ordering::Release);
+}
+
+/// Unpublish the current session; the caller decides when it can be freed.
+pub fn take() -> Option<Box<Session>> {
+    let p = CURRENT.swap(core::ptr::null_mut(), Ordering::AcqRel);
+    // SAFETY: p came from Box::into_raw in `publish`.
+    (!p.is_null()).then(|| unsafe { Box::from_raw(p) })
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // SAFETY: these mappings were created for this session and, by the time a
+        // Session is dropped, weft has verified no thread uses them.
+        unsafe {
+            libc::munmap(self.shm.base() as *mut _, self.shm_size);
+            for (addr, size) in &self.code {
+                libc::munmap(*addr as *mut _, *size);
+            }
+        }
+    }
+}
