@@ -1,0 +1,387 @@
+//! One value or one map key as text or JSON, as bpftrace 0.17's `Output::value_to_str`
+//! and `MapKey::argument_value` print them.
+
+use weft_ir::{StackMode, Type};
+
+use crate::value::{decode, Value};
+use crate::{time, Resolver};
+
+/// Text (`-f text`, the default) or JSON (`-f json`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    Text,
+    Json,
+}
+
+/// `print(value)` in text: the value and a newline (`(1, abc)`, `{ .a = 1 }`, `hello`).
+pub fn print_value(ty: &Type, bytes: &[u8], r: &dyn Resolver) -> Vec<u8> {
+    let mut out = value_str(Style::Text, ty, &decode(ty, bytes), 1, r);
+    out.push(b'\n');
+    out
+}
+
+/// A (non-aggregate) value as it appears after `@map[key]: ` or in `print(value)`.
+/// `div` divides integers (bpftrace's `print(@m, top, div)`).
+pub(crate) fn value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Resolver) -> Vec<u8> {
+    let s = common_value_str(style, ty, v, div, r);
+    // bpftrace 0.17's `is_quoted_type`: ustack, usym, string, buffer and probe values
+    // are JSON strings; everything else (including timestamps) is written bare.
+    if style == Style::Json
+        && matches!(
+            ty,
+            Type::UStack { .. }
+                | Type::USym
+                | Type::Str { .. }
+                | Type::Buf { .. }
+                | Type::ProbeName
+        )
+    {
+        let mut q = Vec::with_capacity(s.len() + 2);
+        q.push(b'"');
+        q.extend_from_slice(&json_escape(&s));
+        q.push(b'"');
+        q
+    } else {
+        s
+    }
+}
+
+fn common_value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Resolver) -> Vec<u8> {
+    match (ty, v) {
+        (Type::Int { bits, signed }, _) => int_div(v.as_u64(), *bits, *signed, div).into_bytes(),
+        (Type::Bool, _) => (v.as_u64() / u64::from(div.max(1)))
+            .to_string()
+            .into_bytes(),
+        (_, Value::Str(s)) => s.clone(),
+        (_, Value::Buf { len, data }) => hex_format_buffer(&data[..*len as usize], true, true),
+        (Type::Tuple(tys), Value::Tuple(vals)) => {
+            let elems: Vec<Vec<u8>> = tys
+                .iter()
+                .zip(vals)
+                .map(|(t, v)| value_str(style, t, v, div, r))
+                .collect();
+            match style {
+                Style::Text => wrap(b"(", &join(&elems, b", "), b")"),
+                Style::Json => wrap(b"[", &join(&elems, b","), b"]"),
+            }
+        }
+        (Type::Record(tys), Value::Record(vals)) => {
+            let elems = tys
+                .iter()
+                .zip(vals)
+                .map(|((n, t), (_, v))| field_str(style, n, &value_str(style, t, v, div, r)));
+            struct_str(elems.collect())
+        }
+        (Type::CStruct(s), Value::Struct { fields, .. }) => {
+            let elems =
+                s.fields.iter().zip(fields).map(|(f, (_, v))| {
+                    field_str(style, &f.name, &value_str(style, &f.ty, v, div, r))
+                });
+            struct_str(elems.collect())
+        }
+        (Type::CStruct(s), Value::Array(vals)) => {
+            let elems: Vec<Vec<u8>> = s
+                .fields
+                .iter()
+                .zip(vals)
+                .map(|(f, v)| value_str(style, &f.ty, v, div, r))
+                .collect();
+            wrap(b"[", &join(&elems, b","), b"]")
+        }
+        (_, Value::USym(addr)) => usym_str(*addr, r, false, false),
+        (_, Value::UStack { mode, ips }) => stack_str(*mode, ips, 8, r),
+        (_, Value::Probe(id)) => r.probe_name(*id).into_bytes(),
+        (_, Value::Timestamp { fmt, nsecs }) => timestamp_str(*fmt, *nsecs, r),
+        // bpftrace 0.17 prints a pointer value in decimal (newer versions: `0x…` hex).
+        (_, Value::Ptr(p)) => ((*p as i64) / i64::from(div.max(1)))
+            .to_string()
+            .into_bytes(),
+        _ => Vec::new(),
+    }
+}
+
+/// An integer map value divided by `div`, with C's promotion rules for each width as
+/// bpftrace 0.17 writes them (`int32_t / (int32_t)div`, `uint16_t / div`, ...).
+pub(crate) fn int_div(raw: u64, bits: u8, signed: bool, div: u32) -> String {
+    let div = div.max(1);
+    match (bits, signed) {
+        (64, true) => (raw as i64).wrapping_div(i64::from(div)).to_string(),
+        (64, false) => (raw / u64::from(div)).to_string(),
+        (32, true) => checked_or((raw as i32).checked_div(div as i32), raw as i32).to_string(),
+        (32, false) => ((raw as u32) / div).to_string(),
+        (16, true) => checked_or(
+            i32::from(raw as i16).checked_div(i32::from(div as i16)),
+            i32::from(raw as i16),
+        )
+        .to_string(),
+        (16, false) => (u32::from(raw as u16) / div).to_string(),
+        (8, true) => checked_or(
+            i32::from(raw as i8).checked_div(i32::from(div as i8)),
+            i32::from(raw as i8),
+        )
+        .to_string(),
+        (8, false) => (u32::from(raw as u8) / div).to_string(),
+        _ => (raw as i64 / i64::from(div)).to_string(),
+    }
+}
+
+/// bpftrace would trap on a divisor that truncates to 0 (e.g. `div` 256 for an int8
+/// value); print the value undivided instead.
+fn checked_or<T>(v: Option<T>, undivided: T) -> T {
+    v.unwrap_or(undivided)
+}
+
+fn field_str(style: Style, name: &str, value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match style {
+        Style::Text => {
+            out.push(b'.');
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b" = ");
+        }
+        Style::Json => {
+            out.push(b'"');
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(b"\": ");
+        }
+    }
+    out.extend_from_slice(value);
+    out
+}
+
+fn struct_str(elems: Vec<Vec<u8>>) -> Vec<u8> {
+    wrap(b"{ ", &join(&elems, b", "), b" }")
+}
+
+/// The key fields of a map entry, each as bpftrace's `MapKey::argument_value` prints it.
+/// A [`Type::Tuple`] key is a multi-key map (`@m[a, b]`): one string per field.
+pub(crate) fn key_fields(key_ty: &Type, key_bytes: &[u8], r: &dyn Resolver) -> Vec<Vec<u8>> {
+    match key_ty {
+        Type::Tuple(tys) => match decode(key_ty, key_bytes) {
+            Value::Tuple(vals) => tys
+                .iter()
+                .zip(&vals)
+                .map(|(t, v)| key_value_str(t, v, r))
+                .collect(),
+            _ => Vec::new(),
+        },
+        _ => vec![key_value_str(key_ty, &decode(key_ty, key_bytes), r)],
+    }
+}
+
+/// `[a, b]` after the map name in text.
+pub(crate) fn key_text(fields: &[Vec<u8>]) -> Vec<u8> {
+    wrap(b"[", &join(fields, b", "), b"]")
+}
+
+/// `"a,b"` as a JSON object key.
+pub(crate) fn key_json(fields: &[Vec<u8>]) -> Vec<u8> {
+    wrap(b"\"", &json_escape(&join(fields, b",")), b"\"")
+}
+
+fn key_value_str(ty: &Type, v: &Value, r: &dyn Resolver) -> Vec<u8> {
+    match v {
+        // bpftrace 0.17 stores integer keys as 8 bytes and prints them as int64.
+        Value::Int(n) => n.to_string().into_bytes(),
+        Value::UInt(n) => (*n as i64).to_string().into_bytes(),
+        Value::Bool(b) => u8::from(*b).to_string().into_bytes(),
+        Value::Str(s) => s.clone(),
+        // bpftrace 0.17 prints the whole capacity of a buffer key, not just its length.
+        Value::Buf { data, .. } => hex_format_buffer(data, true, true),
+        Value::USym(addr) => usym_str(*addr, r, false, false),
+        Value::UStack { mode, ips } => stack_str(*mode, ips, 4, r),
+        Value::Probe(id) => r.probe_name(*id).into_bytes(),
+        Value::Timestamp { fmt, nsecs } => timestamp_str(*fmt, *nsecs, r),
+        Value::Ptr(p) => format!("0x{p:x}").into_bytes(),
+        Value::Array(vals) => {
+            let elems: Vec<Vec<u8>> = match ty {
+                Type::CStruct(s) => s
+                    .fields
+                    .iter()
+                    .zip(vals)
+                    .map(|(f, v)| key_value_str(&f.ty, v, r))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            wrap(b"[", &join(&elems, b","), b"]")
+        }
+        Value::Struct { fields, .. } => {
+            let elems: Vec<Vec<u8>> = match ty {
+                Type::CStruct(s) => s
+                    .fields
+                    .iter()
+                    .zip(fields)
+                    .map(|(f, (n, v))| {
+                        let mut e = format!(".{n}=").into_bytes();
+                        e.extend_from_slice(&key_value_str(&f.ty, v, r));
+                        e
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            wrap(b"{", &join(&elems, b","), b"}")
+        }
+        // Not possible as bpftrace keys (it rejects tuple keys): printed as text values.
+        Value::Tuple(_) | Value::Record(_) => value_str(Style::Text, ty, v, 1, r),
+        Value::None => Vec::new(),
+    }
+}
+
+/// A `usym` as bpftrace's `resolve_usym(addr, pid, show_offset, show_module)` prints it.
+pub(crate) fn usym_str(
+    addr: u64,
+    r: &dyn Resolver,
+    show_offset: bool,
+    show_module: bool,
+) -> Vec<u8> {
+    let mut out = String::new();
+    match r.usym(addr) {
+        Some(sym) => {
+            out.push_str(&sym.name);
+            if show_offset {
+                out.push_str(&format!("+{}", sym.offset));
+            }
+            if show_module {
+                out.push_str(&format!(" ({})", sym.module));
+            }
+        }
+        None => {
+            // libstdc++ prints a null `void*` as "0".
+            if addr == 0 {
+                out.push('0');
+            } else {
+                out.push_str(&format!("0x{addr:x}"));
+            }
+            if show_module {
+                out.push_str(" ([unknown])");
+            }
+        }
+    }
+    out.into_bytes()
+}
+
+/// A stack as bpftrace's `get_stack` prints it: a newline, then one line per frame.
+pub(crate) fn stack_str(mode: StackMode, ips: &[u64], indent: usize, r: &dyn Resolver) -> Vec<u8> {
+    let mut out = b"\n".to_vec();
+    for &ip in ips.iter().take_while(|&&ip| ip != 0) {
+        match mode {
+            StackMode::Bpftrace => {
+                out.resize(out.len() + indent, b' ');
+                out.extend_from_slice(&usym_str(ip, r, true, false));
+            }
+            StackMode::Perf => {
+                out.extend_from_slice(format!("\t{ip:x} ").as_bytes());
+                out.extend_from_slice(&usym_str(ip, r, true, true));
+            }
+            // Not in bpftrace 0.17; newer versions print the bare hex addresses.
+            StackMode::Raw => out.extend_from_slice(format!("{ip:x}").as_bytes()),
+        }
+        out.push(b'\n');
+    }
+    out
+}
+
+fn timestamp_str(fmt: weft_ir::FmtId, nsecs: u64, r: &dyn Resolver) -> Vec<u8> {
+    match r.format(fmt) {
+        Some(f) => time::strftime(f.text.as_bytes(), nsecs),
+        None => b"(?)".to_vec(),
+    }
+}
+
+/// bpftrace's `hex_format_buffer`: printable ASCII as is (when `keep_ascii`), other bytes
+/// as `\xNN` (when `escape_hex`) or as `NN` separated by spaces.
+pub(crate) fn hex_format_buffer(buf: &[u8], keep_ascii: bool, escape_hex: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(buf.len() * 4);
+    for (i, &b) in buf.iter().enumerate() {
+        if keep_ascii && (32..=126).contains(&b) {
+            out.push(b);
+        } else if escape_hex {
+            out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
+        } else if i == buf.len() - 1 {
+            out.extend_from_slice(format!("{b:02x}").as_bytes());
+        } else {
+            out.extend_from_slice(format!("{b:02x} ").as_bytes());
+        }
+    }
+    out
+}
+
+/// bpftrace's `json_escape`. bpftrace 0.17 (and newer) treats `char` as signed, so a
+/// byte >= 0x80 comes out as `\uffffffNN`; reproduced here.
+pub(crate) fn json_escape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    for &b in s {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0..=0x1f => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+            0x80..=0xff => out.extend_from_slice(format!("\\u{:x}", b as i8 as i32).as_bytes()),
+            _ => out.push(b),
+        }
+    }
+    out
+}
+
+pub(crate) fn join(elems: &[Vec<u8>], sep: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, e) in elems.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(sep);
+        }
+        out.extend_from_slice(e);
+    }
+    out
+}
+
+fn wrap(open: &[u8], body: &[u8], close: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(open.len() + body.len() + close.len());
+    out.extend_from_slice(open);
+    out.extend_from_slice(body);
+    out.extend_from_slice(close);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_escape_matches_bpftrace() {
+        assert_eq!(
+            json_escape("é\x01\t\\\"\x7f".as_bytes()),
+            b"\\uffffffc3\\uffffffa9\\u0001\\t\\\\\\\"\x7f".to_vec()
+        );
+    }
+
+    #[test]
+    fn hex_buffers() {
+        assert_eq!(
+            hex_format_buffer(b"ab\x01\xffc", true, true),
+            b"ab\\x01\\xffc".to_vec()
+        );
+        assert_eq!(
+            hex_format_buffer(b"ab\x01", false, true),
+            b"\\x61\\x62\\x01".to_vec()
+        );
+        assert_eq!(
+            hex_format_buffer(b"ab\x01", false, false),
+            b"61 62 01".to_vec()
+        );
+    }
+
+    #[test]
+    fn int_division_by_width() {
+        assert_eq!(int_div(-3500i64 as u64, 64, true, 1000), "-3");
+        assert_eq!(int_div(u64::MAX, 64, false, 1), "18446744073709551615");
+        assert_eq!(int_div(-5i64 as u64, 32, true, 1), "-5");
+        assert_eq!(int_div(200, 8, false, 3), "66");
+        assert_eq!(
+            int_div(-100i64 as u64, 8, true, 256),
+            "-100",
+            "(int8)256 == 0: undivided"
+        );
+    }
+}

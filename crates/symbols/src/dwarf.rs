@@ -1,0 +1,513 @@
+//! DWARF: function parameters as [`weft_ir::Type`]s (for `args`), and source lines.
+//!
+//! Types map as follows:
+//!
+//! * base types of 1, 2, 4, 8 bytes → [`Type::Int`] (signed for signed encodings).
+//!   `_Bool` is an unsigned 8-bit int; **floats are their raw bits as unsigned ints**
+//!   (the IR has no float type); other sizes (`__int128`, `long double`) → an opaque
+//!   [`CStruct`] of that size.
+//! * pointers and C++ references → [`Type::Ptr`]; `void *` and function pointers →
+//!   `Ptr(Void)`.
+//! * `typedef`, `const`, `volatile`, `restrict`, `_Atomic` → the underlying type (an
+//!   anonymous struct takes its typedef's name).
+//! * enums → `Int` of the enum's size (signedness of its underlying type).
+//! * structs, classes, unions → [`CStruct`] with each member's name, byte offset and
+//!   type; members of anonymous struct/union members are lifted into the parent (as C
+//!   lets you name them); **bitfields are left out**; union members all sit at 0.
+//!   A struct already being expanded (`struct node *next`), one more than 8 levels
+//!   deep, or only declared, is an opaque `CStruct` (name and size, no fields).
+//! * arrays → a `CStruct` named like `int[4]` with one field per element (`[0]`,
+//!   `[1]`, …); arrays of more than 64 elements are opaque (size only).
+//!
+//! Compressed debug sections (`SHF_COMPRESSED`) and separate debug files are not read.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use gimli::{AttributeValue, DebuggingInformationEntry, EndianSlice, LittleEndian, UnitOffset};
+use weft_ir::{CField, CStruct, Type};
+
+use crate::elf::ElfFile;
+use crate::error::{Error, Result};
+
+type R<'a> = EndianSlice<'a, LittleEndian>;
+
+const SHF_COMPRESSED: u64 = 0x800;
+const MAX_DEPTH: u32 = 8;
+const MAX_ARRAY_FIELDS: u64 = 64;
+
+/// A function parameter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    /// The name in the source, or `argN` for an unnamed parameter.
+    pub name: String,
+    pub ty: Type,
+}
+
+/// The DWARF of one ELF file, borrowed from it.
+pub struct DebugInfo<'a> {
+    path: &'a Path,
+    dwarf: Arc<gimli::Dwarf<R<'a>>>,
+    units: Vec<gimli::Unit<R<'a>>>,
+    lines: addr2line::Context<R<'a>>,
+}
+
+impl std::fmt::Debug for DebugInfo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DebugInfo")
+            .field("path", &self.path)
+            .field("units", &self.units.len())
+            .finish()
+    }
+}
+
+impl ElfFile {
+    /// The file's DWARF, or `None` when it has no `.debug_info`.
+    pub fn debug_info(&self) -> Result<Option<DebugInfo<'_>>> {
+        let Some(info) = self.section(".debug_info") else {
+            return Ok(None);
+        };
+        let err = |why: String| Error::Dwarf {
+            path: self.path().to_path_buf(),
+            why,
+        };
+        if info.flags & SHF_COMPRESSED != 0 {
+            return Err(err("compressed debug sections are not supported".into()));
+        }
+        let dwarf = gimli::Dwarf::load(|id| -> std::result::Result<R<'_>, gimli::Error> {
+            let data = self
+                .section(id.name())
+                .map(|s| self.section_data(s))
+                .unwrap_or(&[]);
+            Ok(EndianSlice::new(data, LittleEndian))
+        })
+        .map_err(|e| err(e.to_string()))?;
+        let mut units = Vec::new();
+        let mut headers = dwarf.units();
+        while let Some(header) = headers.next().map_err(|e| err(e.to_string()))? {
+            units.push(dwarf.unit(header).map_err(|e| err(e.to_string()))?);
+        }
+        let dwarf = Arc::new(dwarf);
+        let lines =
+            addr2line::Context::from_arc_dwarf(dwarf.clone()).map_err(|e| err(e.to_string()))?;
+        Ok(Some(DebugInfo {
+            path: self.path(),
+            dwarf,
+            units,
+            lines,
+        }))
+    }
+}
+
+/// A DIE: unit index and offset in it.
+type DieRef = (usize, UnitOffset);
+
+/// State of one type conversion: structs being expanded (to cut cycles), and limits
+/// that keep malformed or huge DWARF from recursing without end.
+#[derive(Default)]
+struct Walk {
+    expanding: Vec<DieRef>,
+    /// Current recursion depth (typedef chains included).
+    hops: u32,
+    /// Types converted so far.
+    nodes: u32,
+}
+
+const MAX_HOPS: u32 = 64;
+const MAX_NODES: u32 = 20_000;
+
+impl<'a> DebugInfo<'a> {
+    /// The source file and line of a file virtual address.
+    pub fn line_for(&self, vaddr: u64) -> Option<(String, u32)> {
+        let loc = self.lines.find_location(vaddr).ok()??;
+        Some((loc.file?.to_string(), loc.line?))
+    }
+
+    /// The parameters of the function named `name` (its source name, or its linkage
+    /// name for C++), from its defining DIE; `None` when no such function is
+    /// described.
+    pub fn function_params(&self, name: &str) -> Option<Vec<Param>> {
+        let mut fallback = None;
+        for (ui, unit) in self.units.iter().enumerate() {
+            let mut entries = unit.entries();
+            while let Ok(Some((_, entry))) = entries.next_dfs() {
+                if entry.tag() != gimli::DW_TAG_subprogram || !entry.has_children() {
+                    continue;
+                }
+                if !self.names_of(ui, entry, 0).iter().any(|n| n == name) {
+                    continue;
+                }
+                let params = self.params_of((ui, entry.offset()));
+                let declaration = matches!(entry.attr_value(gimli::DW_AT_declaration), Ok(Some(_)));
+                if !declaration && params.iter().all(|p| p.is_some()) {
+                    return Some(params.into_iter().flatten().collect());
+                }
+                fallback.get_or_insert(params);
+            }
+        }
+        fallback.map(|ps| {
+            ps.into_iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    p.unwrap_or(Param {
+                        name: format!("arg{i}"),
+                        ty: Type::Void,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// The DW_AT_name and DW_AT_linkage_name of a DIE, following abstract origins
+    /// and specifications.
+    fn names_of(
+        &self,
+        ui: usize,
+        entry: &DebuggingInformationEntry<'_, '_, R<'a>>,
+        depth: u32,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        for at in [
+            gimli::DW_AT_name,
+            gimli::DW_AT_linkage_name,
+            gimli::DW_AT_MIPS_linkage_name,
+        ] {
+            if let Some(s) = self.string_attr(ui, entry, at) {
+                out.push(s);
+            }
+        }
+        if out.is_empty() && depth < 4 {
+            for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
+                if let Some((uj, off)) = self.reference(ui, entry, at) {
+                    if let Ok(e) = self.units[uj].entry(off) {
+                        out.extend(self.names_of(uj, &e, depth + 1));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The formal parameters of a subprogram; `None` for one without a name or type.
+    fn params_of(&self, die: DieRef) -> Vec<Option<Param>> {
+        let (ui, off) = die;
+        let unit = &self.units[ui];
+        let Ok(mut tree) = unit.entries_tree(Some(off)) else {
+            return Vec::new();
+        };
+        let Ok(root) = tree.root() else {
+            return Vec::new();
+        };
+        let mut children = root.children();
+        let mut out = Vec::new();
+        while let Ok(Some(child)) = children.next() {
+            let e = child.entry();
+            if e.tag() != gimli::DW_TAG_formal_parameter {
+                continue;
+            }
+            let index = out.len();
+            // A concrete instance may hold only DW_AT_abstract_origin.
+            let origin = self.reference(ui, e, gimli::DW_AT_abstract_origin);
+            let name = self.string_attr(ui, e, gimli::DW_AT_name).or_else(|| {
+                let (uj, o) = origin?;
+                self.string_attr(uj, &self.units[uj].entry(o).ok()?, gimli::DW_AT_name)
+            });
+            let ty = self.reference(ui, e, gimli::DW_AT_type).or_else(|| {
+                let (uj, o) = origin?;
+                self.reference(uj, &self.units[uj].entry(o).ok()?, gimli::DW_AT_type)
+            });
+            out.push(ty.map(|t| Param {
+                name: name.unwrap_or_else(|| format!("arg{index}")),
+                ty: self.type_of(t, 0, &mut Walk::default(), None),
+            }));
+        }
+        out
+    }
+
+    fn string_attr(
+        &self,
+        ui: usize,
+        e: &DebuggingInformationEntry<'_, '_, R<'a>>,
+        at: gimli::DwAt,
+    ) -> Option<String> {
+        let v = e.attr_value(at).ok()??;
+        let s = self.dwarf.attr_string(&self.units[ui], v).ok()?;
+        Some(s.to_string_lossy().into_owned())
+    }
+
+    /// Follows a reference attribute to a DIE, possibly in another unit.
+    fn reference(
+        &self,
+        ui: usize,
+        e: &DebuggingInformationEntry<'_, '_, R<'a>>,
+        at: gimli::DwAt,
+    ) -> Option<DieRef> {
+        match e.attr_value(at).ok()?? {
+            AttributeValue::UnitRef(off) => Some((ui, off)),
+            AttributeValue::DebugInfoRef(off) => {
+                self.units.iter().enumerate().find_map(|(uj, u)| {
+                    let local = off.to_unit_offset(&u.header)?;
+                    Some((uj, local))
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn udata(&self, e: &DebuggingInformationEntry<'_, '_, R<'a>>, at: gimli::DwAt) -> Option<u64> {
+        e.attr_value(at).ok()??.udata_value()
+    }
+
+    /// The IR type of a type DIE. `depth` counts pointer and aggregate nesting;
+    /// `typedef_name` names an anonymous struct.
+    fn type_of(
+        &self,
+        die: DieRef,
+        depth: u32,
+        walk: &mut Walk,
+        typedef_name: Option<&str>,
+    ) -> Type {
+        if walk.hops >= MAX_HOPS || walk.nodes >= MAX_NODES {
+            return Type::Void;
+        }
+        walk.hops += 1;
+        walk.nodes += 1;
+        let t = self.convert_type(die, depth, walk, typedef_name);
+        walk.hops -= 1;
+        t
+    }
+
+    fn convert_type(
+        &self,
+        die: DieRef,
+        depth: u32,
+        walk: &mut Walk,
+        typedef_name: Option<&str>,
+    ) -> Type {
+        let (ui, off) = die;
+        let Ok(e) = self.units[ui].entry(off) else {
+            return Type::Void;
+        };
+        let name = self.string_attr(ui, &e, gimli::DW_AT_name);
+        let size = self.udata(&e, gimli::DW_AT_byte_size);
+        let inner = |this: &Self, walk: &mut Walk, d: u32, tn: Option<&str>| match this.reference(
+            ui,
+            &e,
+            gimli::DW_AT_type,
+        ) {
+            Some(t) => this.type_of(t, d, walk, tn),
+            None => Type::Void,
+        };
+        let opaque = |n: Option<String>, size: Option<u64>| {
+            Type::CStruct(CStruct {
+                name: n.unwrap_or_else(|| "(anonymous)".into()),
+                size: size.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
+                fields: Vec::new(),
+            })
+        };
+        match e.tag() {
+            gimli::DW_TAG_base_type => {
+                let signed = matches!(
+                    e.attr_value(gimli::DW_AT_encoding),
+                    Ok(Some(AttributeValue::Encoding(
+                        gimli::DW_ATE_signed | gimli::DW_ATE_signed_char
+                    )))
+                );
+                match size {
+                    Some(s @ (1 | 2 | 4 | 8)) => Type::Int {
+                        bits: (s * 8) as u8,
+                        signed,
+                    },
+                    _ => opaque(name, size),
+                }
+            }
+            gimli::DW_TAG_enumeration_type => {
+                let signed = inner(self, walk, depth, None).is_signed();
+                match size {
+                    Some(s @ (1 | 2 | 4 | 8)) => Type::Int {
+                        bits: (s * 8) as u8,
+                        signed,
+                    },
+                    _ => opaque(name, size),
+                }
+            }
+            gimli::DW_TAG_pointer_type
+            | gimli::DW_TAG_reference_type
+            | gimli::DW_TAG_rvalue_reference_type
+            | gimli::DW_TAG_ptr_to_member_type => {
+                if depth >= MAX_DEPTH {
+                    return Type::Ptr(Box::new(Type::Void));
+                }
+                Type::Ptr(Box::new(inner(self, walk, depth + 1, None)))
+            }
+            gimli::DW_TAG_typedef => inner(self, walk, depth, name.as_deref()),
+            gimli::DW_TAG_const_type
+            | gimli::DW_TAG_volatile_type
+            | gimli::DW_TAG_restrict_type
+            | gimli::DW_TAG_atomic_type => inner(self, walk, depth, typedef_name),
+            gimli::DW_TAG_structure_type | gimli::DW_TAG_class_type | gimli::DW_TAG_union_type => {
+                let name = name.or_else(|| typedef_name.map(str::to_string));
+                let declaration = matches!(e.attr_value(gimli::DW_AT_declaration), Ok(Some(_)));
+                if declaration || depth >= MAX_DEPTH || walk.expanding.contains(&die) {
+                    return opaque(name, size);
+                }
+                walk.expanding.push(die);
+                let fields = self.members(die, depth, walk);
+                walk.expanding.pop();
+                Type::CStruct(CStruct {
+                    name: name.unwrap_or_else(|| "(anonymous)".into()),
+                    size: size.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
+                    fields,
+                })
+            }
+            gimli::DW_TAG_array_type => {
+                let elem = inner(self, walk, depth + 1, None);
+                let dims = self.array_dims(die);
+                build_array(elem, &dims)
+            }
+            _ => Type::Void,
+        }
+    }
+
+    /// The data members of a struct or union DIE (anonymous members lifted).
+    fn members(&self, die: DieRef, depth: u32, walk: &mut Walk) -> Vec<CField> {
+        let (ui, off) = die;
+        let unit = &self.units[ui];
+        let Ok(mut tree) = unit.entries_tree(Some(off)) else {
+            return Vec::new();
+        };
+        let Ok(root) = tree.root() else {
+            return Vec::new();
+        };
+        let mut children = root.children();
+        let mut fields = Vec::new();
+        while let Ok(Some(child)) = children.next() {
+            let m = child.entry();
+            if m.tag() != gimli::DW_TAG_member {
+                continue;
+            }
+            let is_static = matches!(m.attr_value(gimli::DW_AT_external), Ok(Some(_)))
+                || matches!(m.attr_value(gimli::DW_AT_declaration), Ok(Some(_)));
+            if is_static || m.attr_value(gimli::DW_AT_bit_size).ok().flatten().is_some() {
+                continue;
+            }
+            let offset = member_offset(m).unwrap_or(0);
+            let Some(t) = self.reference(ui, m, gimli::DW_AT_type) else {
+                continue;
+            };
+            let ty = self.type_of(t, depth + 1, walk, None);
+            match self.string_attr(ui, m, gimli::DW_AT_name) {
+                Some(name) => fields.push(CField {
+                    name,
+                    offset: offset as u32,
+                    ty,
+                }),
+                None => {
+                    if let Type::CStruct(inner) = ty {
+                        for f in inner.fields {
+                            fields.push(CField {
+                                offset: f.offset + offset as u32,
+                                ..f
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        fields
+    }
+
+    /// Element counts of an array DIE's dimensions (0 for an unknown bound).
+    fn array_dims(&self, die: DieRef) -> Vec<u64> {
+        let (ui, off) = die;
+        let Ok(mut tree) = self.units[ui].entries_tree(Some(off)) else {
+            return Vec::new();
+        };
+        let Ok(root) = tree.root() else {
+            return Vec::new();
+        };
+        let mut children = root.children();
+        let mut dims = Vec::new();
+        while let Ok(Some(child)) = children.next() {
+            let s = child.entry();
+            if s.tag() != gimli::DW_TAG_subrange_type {
+                continue;
+            }
+            let count = self
+                .udata(s, gimli::DW_AT_count)
+                .or_else(|| {
+                    let upper = self.udata(s, gimli::DW_AT_upper_bound)?;
+                    let lower = self.udata(s, gimli::DW_AT_lower_bound).unwrap_or(0);
+                    (upper.checked_add(1)?).checked_sub(lower)
+                })
+                .unwrap_or(0);
+            dims.push(count);
+        }
+        if dims.is_empty() {
+            dims.push(0);
+        }
+        if dims.len() > 8 {
+            // Absurdly many dimensions: one flat dimension of the same size.
+            let total = dims.iter().fold(1u64, |a, &d| a.saturating_mul(d));
+            dims = vec![total];
+        }
+        dims
+    }
+}
+
+/// `DW_AT_data_member_location` as a constant, or as `DW_OP_plus_uconst N`.
+fn member_offset(m: &DebuggingInformationEntry<'_, '_, R<'_>>) -> Option<u64> {
+    match m.attr_value(gimli::DW_AT_data_member_location).ok()?? {
+        AttributeValue::Exprloc(expr) => {
+            let bytes = expr.0.slice();
+            if bytes.first() != Some(&gimli::DW_OP_plus_uconst.0) {
+                return None;
+            }
+            let mut r = EndianSlice::new(&bytes[1..], LittleEndian);
+            gimli::Reader::read_uleb128(&mut r).ok()
+        }
+        v => v.udata_value(),
+    }
+}
+
+/// An array type (outermost dimension first) as a `CStruct` of elements.
+fn build_array(elem: Type, dims: &[u64]) -> Type {
+    let Some((&n, rest)) = dims.split_first() else {
+        return elem;
+    };
+    let elem = build_array(elem, rest);
+    let elem_size = u64::from(elem.size());
+    let size = elem_size.saturating_mul(n).min(u64::from(u32::MAX)) as u32;
+    // C order: the outer dimension comes first (`int16[2][3]`).
+    let elem_name = type_name(&elem);
+    let name = match elem_name.find('[') {
+        Some(i) if elem_name.ends_with(']') => {
+            format!("{}[{n}]{}", &elem_name[..i], &elem_name[i..])
+        }
+        _ => format!("{elem_name}[{n}]"),
+    };
+    // Expand only small arrays (counting the elements of nested arrays too).
+    let inner_count = match &elem {
+        Type::CStruct(s) if s.name.ends_with(']') => s.fields.len().max(1) as u64,
+        _ => 1,
+    };
+    let fields = if n.saturating_mul(inner_count) <= MAX_ARRAY_FIELDS {
+        (0..n)
+            .map(|i| CField {
+                name: format!("[{i}]"),
+                offset: (i * elem_size) as u32,
+                ty: elem.clone(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Type::CStruct(CStruct { name, size, fields })
+}
+
+fn type_name(t: &Type) -> String {
+    match t {
+        Type::CStruct(s) => s.name.clone(),
+        other => other.to_string(),
+    }
+}

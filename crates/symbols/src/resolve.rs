@@ -1,0 +1,200 @@
+//! From a function pattern to probe sites, and `weft -l` listings.
+
+use std::path::{Path, PathBuf};
+
+use crate::elf::{ElfFile, Function, FunctionName};
+use crate::error::{Error, Result};
+use crate::glob::{suggest, Glob};
+use crate::maps::{Module, ProcMaps};
+use crate::usdt::UsdtProbe;
+
+/// A function a probe attaches to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedFunction {
+    /// The symbol name that matched (mangled for C++).
+    pub name: String,
+    /// Its demangling, for C++ names.
+    pub demangled: Option<String>,
+    /// The file it is in (as given, or the module's path).
+    pub path: PathBuf,
+    pub vaddr: u64,
+    /// `st_size`; 0 when the symbol has none (then `bytes` is empty).
+    pub size: u64,
+    /// `vaddr + load bias`, when resolved in a process.
+    pub runtime_addr: Option<u64>,
+    /// The function's bytes from the file (what the planner decodes).
+    pub bytes: Vec<u8>,
+    /// An `STT_GNU_IFUNC` resolver rather than the function itself.
+    pub ifunc: bool,
+}
+
+/// The functions of `elf` a pattern selects, each with the name that matched.
+///
+/// Each function's names are tried in preference order ([`Function::names`]), each
+/// as written, demangled and demangled without parameters; one result per address,
+/// in address order. An empty result is an [`Error::FunctionNotFound`] with up to
+/// three close names for a pattern without wildcards.
+pub fn match_functions<'a>(
+    elf: &'a ElfFile,
+    pattern: &str,
+) -> Result<Vec<(&'a Function, &'a FunctionName)>> {
+    let glob = Glob::new(pattern);
+    let hits: Vec<_> = elf
+        .functions()
+        .iter()
+        .filter_map(|f| {
+            f.names
+                .iter()
+                .find(|n| n.forms().any(|s| glob.matches(s)))
+                .map(|n| (f, n))
+        })
+        .collect();
+    if !hits.is_empty() {
+        return Ok(hits);
+    }
+    let suggestions = if glob.is_literal() {
+        let names = elf
+            .functions()
+            .iter()
+            .flat_map(|f| &f.names)
+            .flat_map(|n| std::iter::once(n.raw.as_str()).chain(n.demangled_base.as_deref()));
+        suggest(pattern, names)
+    } else {
+        Vec::new()
+    };
+    Err(Error::FunctionNotFound {
+        pattern: pattern.to_string(),
+        path: elf.path().to_path_buf(),
+        suggestions,
+    })
+}
+
+/// Resolves a function pattern in a file; `load_bias` is the module's bias when the
+/// file is mapped in a process (fills [`ResolvedFunction::runtime_addr`]).
+pub fn resolve(
+    elf: &ElfFile,
+    pattern: &str,
+    load_bias: Option<u64>,
+) -> Result<Vec<ResolvedFunction>> {
+    Ok(match_functions(elf, pattern)?
+        .into_iter()
+        .map(|(f, n)| ResolvedFunction {
+            name: n.raw.clone(),
+            demangled: n.demangled.clone(),
+            path: elf.path().to_path_buf(),
+            vaddr: f.vaddr,
+            size: f.size,
+            runtime_addr: load_bias.map(|b| f.vaddr.wrapping_add(b)),
+            bytes: function_bytes(elf, f).to_vec(),
+            ifunc: f.ifunc,
+        })
+        .collect())
+}
+
+/// Resolves a function pattern in a process's module.
+pub fn resolve_in_module(module: &Module, pattern: &str) -> Result<Vec<ResolvedFunction>> {
+    resolve(&module.open()?, pattern, Some(module.load_bias))
+}
+
+/// The function's file bytes; fewer than `size` if its segment holds fewer.
+fn function_bytes<'a>(elf: &'a ElfFile, f: &Function) -> &'a [u8] {
+    let available = elf
+        .segments()
+        .iter()
+        .find(|s| s.is_load() && s.vaddr <= f.vaddr && f.vaddr - s.vaddr < s.filesz)
+        .map_or(0, |s| s.vaddr + s.filesz - f.vaddr);
+    elf.read_vaddr(f.vaddr, f.size.min(available))
+        .unwrap_or(&[])
+}
+
+/// The USDT probes of `elf` selected by `provider` (empty: any) and `name`, both
+/// with wildcards allowed; an empty result is an [`Error::UsdtNotFound`].
+pub fn resolve_usdt(elf: &ElfFile, provider: &str, name: &str) -> Result<Vec<UsdtProbe>> {
+    let (pg, ng) = (
+        Glob::new(if provider.is_empty() { "*" } else { provider }),
+        Glob::new(name),
+    );
+    let all = elf.usdt_probes();
+    let hits: Vec<UsdtProbe> = all
+        .iter()
+        .filter(|p| pg.matches(&p.provider) && ng.matches(&p.name))
+        .cloned()
+        .collect();
+    if !hits.is_empty() {
+        return Ok(hits);
+    }
+    let wanted = if provider.is_empty() {
+        name.to_string()
+    } else {
+        format!("{provider}:{name}")
+    };
+    let names: Vec<String> = all
+        .iter()
+        .map(|p| {
+            if provider.is_empty() {
+                p.name.clone()
+            } else {
+                format!("{}:{}", p.provider, p.name)
+            }
+        })
+        .collect();
+    Err(Error::UsdtNotFound {
+        probe: wanted.clone(),
+        path: elf.path().to_path_buf(),
+        suggestions: suggest(&wanted, names.iter().map(String::as_str)),
+    })
+}
+
+/// What `weft -l` lists: a file, or a process (its executable and every mapped
+/// library).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListSource {
+    File(PathBuf),
+    Process(u32),
+}
+
+/// Probe names in the style of `bpftrace -l`: `uprobe:/abs/path:func` for every
+/// function name (aliases included, mangled as in the symbol table) and
+/// `usdt:/abs/path:provider:name` for every USDT probe, of every file in `source`;
+/// sorted and unique. `pattern` (wildcards allowed; empty for all) must match a whole
+/// line, e.g. `uprobe:*:mall*` or `usdt:*`. Modules of a process that cannot be
+/// read are left out.
+pub fn list(source: &ListSource, pattern: &str) -> Result<Vec<String>> {
+    let glob = Glob::new(if pattern.is_empty() { "*" } else { pattern });
+    let mut lines = Vec::new();
+    match source {
+        ListSource::File(path) => {
+            let abs = std::fs::canonicalize(path).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let elf = ElfFile::open(&abs)?;
+            lines.extend(list_lines(&elf, &abs, &glob));
+        }
+        ListSource::Process(pid) => {
+            for module in ProcMaps::read(*pid)?.modules() {
+                if let Ok(elf) = module.open() {
+                    lines.extend(list_lines(&elf, &module.path, &glob));
+                }
+            }
+        }
+    }
+    lines.sort();
+    lines.dedup();
+    Ok(lines)
+}
+
+/// The listing lines of one file, shown as `display` (unsorted).
+pub fn list_lines(elf: &ElfFile, display: &Path, glob: &Glob) -> Vec<String> {
+    let path = display.display();
+    let uprobes = elf
+        .functions()
+        .iter()
+        .flat_map(|f| &f.names)
+        .map(|n| format!("uprobe:{path}:{}", n.raw));
+    let usdts = elf
+        .usdt_probes()
+        .into_iter()
+        .map(|p| format!("usdt:{path}:{}:{}", p.provider, p.name));
+    uprobes.chain(usdts).filter(|l| glob.matches(l)).collect()
+}

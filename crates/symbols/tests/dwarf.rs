@@ -1,0 +1,191 @@
+//! DWARF parameters and lines of programs built with `gcc -g`.
+
+mod common;
+
+use common::cc;
+use weft_ir::{CField, CStruct, Type};
+use weft_symbols::{ElfFile, Param};
+
+const SRC: &str = r#"struct inner { char c; long l; };
+struct point { int x; int y; struct inner in; int arr[3]; struct point *next; unsigned char flag; };
+enum color { RED, GREEN };
+typedef struct { int a; int b:3; int c; } pair_t;
+union number { int i; long l; };
+
+int f(struct point *p, long n) {
+    return p->x + (int)n;
+}
+
+int g(pair_t *q, const char *s, double d, enum color c, union number *u, void *opaque, int (*cb)(int)) {
+    return q->a + s[0] + (int)d + (int)c + u->i + (opaque != 0) + cb(1);
+}
+
+static int one(int x) { return x; }
+
+struct grid { short cells[2][3]; char big[100]; };
+int h(struct grid *gr) { return gr->cells[1][2]; }
+
+int main(void) {
+    struct point pt = {0};
+    pair_t pr = {0};
+    union number num = {0};
+    struct grid gr = {0};
+    return f(&pt, 1) + g(&pr, "x", 1.0, RED, &num, 0, one) + h(&gr);
+}
+"#;
+
+fn int(bits: u8, signed: bool) -> Type {
+    Type::Int { bits, signed }
+}
+
+fn field(name: &str, offset: u32, ty: Type) -> CField {
+    CField {
+        name: name.into(),
+        offset,
+        ty,
+    }
+}
+
+fn cstruct(name: &str, size: u32, fields: Vec<CField>) -> Type {
+    Type::CStruct(CStruct {
+        name: name.into(),
+        size,
+        fields,
+    })
+}
+
+#[test]
+fn struct_pointer_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    for opt in ["-O0", "-O2"] {
+        let exe = cc(dir.path(), "app", &[("t.c", SRC)], &["-g", opt]);
+        let elf = ElfFile::open(&exe).unwrap();
+        assert!(elf.has_debug_info());
+        let dbg = elf.debug_info().unwrap().unwrap();
+
+        let inner = cstruct(
+            "inner",
+            16,
+            vec![field("c", 0, int(8, true)), field("l", 8, int(64, true))],
+        );
+        let arr = cstruct(
+            "int32[3]",
+            12,
+            vec![
+                field("[0]", 0, int(32, true)),
+                field("[1]", 4, int(32, true)),
+                field("[2]", 8, int(32, true)),
+            ],
+        );
+        let point = cstruct(
+            "point",
+            56,
+            vec![
+                field("x", 0, int(32, true)),
+                field("y", 4, int(32, true)),
+                field("in", 8, inner),
+                field("arr", 24, arr),
+                // The struct being expanded is opaque when reached again.
+                field(
+                    "next",
+                    40,
+                    Type::Ptr(Box::new(cstruct("point", 56, vec![]))),
+                ),
+                field("flag", 48, int(8, false)),
+            ],
+        );
+        assert_eq!(
+            dbg.function_params("f").unwrap(),
+            vec![
+                Param {
+                    name: "p".into(),
+                    ty: Type::Ptr(Box::new(point))
+                },
+                Param {
+                    name: "n".into(),
+                    ty: int(64, true)
+                },
+            ],
+            "{opt}"
+        );
+
+        let params = dbg.function_params("g").unwrap();
+        let names: Vec<&str> = params.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["q", "s", "d", "c", "u", "opaque", "cb"]);
+        // Bitfields are left out; the typedef names the anonymous struct.
+        assert_eq!(
+            params[0].ty,
+            Type::Ptr(Box::new(cstruct(
+                "pair_t",
+                12,
+                vec![field("a", 0, int(32, true)), field("c", 8, int(32, true))]
+            )))
+        );
+        assert_eq!(params[1].ty, Type::Ptr(Box::new(int(8, true))));
+        assert_eq!(params[2].ty, int(64, false), "doubles are raw bits");
+        assert_eq!(params[3].ty, int(32, false), "enum color is unsigned int");
+        assert_eq!(
+            params[4].ty,
+            Type::Ptr(Box::new(cstruct(
+                "number",
+                8,
+                vec![field("i", 0, int(32, true)), field("l", 0, int(64, true))]
+            )))
+        );
+        assert_eq!(params[5].ty, Type::Ptr(Box::new(Type::Void)));
+        assert_eq!(params[6].ty, Type::Ptr(Box::new(Type::Void)));
+
+        // Arrays: small ones element by element (outer dimension first), big ones
+        // by size only.
+        let row = cstruct(
+            "int16[3]",
+            6,
+            vec![
+                field("[0]", 0, int(16, true)),
+                field("[1]", 2, int(16, true)),
+                field("[2]", 4, int(16, true)),
+            ],
+        );
+        let cells = cstruct(
+            "int16[2][3]",
+            12,
+            vec![field("[0]", 0, row.clone()), field("[1]", 6, row)],
+        );
+        let big = cstruct("int8[100]", 100, vec![]);
+        assert_eq!(
+            dbg.function_params("h").unwrap(),
+            vec![Param {
+                name: "gr".into(),
+                ty: Type::Ptr(Box::new(cstruct(
+                    "grid",
+                    112,
+                    vec![field("cells", 0, cells), field("big", 12, big)]
+                ))),
+            }]
+        );
+
+        assert_eq!(dbg.function_params("main").unwrap(), vec![]);
+        assert_eq!(dbg.function_params("nope"), None);
+
+        // Lines: f opens on line 7 of t.c; at -O2 its first instruction is line 8's.
+        let fv = elf
+            .functions()
+            .iter()
+            .find(|x| x.name() == "f")
+            .unwrap()
+            .vaddr;
+        let (file, line) = dbg.line_for(fv).unwrap();
+        assert!(file.ends_with("t.c"), "{file}");
+        assert_eq!(line, if opt == "-O0" { 7 } else { 8 }, "{opt}");
+        assert_eq!(dbg.line_for(0), None);
+    }
+}
+
+#[test]
+fn no_debug_info() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = cc(dir.path(), "app", &[("t.c", SRC)], &["-g0"]);
+    let elf = ElfFile::open(&exe).unwrap();
+    assert!(!elf.has_debug_info());
+    assert!(elf.debug_info().unwrap().is_none());
+}
