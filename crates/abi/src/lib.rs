@@ -182,8 +182,7 @@ pub fn key_hash(key: &[u8]) -> u32 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
-    let h = (h as u32) | 2;
-    h
+    (h as u32) | 2
 }
 
 // ---------------------------------------------------------------------------------
@@ -445,7 +444,8 @@ pub struct Hello {
 
 /// Message tags.
 pub const MSG_HELLO: u32 = 1;
-/// weft → agent: map the shared segment (fd attached); payload `u64 size`.
+/// weft → agent: map the shared segment (fd attached); payload `u64 size`. The agent
+/// answers `MSG_OK` with `u64 address` of its mapping.
 pub const MSG_MAP_SHM: u32 = 2;
 /// weft → agent: allocate a code region near an address; payload `u64 near, u64 size`.
 pub const MSG_ALLOC_CODE: u32 = 3;

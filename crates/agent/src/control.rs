@@ -15,7 +15,12 @@ use weft_runtime::shm::Shm;
 use crate::{patch, ret, session, threads, trap};
 
 static REQUEST: AtomicU32 = AtomicU32::new(0);
-static mut REQUEST_NAME: [u8; 108] = [0; 108];
+/// The socket name of the latest connection request.
+struct RequestName(std::cell::UnsafeCell<[u8; 108]>);
+// SAFETY: written by `weft_agent_connect` before it bumps REQUEST (Release), read by
+// the control thread after it sees the bump (Acquire).
+unsafe impl Sync for RequestName {}
+static REQUEST_NAME: RequestName = RequestName(std::cell::UnsafeCell::new([0; 108]));
 /// Set when a launched target may run `main` (weaving done, or weft gone).
 pub static RELEASED: AtomicU32 = AtomicU32::new(0);
 
@@ -54,15 +59,18 @@ fn futex_wake(word: &AtomicU32) {
 /// Called by weft (through ptrace, in a hijacked thread) with the name of its
 /// abstract socket. Only copies the name and wakes the control thread: no locks, no
 /// allocation, safe wherever the thread was stopped.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
-pub extern "C" fn weft_agent_connect(name: *const libc::c_char) -> i32 {
+pub unsafe extern "C" fn weft_agent_connect(name: *const libc::c_char) -> i32 {
     if name.is_null() {
         return -1;
     }
     // SAFETY: weft passes a NUL-terminated string; we copy at most 107 bytes into a
     // buffer only the control thread reads, after the REQUEST increment below.
     unsafe {
-        let dst = &raw mut REQUEST_NAME;
+        let dst = REQUEST_NAME.0.get();
         let mut i = 0;
         while i < 107 {
             let c = *name.add(i) as u8;
@@ -81,7 +89,7 @@ pub extern "C" fn weft_agent_connect(name: *const libc::c_char) -> i32 {
 
 fn request_name() -> String {
     // SAFETY: read after observing REQUEST change (Acquire).
-    let bytes = unsafe { *(&raw const REQUEST_NAME) };
+    let bytes = unsafe { *REQUEST_NAME.0.get() };
     let n = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..n]).into_owned()
 }
@@ -195,7 +203,13 @@ fn serve(fd: OwnedFd) {
             }
         };
         let reply = match msg.tag {
-            MSG_MAP_SHM => map_shm(&msg),
+            MSG_MAP_SHM => match map_shm(&msg) {
+                Ok(addr) => {
+                    let _ = proto::send(sock, MSG_OK, &proto::u64s(&[addr]), None);
+                    continue;
+                }
+                Err(e) => Err(e),
+            },
             MSG_ALLOC_CODE => match alloc_code(msg.u64_at(0), msg.u64_at(1), msg.u64_at(2)) {
                 Ok((addr, size, memfd)) => {
                     regions.push((addr, size));
@@ -210,8 +224,10 @@ fn serve(fd: OwnedFd) {
                 Err(e) => Err(e),
             },
             MSG_GO => {
+                // Reply before releasing: a launched program may run to its end at once.
+                let _ = proto::send(sock, MSG_OK, &[], None);
                 release_launch();
-                Ok(())
+                continue;
             }
             MSG_END => {
                 threads::detach_all();
@@ -254,7 +270,7 @@ fn weft_gone() {
     release_launch();
 }
 
-fn map_shm(msg: &proto::Message) -> Result<(), String> {
+fn map_shm(msg: &proto::Message) -> Result<u64, String> {
     let fd = msg.fd.as_ref().ok_or("MAP_SHM without a file descriptor")?;
     let size = msg.u64_at(0) as usize;
     if session::current().is_some() {
@@ -296,7 +312,7 @@ fn map_shm(msg: &proto::Message) -> Result<(), String> {
         generation: session::next_generation(),
         code: Vec::new(),
     }));
-    Ok(())
+    Ok(p as u64)
 }
 
 /// Map a code region (RX here, RW in weft) of `size` bytes inside `[lo, hi)`.

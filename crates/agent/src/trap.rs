@@ -6,12 +6,17 @@
 //! ours go to the handler installed before us, or get the default action.
 
 use core::sync::atomic::Ordering;
+use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
-use weft_abi::{AgentThread, Frame, Regs, SiteKind, SITE_PATCHED, THREAD_FLAG_IGNORE};
+use weft_abi::{Frame, Regs, SiteKind, SITE_PATCHED, THREAD_FLAG_IGNORE};
 
 use crate::{ret, session, threads};
 
-static mut OLD_TRAP: MaybeUninit<libc::sigaction> = MaybeUninit::uninit();
+/// The SIGTRAP disposition we replaced, written once before our handler can run.
+struct OldAction(UnsafeCell<MaybeUninit<libc::sigaction>>);
+// SAFETY: written only by `install` (before the handler is active), then only read.
+unsafe impl Sync for OldAction {}
+static OLD_TRAP: OldAction = OldAction(UnsafeCell::new(MaybeUninit::uninit()));
 
 pub fn install() -> std::io::Result<()> {
     // SAFETY: installing a handler; OLD_TRAP is written before the handler can run.
@@ -20,7 +25,7 @@ pub fn install() -> std::io::Result<()> {
         sa.sa_sigaction = on_trap as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(libc::SIGTRAP, &sa, (*(&raw mut OLD_TRAP)).as_mut_ptr()) != 0 {
+        if libc::sigaction(libc::SIGTRAP, &sa, (*OLD_TRAP.0.get()).as_mut_ptr()) != 0 {
             return Err(std::io::Error::last_os_error());
         }
     }
@@ -69,7 +74,7 @@ extern "C" fn on_trap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
 
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: OLD_TRAP was initialised by install().
-    let old = unsafe { (*(&raw const OLD_TRAP)).assume_init_ref() };
+    let old = unsafe { (*OLD_TRAP.0.get()).assume_init_ref() };
     let h = old.sa_sigaction;
     if h == libc::SIG_IGN {
         return;
@@ -138,7 +143,7 @@ fn run_advice(uc: &mut libc::ucontext_t, s: &session::Session, idx: u32, ip: u64
         shm: s.shm.base(),
         site: u64::from(idx),
         func: site.func,
-        tstate: t as *mut AgentThread as *mut u8,
+        tstate: t as *mut u8,
         probe: u64::from(site.entry_probe),
     };
     th.nest += 1;

@@ -1,1 +1,60 @@
-//! See Cargo.toml description and ARCHITECTURE.md.
+//! The only code in weft that touches another process from outside: ptrace and
+//! `/proc`.
+//!
+//! * [`StoppedProcess`]: stop every thread of a process ([`StoppedProcess::stop`]),
+//!   read and write its memory through `/proc/PID/mem`, check where its threads are
+//!   ([`StoppedProcess::threads_in`]), single-step a thread out of bytes about to be
+//!   replaced ([`StoppedProcess::step_out`]), call a function in it
+//!   ([`StoppedProcess::call`]), and let it go ([`StoppedProcess::resume`]) with every
+//!   signal it was kept from receiving delivered again.
+//! * [`inject_library`]: a remote `dlopen`.
+//! * [`process`]: what `/proc` says about a process, without stopping it.
+//!
+//! This crate knows nothing of probes: addresses come in, bytes and registers go out.
+//! Errors are [`InjectError`]s whose messages are one line, for the CLI to print.
+//!
+//! All calls on a [`StoppedProcess`] must come from the thread that stopped it (ptrace
+//! ties a tracee to a tracer *thread*); the type is neither `Send` nor `Sync`.
+//!
+//! # Limits
+//!
+//! * A remote call runs target code on a borrowed thread. If that thread holds a lock
+//!   the function needs (malloc's arena lock, the loader lock, a stdio lock), the call
+//!   deadlocks until its timeout, and abandoning it leaves the lock held.
+//!   [`StoppedProcess::pick_call_thread`] lowers the odds (a thread blocked in `read`
+//!   or `poll` normally holds none) but cannot rule it out.
+//! * Threads a called function creates stay stopped until resume: a function that
+//!   waits for its own new thread deadlocks until the timeout.
+//! * Stopping interrupts blocking system calls. Most are restarted on resume; a few
+//!   (`epoll_wait`, `inotify` reads) return EINTR to the target, as with any ptrace
+//!   attach.
+//! * A thread that does not stop in time (uninterruptible sleep, a `vfork` parent)
+//!   fails the stop and stays attached to the calling thread: it stops when it next
+//!   returns to user space and stays stopped until a later stop of the same process
+//!   from the same thread adopts it, or the calling thread exits.
+//! * A main thread that exits *while being stopped*, other threads living on, stays
+//!   traced by the calling thread: the process's exit status reaches its parent only
+//!   once that thread exits. `execve` during a stop is not handled.
+//! * The remote call ends by faulting at address 0. A target that *ignores* SIGSEGV
+//!   (SIG_IGN) gets it reset to SIG_DFL by the kernel; a thread running with a CET
+//!   shadow stack faults at the final `ret` instead (reported as
+//!   [`InjectError::CallFaulted`]).
+//! * Per thread, the first held signal is re-delivered with its original siginfo;
+//!   further ones are re-sent with `tgkill` and carry weft as their sender.
+
+mod call;
+mod error;
+mod library;
+pub mod process;
+mod stop;
+mod sys;
+
+pub use call::{CallArg, RemoteCallResult, DEFAULT_CALL_TIMEOUT, MAX_STACK_DATA};
+pub use error::{signal_name, AbandonedCall, InjectError, MemOp, Result};
+pub use library::inject_library;
+pub use stop::{
+    StopKind, StopStats, StoppedProcess, StoppedThread, DEFAULT_STOP_TIMEOUT, STEP_OUT_TIMEOUT,
+};
+
+/// The registers of a stopped thread, as ptrace sees them.
+pub use libc::user_regs_struct as Registers;

@@ -92,8 +92,14 @@ pub struct CField {
 }
 
 impl Type {
-    pub const U64: Type = Type::Int { bits: 64, signed: false };
-    pub const I64: Type = Type::Int { bits: 64, signed: true };
+    pub const U64: Type = Type::Int {
+        bits: 64,
+        signed: false,
+    };
+    pub const I64: Type = Type::Int {
+        bits: 64,
+        signed: true,
+    };
 
     /// Size in bytes when stored in a slot, a map key, a map value or an event.
     pub fn size(&self) -> u32 {
@@ -120,7 +126,9 @@ impl Type {
             Type::Buf { .. } => 4,
             Type::Tuple(fields) => fields.iter().map(Type::align).max().unwrap_or(1),
             Type::Record(fields) => fields.iter().map(|(_, t)| t.align()).max().unwrap_or(1),
-            Type::USym | Type::ProbeName | Type::Ptr(_) | Type::UStack { .. } | Type::Timestamp => 8,
+            Type::USym | Type::ProbeName | Type::Ptr(_) | Type::UStack { .. } | Type::Timestamp => {
+                8
+            }
             Type::CStruct(_) => 8,
         }
     }
@@ -167,7 +175,9 @@ impl fmt::Display for Type {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Type::Void => write!(f, "none"),
-            Type::Int { bits, signed } => write!(f, "{}int{}", if *signed { "" } else { "u" }, bits),
+            Type::Int { bits, signed } => {
+                write!(f, "{}int{}", if *signed { "" } else { "u" }, bits)
+            }
             Type::Bool => write!(f, "bool"),
             Type::Str { cap } => write!(f, "string[{cap}]"),
             Type::Buf { cap } => write!(f, "buffer[{cap}]"),
@@ -276,15 +286,31 @@ pub enum MapValue {
     Plain(Type),
     /// Aggregations: one accumulator per thread, merged when read.
     Count,
-    Sum { signed: bool },
-    Min { signed: bool },
-    Max { signed: bool },
-    Avg { signed: bool },
-    Stats { signed: bool },
+    Sum {
+        signed: bool,
+    },
+    Min {
+        signed: bool,
+    },
+    Max {
+        signed: bool,
+    },
+    Avg {
+        signed: bool,
+    },
+    Stats {
+        signed: bool,
+    },
     /// Power-of-two histogram; `k` is bpftrace's second argument (0..=5).
-    Hist { k: u8 },
+    Hist {
+        k: u8,
+    },
     /// Linear histogram.
-    Lhist { min: i64, max: i64, step: i64 },
+    Lhist {
+        min: i64,
+        max: i64,
+        step: i64,
+    },
 }
 
 impl MapValue {
@@ -348,15 +374,30 @@ pub enum AttachPoint {
     End,
     /// Entry of a function, or `func+offset` when `offset` is nonzero. `func` may hold
     /// wildcards (`*`, `?`, `[...]`). `target` is a path or a library name (`libc`).
-    Uprobe { target: String, func: String, offset: u64 },
+    Uprobe {
+        target: String,
+        func: String,
+        offset: u64,
+    },
     /// Return of a function.
-    Uretprobe { target: String, func: String },
+    Uretprobe {
+        target: String,
+        func: String,
+    },
     /// A USDT / SDT / WEFT_PROBE site. `provider` may be empty (any provider).
-    Usdt { target: String, provider: String, name: String },
+    Usdt {
+        target: String,
+        provider: String,
+        name: String,
+    },
     /// Runs in the weft process every `period_ns`.
-    Interval { period_ns: u64 },
+    Interval {
+        period_ns: u64,
+    },
     /// Samples the target's threads `hz` times a second.
-    Profile { hz: u64 },
+    Profile {
+        hz: u64,
+    },
 }
 
 impl AttachPoint {
@@ -377,15 +418,31 @@ impl fmt::Display for AttachPoint {
         match self {
             AttachPoint::Begin => write!(f, "BEGIN"),
             AttachPoint::End => write!(f, "END"),
-            AttachPoint::Uprobe { target, func, offset: 0 } => write!(f, "uprobe:{target}:{func}"),
-            AttachPoint::Uprobe { target, func, offset } => {
+            AttachPoint::Uprobe {
+                target,
+                func,
+                offset: 0,
+            } => write!(f, "uprobe:{target}:{func}"),
+            AttachPoint::Uprobe {
+                target,
+                func,
+                offset,
+            } => {
                 write!(f, "uprobe:{target}:{func}+{offset}")
             }
             AttachPoint::Uretprobe { target, func } => write!(f, "uretprobe:{target}:{func}"),
-            AttachPoint::Usdt { target, provider, name } if provider.is_empty() => {
+            AttachPoint::Usdt {
+                target,
+                provider,
+                name,
+            } if provider.is_empty() => {
                 write!(f, "usdt:{target}:{name}")
             }
-            AttachPoint::Usdt { target, provider, name } => write!(f, "usdt:{target}:{provider}:{name}"),
+            AttachPoint::Usdt {
+                target,
+                provider,
+                name,
+            } => write!(f, "usdt:{target}:{provider}:{name}"),
             AttachPoint::Interval { period_ns } => write!(f, "interval:ns:{period_ns}"),
             AttachPoint::Profile { hz } => write!(f, "profile:hz:{hz}"),
         }
@@ -420,7 +477,10 @@ impl Place {
         Place { slot, off }
     }
     pub fn at(self, extra: u32) -> Place {
-        Place { slot: self.slot, off: self.off + extra }
+        Place {
+            slot: self.slot,
+            off: self.off + extra,
+        }
     }
 }
 
@@ -594,83 +654,213 @@ pub enum Inst {
     Label(Label),
     Jump(Label),
     /// Jump to `if_true` when `cond != 0`, else to `if_false`.
-    Branch { cond: Reg, if_true: Label, if_false: Label },
+    Branch {
+        cond: Reg,
+        if_true: Label,
+        if_false: Label,
+    },
     /// End the advice.
     Return,
 
-    Const { dst: Reg, value: i64 },
-    Mov { dst: Reg, src: Reg },
-    Binary { op: BinOp, dst: Reg, a: Reg, b: Reg },
-    Unary { op: UnOp, dst: Reg, a: Reg },
+    Const {
+        dst: Reg,
+        value: i64,
+    },
+    Mov {
+        dst: Reg,
+        src: Reg,
+    },
+    Binary {
+        op: BinOp,
+        dst: Reg,
+        a: Reg,
+        b: Reg,
+    },
+    Unary {
+        op: UnOp,
+        dst: Reg,
+        a: Reg,
+    },
     /// Truncate `src` to `bits` and sign- or zero-extend back to 64 bits.
-    Extend { dst: Reg, src: Reg, bits: u8, signed: bool },
-    Ctx { dst: Reg, value: CtxValue },
+    Extend {
+        dst: Reg,
+        src: Reg,
+        bits: u8,
+        signed: bool,
+    },
+    Ctx {
+        dst: Reg,
+        value: CtxValue,
+    },
     /// Read `size` (1, 2, 4, 8) bytes of target memory at `addr` and extend.
     /// On a fault, `dst = 0` and [`ErrorKind::ReadFault`] is counted.
-    Load { dst: Reg, addr: Reg, size: u8, signed: bool },
+    Load {
+        dst: Reg,
+        addr: Reg,
+        size: u8,
+        signed: bool,
+    },
     /// Bump an error counter (used by the front end for loop bounds).
     CountError(ErrorKind),
 
     /// Store the low `size` bytes of `src` at `place`.
-    Store { place: Place, src: Reg, size: u8 },
+    Store {
+        place: Place,
+        src: Reg,
+        size: u8,
+    },
     /// Load `size` bytes from `place`, extended to 64 bits.
-    LoadSlot { dst: Reg, place: Place, size: u8, signed: bool },
+    LoadSlot {
+        dst: Reg,
+        place: Place,
+        size: u8,
+        signed: bool,
+    },
     /// Copy `len` bytes between places (they do not overlap).
-    Copy { dst: Place, src: Place, len: u32 },
+    Copy {
+        dst: Place,
+        src: Place,
+        len: u32,
+    },
     /// Fill `len` bytes with zero.
-    Zero { place: Place, len: u32 },
+    Zero {
+        place: Place,
+        len: u32,
+    },
     /// Write constant bytes (string literals: the bytes then NUL padding up to `len`).
-    SetBytes { place: Place, bytes: Vec<u8>, len: u32 },
+    SetBytes {
+        place: Place,
+        bytes: Vec<u8>,
+        len: u32,
+    },
     /// Write the address of a place into a register (for pointers to frame values,
     /// e.g. to pass to `Load`; rarely needed).
-    AddrOf { dst: Reg, place: Place },
+    AddrOf {
+        dst: Reg,
+        place: Place,
+    },
 
     /// `str(addr[, max])`: copy a NUL-terminated string of at most `cap - 1` bytes
     /// (and at most `max` bytes when given) from the target into `dst` (cap bytes,
     /// NUL-padded). A NULL or faulting address yields the bytes read so far and counts
     /// a read fault.
-    ReadStr { dst: Place, addr: Reg, max: Option<Reg>, cap: u32 },
+    ReadStr {
+        dst: Place,
+        addr: Reg,
+        max: Option<Reg>,
+        cap: u32,
+    },
     /// `buf(addr, len)`: `dst` gets `{len: u32, bytes}`; at most `cap` bytes.
-    ReadBuf { dst: Place, addr: Reg, len: Reg, cap: u32 },
+    ReadBuf {
+        dst: Place,
+        addr: Reg,
+        len: Reg,
+        cap: u32,
+    },
     /// `comm` into a `Str` of `cap` bytes.
-    Comm { dst: Place, cap: u32 },
+    Comm {
+        dst: Place,
+        cap: u32,
+    },
     /// The name of the probed function (bpftrace `func` when used as a string).
-    FuncName { dst: Place, cap: u32 },
+    FuncName {
+        dst: Place,
+        cap: u32,
+    },
     /// Compare two strings of at most `len` bytes (stopping at NUL): `dst = 1` when
     /// equal, else 0.
-    StrEq { dst: Reg, a: Place, b: Place, len: u32 },
+    StrEq {
+        dst: Reg,
+        a: Place,
+        b: Place,
+        len: u32,
+    },
     /// Compare the first `len` bytes of two places: `dst = 1` when equal.
-    BytesEq { dst: Reg, a: Place, b: Place, len: u32 },
+    BytesEq {
+        dst: Reg,
+        a: Place,
+        b: Place,
+        len: u32,
+    },
     /// `strncmp`-like ordering: `dst` = <0, 0, >0.
-    StrCmp { dst: Reg, a: Place, b: Place, len: u32 },
+    StrCmp {
+        dst: Reg,
+        a: Place,
+        b: Place,
+        len: u32,
+    },
     /// `strcontains(a, b)`: `dst = 1` when b occurs in a.
-    StrContains { dst: Reg, a: Place, b: Place, len: u32 },
+    StrContains {
+        dst: Reg,
+        a: Place,
+        b: Place,
+        len: u32,
+    },
     /// Format an integer in decimal into a `Str` of `cap` bytes.
-    IntToStr { dst: Place, src: Reg, signed: bool, cap: u32 },
+    IntToStr {
+        dst: Place,
+        src: Reg,
+        signed: bool,
+        cap: u32,
+    },
     /// Walk the user stack with frame pointers from the probe site into `dst`
     /// (`UStack` layout, `depth` entries at most).
-    UStack { dst: Place, depth: u32 },
+    UStack {
+        dst: Place,
+        depth: u32,
+    },
     /// `uaddr("symbol")`: resolved by the code generator to a constant.
-    SymbolAddr { dst: Reg, symbol: String },
+    SymbolAddr {
+        dst: Reg,
+        symbol: String,
+    },
 
     /// Read a map value: for scalar value types into `dst_reg`; for other plain value
     /// types, into `dst_place` (`value.size()` bytes). Absent keys read as zero. For
     /// aggregations (`@c` where `@c = count()`), reads the merged integer value
     /// (count, sum, min, max, avg).
-    MapLoad { map: MapId, key: Option<Place>, dst_reg: Option<Reg>, dst_place: Option<Place> },
+    MapLoad {
+        map: MapId,
+        key: Option<Place>,
+        dst_reg: Option<Reg>,
+        dst_place: Option<Place>,
+    },
     /// `@m[key] = value` for a plain map: from `src_reg` for scalars, else `src_place`.
-    MapStore { map: MapId, key: Option<Place>, src_reg: Option<Reg>, src_place: Option<Place> },
+    MapStore {
+        map: MapId,
+        key: Option<Place>,
+        src_reg: Option<Reg>,
+        src_place: Option<Place>,
+    },
     /// Aggregation update on this thread's accumulator.
-    MapAgg { map: MapId, key: Option<Place>, op: AggOp },
+    MapAgg {
+        map: MapId,
+        key: Option<Place>,
+        op: AggOp,
+    },
     /// `delete(@m[key])` (or the whole scalar map when `key` is None); `dst` (if any)
     /// gets 1 when an entry was deleted.
-    MapDelete { map: MapId, key: Option<Place>, dst: Option<Reg> },
+    MapDelete {
+        map: MapId,
+        key: Option<Place>,
+        dst: Option<Reg>,
+    },
     /// `has_key(@m, key)` / membership.
-    MapHasKey { dst: Reg, map: MapId, key: Place },
+    MapHasKey {
+        dst: Reg,
+        map: MapId,
+        key: Place,
+    },
     /// `len(@m)`.
-    MapLen { dst: Reg, map: MapId },
+    MapLen {
+        dst: Reg,
+        map: MapId,
+    },
     /// Start iterating a map: `it` gets an opaque cursor.
-    MapIterStart { it: Reg, map: MapId },
+    MapIterStart {
+        it: Reg,
+        map: MapId,
+    },
     /// Advance: `found = 1` and the key/value written (value as for `MapLoad`) when
     /// there is another entry; else `found = 0`. The cursor is updated in place.
     MapIterNext {
@@ -683,12 +873,22 @@ pub enum Inst {
     },
 
     /// Send an event; the payload is `len` bytes at `payload` (None: empty payload).
-    Emit { kind: EventKind, payload: Option<Place>, len: u32 },
+    Emit {
+        kind: EventKind,
+        payload: Option<Place>,
+        len: u32,
+    },
     /// `signal(sig)` to the current thread (needs `--unsafe`).
-    Signal { sig: Reg },
+    Signal {
+        sig: Reg,
+    },
     /// Store the low `size` bytes of `src` into target memory at `addr` (needs
     /// `--unsafe`); faults are counted.
-    StoreTarget { addr: Reg, src: Reg, size: u8 },
+    StoreTarget {
+        addr: Reg,
+        src: Reg,
+        size: u8,
+    },
 }
 
 impl Function {
@@ -745,7 +945,13 @@ impl fmt::Display for Program {
         }
         for p in &self.probes {
             let names: Vec<String> = p.attach.iter().map(|a| a.to_string()).collect();
-            writeln!(f, "probe {} (regs {}, slots {:?})", names.join(", "), p.body.regs, p.body.slots)?;
+            writeln!(
+                f,
+                "probe {} (regs {}, slots {:?})",
+                names.join(", "),
+                p.body.regs,
+                p.body.slots
+            )?;
             for inst in &p.body.code {
                 match inst {
                     Inst::Label(l) => writeln!(f, "  {l}:")?,
@@ -764,10 +970,16 @@ mod tests {
     #[test]
     fn tuple_layout_is_natural() {
         let t = Type::Tuple(vec![
-            Type::Int { bits: 8, signed: false },
+            Type::Int {
+                bits: 8,
+                signed: false,
+            },
             Type::U64,
             Type::Str { cap: 5 },
-            Type::Int { bits: 32, signed: true },
+            Type::Int {
+                bits: 32,
+                signed: true,
+            },
         ]);
         assert_eq!(t.field_offsets(), vec![0, 8, 16, 24]);
         assert_eq!(t.size(), 32);

@@ -6,6 +6,11 @@
 //! (indices are checked or come from the weft-written layout), and target memory
 //! is only touched through [`crate::safe`].
 
+// Every helper is `unsafe`: compiled advice calls it with a valid `Frame` and with
+// pointers into that frame's slots, sized as the code generator laid them out. That
+// contract is stated here once rather than on each function.
+#![allow(clippy::missing_safety_doc)]
+
 use core::sync::atomic::Ordering;
 use weft_abi::{
     AgentThread, Frame, Helper, MapKind, ThreadSlot, ERROR_KINDS, HELPER_COUNT, SITE_NAME_LEN,
@@ -53,7 +58,7 @@ pub fn count_error_in(slot: &ThreadSlot, kind: usize) {
 
 /// Map id → descriptor, or None for an out-of-range id (never from correct code).
 #[inline]
-fn desc<'a>(s: &'a Shm, id: u64) -> Option<&'a weft_abi::MapDesc> {
+fn desc(s: &Shm, id: u64) -> Option<&weft_abi::MapDesc> {
     (id < u64::from(s.map_count())).then(|| s.map(id as u32))
 }
 
@@ -71,7 +76,7 @@ fn key_slice<'a>(d: &weft_abi::MapDesc, key: *const u8) -> &'a [u8] {
 // Memory
 // ---------------------------------------------------------------------------------
 
-pub extern "C" fn weft_h_read_mem(f: *mut Frame, addr: u64, size: u64) -> u64 {
+pub unsafe extern "C" fn weft_h_read_mem(f: *mut Frame, addr: u64, size: u64) -> u64 {
     match safe::load(addr, size as u8) {
         Some(v) => v,
         None => {
@@ -82,7 +87,13 @@ pub extern "C" fn weft_h_read_mem(f: *mut Frame, addr: u64, size: u64) -> u64 {
 }
 
 /// `str(addr[, max])` into `dst` of `cap` bytes (NUL-padded).
-pub extern "C" fn weft_h_read_str(f: *mut Frame, dst: *mut u8, addr: u64, max: u64, cap: u64) {
+pub unsafe extern "C" fn weft_h_read_str(
+    f: *mut Frame,
+    dst: *mut u8,
+    addr: u64,
+    max: u64,
+    cap: u64,
+) {
     let cap = cap as usize;
     if cap == 0 {
         return;
@@ -98,7 +109,13 @@ pub extern "C" fn weft_h_read_str(f: *mut Frame, dst: *mut u8, addr: u64, max: u
 }
 
 /// `buf(addr, len)` into `dst` = `{ u32 len, bytes[cap] }`.
-pub extern "C" fn weft_h_read_buf(f: *mut Frame, dst: *mut u8, addr: u64, len: u64, cap: u64) {
+pub unsafe extern "C" fn weft_h_read_buf(
+    f: *mut Frame,
+    dst: *mut u8,
+    addr: u64,
+    len: u64,
+    cap: u64,
+) {
     let want = len.min(cap) as usize;
     // SAFETY: dst is a frame slot of 4 + cap bytes.
     let out = unsafe { core::slice::from_raw_parts_mut(dst.add(4), cap as usize) };
@@ -111,7 +128,7 @@ pub extern "C" fn weft_h_read_buf(f: *mut Frame, dst: *mut u8, addr: u64, len: u
     }
 }
 
-pub extern "C" fn weft_h_store_target(f: *mut Frame, addr: u64, value: u64, size: u64) {
+pub unsafe extern "C" fn weft_h_store_target(f: *mut Frame, addr: u64, value: u64, size: u64) {
     if !safe::store(addr, value, size as u8) {
         count_error_in(slot(frame(f)), ERR_READ_FAULT);
     }
@@ -121,14 +138,14 @@ pub extern "C" fn weft_h_store_target(f: *mut Frame, addr: u64, value: u64, size
 // Context
 // ---------------------------------------------------------------------------------
 
-pub extern "C" fn weft_h_comm(f: *mut Frame, dst: *mut u8, cap: u64) {
+pub unsafe extern "C" fn weft_h_comm(f: *mut Frame, dst: *mut u8, cap: u64) {
     let comm = &slot(frame(f)).comm;
     // SAFETY: dst is a frame slot of cap bytes.
     let out = unsafe { core::slice::from_raw_parts_mut(dst, cap as usize) };
     copy_cstr(out, comm);
 }
 
-pub extern "C" fn weft_h_func_name(f: *mut Frame, dst: *mut u8, cap: u64) {
+pub unsafe extern "C" fn weft_h_func_name(f: *mut Frame, dst: *mut u8, cap: u64) {
     let fr = frame(f);
     // SAFETY: dst is a frame slot of cap bytes.
     let out = unsafe { core::slice::from_raw_parts_mut(dst, cap as usize) };
@@ -154,15 +171,15 @@ fn copy_cstr(out: &mut [u8], src: &[u8]) {
     out[n..].fill(0);
 }
 
-pub extern "C" fn weft_h_nsecs() -> u64 {
+pub unsafe extern "C" fn weft_h_nsecs() -> u64 {
     crate::clock::monotonic_ns()
 }
 
-pub extern "C" fn weft_h_realtime_nsecs() -> u64 {
+pub unsafe extern "C" fn weft_h_realtime_nsecs() -> u64 {
     crate::clock::realtime_ns()
 }
 
-pub extern "C" fn weft_h_cpu() -> u64 {
+pub unsafe extern "C" fn weft_h_cpu() -> u64 {
     crate::clock::cpu()
 }
 
@@ -171,7 +188,7 @@ fn tstate<'a>(f: &Frame) -> Option<&'a mut AgentThread> {
     unsafe { (f.tstate as *mut AgentThread).as_mut() }
 }
 
-pub extern "C" fn weft_h_rand(f: *mut Frame) -> u64 {
+pub unsafe extern "C" fn weft_h_rand(f: *mut Frame) -> u64 {
     let fr = frame(f);
     let Some(t) = tstate(fr) else { return 4 };
     if t.rand == 0 {
@@ -186,18 +203,18 @@ pub extern "C" fn weft_h_rand(f: *mut Frame) -> u64 {
     (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) & 0xffff_ffff
 }
 
-pub extern "C" fn weft_h_tid(f: *mut Frame) -> u64 {
+pub unsafe extern "C" fn weft_h_tid(f: *mut Frame) -> u64 {
     tstate(frame(f)).map_or(0, |t| u64::from(t.tid))
 }
 
-pub extern "C" fn weft_h_pid(f: *mut Frame) -> u64 {
+pub unsafe extern "C" fn weft_h_pid(f: *mut Frame) -> u64 {
     tstate(frame(f)).map_or(0, |t| u64::from(t.pid))
 }
 
 /// Walk the stack with frame pointers into `dst` = `{ n: u64, ips: [u64; depth] }`.
 /// The first entry is the probe site; at a function entry the second is the return
 /// address at `[rsp]` (the caller), then the `rbp` chain.
-pub extern "C" fn weft_h_ustack(f: *mut Frame, dst: *mut u8, depth: u64) {
+pub unsafe extern "C" fn weft_h_ustack(f: *mut Frame, dst: *mut u8, depth: u64) {
     let fr = frame(f);
     let depth = depth as usize;
     // SAFETY: dst is a frame slot of 8 + 8 * depth bytes.
@@ -240,13 +257,13 @@ pub extern "C" fn weft_h_ustack(f: *mut Frame, dst: *mut u8, depth: u64) {
 // Maps
 // ---------------------------------------------------------------------------------
 
-pub extern "C" fn weft_h_map_find(f: *mut Frame, id: u64, key: *const u8) -> i64 {
+pub unsafe extern "C" fn weft_h_map_find(f: *mut Frame, id: u64, key: *const u8) -> i64 {
     let s = shm(frame(f));
     let Some(d) = desc(&s, id) else { return -1 };
     map::find(&s, d, key_slice(d, key)).map_or(-1, i64::from)
 }
 
-pub extern "C" fn weft_h_map_insert(f: *mut Frame, id: u64, key: *const u8) -> i64 {
+pub unsafe extern "C" fn weft_h_map_insert(f: *mut Frame, id: u64, key: *const u8) -> i64 {
     let fr = frame(f);
     let s = shm(fr);
     let Some(d) = desc(&s, id) else { return -1 };
@@ -261,7 +278,12 @@ pub extern "C" fn weft_h_map_insert(f: *mut Frame, id: u64, key: *const u8) -> i
 
 /// Read a value: plain maps copy `value_size` bytes to `dst` (if not null) and return
 /// the first 8 bytes zero-extended; aggregations return the merged scalar.
-pub extern "C" fn weft_h_map_load(f: *mut Frame, id: u64, key: *const u8, dst: *mut u8) -> u64 {
+pub unsafe extern "C" fn weft_h_map_load(
+    f: *mut Frame,
+    id: u64,
+    key: *const u8,
+    dst: *mut u8,
+) -> u64 {
     let s = shm(frame(f));
     let Some(d) = desc(&s, id) else { return 0 };
     let found = map::find(&s, d, key_slice(d, key));
@@ -303,7 +325,7 @@ fn load_value(s: &Shm, d: &weft_abi::MapDesc, found: Option<u32>, dst: *mut u8) 
 
 /// Store a plain value: `value_size` bytes from `src`, or (src null) the low bytes of
 /// `value`.
-pub extern "C" fn weft_h_map_store(
+pub unsafe extern "C" fn weft_h_map_store(
     f: *mut Frame,
     id: u64,
     key: *const u8,
@@ -330,7 +352,13 @@ pub extern "C" fn weft_h_map_store(
     }
 }
 
-pub extern "C" fn weft_h_map_agg(f: *mut Frame, id: u64, key: *const u8, op: u64, value: u64) {
+pub unsafe extern "C" fn weft_h_map_agg(
+    f: *mut Frame,
+    id: u64,
+    key: *const u8,
+    op: u64,
+    value: u64,
+) {
     let fr = frame(f);
     let s = shm(fr);
     let Some(d) = desc(&s, id) else { return };
@@ -342,20 +370,20 @@ pub extern "C" fn weft_h_map_agg(f: *mut Frame, id: u64, key: *const u8, op: u64
     map::aggregate(d, acc, op as u32, value);
 }
 
-pub extern "C" fn weft_h_map_delete(f: *mut Frame, id: u64, key: *const u8) -> u64 {
+pub unsafe extern "C" fn weft_h_map_delete(f: *mut Frame, id: u64, key: *const u8) -> u64 {
     let s = shm(frame(f));
     let Some(d) = desc(&s, id) else { return 0 };
     u64::from(map::delete(&s, d, key_slice(d, key)))
 }
 
-pub extern "C" fn weft_h_map_len(f: *mut Frame, id: u64) -> u64 {
+pub unsafe extern "C" fn weft_h_map_len(f: *mut Frame, id: u64) -> u64 {
     let s = shm(frame(f));
     desc(&s, id).map_or(0, |d| u64::from(d.count.load(Ordering::Relaxed)))
 }
 
 /// Advance `*cursor` to the next live entry; copy its key to `key_dst` and its value
 /// (as `weft_h_map_load` would) to `val_dst`. Returns 1 when an entry was found.
-pub extern "C" fn weft_h_map_iter_next(
+pub unsafe extern "C" fn weft_h_map_iter_next(
     f: *mut Frame,
     id: u64,
     cursor: *mut u64,
@@ -388,7 +416,7 @@ pub extern "C" fn weft_h_map_iter_next(
 // ---------------------------------------------------------------------------------
 
 /// Send an event: `args` packs `arg0 | arg1 << 32`.
-pub extern "C" fn weft_h_emit(
+pub unsafe extern "C" fn weft_h_emit(
     f: *mut Frame,
     kind: u64,
     id: u64,
@@ -424,7 +452,7 @@ pub extern "C" fn weft_h_emit(
     u64::from(ok)
 }
 
-pub extern "C" fn weft_h_int_to_str(dst: *mut u8, value: u64, signed: u64, cap: u64) {
+pub unsafe extern "C" fn weft_h_int_to_str(dst: *mut u8, value: u64, signed: u64, cap: u64) {
     let mut buf = [0u8; 24];
     let mut n = 0;
     let neg = signed != 0 && (value as i64) < 0;
@@ -459,7 +487,7 @@ fn cstr<'a>(p: *const u8, len: u64) -> &'a [u8] {
 }
 
 /// Compare two NUL-terminated strings of at most `len` bytes: <0, 0, >0.
-pub extern "C" fn weft_h_str_cmp(a: *const u8, b: *const u8, len: u64) -> i64 {
+pub unsafe extern "C" fn weft_h_str_cmp(a: *const u8, b: *const u8, len: u64) -> i64 {
     match cstr(a, len).cmp(cstr(b, len)) {
         core::cmp::Ordering::Less => -1,
         core::cmp::Ordering::Equal => 0,
@@ -467,12 +495,12 @@ pub extern "C" fn weft_h_str_cmp(a: *const u8, b: *const u8, len: u64) -> i64 {
     }
 }
 
-pub extern "C" fn weft_h_str_contains(a: *const u8, b: *const u8, len: u64) -> u64 {
+pub unsafe extern "C" fn weft_h_str_contains(a: *const u8, b: *const u8, len: u64) -> u64 {
     let (h, n) = (cstr(a, len), cstr(b, len));
     u64::from(n.is_empty() || h.windows(n.len()).any(|w| w == n))
 }
 
-pub extern "C" fn weft_h_signal(f: *mut Frame, sig: u64) {
+pub unsafe extern "C" fn weft_h_signal(f: *mut Frame, sig: u64) {
     let fr = frame(f);
     if let Some(t) = tstate(fr) {
         // A system call, allowed only because `signal()` needs --unsafe.
@@ -481,7 +509,7 @@ pub extern "C" fn weft_h_signal(f: *mut Frame, sig: u64) {
     }
 }
 
-pub extern "C" fn weft_h_count_error(f: *mut Frame, kind: u64) {
+pub unsafe extern "C" fn weft_h_count_error(f: *mut Frame, kind: u64) {
     count_error_in(slot(frame(f)), kind as *const () as usize);
 }
 

@@ -497,7 +497,7 @@ mod tests {
         assert_eq!(d.count.load(Ordering::Relaxed), 2);
         assert!(delete(&shm, d, &k1));
         assert_eq!(find(&shm, d, &k1), None);
-        assert_eq!(find(&shm, d, &k2).is_some(), true);
+        assert!(find(&shm, d, &k2).is_some());
         assert_eq!(d.count.load(Ordering::Relaxed), 1);
         assert_eq!(insert(&shm, d, &k1), Insert::New(i1.index().unwrap()));
     }

@@ -190,7 +190,7 @@ const MIN_ADDR: u64 = 4096;
 const MAX_ADDR: u64 = 0x0000_8000_0000_0000;
 
 fn plausible(addr: u64, len: u64) -> bool {
-    addr >= MIN_ADDR && addr < MAX_ADDR && addr.checked_add(len).is_some_and(|e| e <= MAX_ADDR)
+    (MIN_ADDR..MAX_ADDR).contains(&addr) && addr.checked_add(len).is_some_and(|e| e <= MAX_ADDR)
 }
 
 /// Read `size` (1, 2, 4 or 8) bytes at `addr`, zero-extended. `None` on a fault.

@@ -1,0 +1,86 @@
+//! The command line. `weft -e PROGRAM -c CMD` works without a subcommand, as with
+//! bpftrace.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "weft",
+    version,
+    about = "Weave probes into running programs and take them out again",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub trace: TraceArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a program of probes against a launched command or a running process.
+    Trace(TraceArgs),
+    /// List the functions that can be probed (`uprobe:BIN:FUNC` lines).
+    List(ListArgs),
+    /// Build the bundled demo program and weave into it.
+    Demo {
+        /// Requests the demo program handles.
+        #[arg(default_value_t = 2000)]
+        requests: u32,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TraceArgs {
+    /// The program text (instead of a program file).
+    #[arg(short = 'e', value_name = "PROGRAM")]
+    pub program: Option<String>,
+    /// Launch this command (split like a shell would) and trace it from its start.
+    #[arg(short = 'c', value_name = "CMD")]
+    pub command: Option<String>,
+    /// Attach to this running process.
+    #[arg(short = 'p', value_name = "PID")]
+    pub pid: Option<i32>,
+    /// Write output to FILE instead of stdout.
+    #[arg(short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Output format: text (default) or json.
+    #[arg(short = 'f', value_name = "FORMAT")]
+    pub format: Option<String>,
+    /// Quiet: no "Attaching N probes..." line.
+    #[arg(short = 'q')]
+    pub quiet: bool,
+    /// Verbose: how each site was woven, pause times.
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Dump the program after a stage: parse (ast), expand, check (checked), lower (program).
+    #[arg(short = 'd', value_name = "STAGE")]
+    pub dump: Vec<String>,
+    /// Allow system(), signal() and writes to target memory.
+    #[arg(long = "unsafe")]
+    pub unsafe_ok: bool,
+    /// List probeable functions matching PATTERN (as `weft list`).
+    #[arg(short = 'l', value_name = "PATTERN")]
+    pub list: Option<String>,
+    /// Program file, then positional parameters ($1, $2, ...).
+    #[arg(value_name = "FILE_OR_ARGS")]
+    pub args: Vec<String>,
+    /// The command to launch, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub cmd: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ListArgs {
+    /// Function pattern (wildcards allowed) or a full `uprobe:BIN:FUNC` pattern.
+    pub pattern: Option<String>,
+    /// List the functions of a running process and its libraries.
+    #[arg(short = 'p', value_name = "PID")]
+    pub pid: Option<i32>,
+    /// The binary to list.
+    #[arg(long = "binary", short = 'b', value_name = "BINARY")]
+    pub binary: Option<String>,
+}

@@ -1,0 +1,135 @@
+//! The `weft` command: flags and subcommands, and the session that runs one trace.
+//!
+//! * [`args`]: the command line (clap).
+//! * [`session`]: one `weft trace` run, the pipeline in order.
+//! * [`target`]: launching a command with the agent, or loading it into a process.
+//! * [`segment`], [`conn`]: the shared segment and the control channel.
+//! * [`weave`], [`patch`]: planning sites, writing code, patching with threads stopped.
+//! * [`local`]: BEGIN/END/interval advice, run in weft.
+//! * [`printer`]: events and maps, through `weft-output`.
+
+pub mod args;
+pub mod conn;
+pub mod demo;
+pub mod local;
+pub mod patch;
+pub mod printer;
+pub mod segment;
+pub mod session;
+pub mod target;
+pub mod weave;
+
+use std::io::IsTerminal;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+
+use args::{Cli, Command, ListArgs, TraceArgs};
+use printer::OutputFormat;
+use session::{Target, TraceOptions};
+
+/// Run the command line; returns the exit status.
+pub fn main() -> Result<i32> {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Trace(t)) => trace(t),
+        Some(Command::List(l)) => list(l),
+        Some(Command::Demo { requests }) => demo::run(requests),
+        None => {
+            if let Some(pattern) = cli.trace.list.clone() {
+                return list(ListArgs {
+                    pattern: Some(pattern),
+                    pid: cli.trace.pid,
+                    binary: None,
+                });
+            }
+            trace(cli.trace)
+        }
+    }
+}
+
+pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
+    let (text, file, params) = match (&t.program, t.args.split_first()) {
+        (Some(p), _) => (p.clone(), "-e".to_string(), t.args.clone()),
+        (None, Some((file, rest))) => {
+            let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+            (text, file.clone(), rest.to_vec())
+        }
+        (None, None) => bail!("no program: give -e 'PROGRAM' or a program file"),
+    };
+    let dump: Vec<weft_lang::Stage> = t
+        .dump
+        .iter()
+        .map(|d| {
+            weft_lang::Stage::from_dump_name(d).ok_or_else(|| {
+                anyhow!("unknown stage `{d}` for -d (use ast, expanded, checked or program)")
+            })
+        })
+        .collect::<Result<_>>()?;
+    let opts = weft_lang::Options {
+        positional: params,
+        config: weft_ir::Config {
+            unsafe_ok: t.unsafe_ok,
+            ..weft_ir::Config::default()
+        },
+        unsafe_ok: t.unsafe_ok,
+        args_resolver: None,
+        dump,
+    };
+    let out = weft_lang::compile(&text, &file, &opts);
+    for (stage, d) in &out.dumps {
+        eprintln!("=== {} ===\n{d}", stage.name());
+    }
+    if !out.diagnostics.is_empty() {
+        let color = std::io::stderr().is_terminal();
+        let _ = color;
+        eprint!("{}", weft_lang::render(&out.diagnostics, &text, &file));
+    }
+    let Some(prog) = out.program else {
+        return Ok(1);
+    };
+    let target = match (&t.command, t.pid, &t.cmd) {
+        (Some(c), None, v) if v.is_empty() => Target::Launch(target::split_command(c)?),
+        (None, Some(pid), v) if v.is_empty() => Target::Attach(pid),
+        (None, None, v) if !v.is_empty() => Target::Launch(v.clone()),
+        (None, None, _) => Target::None,
+        _ => bail!("give only one of -c CMD, -p PID and -- CMD ARGS..."),
+    };
+    let opts = TraceOptions {
+        target,
+        output: t.output.clone(),
+        format: match t.format.as_deref() {
+            None | Some("text") => OutputFormat::Text,
+            Some("json") => OutputFormat::Json,
+            Some(other) => bail!("unknown output format `{other}` (use text or json)"),
+        },
+        quiet: t.quiet,
+        verbose: t.verbose,
+        unsafe_ok: t.unsafe_ok,
+        sizes: segment::Sizes::default(),
+    };
+    session::trace(&prog, &opts)
+}
+
+fn list(l: ListArgs) -> Result<i32> {
+    let pattern = l.pattern.clone().unwrap_or_else(|| "*".to_string());
+    let source = match (l.pid, &l.binary) {
+        (Some(pid), None) => weft_symbols::ListSource::Process(pid as u32),
+        (None, Some(b)) => weft_symbols::ListSource::File(b.into()),
+        (None, None) => bail!("weft list needs a binary or -p PID"),
+        (Some(_), Some(_)) => bail!("give either a binary or -p PID, not both"),
+    };
+    // `uprobe:*:main` style patterns match whole lines; a bare name matches functions.
+    let pattern = if pattern.contains(':') {
+        pattern
+    } else {
+        format!("*:{pattern}")
+    };
+    let lines = weft_symbols::list(&source, &pattern).map_err(|e| anyhow!("{e}"))?;
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        use std::io::Write;
+        writeln!(out, "{line}")?;
+    }
+    Ok(0)
+}

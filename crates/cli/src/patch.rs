@@ -1,0 +1,139 @@
+//! Writing and removing patches with every thread of the target stopped.
+//!
+//! Before a site is written, no thread may be executing inside the bytes it
+//! replaces: such threads are single-stepped out first. The bytes in memory must
+//! still be the file's original bytes (else the site is left alone and reported).
+//! Writes go through `/proc/PID/mem`, so code pages keep their protections.
+
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use weft_abi::{SITE_PATCHED, SITE_PATCHING, SITE_RESTORED};
+use weft_inject::StoppedProcess;
+use weft_runtime::shm::Shm;
+
+use crate::weave::{Outcome, Planned};
+
+/// What patching did, for `-v` and the benchmarks.
+#[derive(Debug, Default)]
+pub struct PatchReport {
+    pub pause: Duration,
+    pub patched: usize,
+    pub stepped_threads: usize,
+    pub threads: usize,
+}
+
+/// Patch every planned site. Sites whose memory no longer holds the original bytes
+/// are marked `Skipped`.
+pub fn apply(pid: i32, sites: &mut [Planned], shm: &Shm) -> Result<PatchReport> {
+    let mut w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    let mut report = PatchReport {
+        threads: w.threads().len(),
+        ..PatchReport::default()
+    };
+    let inside: Vec<Range<u64>> = sites
+        .iter()
+        .filter(|s| !s.patch.is_empty())
+        .map(|s| s.addr + 1..s.addr + s.patch.len() as u64)
+        .filter(|r| !r.is_empty())
+        .collect();
+    for tid in w.threads_in(&inside) {
+        w.step_out(tid, &inside, 64).map_err(|e| anyhow!("{e}"))?;
+        report.stepped_threads += 1;
+    }
+    let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
+    for s in sites.iter_mut() {
+        if s.patch.is_empty() || s.index == u32::MAX {
+            continue;
+        }
+        let n = s.orig.len();
+        w.read_mem(s.addr, &mut cur[..n])
+            .map_err(|e| anyhow!("{e}"))?;
+        if cur[..n] != s.orig[..] {
+            s.outcome = Outcome::Skipped(format!(
+                "the code at {:#x} differs from the file (patched by another tool?)",
+                s.addr
+            ));
+            continue;
+        }
+        let d = shm.site(s.index);
+        d.state.store(SITE_PATCHING, Ordering::Release);
+        w.write_mem(s.addr, &s.patch).map_err(|e| anyhow!("{e}"))?;
+        d.state.store(SITE_PATCHED, Ordering::Release);
+        report.patched += 1;
+    }
+    report.pause = w.resume().map_err(|e| anyhow!("{e}"))?;
+    Ok(report)
+}
+
+/// Put the original bytes back at every patched site.
+pub fn restore(pid: i32, sites: &[Planned], shm: &Shm) -> Result<Duration> {
+    let w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
+    for s in sites {
+        if s.index == u32::MAX || !matches!(s.outcome, Outcome::Jump | Outcome::Int3(_)) {
+            continue;
+        }
+        let d = shm.site(s.index);
+        if d.state.load(Ordering::Acquire) != SITE_PATCHED {
+            continue;
+        }
+        let n = s.patch.len();
+        w.read_mem(s.addr, &mut cur[..n])
+            .map_err(|e| anyhow!("{e}"))?;
+        if cur[..n] == s.patch[..] {
+            w.write_mem(s.addr, &s.orig).map_err(|e| anyhow!("{e}"))?;
+        }
+        d.state.store(SITE_RESTORED, Ordering::Release);
+    }
+    w.resume().map_err(|e| anyhow!("{e}"))
+}
+
+/// Wait until no thread is inside advice (`AgentThread::nest`), a trampoline or a
+/// code region, or the agent's return trampoline, checking with the world stopped.
+pub fn wait_quiescent(
+    pid: i32,
+    code: &[Range<u64>],
+    tls_offset: i64,
+    timeout: Duration,
+) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+        let mut busy = !w.threads_in(code).is_empty();
+        if !busy {
+            for t in w.threads() {
+                let tls = t.regs().fs_base.wrapping_add(tls_offset as u64);
+                let mut p = [0u8; 8];
+                if w.read_mem(tls, &mut p).is_err() {
+                    continue;
+                }
+                let at = u64::from_le_bytes(p);
+                if at == 0 {
+                    continue;
+                }
+                let mut nest = [0u8; 4];
+                if w.read_mem(at + weft_abi::AGENT_THREAD_NEST_OFF as u64, &mut nest)
+                    .is_ok()
+                    && u32::from_le_bytes(nest) != 0
+                {
+                    busy = true;
+                    break;
+                }
+            }
+        }
+        w.resume().map_err(|e| anyhow!("{e}"))?;
+        if !busy {
+            return Ok(());
+        }
+        if start.elapsed() > timeout {
+            bail!(
+                "a thread of {pid} stayed inside advice for {} s; leaving its code mapped",
+                timeout.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}

@@ -1,0 +1,185 @@
+//! The shared data segment for one session: laid out from the program's maps,
+//! backed by a memfd that the agent maps too.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+
+use anyhow::{bail, Context, Result};
+use weft_abi::{MapKind, ENTRY_LIVE};
+use weft_ir::{MapValue, Program};
+use weft_jit::MapLayout;
+use weft_runtime::layout::{Layout, LayoutBuilder, MapSpec};
+use weft_runtime::shm::Shm;
+
+/// Sizing knobs (command-line flags may change them).
+#[derive(Clone, Copy, Debug)]
+pub struct Sizes {
+    pub max_threads: u32,
+    pub ring_size: u64,
+    pub max_sites: u32,
+}
+
+impl Default for Sizes {
+    fn default() -> Self {
+        Sizes {
+            max_threads: 1024,
+            ring_size: 1 << 18,
+            max_sites: 1 << 16,
+        }
+    }
+}
+
+pub struct Segment {
+    pub fd: OwnedFd,
+    pub shm: Shm,
+    pub layout: Layout,
+    pub maps: Vec<MapLayout>,
+    ptr: *mut libc::c_void,
+}
+
+/// The layout entry of one map of the program.
+pub fn map_spec(value: &MapValue, key_size: u32, max_entries: u32) -> MapSpec {
+    let (kind, signed) = match value {
+        MapValue::Plain(_) => (MapKind::Plain, false),
+        MapValue::Count => (MapKind::Count, false),
+        MapValue::Sum { signed } => (MapKind::Sum, *signed),
+        MapValue::Min { signed } => (MapKind::Min, *signed),
+        MapValue::Max { signed } => (MapKind::Max, *signed),
+        MapValue::Avg { signed } => (MapKind::Avg, *signed),
+        MapValue::Stats { signed } => (MapKind::Stats, *signed),
+        MapValue::Hist { .. } => (MapKind::Hist, false),
+        MapValue::Lhist { .. } => (MapKind::Lhist, true),
+    };
+    let vs = value.value_size();
+    let mut s = if kind == MapKind::Plain {
+        MapSpec::plain(key_size, vs, max_entries)
+    } else {
+        MapSpec::agg(kind, signed, key_size, vs, max_entries)
+    };
+    if let MapValue::Hist { k } = value {
+        s.hist_k = u32::from(*k);
+    }
+    if let MapValue::Lhist { min, max, step } = value {
+        s.lhist = (*min, *max, *step);
+    }
+    s
+}
+
+impl Segment {
+    pub fn create(prog: &Program, sizes: Sizes, target_pid: u32) -> Result<Segment> {
+        let mut b =
+            LayoutBuilder::new(sizes.max_threads, sizes.ring_size).max_sites(sizes.max_sites);
+        for m in &prog.maps {
+            let key_size = m.key.as_ref().map_or(0, |k| k.size());
+            b.add_map(map_spec(&m.value, key_size, prog.config.max_map_keys));
+        }
+        let layout = b.finish();
+        // SAFETY: memfd_create with a static name; the fd is owned below.
+        let raw = unsafe { libc::memfd_create(c"weft-shm".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            bail!("memfd_create: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: raw is a fresh fd.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // Private to this user: the fd is only ever passed to the agent.
+        // SAFETY: fchmod/ftruncate on our fd.
+        unsafe {
+            libc::fchmod(raw, 0o600);
+            if libc::ftruncate(raw, layout.total_size as i64) != 0 {
+                bail!(
+                    "sizing the shared segment ({} bytes): {}",
+                    layout.total_size,
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        // SAFETY: mapping our memfd shared read-write.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                layout.total_size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_NORESERVE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mapping the shared segment");
+        }
+        // SAFETY: a fresh zeroed mapping of total_size bytes.
+        let shm = unsafe { Shm::from_base(ptr as *mut u8) };
+        layout.write_header(&shm, target_pid);
+        let maps = layout
+            .maps
+            .iter()
+            .map(|(s, t, a, _)| MapLayout {
+                kind: s.kind,
+                key_size: s.key_size,
+                value_size: s.value_size,
+                table_off: *t,
+                agg_off: *a,
+                hist_k: s.hist_k,
+            })
+            .collect();
+        let seg = Segment {
+            fd,
+            shm,
+            layout,
+            maps,
+            ptr,
+        };
+        seg.init_header(prog);
+        Ok(seg)
+    }
+
+    fn init_header(&self, _prog: &Program) {
+        let h = self.shm.header() as *const weft_abi::ShmHeader as *mut weft_abi::ShmHeader;
+        // SAFETY: the agent has not mapped the segment yet; plain fields.
+        unsafe {
+            (*h).start_nsecs = weft_runtime::clock::monotonic_ns();
+            (*h).uid = u64::from(libc::getuid());
+            (*h).gid = u64::from(libc::getgid());
+        }
+    }
+
+    pub fn set_target(&self, pid: u32, cpid: u64, uid: u64, gid: u64) {
+        let h = self.shm.header() as *const weft_abi::ShmHeader as *mut weft_abi::ShmHeader;
+        // SAFETY: written before the agent reads them (before MAP_SHM).
+        unsafe {
+            (*h).target_pid = pid;
+            (*h).cpid = cpid;
+            (*h).uid = uid;
+            (*h).gid = gid;
+        }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.layout.total_size
+    }
+
+    /// Claim a thread slot for weft itself (BEGIN/END/interval advice run here).
+    pub fn claim_own_slot(&self, tid: u32) -> *mut weft_abi::ThreadSlot {
+        let h = self.shm.header();
+        let idx = h.threads_claimed.fetch_add(1, Ordering::AcqRel);
+        let slot = self.shm.thread_slot(idx);
+        // SAFETY: slot idx is ours alone (claimed by fetch_add).
+        let s = unsafe { &mut *slot };
+        s.tid = tid;
+        s.comm[..4].copy_from_slice(b"weft");
+        s.state.store(weft_abi::THREAD_LIVE, Ordering::Release);
+        slot
+    }
+
+    /// Whether entry 0 of a scalar map is live (the map has a value to print).
+    pub fn scalar_live(&self, map: u32) -> bool {
+        weft_runtime::map::entry_state(&self.shm, self.shm.map(map), 0) == ENTRY_LIVE
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping; nothing uses it after the session.
+        unsafe { libc::munmap(self.ptr, self.layout.total_size as usize) };
+    }
+}

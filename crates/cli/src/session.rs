@@ -1,0 +1,545 @@
+//! One `weft trace` run, start to finish:
+//! compile → get the agent into the target → resolve sites → lay out the segment →
+//! compile advice and trampolines → BEGIN → patch → poll events → unweave → END →
+//! print maps and losses.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use weft_ir::{AttachPoint, Program};
+use weft_jit::Env;
+use weft_symbols::{ProcMaps, Symbolizer};
+
+use crate::conn::{Agent, Listener};
+use crate::local::Local;
+use crate::printer::{losses, OutputFormat, Printer, SessionResolver};
+use crate::segment::{Segment, Sizes};
+use crate::weave::{Call, Outcome, Planned, SiteSpec, Weaver};
+use crate::{patch, target};
+
+/// Where the probes go.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// No process: only BEGIN/END/interval probes.
+    None,
+    /// Launch a command (argv).
+    Launch(Vec<String>),
+    /// Attach to a running process.
+    Attach(i32),
+}
+
+#[derive(Clone, Debug)]
+pub struct TraceOptions {
+    pub target: Target,
+    pub output: Option<PathBuf>,
+    pub format: OutputFormat,
+    pub quiet: bool,
+    pub verbose: bool,
+    pub unsafe_ok: bool,
+    pub sizes: Sizes,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    STOP_SIGNAL.store(sig, Ordering::Relaxed);
+    STOP.store(true, Ordering::Release);
+}
+
+fn install_stop_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a handler that only stores to atomics.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// A probe body and where it runs.
+struct ProbeRef<'p> {
+    body: &'p weft_ir::Function,
+}
+
+/// Run a checked program. Returns the exit status.
+pub fn trace(prog: &Program, opts: &TraceOptions) -> Result<i32> {
+    install_stop_handlers();
+    let needs_target = prog
+        .probes
+        .iter()
+        .any(|p| p.attach.iter().any(AttachPoint::runs_in_target));
+    if needs_target && matches!(opts.target, Target::None) {
+        bail!("uprobe probes need a target process: give -p PID or -c 'CMD' (or -- CMD ARGS...)");
+    }
+    let out: Box<dyn Write> = match &opts.output {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => Box::new(std::io::stdout()),
+    };
+    let mut probe_names = prog.probe_names.clone();
+
+    // 1. The target and its agent.
+    let mut child: Option<Child> = None;
+    let mut conn: Option<(Agent, i32)> = None;
+    let listener = Listener::new()?;
+    match &opts.target {
+        Target::None => {}
+        Target::Launch(argv) => {
+            let agent = target::agent_path()?;
+            let mut c = target::launch(argv, &agent, &listener.name)?;
+            let pid = c.id() as i32;
+            let a = listener.accept(pid, Duration::from_secs(30), || match c.try_wait()? {
+                Some(st) => bail!("{} exited ({st}) before weft could attach", argv[0]),
+                None => Ok(()),
+            });
+            let a = match a {
+                Ok(a) => a,
+                Err(e) => {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    return Err(e);
+                }
+            };
+            child = Some(c);
+            conn = Some((a, pid));
+        }
+        Target::Attach(pid) => {
+            let agent = target::agent_path()?;
+            let pid = *pid;
+            let pause = target::attach(pid, &agent, &listener.name)?;
+            if opts.verbose {
+                eprintln!(
+                    "weft: agent loaded into {pid} (target paused {:.1} ms)",
+                    pause.as_secs_f64() * 1e3
+                );
+            }
+            let a = listener.accept(pid, Duration::from_secs(10), || {
+                if weft_inject::process::process_exists(pid) {
+                    Ok(())
+                } else {
+                    bail!("process {pid} exited while weft was attaching")
+                }
+            })?;
+            conn = Some((a, pid));
+        }
+    }
+    let result = run(
+        prog,
+        opts,
+        out,
+        &mut probe_names,
+        conn.as_ref(),
+        child.as_mut(),
+    );
+    if let Some(mut c) = child {
+        if result.is_err() {
+            let _ = c.kill();
+        }
+        let _ = c.wait();
+    }
+    result
+}
+
+fn run(
+    prog: &Program,
+    opts: &TraceOptions,
+    out: Box<dyn Write>,
+    probe_names: &mut Vec<String>,
+    conn: Option<&(Agent, i32)>,
+    mut child: Option<&mut Child>,
+) -> Result<i32> {
+    let pid = conn.map_or(0, |c| c.1);
+    // 2. The shared segment.
+    let seg = Segment::create(prog, opts.sizes, pid as u32)?;
+    if let Some((_, pid)) = conn {
+        let (uid, gid) = proc_ids(*pid).unwrap_or((0, 0));
+        let cpid = if matches!(opts.target, Target::Launch(_)) {
+            *pid as u64
+        } else {
+            0
+        };
+        seg.set_target(*pid as u32, cpid, uid, gid);
+    }
+    // SAFETY: gettid has no preconditions.
+    let own_slot = seg.claim_own_slot(unsafe { libc::gettid() } as u32);
+
+    // 3. Local probes (BEGIN, END, interval) compiled for weft itself.
+    let mut begin = Vec::new();
+    let mut end = Vec::new();
+    let mut intervals = Vec::new();
+    let mut local_bodies = Vec::new();
+    for p in &prog.probes {
+        for a in &p.attach {
+            let slot = local_bodies.len();
+            match a {
+                AttachPoint::Begin => begin.push((slot, name_index(probe_names, a))),
+                AttachPoint::End => end.push((slot, name_index(probe_names, a))),
+                AttachPoint::Interval { period_ns } => {
+                    intervals.push((slot, name_index(probe_names, a), *period_ns))
+                }
+                _ => continue,
+            }
+            local_bodies.push(ProbeRef { body: &p.body });
+        }
+    }
+    let bodies: Vec<&weft_ir::Function> = local_bodies.iter().map(|r| r.body).collect();
+    let mut local = Local::new(
+        prog,
+        &bodies,
+        &seg.maps,
+        seg.layout.agg_off,
+        seg.shm,
+        own_slot,
+    )?;
+
+    // 4. Sites in the target.
+    let mut planned: Vec<Planned> = Vec::new();
+    let mut symbolizer = None;
+    let mut site_probes = 0usize;
+    if let Some((agent, pid)) = conn {
+        let base = agent.map_shm(std::os::fd::AsRawFd::as_raw_fd(&seg.fd), seg.size())?;
+        let maps = ProcMaps::read(*pid as u32).map_err(|e| anyhow!("{e}"))?;
+        symbolizer = Some(Symbolizer::new(maps.modules()));
+        let specs = resolve_sites(prog, &maps, *pid, probe_names)?;
+        site_probes = specs.iter().map(|s| s.entry.len() + s.ret.len()).sum();
+        let mut weaver = Weaver::new(agent, &seg.shm, base);
+        // Advice: one compiled function per probe body that runs in the target.
+        let mut advice_addr = BTreeMap::new();
+        let no_symbols = |_: &str| None;
+        let env = Env {
+            helpers: &agent.hello.helpers,
+            maps: &seg.maps,
+            thread_agg_off: seg.layout.agg_off,
+            symbol: &no_symbols,
+            usdt_args: None,
+        };
+        let mut specs = specs;
+        for s in &mut specs {
+            for c in s.entry.iter_mut().chain(s.ret.iter_mut()) {
+                let body = c.advice as usize;
+                let addr = match advice_addr.get(&body) {
+                    Some(a) => *a,
+                    None => {
+                        let code = weft_jit::compile(&prog.probes[body].body, prog, &env)?;
+                        let a = weaver.put_anywhere(&code)?;
+                        advice_addr.insert(body, a);
+                        a
+                    }
+                };
+                c.advice = addr;
+            }
+        }
+        // Exceptions must not unwind through hijacked return addresses.
+        if specs.iter().any(|s| !s.ret.is_empty()) && agent.on_raise != 0 {
+            specs.extend(unwind_hooks(&maps, agent.on_raise));
+        }
+        for s in &specs {
+            let p = weaver.site(s, agent.hello.thread_attach)?;
+            if opts.verbose {
+                eprintln!("weft: {} at {:#x}: {}", p.label, p.addr, p.outcome);
+            }
+            planned.push(p);
+        }
+        std::mem::forget(weaver.regions);
+    }
+
+    let resolver = SessionResolver {
+        symbolizer: std::cell::RefCell::new(symbolizer),
+        probe_names: probe_names.clone(),
+        formats: prog.formats.clone(),
+    };
+    let mut printer = Printer {
+        out,
+        format: opts.format,
+        prog,
+        resolver,
+        exited: false,
+        unsafe_ok: opts.unsafe_ok,
+    };
+
+    // 5. Attach: "Attaching N probes...", BEGIN, patch, go.
+    let n_probes = site_probes + begin.len() + end.len() + intervals.len();
+    if !opts.quiet {
+        match opts.format {
+            OutputFormat::Text => eprint!("{}", weft_output::attaching_line(n_probes as u64)),
+            OutputFormat::Json => {
+                let _ = printer
+                    .out
+                    .write_all(&weft_output::json::attached_probes(n_probes as u64));
+            }
+        }
+    }
+    for &(i, probe) in &begin {
+        local.run(i, probe);
+    }
+    printer.drain(&seg.shm);
+    let mut target_alive = conn.is_some();
+    if let Some((agent, pid)) = conn {
+        if !printer.exited {
+            let report = patch::apply(*pid, &mut planned, &seg.shm)?;
+            if opts.verbose {
+                eprintln!(
+                    "weft: patched {} sites in {} threads; target paused {:.2} ms{}",
+                    report.patched,
+                    report.threads,
+                    report.pause.as_secs_f64() * 1e3,
+                    if report.stepped_threads > 0 {
+                        format!(
+                            " ({} threads stepped out of patched bytes)",
+                            report.stepped_threads
+                        )
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+            for p in &planned {
+                if let Outcome::Skipped(r) = &p.outcome {
+                    eprintln!("weft: {} not woven: {r}", p.label);
+                }
+            }
+        }
+        agent.go()?;
+    }
+
+    // 6. Run until exit(), the target ends, or a signal.
+    let start = Instant::now();
+    let mut next_tick: Vec<Instant> = intervals
+        .iter()
+        .map(|&(_, _, p)| start + Duration::from_nanos(p))
+        .collect();
+    let mut stopped_by_signal = false;
+    while !printer.exited {
+        if STOP.load(Ordering::Acquire) {
+            stopped_by_signal = true;
+            break;
+        }
+        let now = Instant::now();
+        for (k, &(i, probe, period)) in intervals.iter().enumerate() {
+            if now >= next_tick[k] {
+                local.run(i, probe);
+                next_tick[k] += Duration::from_nanos(period);
+                if next_tick[k] < now {
+                    next_tick[k] = now + Duration::from_nanos(period);
+                }
+            }
+        }
+        printer.drain(&seg.shm);
+        if let Some(c) = child.as_deref_mut() {
+            // As bpftrace: weft's status does not follow the command's.
+            if c.try_wait()?.is_some() {
+                target_alive = false;
+                break;
+            }
+        } else if let Some((_, pid)) = conn {
+            if !weft_inject::process::process_exists(*pid) {
+                target_alive = false;
+                break;
+            }
+        }
+        if seg.shm.header().exit_requested.load(Ordering::Acquire) != 0 {
+            printer.drain(&seg.shm);
+            break;
+        }
+        let sleep = next_tick
+            .iter()
+            .map(|t| t.saturating_duration_since(Instant::now()))
+            .min();
+        std::thread::sleep(
+            sleep
+                .unwrap_or(Duration::from_millis(5))
+                .min(Duration::from_millis(5)),
+        );
+    }
+    let _ = stopped_by_signal;
+
+    // 7. Unweave while the target lives.
+    if let (Some((agent, pid)), true) = (conn, target_alive) {
+        if let Err(e) = unweave(agent, *pid, &planned, &seg) {
+            eprintln!("weft: {e:#}");
+        }
+    }
+    printer.drain(&seg.shm);
+
+    // 8. END, maps, losses.
+    printer.exited = false;
+    for &(i, probe) in &end {
+        local.run(i, probe);
+    }
+    printer.drain(&seg.shm);
+    printer.print_all(&seg.shm);
+    let _ = printer.out.flush();
+    let l = losses(&seg.shm, prog);
+    if l.events_lost > 0 {
+        eprint!("{}", weft_output::lost_events_line(l.events_lost));
+    }
+    for line in l.report() {
+        eprintln!("{line}");
+    }
+    Ok(0)
+}
+
+fn unweave(agent: &Agent, pid: i32, planned: &[Planned], seg: &Segment) -> Result<()> {
+    if !planned.is_empty() {
+        patch::restore(pid, planned, &seg.shm)?;
+    }
+    agent.end()?;
+    let code: Vec<Range<u64>> = Vec::new();
+    let mut ranges = code;
+    ranges.push(agent.hello.text_start..agent.hello.text_end);
+    patch::wait_quiescent(pid, &ranges, agent.hello.tls_offset, Duration::from_secs(5))?;
+    agent.free()
+}
+
+fn name_index(names: &mut Vec<String>, a: &AttachPoint) -> u32 {
+    let s = match a {
+        AttachPoint::Begin => "BEGIN".to_string(),
+        AttachPoint::End => "END".to_string(),
+        other => other.to_string(),
+    };
+    intern(names, s)
+}
+
+fn intern(names: &mut Vec<String>, s: String) -> u32 {
+    if let Some(i) = names.iter().position(|n| *n == s) {
+        return i as u32;
+    }
+    names.push(s);
+    names.len() as u32 - 1
+}
+
+fn proc_ids(pid: i32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((field("Uid:")?, field("Gid:")?))
+}
+
+/// Resolve every uprobe/uretprobe attach point against the target's modules. The
+/// `advice` field of each `Call` temporarily holds the probe index.
+fn resolve_sites(
+    prog: &Program,
+    maps: &ProcMaps,
+    pid: i32,
+    names: &mut Vec<String>,
+) -> Result<Vec<SiteSpec>> {
+    let modules = maps.modules();
+    let search = weft_symbols::LibrarySearch::system();
+    let ctx = weft_symbols::TargetContext {
+        process: Some((pid as u32, &modules)),
+        executable: None,
+        search: &search,
+    };
+    let mut by_addr: BTreeMap<u64, SiteSpec> = BTreeMap::new();
+    for (pi, p) in prog.probes.iter().enumerate() {
+        for a in &p.attach {
+            let (target_spec, func, offset, is_ret) = match a {
+                AttachPoint::Uprobe {
+                    target,
+                    func,
+                    offset,
+                } => (target, func, *offset, false),
+                AttachPoint::Uretprobe { target, func } => (target, func, 0, true),
+                AttachPoint::Usdt { .. } => bail!("{a}: usdt probes are not supported yet"),
+                AttachPoint::Profile { .. } => bail!("{a}: profile probes are not supported yet"),
+                _ => continue,
+            };
+            let t =
+                weft_symbols::resolve_target(target_spec, &ctx).map_err(|e| anyhow!("{a}: {e}"))?;
+            let module = t.module.ok_or_else(|| {
+                anyhow!("{a}: {} is not mapped in process {pid}", t.path.display())
+            })?;
+            let funcs =
+                weft_symbols::resolve_in_module(&module, func).map_err(|e| anyhow!("{e}"))?;
+            for f in funcs {
+                let Some(addr) = f.runtime_addr else { continue };
+                if f.ifunc {
+                    continue;
+                }
+                let kind = if is_ret { "uretprobe" } else { "uprobe" };
+                let label = if offset != 0 {
+                    format!("{kind}:{}:{}+{offset}", module.path.display(), f.name)
+                } else {
+                    format!("{kind}:{}:{}", module.path.display(), f.name)
+                };
+                let probe = intern(names, label.clone());
+                let site_addr = addr + offset;
+                let spec = by_addr.entry(site_addr).or_insert_with(|| SiteSpec {
+                    func: weft_x86::FunctionCode {
+                        addr,
+                        bytes: f.bytes.clone(),
+                        size_known: f.size > 0,
+                    },
+                    name: f.demangled.clone().unwrap_or_else(|| f.name.clone()),
+                    site_addr,
+                    entry: Vec::new(),
+                    ret: Vec::new(),
+                    label: label.clone(),
+                });
+                let call = Call {
+                    advice: pi as u64,
+                    probe,
+                };
+                if is_ret {
+                    spec.ret.push(call);
+                } else {
+                    spec.entry.push(call);
+                }
+            }
+        }
+    }
+    Ok(by_addr.into_values().collect())
+}
+
+/// Internal sites that give hijacked frames their return addresses back before a C++
+/// exception (or thread cancellation) unwinds the stack.
+fn unwind_hooks(maps: &ProcMaps, on_raise: u64) -> Vec<SiteSpec> {
+    let mut out = Vec::new();
+    for m in maps.modules() {
+        if !m.file_name().starts_with("libgcc_s") {
+            continue;
+        }
+        for name in [
+            "_Unwind_RaiseException",
+            "_Unwind_Resume_or_Rethrow",
+            "_Unwind_ForcedUnwind",
+        ] {
+            let Ok(funcs) = weft_symbols::resolve_in_module(&m, name) else {
+                continue;
+            };
+            for f in funcs {
+                let Some(addr) = f.runtime_addr else { continue };
+                out.push(SiteSpec {
+                    func: weft_x86::FunctionCode {
+                        addr,
+                        bytes: f.bytes.clone(),
+                        size_known: f.size > 0,
+                    },
+                    name: f.name.clone(),
+                    site_addr: addr,
+                    entry: vec![Call {
+                        advice: on_raise,
+                        probe: 0,
+                    }],
+                    ret: Vec::new(),
+                    label: format!("(internal) {}:{}", m.path.display(), f.name),
+                });
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,215 @@
+//! Getting the agent into the target: launch a command with it preloaded, or load it
+//! into a running process through ptrace.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+
+use anyhow::{anyhow, bail, Context, Result};
+use weft_inject::{CallArg, StoppedProcess};
+use weft_symbols::{ElfFile, ProcMaps};
+
+pub const AGENT_FILE: &str = "libweft_agent.so";
+
+/// Where the agent library is: `$WEFT_AGENT`, else beside the `weft` executable,
+/// else `../lib/weft/` relative to it.
+pub fn agent_path() -> Result<PathBuf> {
+    if let Ok(p) = std::env::var("WEFT_AGENT") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().context("locating the weft executable")?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| anyhow!("weft executable has no directory"))?;
+    for cand in [
+        dir.join(AGENT_FILE),
+        dir.join("../lib/weft").join(AGENT_FILE),
+    ] {
+        if cand.is_file() {
+            return Ok(cand.canonicalize()?);
+        }
+    }
+    // `cargo test` puts test binaries in target/*/deps/.
+    if let Some(parent) = dir.parent() {
+        let p = parent.join(AGENT_FILE);
+        if p.is_file() {
+            return Ok(p.canonicalize()?);
+        }
+    }
+    bail!("cannot find {AGENT_FILE} next to {}; build it with `cargo build -p weft-agent` or set WEFT_AGENT", exe.display())
+}
+
+/// Check an executable can take the agent: an x86-64 ELF, dynamically linked.
+pub fn check_executable(path: &Path) -> Result<()> {
+    let elf = ElfFile::open(path).map_err(|e| anyhow!("{e}"))?;
+    if elf.is_static() {
+        bail!(
+            "{} is statically linked: weft loads its agent with the dynamic linker, so static \
+             executables are not supported yet",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// Split a `-c` command line like a shell would for simple cases: whitespace
+/// separates words, single and double quotes group, backslash escapes.
+pub fn split_command(s: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some('"'), '\\') => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, '\\') => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                    in_word = true;
+                }
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            (None, c) => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quote.is_some() {
+        bail!("unterminated quote in command `{s}`");
+    }
+    if in_word {
+        out.push(cur);
+    }
+    if out.is_empty() {
+        bail!("empty command");
+    }
+    Ok(out)
+}
+
+/// Resolve a command name through `$PATH` like execvp.
+pub fn which(cmd: &str) -> Option<PathBuf> {
+    if cmd.contains('/') {
+        return Some(PathBuf::from(cmd));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
+}
+
+/// Start `argv` with the agent preloaded; its constructor connects to `socket` and
+/// holds `main` until weft says go.
+pub fn launch(argv: &[String], agent: &Path, socket: &str) -> Result<Child> {
+    let exe = which(&argv[0]).ok_or_else(|| anyhow!("command not found: {}", argv[0]))?;
+    check_executable(&exe)?;
+    let mut preload = agent.display().to_string();
+    if let Ok(old) = std::env::var("LD_PRELOAD") {
+        if !old.is_empty() {
+            preload = format!("{preload}:{old}");
+        }
+    }
+    Command::new(&exe)
+        .args(&argv[1..])
+        .env("LD_PRELOAD", preload)
+        .env(weft_abi::ENV_SOCKET, socket)
+        .spawn()
+        .with_context(|| format!("starting {}", argv[0]))
+}
+
+/// Address of an exported function in a process's modules (first module that
+/// defines it, preferring `prefer` by file name).
+pub fn find_function(maps: &ProcMaps, name: &str, prefer: &[&str]) -> Option<u64> {
+    let mut modules = maps.modules();
+    modules.sort_by_key(|m| {
+        let f = m.file_name().to_string();
+        prefer
+            .iter()
+            .position(|p| f.starts_with(p))
+            .unwrap_or(usize::MAX)
+    });
+    for m in modules {
+        let Ok(elf) = m.open() else { continue };
+        if let Some(v) = elf.symbol_vaddr(name) {
+            return Some(m.runtime_addr(v));
+        }
+    }
+    None
+}
+
+/// Load the agent into running process `pid` (unless it is already there) and tell
+/// it to connect to `socket`. Returns the pause the target saw.
+pub fn attach(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration> {
+    if !weft_inject::process::process_exists(pid) {
+        bail!("no process with pid {pid}");
+    }
+    let exe = weft_inject::process::exe(pid).map_err(|e| anyhow!("{e}"))?;
+    let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
+    let has_agent = maps.modules().iter().any(|m| m.file_name() == AGENT_FILE);
+    if !has_agent {
+        // /proc/PID/exe may not be readable through our mount namespace: judge by
+        // the mappings instead (a dynamic process maps ld.so).
+        let dynamic = maps
+            .modules()
+            .iter()
+            .any(|m| m.file_name().starts_with("ld-linux") || m.file_name().starts_with("ld64"));
+        if !dynamic {
+            bail!(
+                "process {pid} ({}) is statically linked: weft loads its agent with the dynamic \
+                 linker, so static executables are not supported yet",
+                exe.display()
+            );
+        }
+    }
+    let mut stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    let tid = stopped.pick_call_thread();
+    if !has_agent {
+        let dlopen =
+            find_function(&maps, "dlopen", &["libc.so", "libc-", "libdl"]).ok_or_else(|| {
+                anyhow!("process {pid} has no dlopen (libc or libdl) to load the agent with")
+            })?;
+        let dlerror = find_function(&maps, "dlerror", &["libc.so", "libc-", "libdl"]).unwrap_or(0);
+        weft_inject::inject_library(&mut stopped, tid, dlopen, dlerror, agent)
+            .map_err(|e| anyhow!("loading the agent into {pid}: {e}"))?;
+    }
+    let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
+    let connect = find_function(&maps, "weft_agent_connect", &[AGENT_FILE])
+        .ok_or_else(|| anyhow!("the agent in process {pid} exports no weft_agent_connect"))?;
+    let mut name = socket.as_bytes().to_vec();
+    name.push(0);
+    stopped
+        .call(tid, connect, &[CallArg::StackData], &name)
+        .map_err(|e| anyhow!("asking the agent in {pid} to connect: {e}"))?;
+    stopped.resume().map_err(|e| anyhow!("{e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_command;
+
+    #[test]
+    fn splits_like_a_shell() {
+        assert_eq!(split_command("./app a b").unwrap(), ["./app", "a", "b"]);
+        assert_eq!(
+            split_command("  ./app  'a b'  \"c d\" e\\ f").unwrap(),
+            ["./app", "a b", "c d", "e f"]
+        );
+        assert!(split_command("./app 'oops").is_err());
+        assert!(split_command("   ").is_err());
+    }
+}

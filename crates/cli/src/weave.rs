@@ -1,0 +1,356 @@
+//! Planning sites and writing their code: trampolines, int3 resume stubs and
+//! compiled advice go into code regions the agent mapped near the probed code;
+//! each site gets an entry in the shared site table with its original and patched
+//! bytes. Nothing here touches the target's code: `patch` does, with the world
+//! stopped.
+
+use std::fmt;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+
+use anyhow::{anyhow, bail, Context, Result};
+use weft_abi::{SiteKind, SITE_MAX_BYTES, SITE_NAME_LEN, SITE_UNUSED};
+use weft_jit::trampoline::{entry_head, multi_call, EntryTrampoline};
+use weft_runtime::shm::Shm;
+use weft_x86::{FunctionCode, SitePlan};
+
+use crate::conn::Agent;
+
+/// A code region: RX in the target, mapped RW here.
+pub struct CodeRegion {
+    pub addr: u64,
+    pub size: u64,
+    used: u64,
+    map: *mut u8,
+    _fd: OwnedFd,
+}
+
+impl CodeRegion {
+    pub fn map(addr: u64, size: u64, fd: OwnedFd) -> Result<CodeRegion> {
+        // SAFETY: mapping the agent's memfd shared read-write in our process.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mapping a code region");
+        }
+        Ok(CodeRegion {
+            addr,
+            size,
+            used: 0,
+            map: p as *mut u8,
+            _fd: fd,
+        })
+    }
+
+    /// Copy `code` into the region (16-aligned); its address in the target.
+    pub fn put(&mut self, code: &[u8]) -> Option<u64> {
+        let at = self.used.div_ceil(16) * 16;
+        if at + code.len() as u64 > self.size {
+            return None;
+        }
+        // SAFETY: [at, at+len) lies inside our RW mapping of the region.
+        unsafe {
+            std::ptr::copy_nonoverlapping(code.as_ptr(), self.map.add(at as usize), code.len())
+        };
+        self.used = at + code.len() as u64;
+        Some(self.addr + at)
+    }
+
+    /// Address the next `put` would use (for code that depends on its address).
+    pub fn next_addr(&self) -> u64 {
+        self.addr + self.used.div_ceil(16) * 16
+    }
+
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.addr && addr < self.addr + self.size
+    }
+}
+
+impl Drop for CodeRegion {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping.
+        unsafe { libc::munmap(self.map as *mut _, self.size as usize) };
+    }
+}
+
+/// One advice call at a site: compiled advice address and probe name index.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub advice: u64,
+    pub probe: u32,
+}
+
+/// A site to weave: a function (bytes from its file), the address to patch, and
+/// the advice for its entry and its return.
+#[derive(Clone, Debug)]
+pub struct SiteSpec {
+    pub func: FunctionCode,
+    pub name: String,
+    pub site_addr: u64,
+    pub entry: Vec<Call>,
+    pub ret: Vec<Call>,
+    /// Shown in `-v` output (`uprobe:/bin/app:main`).
+    pub label: String,
+}
+
+/// How a site was woven, for `-v` and for patching.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Jump,
+    Int3(String),
+    Skipped(String),
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Jump => write!(f, "jump to trampoline"),
+            Outcome::Int3(r) => write!(f, "int3 ({r})"),
+            Outcome::Skipped(r) => write!(f, "skipped: {r}"),
+        }
+    }
+}
+
+/// A site ready to patch.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    pub index: u32,
+    pub addr: u64,
+    pub orig: Vec<u8>,
+    pub patch: Vec<u8>,
+    pub label: String,
+    pub outcome: Outcome,
+}
+
+/// Rough bytes per site (trampoline head + relocated code + a stub).
+pub const SITE_CODE_ESTIMATE: u64 = 640;
+
+pub struct Weaver<'a> {
+    pub agent: &'a Agent,
+    pub shm: &'a Shm,
+    /// Where the agent mapped the segment in the target.
+    pub shm_base_in_target: u64,
+    pub regions: Vec<CodeRegion>,
+}
+
+const TWO_GIB: u64 = 1 << 31;
+const MARGIN: u64 = 1 << 24;
+
+impl<'a> Weaver<'a> {
+    pub fn new(agent: &'a Agent, shm: &'a Shm, shm_base_in_target: u64) -> Weaver<'a> {
+        Weaver {
+            agent,
+            shm,
+            shm_base_in_target,
+            regions: Vec::new(),
+        }
+    }
+
+    /// Ask the agent for a region within ±2 GiB of every address in `[lo, hi]`.
+    pub fn region_near(&mut self, lo: u64, hi: u64, size: u64) -> Result<usize> {
+        let want_lo = hi.saturating_sub(TWO_GIB - MARGIN);
+        let want_hi = lo.saturating_add(TWO_GIB - MARGIN);
+        let (addr, got, fd) = self.agent.alloc_code(want_lo, want_hi, size)?;
+        self.regions.push(CodeRegion::map(addr, got, fd)?);
+        Ok(self.regions.len() - 1)
+    }
+
+    /// Put position-independent code (advice) in any region, making one if needed.
+    pub fn put_anywhere(&mut self, code: &[u8]) -> Result<u64> {
+        for r in &mut self.regions {
+            if let Some(a) = r.put(code) {
+                return Ok(a);
+            }
+        }
+        let size = (code.len() as u64 + 4096).max(1 << 20);
+        let (addr, got, fd) = self.agent.alloc_code(0x10000, 0x7fff_0000_0000, size)?;
+        let mut r = CodeRegion::map(addr, got, fd)?;
+        let a = r
+            .put(code)
+            .ok_or_else(|| anyhow!("advice of {} bytes does not fit a code region", code.len()))?;
+        self.regions.push(r);
+        Ok(a)
+    }
+
+    fn region_for(&mut self, addr: u64, need: u64) -> Result<usize> {
+        for (i, r) in self.regions.iter().enumerate() {
+            let near = r.addr.abs_diff(addr) < TWO_GIB - MARGIN
+                && (r.addr + r.size).abs_diff(addr) < TWO_GIB - MARGIN;
+            if near && r.next_addr() + need <= r.addr + r.size {
+                return Ok(i);
+            }
+        }
+        self.region_near(addr, addr, (need * 64).max(1 << 20))
+    }
+
+    /// Plan and write the code of one site; record it in the site table.
+    pub fn site(&mut self, spec: &SiteSpec, thread_attach: u64) -> Result<Planned> {
+        let plan = weft_x86::plan_site(&spec.func, spec.site_addr);
+        let index = self.shm.header().site_count.load(Ordering::Acquire);
+        if index >= self.shm.header().max_sites {
+            bail!(
+                "too many probe sites (limit {})",
+                self.shm.header().max_sites
+            );
+        }
+        let (patch_addr, skipped_endbr) = match &plan {
+            SitePlan::Refused { reason } => {
+                return Ok(Planned {
+                    index: u32::MAX,
+                    addr: spec.site_addr,
+                    orig: vec![],
+                    patch: vec![],
+                    label: spec.label.clone(),
+                    outcome: Outcome::Skipped(reason.to_string()),
+                })
+            }
+            SitePlan::Jump {
+                patch_addr,
+                skipped_endbr,
+                ..
+            }
+            | SitePlan::Int3 {
+                patch_addr,
+                skipped_endbr,
+                ..
+            } => (*patch_addr, *skipped_endbr),
+        };
+        let at_entry =
+            spec.site_addr == spec.func.addr && (patch_addr == spec.func.addr || skipped_endbr);
+        if !spec.ret.is_empty() && !at_entry {
+            bail!("{}: return probes need the function's entry", spec.label);
+        }
+        let ri = self.region_for(patch_addr, SITE_CODE_ESTIMATE)?;
+        let ret_advice = match spec.ret.len() {
+            0 => 0,
+            1 => spec.ret[0].advice,
+            _ => {
+                let calls: Vec<(u64, u32)> = spec.ret.iter().map(|c| (c.advice, c.probe)).collect();
+                self.put_anywhere(&multi_call(&calls)?)?
+            }
+        };
+        let ret_probe = spec.ret.first().map_or(0, |c| c.probe);
+        let entry_probe = spec.entry.first().map_or(0, |c| c.probe);
+        let (kind, patch, orig, resume, entry_advice, outcome) = match &plan {
+            SitePlan::Jump { .. } => {
+                let shm_base = self.target_shm_base();
+                let region = &mut self.regions[ri];
+                let tramp = region.next_addr();
+                // The head embeds the segment's address as the agent mapped it.
+                let head = entry_head(&EntryTrampoline {
+                    site_addr: patch_addr,
+                    func: spec.func.addr,
+                    site_index: index,
+                    calls: spec.entry.iter().map(|c| (c.advice, c.probe)).collect(),
+                    hijack: (!spec.ret.is_empty()).then_some(self.agent.hello.hijack),
+                    at_entry,
+                    shm_base,
+                    tls_offset: self.agent.hello.tls_offset,
+                    thread_attach,
+                })?;
+                let reloc = weft_x86::relocate(&plan, tramp + head.len() as u64, true)
+                    .with_context(|| format!("{}: relocating the prologue", spec.label))?;
+                let mut code = head.clone();
+                code.extend_from_slice(&reloc);
+                let at = region
+                    .put(&code)
+                    .ok_or_else(|| anyhow!("code region full"))?;
+                debug_assert_eq!(at, tramp);
+                let patch = weft_x86::patch_bytes(&plan, tramp)?;
+                let resume = tramp + head.len() as u64;
+                (
+                    SiteKind::Jump,
+                    patch,
+                    plan.original_bytes().to_vec(),
+                    resume,
+                    0,
+                    Outcome::Jump,
+                )
+            }
+            SitePlan::Int3 { reason, .. } => {
+                let region = &mut self.regions[ri];
+                let stub_at = region.next_addr();
+                let stub = weft_x86::relocate(&plan, stub_at, true).with_context(|| {
+                    format!("{}: relocating the displaced instruction", spec.label)
+                })?;
+                let at = region
+                    .put(&stub)
+                    .ok_or_else(|| anyhow!("code region full"))?;
+                let entry = match spec.entry.len() {
+                    0 => 0,
+                    1 => spec.entry[0].advice,
+                    _ => {
+                        let calls: Vec<(u64, u32)> =
+                            spec.entry.iter().map(|c| (c.advice, c.probe)).collect();
+                        self.put_anywhere(&multi_call(&calls)?)?
+                    }
+                };
+                let orig = plan.original_bytes()[..1].to_vec();
+                (
+                    SiteKind::Int3,
+                    vec![weft_x86::INT3],
+                    orig,
+                    at,
+                    entry,
+                    Outcome::Int3(reason.to_string()),
+                )
+            }
+            SitePlan::Refused { .. } => unreachable!("handled above"),
+        };
+        if patch.len() > SITE_MAX_BYTES || orig.len() != patch.len() {
+            bail!(
+                "{}: patch of {} bytes over {} original bytes",
+                spec.label,
+                patch.len(),
+                orig.len()
+            );
+        }
+        // SAFETY: site `index` is unused and ours to fill (site_count not yet bumped);
+        // no other thread or process reads it until site_count includes it.
+        let d = unsafe { &mut *self.shm.site_mut(index) };
+        {
+            d.addr = patch_addr;
+            d.func = spec.func.addr;
+            d.kind = kind as u32;
+            d.orig_len = orig.len() as u32;
+            d.patch_len = patch.len() as u32;
+            d.orig[..orig.len()].copy_from_slice(&orig);
+            d.patch[..patch.len()].copy_from_slice(&patch);
+            d.entry_advice = entry_advice;
+            d.return_advice = ret_advice;
+            d.resume = resume;
+            d.entry_probe = entry_probe;
+            d.return_probe = ret_probe;
+            let n = spec.name.len().min(SITE_NAME_LEN - 1);
+            d.name[..n].copy_from_slice(&spec.name.as_bytes()[..n]);
+            d.state.store(SITE_UNUSED, Ordering::Release);
+        }
+        self.shm.site_hash_insert(index);
+        self.shm
+            .header()
+            .site_count
+            .store(index + 1, Ordering::Release);
+        Ok(Planned {
+            index,
+            addr: patch_addr,
+            orig,
+            patch,
+            label: spec.label.clone(),
+            outcome,
+        })
+    }
+
+    /// Where the agent mapped the segment. Trampolines pass it to advice in the
+    /// frame, so it must be the target-side address.
+    fn target_shm_base(&self) -> u64 {
+        self.shm_base_in_target
+    }
+}

@@ -1,0 +1,281 @@
+//! Shared helpers for the end-to-end tests: building the C targets in
+//! `tests/targets/` across the flag matrix, running `weft`, reading its output.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// One way of compiling a target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub opt: &'static str,
+    pub pie: bool,
+    pub cet: bool,
+}
+
+impl Variant {
+    pub const O2_PIE: Variant = Variant {
+        opt: "-O2",
+        pie: true,
+        cet: true,
+    };
+
+    pub fn name(&self) -> String {
+        format!(
+            "{}-{}-{}",
+            self.opt.trim_start_matches('-'),
+            if self.pie { "pie" } else { "nopie" },
+            if self.cet { "cet" } else { "nocet" }
+        )
+    }
+
+    fn flags(&self) -> Vec<&'static str> {
+        let mut f = vec![self.opt, "-g", "-fno-omit-frame-pointer"];
+        f.extend(if self.pie {
+            ["-fPIE", "-pie"]
+        } else {
+            ["-fno-pie", "-no-pie"]
+        });
+        f.push(if self.cet {
+            "-fcf-protection=full"
+        } else {
+            "-fcf-protection=none"
+        });
+        f
+    }
+}
+
+/// -O0/-O2 × PIE/non-PIE × with/without -fcf-protection.
+pub fn all_variants() -> Vec<Variant> {
+    let mut v = Vec::new();
+    for opt in ["-O0", "-O2"] {
+        for pie in [true, false] {
+            for cet in [true, false] {
+                v.push(Variant { opt, pie, cet });
+            }
+        }
+    }
+    v
+}
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Build `tests/targets/<src>` with `variant` (and `extra` flags); cached by name.
+pub fn build(src: &str, variant: Variant, extra: &[&str]) -> PathBuf {
+    let root = repo_root();
+    let source = root.join("tests/targets").join(src);
+    let stem = Path::new(src).file_stem().unwrap().to_str().unwrap();
+    let tag = if extra.is_empty() {
+        variant.name()
+    } else {
+        format!(
+            "{}-{}",
+            variant.name(),
+            extra.join("").replace(['-', '='], "")
+        )
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("targets")
+        .join(&tag);
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join(stem);
+    let src_time = std::fs::metadata(&source).unwrap().modified().unwrap();
+    if std::fs::metadata(&out)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= src_time)
+    {
+        return out;
+    }
+    let cxx = src.ends_with(".cc");
+    let tmp = dir.join(format!(".{stem}.{}", std::process::id()));
+    let status = Command::new(if cxx { "g++" } else { "gcc" })
+        .args(variant.flags())
+        .args(extra)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&source)
+        .arg("-lpthread")
+        .status()
+        .expect("running the compiler");
+    assert!(status.success(), "compiling {src} ({tag}) failed");
+    std::fs::rename(&tmp, &out).unwrap();
+    out
+}
+
+pub fn weft_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_weft"))
+}
+
+/// Run weft to completion (with a timeout that kills it).
+pub fn weft(args: &[&str], timeout: Duration) -> Output {
+    let child = Command::new(weft_bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting weft");
+    wait_output(child, timeout)
+}
+
+pub fn wait_output(mut child: Child, timeout: Duration) -> Output {
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = t_err.join().unwrap();
+            panic!(
+                "weft timed out after {timeout:?}; stderr:\n{}",
+                String::from_utf8_lossy(&err)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The value printed for `name` (`@c: 12` → 12), if any.
+pub fn map_value(stdout: &str, name: &str) -> Option<i64> {
+    let prefix = format!("{name}: ");
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.trim().parse().unwrap())
+}
+
+/// Require a successful run and return its stdout.
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "weft failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    text(&o.stdout)
+}
+
+/// A target started directly (for attach tests), with its stdout readable.
+pub struct Spawned {
+    pub child: Child,
+    pub lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Spawned {
+    pub fn start(bin: &Path, args: &[&str]) -> Spawned {
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Spawned { child, lines: rx }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn wait_line(&self, want: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(l) = self.lines.recv_timeout(Duration::from_millis(50)) {
+                if l.contains(want) {
+                    return;
+                }
+                assert!(!l.contains("CORRUPT"), "target reported: {l}");
+            }
+        }
+        panic!("target did not print {want:?}");
+    }
+
+    /// Assert the target is still running and never reported a wrong result.
+    pub fn assert_healthy(&mut self) {
+        while let Ok(l) = self.lines.try_recv() {
+            assert!(!l.contains("CORRUPT"), "target reported: {l}");
+        }
+        assert!(self.child.try_wait().unwrap().is_none(), "target exited");
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Compare every executable mapping of `bin` in `pid` with the file's bytes.
+pub fn code_matches_file(pid: i32, bin: &Path) -> bool {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let bin = bin.canonicalize().unwrap();
+    let file = std::fs::read(&bin).unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut checked = 0;
+    for l in maps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || !f[1].contains('x') || Path::new(f[5]) != bin {
+            continue;
+        }
+        let (a, b) = f[0].split_once('-').unwrap();
+        let (a, b) = (
+            u64::from_str_radix(a, 16).unwrap(),
+            u64::from_str_radix(b, 16).unwrap(),
+        );
+        let off = u64::from_str_radix(f[2], 16).unwrap() as usize;
+        let len = ((b - a) as usize).min(file.len() - off);
+        let mut live = vec![0u8; len];
+        use std::io::{Seek, SeekFrom};
+        mem.seek(SeekFrom::Start(a)).unwrap();
+        mem.read_exact(&mut live).unwrap();
+        if live != file[off..off + len] {
+            return false;
+        }
+        checked += 1;
+    }
+    assert!(
+        checked > 0,
+        "no executable mapping of {} in {pid}",
+        bin.display()
+    );
+    true
+}

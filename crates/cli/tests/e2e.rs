@@ -1,0 +1,372 @@
+//! End-to-end: weave into real C programs and check exact results.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const T: Duration = Duration::from_secs(60);
+
+fn bin_str(p: &std::path::Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// What the target prints when run without weft.
+fn native(bin: &std::path::Path, args: &[&str]) -> String {
+    text(
+        &std::process::Command::new(bin)
+            .args(args)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+}
+
+#[test]
+fn entry_and_return_counts_exact_across_flag_matrix() {
+    for v in all_variants() {
+        let bin = build("calls.c", v, &[]);
+        let b = bin_str(&bin);
+        let prog = format!(
+            "uprobe:{b}:work {{ @c = count(); @s = sum(arg0); }} uretprobe:{b}:work {{ @r = sum(retval); }}"
+        );
+        let o = weft(&["-e", &prog, "-c", &format!("{b} 1000")], T);
+        let out = ok(&o);
+        assert_eq!(map_value(&out, "@c"), Some(1000), "{}: {out}", v.name());
+        assert_eq!(map_value(&out, "@s"), Some(499_500), "{}", v.name());
+        assert_eq!(map_value(&out, "@r"), Some(1_000_000), "{}", v.name());
+        assert!(
+            out.starts_with(&native(&bin, &["1000"])),
+            "target output intact: {out}"
+        );
+    }
+}
+
+#[test]
+fn short_function_is_woven_with_int3() {
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog =
+        format!("uprobe:{b}:tiny {{ @t = count(); }} uretprobe:{b}:tiny {{ @r = count(); }}");
+    let o = weft(&["-v", "-e", &prog, "-c", &format!("{b} 777")], T);
+    let out = ok(&o);
+    assert_eq!(map_value(&out, "@t"), Some(777));
+    assert_eq!(map_value(&out, "@r"), Some(777));
+    assert!(
+        text(&o.stderr).contains("int3 (only 3 byte(s) from the patch point"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn stack_arguments_and_printf() {
+    for v in [
+        Variant::O2_PIE,
+        Variant {
+            opt: "-O0",
+            pie: false,
+            cet: false,
+        },
+    ] {
+        let bin = build("calls.c", v, &[]);
+        let b = bin_str(&bin);
+        let prog = format!(
+            "uprobe:{b}:many_args {{ printf(\"%d %d %d %d %d %d %d %d\\n\", arg0, arg1, arg2, arg3, arg4, arg5, arg6, arg7); }}"
+        );
+        let out = ok(&weft(&["-e", &prog, "-c", &format!("{b} 1")], T));
+        assert!(out.contains("1 2 3 4 5 6 7 8\n"), "{}: {out}", v.name());
+    }
+}
+
+#[test]
+fn every_function_of_a_binary_with_wildcards() {
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = format!("uprobe:{b}:* {{ @[func] = count(); }}");
+    let out = ok(&weft(&["-e", &prog, "-c", &format!("{b} 50")], T));
+    assert!(out.contains("@[work]: 50\n"), "{out}");
+    assert!(out.contains("@[tiny]: 50\n"), "{out}");
+    assert!(out.contains("@[spin]: 1\n"), "{out}");
+    assert!(out.contains("@[main]: 1\n"), "{out}");
+}
+
+#[test]
+fn libc_malloc_sizes() {
+    let bin = build("mallocs.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = "uprobe:libc:malloc /arg0 > 7000000 && arg0 <= 7000010/ { @n = count(); @bytes = sum(arg0); }";
+    let out = ok(&weft(&["-e", prog, "-c", &format!("{b} 10")], T));
+    assert_eq!(map_value(&out, "@n"), Some(10), "{out}");
+    assert_eq!(map_value(&out, "@bytes"), Some(70_000_055));
+}
+
+#[test]
+fn four_threads_exact_per_thread_totals() {
+    let bin = build("threads.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = format!("uprobe:{b}:hit {{ @[arg0] = count(); @t[tid] = count(); }}");
+    let out = ok(&weft(&["-e", &prog, "-c", &format!("{b} 20000")], T));
+    for t in 0..4 {
+        assert!(
+            out.contains(&format!("@[{t}]: {}\n", (t + 1) * 20000)),
+            "{out}"
+        );
+    }
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("@t[")).count(),
+        4,
+        "{out}"
+    );
+}
+
+#[test]
+fn recursion_depth_1000_with_return_probes() {
+    for v in [
+        Variant::O2_PIE,
+        Variant {
+            opt: "-O0",
+            pie: true,
+            cet: false,
+        },
+    ] {
+        let bin = build("recurse.c", v, &[]);
+        let b = bin_str(&bin);
+        let prog = format!(
+            "uprobe:{b}:depth {{ @in = count(); }} uretprobe:{b}:depth {{ @out = count(); @s = sum(retval); @m = max(retval); }}"
+        );
+        let out = ok(&weft(&["-e", &prog, "-c", &format!("{b} 1000")], T));
+        assert_eq!(map_value(&out, "@in"), Some(1001), "{}: {out}", v.name());
+        assert_eq!(map_value(&out, "@out"), Some(1001));
+        assert_eq!(map_value(&out, "@s"), Some(500_500));
+        assert_eq!(map_value(&out, "@m"), Some(1000));
+        assert!(out.contains("depth=1000"));
+    }
+}
+
+#[test]
+fn longjmp_out_of_probed_frames() {
+    let bin = build("unwind.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = format!(
+        "uprobe:{b}:jumper {{ @in = count(); }} uretprobe:{b}:jumper {{ @jret = count(); }} uretprobe:{b}:plain {{ @p = count(); @ps = sum(retval); }}"
+    );
+    let out = ok(&weft(&["-e", &prog, "-c", &format!("{b} 100")], T));
+    assert_eq!(map_value(&out, "@in"), Some(400));
+    assert_eq!(
+        map_value(&out, "@jret"),
+        None,
+        "jumper never returns normally: {out}"
+    );
+    assert_eq!(map_value(&out, "@p"), Some(100));
+    assert_eq!(map_value(&out, "@ps"), Some(4950 + 700));
+    assert!(out.contains("s=5650"));
+}
+
+#[test]
+fn cxx_exceptions_through_return_probes() {
+    let bin = build("throw.cc", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = format!(
+        "uretprobe:{b}:_Z7throwerl {{ @t = count(); }} uretprobe:{b}:_Z5afterl {{ @a = count(); @s = sum(retval); }}"
+    );
+    let out = ok(&weft(&["-e", &prog, "-c", &format!("{b} 100")], T));
+    assert!(out.contains("caught=100 s=5050"), "{out}");
+    assert_eq!(map_value(&out, "@a"), Some(100));
+    assert_eq!(map_value(&out, "@s"), Some(5050));
+    assert_eq!(
+        map_value(&out, "@t"),
+        None,
+        "thrower frames are unwound, not returned from"
+    );
+}
+
+#[test]
+fn begin_and_end_without_a_target() {
+    let out = ok(&weft(
+        &[
+            "-e",
+            "BEGIN { printf(\"hello %d\\n\", 42); @x = 5; exit(); } END { @y = 6; }",
+        ],
+        T,
+    ));
+    assert!(out.starts_with("hello 42\n"), "{out}");
+    assert_eq!(map_value(&out, "@x"), Some(5));
+    assert_eq!(map_value(&out, "@y"), Some(6));
+}
+
+#[test]
+fn attach_collect_detach_restores_code() {
+    let bin = build("spinner.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let mut t = Spawned::start(&bin, &[]);
+    t.wait_line("ready", T);
+    let pid = t.pid().to_string();
+    let prog = format!(
+        "uprobe:{b}:tick {{ @c = count(); }} uretprobe:{b}:square {{ @sq = count(); }} interval:ms:300 {{ exit(); }}"
+    );
+    let o = weft(&["-e", &prog, "-p", &pid], T);
+    let out = ok(&o);
+    assert!(map_value(&out, "@c").unwrap() > 0, "{out}");
+    assert!(map_value(&out, "@sq").unwrap() > 0, "{out}");
+    std::thread::sleep(Duration::from_millis(100));
+    t.assert_healthy();
+    assert!(
+        code_matches_file(t.pid(), &bin),
+        "code restored byte for byte"
+    );
+    // Attaching again reuses the agent already in the process.
+    let o = weft(&["-e", &prog, "-p", &pid], T);
+    assert!(map_value(&ok(&o), "@c").unwrap() > 0);
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let agents: std::collections::BTreeSet<&str> = maps
+        .lines()
+        .filter(|l| l.contains("libweft_agent.so"))
+        .map(|l| l.split_whitespace().last().unwrap())
+        .collect();
+    assert_eq!(agents.len(), 1, "one agent loaded");
+    std::thread::sleep(Duration::from_millis(200));
+    t.assert_healthy();
+    assert!(code_matches_file(t.pid(), &bin));
+}
+
+#[test]
+fn sigkill_of_weft_leaves_target_running_and_restored() {
+    let bin = build("spinner.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let mut t = Spawned::start(&bin, &[]);
+    t.wait_line("ready", T);
+    let prog =
+        format!("uprobe:{b}:tick {{ @c = count(); }} uretprobe:{b}:square {{ @r = count(); }}");
+    let mut w = std::process::Command::new(weft_bin())
+        .args(["-e", &prog, "-p", &t.pid().to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the probes are in (the code differs from the file).
+    let start = std::time::Instant::now();
+    while code_matches_file(t.pid(), &bin) {
+        assert!(start.elapsed() < T, "weft never patched the target");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    w.kill().unwrap();
+    w.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    t.assert_healthy();
+    assert!(
+        code_matches_file(t.pid(), &bin),
+        "the agent restored the code within a second"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    t.assert_healthy();
+}
+
+#[test]
+fn sigint_stops_prints_and_detaches() {
+    let bin = build("spinner.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let mut t = Spawned::start(&bin, &[]);
+    t.wait_line("ready", T);
+    let prog = format!("uprobe:{b}:tick {{ @c = count(); }}");
+    let w = std::process::Command::new(weft_bin())
+        .args(["-e", &prog, "-p", &t.pid().to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while code_matches_file(t.pid(), &bin) {
+        assert!(start.elapsed() < T);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // SAFETY: signalling a child we started.
+    unsafe { libc::kill(w.id() as i32, libc::SIGINT) };
+    let o = wait_output(w, T);
+    let out = ok(&o);
+    assert!(map_value(&out, "@c").unwrap() > 0, "{out}");
+    t.assert_healthy();
+    assert!(code_matches_file(t.pid(), &bin));
+}
+
+// ---------------------------------------------------------------------------------
+// Bad input: one clear line, non-zero exit, target unharmed.
+// ---------------------------------------------------------------------------------
+
+fn fails_with(o: &std::process::Output, needle: &str) {
+    assert!(!o.status.success(), "should fail: {}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(err.contains(needle), "stderr lacks {needle:?}:\n{err}");
+}
+
+#[test]
+fn nonexistent_pid() {
+    let o = weft(
+        &[
+            "-e",
+            "uprobe:/bin/true:main { @c = count(); }",
+            "-p",
+            "999999999",
+        ],
+        T,
+    );
+    fails_with(&o, "no process with pid 999999999");
+}
+
+#[test]
+fn unknown_function_suggests_close_names() {
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let o = weft(
+        &[
+            "-e",
+            &format!("uprobe:{b}:wrok {{ @c = count(); }}"),
+            "-c",
+            b,
+        ],
+        T,
+    );
+    fails_with(&o, "did you mean `work`?");
+}
+
+#[test]
+fn not_an_elf_target() {
+    let dir = std::env::temp_dir().join(format!("weft-notelf-{}", std::process::id()));
+    std::fs::write(&dir, "#!/bin/sh\necho hi\n").unwrap();
+    let p = dir.to_str().unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let o = weft(
+        &["-e", "uprobe:/bin/true:main { @c = count(); }", "-c", p],
+        T,
+    );
+    let _ = std::fs::remove_file(&dir);
+    fails_with(&o, "is not an ELF file");
+}
+
+#[test]
+fn static_target_is_refused_clearly() {
+    let bin = build("calls.c", Variant::O2_PIE, &["-static"]);
+    let b = bin_str(&bin);
+    let o = weft(
+        &[
+            "-e",
+            &format!("uprobe:{b}:work {{ @c = count(); }}"),
+            "-c",
+            &format!("{b} 5"),
+        ],
+        T,
+    );
+    fails_with(&o, "statically linked");
+}
+
+#[test]
+fn syntax_error_is_located() {
+    let o = weft(&["-e", "BEGIN { printf(\"x\") \n  @a = ; }"], T);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("-e:2:"), "{err}");
+    assert!(err.contains('^'), "{err}");
+}

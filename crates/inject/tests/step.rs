@@ -1,0 +1,134 @@
+//! Single-stepping threads out of bytes about to be replaced.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{build, wait_in_syscall, Target};
+use weft_inject::{InjectError, StopKind, StoppedProcess};
+
+const SPIN: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+
+volatile unsigned long n;
+
+__attribute__((noinline)) void spin(void) {
+    for (;;) { n++; n++; n++; n++; n++; n++; n++; n++; }
+}
+
+static void *run(void *arg) { spin(); return arg; }
+
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, 0, run, 0);
+    while (n == 0) {}
+    printf("ready\n");
+    fflush(stdout);
+    pthread_join(t, 0);
+    return 0;
+}
+"#;
+
+#[test]
+fn step_out_leaves_a_range_in_a_hot_loop() {
+    let program = build("spin", SPIN, &[]);
+    let target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let spin = target.function("spin");
+    let n = target.symbol("n");
+
+    let mut stopped = StoppedProcess::stop(pid).unwrap();
+    let spinner = stopped
+        .threads()
+        .iter()
+        .find(|t| spin.contains(&t.pc()))
+        .expect("no thread inside spin()")
+        .tid();
+    let pc = stopped.thread(spinner).unwrap().pc();
+    let range = pc..pc + 16;
+    assert_eq!(
+        stopped.threads_in(std::slice::from_ref(&range)),
+        vec![spinner]
+    );
+
+    let steps = stopped
+        .step_out(spinner, std::slice::from_ref(&range), 1000)
+        .unwrap();
+    assert!(steps >= 1);
+    let thread = stopped.thread(spinner).unwrap();
+    assert!(
+        !range.contains(&thread.pc()),
+        "pc {:#x} still in range",
+        thread.pc()
+    );
+    assert!(
+        spin.contains(&thread.pc()),
+        "pc {:#x} left spin()",
+        thread.pc()
+    );
+    assert_eq!(thread.stop_kind(), StopKind::Trap);
+    assert_eq!(thread.pending_signals(), Vec::<i32>::new());
+    assert!(stopped.threads_in(&[range]).is_empty());
+    // Already outside: no step at all.
+    let outside = thread.pc() + 0x1000..thread.pc() + 0x1010;
+    assert_eq!(stopped.step_out(spinner, &[outside], 1000).unwrap(), 0);
+
+    // A range covering the whole loop cannot be left.
+    let err = stopped
+        .step_out(spinner, std::slice::from_ref(&spin), 50)
+        .unwrap_err();
+    let InjectError::StepOutLimit { tid, steps, pc } = err else {
+        panic!("unexpected error: {err}");
+    };
+    assert_eq!((tid, steps), (spinner, 50));
+    assert!(spin.contains(&pc));
+
+    stopped.resume().unwrap();
+    let counted = target.peek_u64s(n, 1)[0];
+    assert!(common::eventually(Duration::from_secs(2), || target
+        .peek_u64s(n, 1)[0]
+        > counted));
+}
+
+const READER: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+
+int main(void) {
+    char buf[16];
+    printf("ready\n");
+    fflush(stdout);
+    ssize_t n = read(0, buf, sizeof buf);
+    printf("read %zd\n", n);
+    fflush(stdout);
+    return 0;
+}
+"#;
+
+#[test]
+fn step_out_refuses_a_thread_whose_syscall_restart_lands_in_the_range() {
+    let program = build("reader", READER, &[]);
+    let mut target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    wait_in_syscall(pid, pid, libc::SYS_read);
+
+    let mut stopped = StoppedProcess::stop(pid).unwrap();
+    let thread = stopped.thread(pid).unwrap();
+    let restart = thread.restart_pc().expect("read is restarted on resume");
+    assert_eq!(restart, thread.pc() - 2);
+    let mut insn = [0u8; 2];
+    stopped.read_mem(restart, &mut insn).unwrap();
+    assert_eq!(insn, [0x0f, 0x05], "syscall");
+
+    let range = restart..restart + 2;
+    assert_eq!(stopped.threads_in(std::slice::from_ref(&range)), vec![pid]);
+    let err = stopped.step_out(pid, &[range], 10).unwrap_err();
+    assert!(
+        matches!(err, InjectError::StepOutInSyscall { tid, pc } if tid == pid && pc == restart)
+    );
+    stopped.resume().unwrap();
+
+    target.send_and_close(b"abc");
+    assert_eq!(target.line(), "read 3");
+}

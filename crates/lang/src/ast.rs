@@ -1,0 +1,614 @@
+//! The syntax tree. Every node carries a [`Span`]: the byte range of the source it
+//! was parsed from, so every later diagnostic can point at the text.
+//!
+//! The checker fills in [`Expr::ty`] (and [`VarRef::id`]) in place; the same tree is
+//! then "the checked AST" that lowering reads.
+
+use weft_ir::Type;
+
+/// A byte range `start..end` in the source text.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    pub fn new(start: usize, end: usize) -> Span {
+        Span {
+            start: start as u32,
+            end: end as u32,
+        }
+    }
+    /// The smallest span covering both.
+    pub fn to(self, other: Span) -> Span {
+        Span {
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
+}
+
+/// A whole script.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Program {
+    pub items: Vec<Item>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    Probe(Probe),
+    /// `config = { name = value; ... }`
+    Config(ConfigBlock),
+    /// `macro name(params) { body }`
+    Macro(MacroDef),
+    /// `let @name = hash(100);` (a map declaration in the preamble).
+    MapDecl(MapDeclItem),
+    /// `struct name { fields };` (a C type definition in the preamble).
+    Struct(StructDef),
+    /// Reserved for the aspect extensions: `seq { probes }` and `group name { probes }`.
+    Reserved(ReservedBlock),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConfigBlock {
+    pub entries: Vec<(String, ConfigValue, Span)>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigValue {
+    Int(u64),
+    Str(String),
+    Ident(String),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MacroDef {
+    pub name: String,
+    pub name_span: Span,
+    pub params: Vec<MacroParam>,
+    pub body: Block,
+    pub span: Span,
+}
+
+/// A macro parameter: `$a` (a scratch variable), `@b` (a map) or `c` (an expression).
+#[derive(Clone, Debug, PartialEq)]
+pub enum MacroParam {
+    Var(String, Span),
+    Map(String, Span),
+    Expr(String, Span),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapDeclItem {
+    pub name: String,
+    pub kind: String,
+    pub size: u64,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct StructDef {
+    pub name: String,
+    pub fields: Vec<(TypeExpr, String, Span)>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReservedBlock {
+    /// `seq` or `group`.
+    pub keyword: String,
+    pub name: Option<String>,
+    pub items: Vec<Item>,
+    pub span: Span,
+}
+
+/// Aspect advice kinds (reserved syntax).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdviceKind {
+    Before,
+    After,
+    Around,
+}
+
+impl AdviceKind {
+    pub fn keyword(self) -> &'static str {
+        match self {
+            AdviceKind::Before => "before",
+            AdviceKind::After => "after",
+            AdviceKind::Around => "around",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Probe {
+    pub advice: Option<(AdviceKind, Span)>,
+    pub attach: Vec<AttachSpec>,
+    pub predicate: Option<Expr>,
+    pub body: Block,
+    pub span: Span,
+}
+
+/// One attach point as written: `provider:field:field...`. The provider is already
+/// mapped from its short alias (`u` → `uprobe`) and lowercased where bpftrace
+/// ignores case (`BEGIN`/`begin`). Quotes around fields are removed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttachSpec {
+    pub provider: String,
+    pub fields: Vec<String>,
+    /// The text exactly as written.
+    pub raw: String,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Block {
+    pub stmts: Vec<Stmt>,
+    /// A final expression without `;` makes the block a value (block expressions).
+    pub value: Option<Box<Expr>>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stmt {
+    pub kind: StmtKind,
+    pub span: Span,
+}
+
+/// The left side of an assignment.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LValue {
+    Var(VarRef),
+    Map(MapRef),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum StmtKind {
+    Expr(Expr),
+    /// `lhs = value` or `lhs op= value` (`op` is the binary operator).
+    Assign {
+        target: LValue,
+        op: Option<BinOp>,
+        value: Expr,
+    },
+    /// `let $x [: type] [= value]`
+    Let {
+        var: VarRef,
+        ty: Option<TypeExpr>,
+        value: Option<Expr>,
+    },
+    If {
+        cond: Expr,
+        then: Block,
+        otherwise: Option<Block>,
+    },
+    Unroll {
+        count: Expr,
+        body: Block,
+    },
+    While {
+        cond: Expr,
+        body: Block,
+    },
+    For {
+        var: VarRef,
+        iter: ForIter,
+        body: Block,
+    },
+    Break,
+    Continue,
+    Return(Option<Expr>),
+    /// A nested `{ ... }` block used as a statement.
+    Block(Block),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ForIter {
+    Map(MapRef),
+    Range(Box<Expr>, Box<Expr>),
+}
+
+/// A use of a scratch variable. `id` is filled by the checker: variables with the
+/// same name in different scopes get different ids.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VarRef {
+    pub name: String,
+    pub span: Span,
+    pub id: Option<u32>,
+}
+
+/// A use of a map: `@name` or `@name[keys]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapRef {
+    pub name: String,
+    pub name_span: Span,
+    /// `None` for `@m`, `Some(keys)` for `@m[k1, k2]`.
+    pub keys: Option<Vec<Expr>>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+    /// Filled by the checker; `Void` before.
+    pub ty: Type,
+}
+
+impl Expr {
+    pub fn new(kind: ExprKind, span: Span) -> Expr {
+        Expr {
+            kind,
+            span,
+            ty: Type::Void,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    BitAnd,
+    BitOr,
+    BitXor,
+    Shl,
+    Shr,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+impl BinOp {
+    pub fn text(self) -> &'static str {
+        match self {
+            BinOp::Add => "+",
+            BinOp::Sub => "-",
+            BinOp::Mul => "*",
+            BinOp::Div => "/",
+            BinOp::Mod => "%",
+            BinOp::BitAnd => "&",
+            BinOp::BitOr => "|",
+            BinOp::BitXor => "^",
+            BinOp::Shl => "<<",
+            BinOp::Shr => ">>",
+            BinOp::Eq => "==",
+            BinOp::Ne => "!=",
+            BinOp::Lt => "<",
+            BinOp::Le => "<=",
+            BinOp::Gt => ">",
+            BinOp::Ge => ">=",
+            BinOp::And => "&&",
+            BinOp::Or => "||",
+        }
+    }
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnOp {
+    /// `-x`
+    Neg,
+    /// `+x`
+    Plus,
+    /// `~x`
+    BitNot,
+    /// `!x`
+    Not,
+    /// `*p`
+    Deref,
+    /// `&x`
+    AddrOf,
+}
+
+impl UnOp {
+    pub fn text(self) -> &'static str {
+        match self {
+            UnOp::Neg => "-",
+            UnOp::Plus => "+",
+            UnOp::BitNot => "~",
+            UnOp::Not => "!",
+            UnOp::Deref => "*",
+            UnOp::AddrOf => "&",
+        }
+    }
+}
+
+/// The target of `++` / `--`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum IncTarget {
+    Var(VarRef),
+    Map(MapRef),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExprKind {
+    /// An integer literal (already scaled by a duration suffix; `u64` bits).
+    Int(u64),
+    /// A string literal, escapes decoded.
+    Str(Vec<u8>),
+    Bool(bool),
+    /// `$1`, `$2`, ...
+    Positional(u32),
+    /// `$#`
+    PositionalCount,
+    /// A bare identifier: a builtin (`pid`, `arg0`, `comm`), a zero-argument macro,
+    /// or an unknown name.
+    Ident(String),
+    Var(VarRef),
+    Map(MapRef),
+    Call {
+        name: String,
+        name_span: Span,
+        args: Vec<Expr>,
+    },
+    Unary {
+        op: UnOp,
+        expr: Box<Expr>,
+    },
+    Binary {
+        op: BinOp,
+        lhs: Box<Expr>,
+        rhs: Box<Expr>,
+    },
+    /// `++x`, `x++`, `--x`, `x--`.
+    IncDec {
+        target: IncTarget,
+        increment: bool,
+        prefix: bool,
+    },
+    Ternary {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+    },
+    Cast {
+        ty: TypeExpr,
+        expr: Box<Expr>,
+    },
+    /// `e.field` (`arrow` for `e->field`).
+    Field {
+        expr: Box<Expr>,
+        field: String,
+        arrow: bool,
+    },
+    /// `t.0`
+    TupleIndex {
+        expr: Box<Expr>,
+        index: u32,
+    },
+    /// `e[i]`
+    Index {
+        expr: Box<Expr>,
+        index: Box<Expr>,
+    },
+    Tuple(Vec<Expr>),
+    /// `(a = 1, b = "x")`
+    Record(Vec<(String, Expr)>),
+    /// `{ stmts; value }`
+    Block(Box<Block>),
+    /// `sizeof(type)` / `sizeof(expr)`
+    Sizeof(SizeofArg),
+    /// `offsetof(struct T, field)`
+    Offsetof {
+        ty: TypeExpr,
+        field: String,
+    },
+    /// `cflow(attach)` in a predicate (reserved for the aspect extensions).
+    Cflow(AttachSpec),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum SizeofArg {
+    Type(TypeExpr),
+    Expr(Box<Expr>),
+}
+
+/// A type as written in a cast, a `let` or a struct definition.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TypeExpr {
+    pub base: TypeName,
+    /// Number of `*`.
+    pub pointer: u32,
+    /// `[N]` after the type (`Some(None)` for `[]`).
+    pub array: Option<Option<u32>>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TypeName {
+    Int {
+        bits: u8,
+        signed: bool,
+    },
+    Bool,
+    Void,
+    /// `string` or `string[N]`... (written `string`).
+    Str,
+    /// `struct X`, `union X`, `enum X`.
+    Struct(String),
+    /// Any other identifier (a typedef from C).
+    Named(String),
+}
+
+impl std::fmt::Display for TypeExpr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.base {
+            TypeName::Int { bits, signed } => {
+                write!(f, "{}int{}", if *signed { "" } else { "u" }, bits)?
+            }
+            TypeName::Bool => write!(f, "bool")?,
+            TypeName::Void => write!(f, "void")?,
+            TypeName::Str => write!(f, "string")?,
+            TypeName::Struct(n) => write!(f, "struct {n}")?,
+            TypeName::Named(n) => write!(f, "{n}")?,
+        }
+        if let Some(a) = self.array {
+            match a {
+                Some(n) => write!(f, "[{n}]")?,
+                None => write!(f, "[]")?,
+            }
+        }
+        for _ in 0..self.pointer {
+            write!(f, " *")?;
+        }
+        Ok(())
+    }
+}
+
+/// A mutable walk over every expression, variable and map use in a tree. Override
+/// the hooks; call the `walk_*` functions to recurse.
+pub trait VisitMut {
+    fn expr(&mut self, e: &mut Expr) {
+        walk_expr(self, e);
+    }
+    fn var(&mut self, _v: &mut VarRef) {}
+    fn map(&mut self, m: &mut MapRef) {
+        walk_map(self, m);
+    }
+    fn block(&mut self, b: &mut Block) {
+        walk_block(self, b);
+    }
+}
+
+pub fn walk_map<V: VisitMut + ?Sized>(v: &mut V, m: &mut MapRef) {
+    if let Some(keys) = &mut m.keys {
+        for k in keys {
+            v.expr(k);
+        }
+    }
+}
+
+pub fn walk_block<V: VisitMut + ?Sized>(v: &mut V, b: &mut Block) {
+    for s in &mut b.stmts {
+        walk_stmt(v, s);
+    }
+    if let Some(e) = &mut b.value {
+        v.expr(e);
+    }
+}
+
+pub fn walk_stmt<V: VisitMut + ?Sized>(v: &mut V, s: &mut Stmt) {
+    match &mut s.kind {
+        StmtKind::Expr(e) => v.expr(e),
+        StmtKind::Assign { target, value, .. } => {
+            match target {
+                LValue::Var(x) => v.var(x),
+                LValue::Map(m) => v.map(m),
+            }
+            v.expr(value);
+        }
+        StmtKind::Let { var, value, .. } => {
+            v.var(var);
+            if let Some(e) = value {
+                v.expr(e);
+            }
+        }
+        StmtKind::If {
+            cond,
+            then,
+            otherwise,
+        } => {
+            v.expr(cond);
+            v.block(then);
+            if let Some(b) = otherwise {
+                v.block(b);
+            }
+        }
+        StmtKind::Unroll { count, body } => {
+            v.expr(count);
+            v.block(body);
+        }
+        StmtKind::While { cond, body } => {
+            v.expr(cond);
+            v.block(body);
+        }
+        StmtKind::For { var, iter, body } => {
+            v.var(var);
+            match iter {
+                ForIter::Map(m) => v.map(m),
+                ForIter::Range(a, b) => {
+                    v.expr(a);
+                    v.expr(b);
+                }
+            }
+            v.block(body);
+        }
+        StmtKind::Return(Some(e)) => v.expr(e),
+        StmtKind::Break | StmtKind::Continue | StmtKind::Return(None) => {}
+        StmtKind::Block(b) => v.block(b),
+    }
+}
+
+pub fn walk_expr<V: VisitMut + ?Sized>(v: &mut V, e: &mut Expr) {
+    match &mut e.kind {
+        ExprKind::Int(_)
+        | ExprKind::Str(_)
+        | ExprKind::Bool(_)
+        | ExprKind::Positional(_)
+        | ExprKind::PositionalCount
+        | ExprKind::Ident(_)
+        | ExprKind::Offsetof { .. }
+        | ExprKind::Cflow(_) => {}
+        ExprKind::Var(x) => v.var(x),
+        ExprKind::Map(m) => v.map(m),
+        ExprKind::Call { args, .. } => {
+            for a in args {
+                v.expr(a);
+            }
+        }
+        ExprKind::Unary { expr, .. }
+        | ExprKind::Cast { expr, .. }
+        | ExprKind::Field { expr, .. }
+        | ExprKind::TupleIndex { expr, .. } => v.expr(expr),
+        ExprKind::Binary { lhs, rhs, .. } => {
+            v.expr(lhs);
+            v.expr(rhs);
+        }
+        ExprKind::IncDec { target, .. } => match target {
+            IncTarget::Var(x) => v.var(x),
+            IncTarget::Map(m) => v.map(m),
+        },
+        ExprKind::Ternary {
+            cond,
+            then,
+            otherwise,
+        } => {
+            v.expr(cond);
+            v.expr(then);
+            v.expr(otherwise);
+        }
+        ExprKind::Index { expr, index } => {
+            v.expr(expr);
+            v.expr(index);
+        }
+        ExprKind::Tuple(es) => {
+            for x in es {
+                v.expr(x);
+            }
+        }
+        ExprKind::Record(fs) => {
+            for (_, x) in fs {
+                v.expr(x);
+            }
+        }
+        ExprKind::Block(b) => v.block(b),
+        ExprKind::Sizeof(SizeofArg::Expr(x)) => v.expr(x),
+        ExprKind::Sizeof(SizeofArg::Type(_)) => {}
+    }
+}

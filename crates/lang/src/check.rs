@@ -1,0 +1,2683 @@
+//! The checker: resolves names (builtins, functions, variables, maps), infers and
+//! checks types, validates attach points and probe contexts, and fills
+//! [`Expr::ty`] / [`VarRef::id`] in place. It reports every error it finds.
+//!
+//! Map types are global and may be used before (in source order) they are
+//! assigned, so the checker runs silently a few times to learn every map's key and
+//! value types, then once more reporting. A map's type is set by its first
+//! assignment in source order; a later use that disagrees is reported there, with a
+//! note pointing at the first.
+
+use std::collections::HashMap;
+
+use weft_ir::{AttachPoint, CField, CStruct, Config, MapValue, StackMode, Type};
+
+use crate::ast::*;
+use crate::diag::{suggest, Diagnostic, Diags};
+use crate::format::{conversions, ArgKind};
+use crate::unsupported;
+use crate::Options;
+
+/// The checked program: the typed tree plus what lowering needs.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    pub program: Program,
+    /// Maps in order of first appearance; a map's index is its `MapId`.
+    pub maps: Vec<MapInfo>,
+    /// One entry per top-level probe, in order.
+    pub probes: Vec<ProbeInfo>,
+    pub config: Config,
+    /// Default mode of `ustack` (config `stack_mode`).
+    pub stack_mode: StackMode,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct MapInfo {
+    pub name: String,
+    pub key: Option<Type>,
+    pub value: MapValue,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeInfo {
+    pub attach: Vec<AttachPoint>,
+    /// Types of the probe's scratch variables, indexed by [`VarRef::id`].
+    pub vars: Vec<Type>,
+}
+
+impl Checked {
+    pub fn map_id(&self, name: &str) -> Option<u32> {
+        self.maps
+            .iter()
+            .position(|m| m.name == name)
+            .map(|i| i as u32)
+    }
+}
+
+/// Default depth of `ustack` (bpftrace: 127 frames).
+pub const USTACK_DEPTH: u32 = 127;
+/// Capacity of `comm` (the kernel's TASK_COMM_LEN).
+pub const COMM_CAP: u32 = 16;
+
+/// Aggregating functions: valid only as `@m[...] = f(...)`.
+pub const AGGREGATIONS: &[&str] = &[
+    "count", "sum", "min", "max", "avg", "stats", "hist", "lhist",
+];
+
+/// Every function name weft knows (for suggestions).
+pub const FUNCTIONS: &[&str] = &[
+    "printf",
+    "print",
+    "exit",
+    "str",
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "stats",
+    "hist",
+    "lhist",
+    "delete",
+    "clear",
+    "zero",
+    "len",
+    "has_key",
+    "time",
+    "strftime",
+    "join",
+    "usym",
+    "uaddr",
+    "system",
+    "signal",
+    "cat",
+    "ustack",
+    "buf",
+    "strncmp",
+    "strcontains",
+    "reg",
+    "sizeof",
+    "offsetof",
+];
+
+/// Builtin variables weft knows (for suggestions); `argN` too.
+pub const BUILTINS: &[&str] = &[
+    "pid", "tid", "uid", "gid", "nsecs", "elapsed", "cpu", "cpid", "rand", "comm", "func", "probe",
+    "retval", "args", "ustack", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5",
+];
+
+const VOID_FUNCTIONS: &[&str] = &[
+    "printf", "print", "exit", "clear", "zero", "time", "join", "system", "signal", "cat",
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Begin,
+    End,
+    Uprobe,
+    Uretprobe,
+    Usdt,
+    Interval,
+    Profile,
+    /// Unsupported or reserved providers: context checks are skipped.
+    Other,
+}
+
+impl Kind {
+    fn in_target(self) -> bool {
+        matches!(
+            self,
+            Kind::Uprobe | Kind::Uretprobe | Kind::Usdt | Kind::Profile | Kind::Other
+        )
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct MapState {
+    /// `None`: not known yet; `Some(None)`: a map without keys.
+    key: Option<Option<Type>>,
+    key_span: Span,
+    value: Option<MapValue>,
+    value_span: Span,
+    first: u32,
+}
+
+#[derive(Clone, Debug)]
+struct VarState {
+    ty: Option<Type>,
+    span: Span,
+}
+
+struct Checker<'a> {
+    opts: &'a Options,
+    diags: Diags,
+    report: bool,
+    maps: HashMap<String, MapState>,
+    /// Map types learned by the previous silent pass.
+    hints: HashMap<String, MapState>,
+    structs: HashMap<String, CStruct>,
+    config: Config,
+    stack_mode: StackMode,
+    // Per probe:
+    kinds: Vec<(Kind, String)>,
+    attach: Vec<AttachPoint>,
+    vars: Vec<VarState>,
+    scopes: Vec<HashMap<String, u32>>,
+    loop_depth: u32,
+    /// Variable types learned by the previous pass, by (probe index, variable id):
+    /// a variable's type is its widest assignment (strings grow), and reads before
+    /// the widest assignment must already see it.
+    var_hints: HashMap<(usize, u32), Type>,
+    probe_index: usize,
+    /// Variables declared by a plain assignment (not `let`), by name: still
+    /// visible after their block closes, as in bpftrace 0.17.
+    loose_vars: HashMap<String, u32>,
+}
+
+pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>) {
+    let mut ck = Checker {
+        opts,
+        diags: Diags::default(),
+        report: true,
+        maps: HashMap::new(),
+        hints: HashMap::new(),
+        structs: HashMap::new(),
+        config: opts.config.clone(),
+        stack_mode: StackMode::Bpftrace,
+        kinds: Vec::new(),
+        attach: Vec::new(),
+        vars: Vec::new(),
+        scopes: Vec::new(),
+        loop_depth: 0,
+        var_hints: HashMap::new(),
+        probe_index: 0,
+        loose_vars: HashMap::new(),
+    };
+    ck.config.unsafe_ok = opts.unsafe_ok || ck.config.unsafe_ok;
+    ck.preamble(&program);
+    let preamble_diags = std::mem::take(&mut ck.diags);
+
+    // Silent passes learn map types; the last pass reports.
+    let mut probes = Vec::new();
+    for pass in 0..4 {
+        ck.report = pass == 3;
+        ck.diags = Diags::default();
+        ck.hints = std::mem::take(&mut ck.maps);
+        probes.clear();
+        ck.probe_index = 0;
+        for item in &mut program.items {
+            match item {
+                Item::Probe(p) => probes.push(ck.probe(p)),
+                Item::Reserved(r) => {
+                    ck.err(
+                        r.span,
+                        format!("`{}` blocks are not supported yet", r.keyword),
+                    );
+                    for i in &mut r.items {
+                        if let Item::Probe(p) = i {
+                            ck.probe(p);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut diags = preamble_diags.list;
+    diags.extend(ck.diags.list);
+
+    // Maps, in order of first appearance.
+    let mut maps: Vec<(String, MapState)> = ck.maps.into_iter().collect();
+    maps.sort_by_key(|(_, m)| m.first);
+    let maps = maps
+        .into_iter()
+        .map(|(name, m)| MapInfo {
+            name,
+            key: m.key.unwrap_or(None),
+            value: m.value.unwrap_or(MapValue::Plain(Type::I64)),
+        })
+        .collect();
+    let checked = Checked {
+        program,
+        maps,
+        probes,
+        config: ck.config,
+        stack_mode: ck.stack_mode,
+    };
+    (checked, diags)
+}
+
+// ---- type helpers -------------------------------------------------------------
+
+fn int64(signed: bool) -> Type {
+    Type::Int { bits: 64, signed }
+}
+
+fn is_int(t: &Type) -> bool {
+    matches!(t, Type::Int { .. } | Type::Bool)
+}
+
+/// Usable as a condition or in `&&`, `||`, `!`.
+fn is_truthy(t: &Type) -> bool {
+    matches!(t, Type::Int { .. } | Type::Bool | Type::Ptr(_) | Type::USym)
+}
+
+fn signed(t: &Type) -> bool {
+    match t {
+        Type::Int { signed, .. } => *signed,
+        // Booleans promote like C's `int`.
+        Type::Bool => true,
+        _ => false,
+    }
+}
+
+/// The type a value is stored as in a map key, a map value or an event: integers
+/// widen to 64 bits (keeping their sign).
+pub fn storage(t: &Type) -> Type {
+    match t {
+        Type::Int { signed, .. } => int64(*signed),
+        Type::Tuple(ts) => Type::Tuple(ts.iter().map(storage).collect()),
+        Type::Record(fs) => Type::Record(fs.iter().map(|(n, t)| (n.clone(), storage(t))).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Can a value of type `b` be stored where `a` is (a variable or map of type `a`)?
+/// Returns the widened type (strings and buffers grow to the larger capacity).
+fn unify(a: &Type, b: &Type) -> Option<Type> {
+    match (a, b) {
+        (Type::Int { .. }, Type::Int { .. } | Type::Bool) => Some(a.clone()),
+        (Type::Bool, Type::Bool) => Some(Type::Bool),
+        (Type::Str { cap: x }, Type::Str { cap: y }) => Some(Type::Str { cap: (*x).max(*y) }),
+        (Type::Buf { cap: x }, Type::Buf { cap: y }) => Some(Type::Buf { cap: (*x).max(*y) }),
+        (Type::Tuple(xs), Type::Tuple(ys)) if xs.len() == ys.len() => {
+            let ts: Option<Vec<Type>> = xs.iter().zip(ys).map(|(x, y)| unify(x, y)).collect();
+            ts.map(Type::Tuple)
+        }
+        (Type::Record(xs), Type::Record(ys)) if xs.len() == ys.len() => {
+            let fs: Option<Vec<(String, Type)>> = xs
+                .iter()
+                .zip(ys)
+                .map(|((n, x), (m, y))| {
+                    if n == m {
+                        unify(x, y).map(|t| (n.clone(), t))
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            fs.map(Type::Record)
+        }
+        (Type::UStack { depth: x, mode }, Type::UStack { depth: y, mode: m2 }) if mode == m2 => {
+            Some(Type::UStack {
+                depth: (*x).max(*y),
+                mode: *mode,
+            })
+        }
+        (Type::Ptr(_), Type::Ptr(_)) => Some(a.clone()),
+        (Type::Ptr(_), Type::Int { .. }) => Some(a.clone()),
+        _ if a == b => Some(a.clone()),
+        _ => None,
+    }
+}
+
+/// Types of the two branches of `?:`.
+fn join_branches(a: &Type, b: &Type) -> Option<Type> {
+    match (a, b) {
+        (Type::Int { .. } | Type::Bool, Type::Int { .. } | Type::Bool) if a != b => {
+            Some(int64(signed(a) && signed(b)))
+        }
+        _ => unify(a, b),
+    }
+}
+
+fn agg_name(v: &MapValue) -> &'static str {
+    match v {
+        MapValue::Plain(_) => "value",
+        MapValue::Count => "count",
+        MapValue::Sum { .. } => "sum",
+        MapValue::Min { .. } => "min",
+        MapValue::Max { .. } => "max",
+        MapValue::Avg { .. } => "avg",
+        MapValue::Stats { .. } => "stats",
+        MapValue::Hist { .. } => "hist",
+        MapValue::Lhist { .. } => "lhist",
+    }
+}
+
+fn describe_value(v: &MapValue) -> String {
+    match v {
+        MapValue::Plain(t) => format!("`{t}`"),
+        MapValue::Hist { k } if *k > 0 => format!("`hist(_, {k})`"),
+        MapValue::Lhist { min, max, step } => format!("`lhist(_, {min}, {max}, {step})`"),
+        other => format!("`{}()`", agg_name(other)),
+    }
+}
+
+fn describe_key(k: &Option<Type>) -> String {
+    match k {
+        None => "no key".to_string(),
+        Some(t) => format!("key `{t}`"),
+    }
+}
+
+fn literal_int(e: &Expr) -> Option<i64> {
+    match &e.kind {
+        ExprKind::Int(v) => Some(*v as i64),
+        ExprKind::Unary {
+            op: UnOp::Neg,
+            expr,
+        } => literal_int(expr).map(|v| v.wrapping_neg()),
+        _ => None,
+    }
+}
+
+fn c_layout(name: &str, fields: &[(String, Type)]) -> CStruct {
+    let mut off = 0u32;
+    let mut align = 1u32;
+    let mut out = Vec::new();
+    for (n, t) in fields {
+        let a = t.align().max(1);
+        align = align.max(a);
+        off = off.div_ceil(a) * a;
+        out.push(CField {
+            name: n.clone(),
+            offset: off,
+            ty: t.clone(),
+        });
+        off += t.size();
+    }
+    CStruct {
+        name: name.to_string(),
+        size: off.div_ceil(align) * align,
+        fields: out,
+    }
+}
+
+impl<'a> Checker<'a> {
+    fn err(&mut self, span: Span, msg: impl Into<String>) {
+        if self.report {
+            self.diags.error(span, msg);
+        }
+    }
+    fn push(&mut self, d: Diagnostic) {
+        if self.report {
+            self.diags.push(d);
+        }
+    }
+
+    // ---- preamble ---------------------------------------------------------------
+
+    fn preamble(&mut self, program: &Program) {
+        let mut seen_probe = false;
+        for item in &program.items {
+            match item {
+                Item::Probe(_) | Item::Reserved(_) => seen_probe = true,
+                Item::Config(c) => {
+                    if seen_probe {
+                        self.err(c.span, "the config block must come before any probe");
+                    }
+                    self.config_block(c);
+                }
+                Item::Struct(s) => self.struct_def(s),
+                Item::MapDecl(m) => {
+                    if !matches!(
+                        m.kind.as_str(),
+                        "hash" | "lruhash" | "percpuhash" | "percpulruhash"
+                    ) {
+                        self.err(m.span, format!("unknown map kind `{}`; expected hash, lruhash, percpuhash or percpulruhash", m.kind));
+                    }
+                }
+                Item::Macro(_) => {}
+            }
+        }
+    }
+
+    fn config_block(&mut self, c: &ConfigBlock) {
+        const KNOWN: &[&str] = &[
+            "max_strlen",
+            "max_map_keys",
+            "max_loop_iterations",
+            "max_frame",
+            "stack_mode",
+            "unsafe",
+            "cache_user_symbols",
+            "cpp_demangle",
+            "lazy_symbolication",
+            "license",
+            "log_size",
+            "max_bpf_progs",
+            "max_cat_bytes",
+            "max_probes",
+            "missing_probes",
+            "on_stack_limit",
+            "perf_rb_pages",
+            "show_debug_info",
+            "str_trunc_trailer",
+            "print_maps_on_exit",
+            "max_type_res_iterations",
+            "max_ast_nodes",
+        ];
+        for (name, value, span) in &c.entries {
+            let key = name.to_ascii_lowercase();
+            let key = key.strip_prefix("bpftrace_").unwrap_or(&key).to_string();
+            let int = match value {
+                ConfigValue::Int(v) => Some(*v),
+                _ => None,
+            };
+            let need_int =
+                |ck: &mut Self| ck.err(*span, format!("config `{name}` needs an integer value"));
+            match key.as_str() {
+                "max_strlen" => match int {
+                    Some(v) if (2..=65536).contains(&v) => self.config.strlen = v as u32,
+                    Some(_) => self.err(*span, "max_strlen must be between 2 and 65536"),
+                    None => need_int(self),
+                },
+                "max_map_keys" => match int {
+                    Some(v) if v > 0 && v <= u64::from(u32::MAX) => {
+                        self.config.max_map_keys = v as u32
+                    }
+                    _ => need_int(self),
+                },
+                "max_loop_iterations" => match int {
+                    Some(v) if v > 0 && v <= u64::from(u32::MAX) => {
+                        self.config.max_loop_iterations = v as u32
+                    }
+                    _ => need_int(self),
+                },
+                "max_frame" => match int {
+                    Some(v) if v > 0 && v <= u64::from(u32::MAX) => {
+                        self.config.max_frame = v as u32
+                    }
+                    _ => need_int(self),
+                },
+                "stack_mode" => {
+                    let s = match value {
+                        ConfigValue::Ident(s) | ConfigValue::Str(s) => s.as_str(),
+                        ConfigValue::Int(_) => "",
+                    };
+                    match s {
+                        "bpftrace" => self.stack_mode = StackMode::Bpftrace,
+                        "perf" => self.stack_mode = StackMode::Perf,
+                        "raw" => self.stack_mode = StackMode::Raw,
+                        _ => self.err(*span, "stack_mode must be bpftrace, perf or raw"),
+                    }
+                }
+                k if KNOWN.contains(&k) => {}
+                _ => {
+                    let mut d =
+                        Diagnostic::error(*span, format!("unknown config variable `{name}`"));
+                    if let Some(s) = suggest(&key, KNOWN.iter().copied()) {
+                        d.message =
+                            format!("unknown config variable `{name}`; did you mean `{s}`?");
+                    }
+                    self.push(d);
+                }
+            }
+        }
+    }
+
+    fn struct_def(&mut self, s: &StructDef) {
+        let mut fields = Vec::new();
+        for (t, n, span) in &s.fields {
+            match self.resolve_type(t) {
+                Some(ty) => fields.push((n.clone(), ty)),
+                None => self.err(*span, format!("unknown type `{t}` for field `{n}`")),
+            }
+        }
+        let layout = c_layout(&s.name, &fields);
+        self.structs.insert(s.name.clone(), layout);
+    }
+
+    /// A written type to an ir type (`None` when unknown).
+    fn resolve_type(&self, t: &TypeExpr) -> Option<Type> {
+        let mut ty = match &t.base {
+            TypeName::Int { bits, signed } => Type::Int {
+                bits: *bits,
+                signed: *signed,
+            },
+            TypeName::Bool => Type::Bool,
+            TypeName::Void => {
+                if t.pointer == 0 {
+                    return None;
+                }
+                Type::Int {
+                    bits: 8,
+                    signed: false,
+                }
+            }
+            TypeName::Str => Type::Str {
+                cap: self.config.strlen,
+            },
+            TypeName::Struct(n) => match self.structs.get(n) {
+                Some(s) => Type::CStruct(s.clone()),
+                None if t.pointer > 0 => Type::CStruct(CStruct {
+                    name: n.clone(),
+                    size: 0,
+                    fields: Vec::new(),
+                }),
+                None => return None,
+            },
+            TypeName::Named(_) => return None,
+        };
+        if let Some(Some(n)) = t.array {
+            let elem = ty.clone();
+            let fields = (0..n).map(|i| CField {
+                name: i.to_string(),
+                offset: i * elem.size(),
+                ty: elem.clone(),
+            });
+            ty = Type::CStruct(CStruct {
+                name: format!("{elem}[{n}]"),
+                size: n * elem.size(),
+                fields: fields.collect(),
+            });
+        }
+        for _ in 0..t.pointer {
+            ty = Type::Ptr(Box::new(ty));
+        }
+        Some(ty)
+    }
+
+    // ---- probes -----------------------------------------------------------------
+
+    fn probe(&mut self, p: &mut Probe) -> ProbeInfo {
+        self.kinds.clear();
+        self.attach.clear();
+        self.vars.clear();
+        self.scopes = vec![HashMap::new()];
+        self.loose_vars.clear();
+        self.loop_depth = 0;
+        if let Some((kind, span)) = p.advice {
+            self.err(
+                span,
+                format!("`{}` advice is not supported yet", kind.keyword()),
+            );
+        }
+        for a in &p.attach {
+            self.attach_point(a);
+        }
+        if let Some(pred) = &mut p.predicate {
+            let t = self.expr(pred);
+            if t != Type::Void && !is_truthy(&t) {
+                self.err(
+                    pred.span,
+                    format!("the predicate must be an integer or a boolean, not `{t}`"),
+                );
+            }
+        }
+        self.block_stmts(&mut p.body);
+        let vars: Vec<Type> = self
+            .vars
+            .iter()
+            .map(|v| v.ty.clone().unwrap_or(Type::I64))
+            .collect();
+        for (i, t) in vars.iter().enumerate() {
+            self.var_hints
+                .insert((self.probe_index, i as u32), t.clone());
+        }
+        self.probe_index += 1;
+        ProbeInfo {
+            attach: self.attach.clone(),
+            vars,
+        }
+    }
+
+    fn attach_point(&mut self, a: &AttachSpec) {
+        let name = crate::dump::attach_text(a);
+        let (kind, point) = match self.attach_inner(a) {
+            Ok(x) => x,
+            Err(msg) => {
+                self.err(a.span, msg);
+                (Kind::Other, None)
+            }
+        };
+        self.kinds.push((kind, name));
+        if let Some(p) = point {
+            self.attach.push(p);
+        }
+    }
+
+    fn attach_inner(&mut self, a: &AttachSpec) -> Result<(Kind, Option<AttachPoint>), String> {
+        let f = &a.fields;
+        let prov = a.provider.as_str();
+        if let Some(msg) = unsupported::provider(prov) {
+            return Err(msg);
+        }
+        let arity = |n: &[usize]| -> Result<(), String> {
+            if n.contains(&f.len()) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "invalid attach point `{}`: wrong number of `:`-separated fields for {prov}",
+                    a.raw
+                ))
+            }
+        };
+        match prov {
+            "BEGIN" | "END" => {
+                arity(&[0])?;
+                let k = if prov == "BEGIN" {
+                    Kind::Begin
+                } else {
+                    Kind::End
+                };
+                Ok((
+                    k,
+                    Some(if prov == "BEGIN" {
+                        AttachPoint::Begin
+                    } else {
+                        AttachPoint::End
+                    }),
+                ))
+            }
+            "uprobe" | "uretprobe" => {
+                arity(&[1, 2, 3])?;
+                // `uprobe:bin:cpp:func` names the language; weft matches either.
+                let (target, func) = match f.len() {
+                    1 => (String::new(), f[0].clone()),
+                    2 => (f[0].clone(), f[1].clone()),
+                    _ => {
+                        if !matches!(f[1].as_str(), "c" | "cpp") {
+                            return Err(format!(
+                                "invalid attach point `{}`: unknown language `{}`",
+                                a.raw, f[1]
+                            ));
+                        }
+                        (f[0].clone(), f[2].clone())
+                    }
+                };
+                if func.is_empty() {
+                    return Err(format!(
+                        "invalid attach point `{}`: missing function name",
+                        a.raw
+                    ));
+                }
+                let (func, offset) = match func.rsplit_once('+') {
+                    Some((fname, off)) if !fname.is_empty() => {
+                        let off = crate::lexer::parse_int(off).map_err(|_| {
+                            format!("invalid offset `{off}` in attach point `{}`", a.raw)
+                        })?;
+                        (fname.to_string(), off)
+                    }
+                    _ => (func, 0),
+                };
+                if prov == "uretprobe" {
+                    if offset != 0 {
+                        return Err(format!("uretprobe `{}` cannot have an offset", a.raw));
+                    }
+                    Ok((
+                        Kind::Uretprobe,
+                        Some(AttachPoint::Uretprobe { target, func }),
+                    ))
+                } else {
+                    Ok((
+                        Kind::Uprobe,
+                        Some(AttachPoint::Uprobe {
+                            target,
+                            func,
+                            offset,
+                        }),
+                    ))
+                }
+            }
+            "usdt" => {
+                arity(&[1, 2, 3])?;
+                let p = match f.len() {
+                    1 => AttachPoint::Usdt {
+                        target: String::new(),
+                        provider: String::new(),
+                        name: f[0].clone(),
+                    },
+                    2 => AttachPoint::Usdt {
+                        target: f[0].clone(),
+                        provider: String::new(),
+                        name: f[1].clone(),
+                    },
+                    _ => AttachPoint::Usdt {
+                        target: f[0].clone(),
+                        provider: f[1].clone(),
+                        name: f[2].clone(),
+                    },
+                };
+                Ok((Kind::Usdt, Some(p)))
+            }
+            "interval" | "profile" => {
+                arity(&[1, 2])?;
+                let bad = || {
+                    format!(
+                        "invalid {prov} `{}`: expected {prov}:UNIT:N with UNIT s, ms, us, ns or hz",
+                        a.raw
+                    )
+                };
+                let (unit, n) = if f.len() == 2 {
+                    (f[0].as_str(), f[1].as_str())
+                } else {
+                    ("ns", f[0].as_str())
+                };
+                let n = crate::lexer::parse_int(&n.replace('_', "")).map_err(|_| bad())?;
+                if n == 0 {
+                    return Err(format!(
+                        "invalid {prov} `{}`: the count must be positive",
+                        a.raw
+                    ));
+                }
+                let period_ns = match unit {
+                    "s" => n.checked_mul(1_000_000_000),
+                    "ms" => n.checked_mul(1_000_000),
+                    "us" => n.checked_mul(1_000),
+                    "ns" => Some(n),
+                    "hz" => Some(1_000_000_000 / n).filter(|p| *p > 0),
+                    _ => return Err(bad()),
+                }
+                .ok_or_else(bad)?;
+                if prov == "interval" {
+                    Ok((Kind::Interval, Some(AttachPoint::Interval { period_ns })))
+                } else {
+                    let hz = if unit == "hz" {
+                        n
+                    } else {
+                        (1_000_000_000 / period_ns).max(1)
+                    };
+                    Ok((Kind::Profile, Some(AttachPoint::Profile { hz })))
+                }
+            }
+            _ => {
+                const PROVIDERS: &[&str] = &[
+                    "BEGIN",
+                    "END",
+                    "uprobe",
+                    "uretprobe",
+                    "usdt",
+                    "interval",
+                    "profile",
+                    "kprobe",
+                    "kretprobe",
+                    "tracepoint",
+                    "rawtracepoint",
+                    "software",
+                    "hardware",
+                    "watchpoint",
+                ];
+                let mut msg = format!("unknown probe type `{prov}`");
+                if let Some(s) = suggest(prov, PROVIDERS.iter().copied()) {
+                    msg = format!("{msg}; did you mean `{s}`?");
+                }
+                Err(msg)
+            }
+        }
+    }
+
+    /// Every attach point of the probe satisfies `ok` (unknown ones always do).
+    fn all_kinds(&self, ok: impl Fn(Kind) -> bool) -> Option<String> {
+        self.kinds
+            .iter()
+            .find(|(k, _)| *k != Kind::Other && !ok(*k))
+            .map(|(_, n)| n.clone())
+    }
+
+    // ---- statements -------------------------------------------------------------
+
+    fn block_stmts(&mut self, b: &mut Block) -> Type {
+        self.scopes.push(HashMap::new());
+        for s in &mut b.stmts {
+            self.stmt(s);
+        }
+        let t = match &mut b.value {
+            Some(v) => self.expr(v),
+            None => Type::Void,
+        };
+        self.scopes.pop();
+        t
+    }
+
+    /// A variable in scope; else (bpftrace 0.17 compatibility: variables were
+    /// probe-wide) one first assigned without `let` in a block that has closed.
+    fn lookup_var(&self, name: &str) -> Option<u32> {
+        self.scopes
+            .iter()
+            .rev()
+            .find_map(|s| s.get(name).copied())
+            .or_else(|| self.loose_vars.get(name).copied())
+    }
+
+    fn declare_var(&mut self, v: &mut VarRef, ty: Option<Type>) -> u32 {
+        let id = self.vars.len() as u32;
+        let ty = match (ty, self.var_hints.get(&(self.probe_index, id))) {
+            (Some(t), Some(h)) => Some(unify(h, &t).filter(|u| *u == *h).unwrap_or(t)),
+            (None, Some(h)) => Some(h.clone()),
+            (t, None) => t,
+        };
+        self.vars.push(VarState { ty, span: v.span });
+        self.scopes
+            .last_mut()
+            .expect("scope")
+            .insert(v.name.clone(), id);
+        v.id = Some(id);
+        id
+    }
+
+    fn stmt(&mut self, s: &mut Stmt) {
+        match &mut s.kind {
+            StmtKind::Expr(e) => {
+                self.expr_stmt(e);
+            }
+            StmtKind::Assign { target, op, value } => self.assign(target, *op, value, s.span),
+            StmtKind::Let { var, ty, value } => {
+                if let Some(prev) = self.scopes.last().and_then(|sc| sc.get(&var.name).copied()) {
+                    let prev_span = self.vars[prev as usize].span;
+                    self.push(
+                        Diagnostic::error(
+                            var.span,
+                            format!("variable `${}` is already declared in this scope", var.name),
+                        )
+                        .with_note(Some(prev_span), "first declared here"),
+                    );
+                }
+                let declared = match ty {
+                    Some(t) => match self.resolve_type(t) {
+                        Some(rt) => Some(rt),
+                        None => {
+                            self.err(t.span, format!("unknown type `{t}`"));
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                let vt = match value {
+                    Some(v) => {
+                        let vt = self.value_expr(v);
+                        match &declared {
+                            Some(d) if vt != Type::Void && unify(d, &vt).is_none() => {
+                                self.err(v.span, format!("cannot initialize `${}` of type `{d}` with a value of type `{vt}`", var.name));
+                            }
+                            _ => {}
+                        }
+                        Some(vt).filter(|t| *t != Type::Void)
+                    }
+                    None => None,
+                };
+                let t = declared.or(vt).or_else(|| {
+                    if value.is_none() {
+                        None
+                    } else {
+                        Some(Type::Void)
+                    }
+                });
+                let t = t.filter(|t| *t != Type::Void);
+                self.declare_var(var, t);
+            }
+            StmtKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                self.condition(cond);
+                self.block_stmts(then);
+                if let Some(o) = otherwise {
+                    self.block_stmts(o);
+                }
+            }
+            StmtKind::Unroll { count, body } => {
+                self.expr(count);
+                match literal_int(count) {
+                    Some(n) if (1..=100).contains(&n) => {}
+                    Some(_) => self.err(count.span, "unroll count must be between 1 and 100"),
+                    None => self.err(count.span, "unroll count must be an integer literal"),
+                }
+                self.block_stmts(body);
+            }
+            StmtKind::While { cond, body } => {
+                self.condition(cond);
+                self.loop_depth += 1;
+                self.block_stmts(body);
+                self.loop_depth -= 1;
+            }
+            StmtKind::For { var, iter, body } => {
+                let vt = match iter {
+                    ForIter::Map(m) => self.for_map(m),
+                    ForIter::Range(a, b) => {
+                        let ta = self.expr(a);
+                        let tb = self.expr(b);
+                        for (e, t) in [(&*a, &ta), (&*b, &tb)] {
+                            if *t != Type::Void && !is_int(t) {
+                                self.err(
+                                    e.span,
+                                    format!("range bounds must be integers, not `{t}`"),
+                                );
+                            }
+                        }
+                        Some(int64(signed(&ta) && signed(&tb)))
+                    }
+                };
+                self.scopes.push(HashMap::new());
+                self.declare_var(var, vt);
+                self.loop_depth += 1;
+                self.block_stmts(body);
+                self.loop_depth -= 1;
+                self.scopes.pop();
+            }
+            StmtKind::Break | StmtKind::Continue => {
+                if self.loop_depth == 0 {
+                    let w = if matches!(s.kind, StmtKind::Break) {
+                        "break"
+                    } else {
+                        "continue"
+                    };
+                    self.err(s.span, format!("`{w}` outside of a loop"));
+                }
+            }
+            StmtKind::Return(v) => {
+                if let Some(v) = v {
+                    let t = self.expr(v);
+                    if t != Type::Void && !is_int(&t) {
+                        self.err(
+                            v.span,
+                            format!("a probe can only return an integer, not `{t}`"),
+                        );
+                    }
+                }
+            }
+            StmtKind::Block(b) => {
+                self.block_stmts(b);
+            }
+        }
+    }
+
+    fn expr_stmt(&mut self, e: &mut Expr) {
+        self.expr(e);
+    }
+
+    fn condition(&mut self, cond: &mut Expr) {
+        let t = self.expr(cond);
+        if t != Type::Void && !is_truthy(&t) {
+            self.err(
+                cond.span,
+                format!("a condition must be an integer or a boolean, not `{t}`"),
+            );
+        }
+    }
+
+    fn for_map(&mut self, m: &mut MapRef) -> Option<Type> {
+        self.touch_map(m);
+        let state = self.map_state(&m.name);
+        let Some(state) = state else {
+            self.undefined_map(m);
+            return None;
+        };
+        let key = match state.key {
+            Some(Some(k)) => k,
+            Some(None) => {
+                self.err(
+                    m.span,
+                    format!("cannot iterate over `{}`: it has no keys", m.name),
+                );
+                return None;
+            }
+            None => return None,
+        };
+        let value = match &state.value {
+            Some(MapValue::Plain(t)) => t.clone(),
+            Some(MapValue::Count) => Type::U64,
+            Some(
+                MapValue::Sum { signed }
+                | MapValue::Min { signed }
+                | MapValue::Max { signed }
+                | MapValue::Avg { signed },
+            ) => int64(*signed),
+            Some(v) => {
+                let v = describe_value(v);
+                self.err(
+                    m.span,
+                    format!(
+                        "cannot iterate over `{}`: its values are {v} aggregations",
+                        m.name
+                    ),
+                );
+                return None;
+            }
+            None => return None,
+        };
+        Some(Type::Tuple(vec![key, value]))
+    }
+
+    /// Check a value being assigned (aggregations are rejected here; they are
+    /// handled by `assign`).
+    fn value_expr(&mut self, v: &mut Expr) -> Type {
+        let t = self.expr(v);
+        if let Type::CStruct(st) = &t {
+            self.err(
+                v.span,
+                format!(
+                    "a whole `struct {}` cannot be used as a value yet; read its fields",
+                    st.name
+                ),
+            );
+            return Type::Void;
+        }
+        if let ExprKind::Call { name, .. } = &v.kind {
+            if VOID_FUNCTIONS.contains(&name.as_str()) {
+                self.err(v.span, format!("`{name}()` does not return a value"));
+            }
+        }
+        t
+    }
+
+    fn assign(&mut self, target: &mut LValue, op: Option<BinOp>, value: &mut Expr, span: Span) {
+        match target {
+            LValue::Var(v) => {
+                let vt = self.value_expr(value);
+                if let Some(op) = op {
+                    let Some(id) = self.lookup_var(&v.name) else {
+                        self.err(
+                            v.span,
+                            format!("variable `${}` is used before it is assigned", v.name),
+                        );
+                        return;
+                    };
+                    v.id = Some(id);
+                    let cur = self.vars[id as usize].ty.clone().unwrap_or(Type::I64);
+                    if vt != Type::Void
+                        && (!is_int(&vt) || !(is_int(&cur) || matches!(cur, Type::Ptr(_))))
+                    {
+                        self.err(
+                            span,
+                            format!("`{}=` needs integers, not `{cur}` and `{vt}`", op.text()),
+                        );
+                    }
+                    if self.vars[id as usize].ty.is_none() {
+                        self.vars[id as usize].ty = Some(Type::I64);
+                    }
+                    return;
+                }
+                match self.lookup_var(&v.name) {
+                    None => {
+                        let t = Some(vt).filter(|t| *t != Type::Void);
+                        let id = self.declare_var(v, t);
+                        self.loose_vars.insert(v.name.clone(), id);
+                    }
+                    Some(id) => {
+                        v.id = Some(id);
+                        let state = self.vars[id as usize].clone();
+                        match state.ty {
+                            None => self.vars[id as usize].ty = Some(vt).filter(|t| *t != Type::Void),
+                            Some(cur) if vt == Type::Void => {
+                                let _ = cur;
+                            }
+                            Some(cur) => match unify(&cur, &vt) {
+                                Some(t) => self.vars[id as usize].ty = Some(t),
+                                None => self.push(
+                                    Diagnostic::error(
+                                        value.span,
+                                        format!(
+                                            "type mismatch for `${}`: assigning a value of type `{vt}` to a variable of type `{cur}`",
+                                            v.name
+                                        ),
+                                    )
+                                    .with_note(Some(state.span), "the variable's type was set here"),
+                                ),
+                            },
+                        }
+                    }
+                }
+            }
+            LValue::Map(m) => {
+                self.touch_map(m);
+                let key = self.map_keys(m);
+                if let (None, ExprKind::Call { name, .. }) = (op, &value.kind) {
+                    if AGGREGATIONS.contains(&name.as_str()) {
+                        let agg = self.aggregation(value);
+                        self.set_map_key(m, key);
+                        if let Some(agg) = agg {
+                            self.set_map_value(m, agg, value.span);
+                        }
+                        return;
+                    }
+                }
+                let vt = self.value_expr(value);
+                self.set_map_key(m, key);
+                if op.is_some() {
+                    if vt != Type::Void && !is_int(&vt) {
+                        self.err(
+                            value.span,
+                            format!(
+                                "`{}=` needs an integer, not `{vt}`",
+                                op.map(|o| o.text()).unwrap_or("")
+                            ),
+                        );
+                    }
+                    // `@m += x` on a new map starts it as an integer map.
+                    self.set_map_value(
+                        m,
+                        MapValue::Plain(int64(signed(&vt) || vt == Type::Void)),
+                        m.span,
+                    );
+                    self.require_int_map(m);
+                    return;
+                }
+                if vt == Type::Void {
+                    return;
+                }
+                if matches!(vt, Type::CStruct(_) | Type::Void) {
+                    self.err(
+                        value.span,
+                        format!("a value of type `{vt}` cannot be stored in a map"),
+                    );
+                    return;
+                }
+                self.set_map_value(m, MapValue::Plain(storage(&vt)), value.span);
+            }
+        }
+    }
+
+    fn require_int_map(&mut self, m: &MapRef) {
+        if let Some(MapValue::Plain(t)) = self.maps.get(&m.name).and_then(|s| s.value.clone()) {
+            if !is_int(&t) {
+                self.err(
+                    m.span,
+                    format!("`{}` holds `{t}` values, not integers", m.name),
+                );
+            }
+        }
+    }
+
+    // ---- maps -------------------------------------------------------------------
+
+    fn touch_map(&mut self, m: &MapRef) {
+        let st = self.maps.entry(m.name.clone()).or_insert_with(|| MapState {
+            first: u32::MAX,
+            ..Default::default()
+        });
+        st.first = st.first.min(m.name_span.start);
+    }
+
+    /// Current knowledge of a map: this pass's, else the previous pass's.
+    fn map_state(&self, name: &str) -> Option<MapState> {
+        let cur = self.maps.get(name);
+        let hint = self.hints.get(name);
+        let mut st = cur.cloned().unwrap_or_default();
+        if let Some(h) = hint {
+            if st.key.is_none() {
+                st.key = h.key.clone();
+                st.key_span = h.key_span;
+            }
+            if st.value.is_none() {
+                st.value = h.value.clone();
+                st.value_span = h.value_span;
+            }
+        }
+        if st.key.is_none() && st.value.is_none() {
+            None
+        } else {
+            Some(st)
+        }
+    }
+
+    /// Check the keys of a map use; returns the key type (`Some(None)` for no key,
+    /// `None` when unknown).
+    fn map_keys(&mut self, m: &mut MapRef) -> Option<Option<Type>> {
+        let Some(keys) = &mut m.keys else {
+            return Some(None);
+        };
+        let mut ts = Vec::new();
+        let mut unknown = false;
+        for k in keys.iter_mut() {
+            let t = self.value_expr(k);
+            if t == Type::Void {
+                unknown = true;
+            } else if matches!(t, Type::CStruct(_)) {
+                self.err(k.span, format!("a value of type `{t}` cannot be a map key"));
+                unknown = true;
+            }
+            ts.push(storage(&t));
+        }
+        if unknown {
+            return None;
+        }
+        Some(Some(if ts.len() == 1 {
+            ts.pop().expect("one")
+        } else {
+            Type::Tuple(ts)
+        }))
+    }
+
+    fn set_map_key(&mut self, m: &MapRef, key: Option<Option<Type>>) {
+        let Some(key) = key else { return };
+        let report = self.report;
+        let st = self.maps.get_mut(&m.name).expect("touched");
+        match &st.key {
+            None => {
+                st.key = Some(key);
+                st.key_span = m.span;
+            }
+            Some(cur) => {
+                let merged = match (cur, &key) {
+                    (None, None) => Some(None),
+                    (Some(a), Some(b)) => unify(a, b).map(Some),
+                    _ => None,
+                };
+                match merged {
+                    Some(k) => st.key = Some(k),
+                    None if report => {
+                        let d = Diagnostic::error(
+                            m.span,
+                            format!(
+                                "`{}` is used with {} here but with {} before",
+                                m.name,
+                                describe_key(&key),
+                                describe_key(cur)
+                            ),
+                        )
+                        .with_note(Some(st.key_span), "first used here");
+                        self.diags.push(d);
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    fn set_map_value(&mut self, m: &MapRef, v: MapValue, span: Span) {
+        let report = self.report;
+        let st = self.maps.get_mut(&m.name).expect("touched");
+        match &st.value {
+            None => {
+                st.value = Some(v);
+                st.value_span = span;
+            }
+            Some(cur) => {
+                let merged = match (cur, &v) {
+                    (MapValue::Plain(a), MapValue::Plain(b)) => unify(a, b).map(MapValue::Plain),
+                    (a, b) if a == b => Some(a.clone()),
+                    // Signedness of sum/min/max/avg/stats follows the first use.
+                    (a, b)
+                        if agg_name(a) == agg_name(b)
+                            && !matches!(a, MapValue::Hist { .. } | MapValue::Lhist { .. }) =>
+                    {
+                        Some(a.clone())
+                    }
+                    _ => None,
+                };
+                match merged {
+                    Some(x) => st.value = Some(x),
+                    None if report => {
+                        let d = Diagnostic::error(
+                            span,
+                            format!(
+                                "type mismatch for `{}`: assigning {} to a map that holds {}",
+                                m.name,
+                                describe_value(&v),
+                                describe_value(cur)
+                            ),
+                        )
+                        .with_note(Some(st.value_span), "the map's type was set here");
+                        self.diags.push(d);
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    fn undefined_map(&mut self, m: &MapRef) {
+        let names: Vec<String> = self.maps.keys().chain(self.hints.keys()).cloned().collect();
+        let mut msg = format!("undefined map `{}`: it is never assigned", m.name);
+        if let Some(s) = suggest(
+            &m.name,
+            names.iter().map(String::as_str).filter(|n| *n != m.name),
+        ) {
+            msg = format!("{msg}; did you mean `{s}`?");
+        }
+        self.err(m.name_span, msg);
+    }
+
+    /// A map read `@m` / `@m[k]` as a value.
+    fn map_read(&mut self, m: &mut MapRef) -> Type {
+        self.touch_map(m);
+        let key = self.map_keys(m);
+        let Some(st) = self.map_state(&m.name) else {
+            self.undefined_map(m);
+            return Type::Void;
+        };
+        if let (Some(k), Some(cur)) = (&key, &st.key) {
+            let ok = match (cur, k) {
+                (None, None) => true,
+                (Some(a), Some(b)) => unify(a, b).is_some(),
+                _ => false,
+            };
+            if !ok {
+                self.push(
+                    Diagnostic::error(
+                        m.span,
+                        format!(
+                            "`{}` is used with {} here but with {} before",
+                            m.name,
+                            describe_key(k),
+                            describe_key(cur)
+                        ),
+                    )
+                    .with_note(Some(st.key_span), "first used here"),
+                );
+            }
+        }
+        match st.value {
+            None => Type::Void,
+            Some(MapValue::Plain(t)) => t,
+            Some(MapValue::Count) => Type::U64,
+            Some(
+                MapValue::Sum { signed }
+                | MapValue::Min { signed }
+                | MapValue::Max { signed }
+                | MapValue::Avg { signed },
+            ) => int64(signed),
+            Some(v) => {
+                self.err(
+                    m.span,
+                    format!(
+                        "the value of `{}` ({} aggregation) cannot be read; print it with print()",
+                        m.name,
+                        describe_value(&v)
+                    ),
+                );
+                Type::Void
+            }
+        }
+    }
+
+    /// `count()`, `sum(x)`, `hist(x, k)`, ... as the value of a map assignment.
+    fn aggregation(&mut self, call: &mut Expr) -> Option<MapValue> {
+        let span = call.span;
+        let ExprKind::Call { name, args, .. } = &mut call.kind else {
+            return None;
+        };
+        let name = name.clone();
+        let mut tys = Vec::new();
+        for a in args.iter_mut() {
+            tys.push(self.value_expr(a));
+        }
+        call.ty = Type::Void;
+        let nargs = tys.len();
+        let arity = |ck: &mut Self, lo: usize, hi: usize| -> bool {
+            if nargs < lo || nargs > hi {
+                ck.err(
+                    span,
+                    format!("{name}() takes {} ({nargs} given)", arity_text(lo, hi)),
+                );
+                false
+            } else {
+                true
+            }
+        };
+        let int_arg = |ck: &mut Self, i: usize| -> bool {
+            let t = &tys[i];
+            if *t != Type::Void && !is_int(t) {
+                let s = match &call.kind {
+                    ExprKind::Call { args, .. } => args[i].span,
+                    _ => span,
+                };
+                ck.err(s, format!("{name}() needs an integer argument, not `{t}`"));
+                return false;
+            }
+            true
+        };
+        let args = match &call.kind {
+            ExprKind::Call { args, .. } => args.clone(),
+            _ => return None,
+        };
+        match name.as_str() {
+            "count" => arity(self, 0, 0).then_some(MapValue::Count),
+            "sum" | "min" | "max" | "avg" | "stats" => {
+                if !arity(self, 1, 1) || !int_arg(self, 0) {
+                    return None;
+                }
+                let signed = signed(&tys[0]);
+                Some(match name.as_str() {
+                    "sum" => MapValue::Sum { signed },
+                    "min" => MapValue::Min { signed },
+                    "max" => MapValue::Max { signed },
+                    "avg" => MapValue::Avg { signed },
+                    _ => MapValue::Stats { signed },
+                })
+            }
+            "hist" => {
+                if !arity(self, 1, 2) || !int_arg(self, 0) {
+                    return None;
+                }
+                let k = if nargs == 2 {
+                    match literal_int(&args[1]) {
+                        Some(k) if (0..=5).contains(&k) => k as u8,
+                        _ => {
+                            self.err(args[1].span, "hist(): the second argument must be an integer literal from 0 to 5");
+                            return None;
+                        }
+                    }
+                } else {
+                    0
+                };
+                Some(MapValue::Hist { k })
+            }
+            "lhist" => {
+                if !arity(self, 4, 4) || !int_arg(self, 0) {
+                    return None;
+                }
+                let mut lits = Vec::new();
+                for a in &args[1..] {
+                    match literal_int(a) {
+                        Some(v) => lits.push(v),
+                        None => {
+                            self.err(
+                                a.span,
+                                "lhist(): min, max and step must be integer literals",
+                            );
+                            return None;
+                        }
+                    }
+                }
+                let (min, max, step) = (lits[0], lits[1], lits[2]);
+                if min < 0 || max <= min || step <= 0 {
+                    self.err(span, "lhist(): needs 0 <= min < max and step > 0");
+                    return None;
+                }
+                if (max - min) / step > 1000 {
+                    self.err(span, "lhist(): too many buckets (at most 1000)");
+                    return None;
+                }
+                Some(MapValue::Lhist { min, max, step })
+            }
+            _ => None,
+        }
+    }
+
+    // ---- expressions ------------------------------------------------------------
+
+    fn expr(&mut self, e: &mut Expr) -> Type {
+        let t = self.expr_inner(e);
+        e.ty = t.clone();
+        t
+    }
+
+    fn expr_inner(&mut self, e: &mut Expr) -> Type {
+        let span = e.span;
+        match &mut e.kind {
+            ExprKind::Int(_) => Type::I64,
+            ExprKind::Str(s) => Type::Str {
+                cap: s.len() as u32 + 1,
+            },
+            ExprKind::Bool(_) => Type::Bool,
+            ExprKind::Positional(n) => {
+                let n = *n;
+                if n == 0 {
+                    self.err(span, "positional parameters start at $1");
+                    e.kind = ExprKind::Int(0);
+                    return Type::I64;
+                }
+                match self.opts.positional.get(n as usize - 1) {
+                    None => {
+                        e.kind = ExprKind::Int(0);
+                        Type::I64
+                    }
+                    Some(p) => match crate::lexer::parse_int(&p.replace('_', "")) {
+                        Ok(v) => {
+                            e.kind = ExprKind::Int(v);
+                            Type::I64
+                        }
+                        Err(_) => {
+                            let bytes = p.as_bytes().to_vec();
+                            let cap = bytes.len() as u32 + 1;
+                            e.kind = ExprKind::Str(bytes);
+                            Type::Str { cap }
+                        }
+                    },
+                }
+            }
+            ExprKind::PositionalCount => {
+                e.kind = ExprKind::Int(self.opts.positional.len() as u64);
+                Type::I64
+            }
+            ExprKind::Ident(name) => {
+                let name = name.clone();
+                self.builtin(&name, span)
+            }
+            ExprKind::Var(v) => match self.lookup_var(&v.name) {
+                Some(id) => {
+                    v.id = Some(id);
+                    match &self.vars[id as usize].ty {
+                        Some(t) => t.clone(),
+                        // `let $x;` reads as 0.
+                        None => {
+                            self.vars[id as usize].ty = Some(Type::I64);
+                            Type::I64
+                        }
+                    }
+                }
+                None => {
+                    let names: Vec<String> = self
+                        .scopes
+                        .iter()
+                        .flat_map(|s| s.keys().cloned())
+                        .filter(|n| !n.contains('#'))
+                        .collect();
+                    let mut msg = format!("variable `${}` is used before it is assigned", v.name);
+                    if let Some(s) = suggest(&v.name, names.iter().map(String::as_str)) {
+                        msg = format!("{msg}; did you mean `${s}`?");
+                    }
+                    self.err(v.span, msg);
+                    Type::Void
+                }
+            },
+            ExprKind::Map(m) => self.map_read(m),
+            ExprKind::Call { .. } => self.call(e),
+            ExprKind::Unary { op, expr } => {
+                let op = *op;
+                let t = self.expr(expr);
+                if t == Type::Void {
+                    return Type::Void;
+                }
+                match op {
+                    UnOp::Not => {
+                        if !is_truthy(&t) {
+                            self.err(
+                                span,
+                                format!("`!` needs an integer or a boolean, not `{t}`"),
+                            );
+                        }
+                        Type::Bool
+                    }
+                    UnOp::Neg | UnOp::BitNot | UnOp::Plus => {
+                        if !is_int(&t) {
+                            self.err(span, format!("`{}` needs an integer, not `{t}`", op.text()));
+                            return Type::Void;
+                        }
+                        if op == UnOp::Plus {
+                            return t;
+                        }
+                        int64(signed(&t))
+                    }
+                    UnOp::Deref => match t {
+                        Type::Ptr(inner) => {
+                            if inner.is_scalar() {
+                                *inner
+                            } else if let Type::CStruct(s) = &*inner {
+                                if s.size == 0 {
+                                    self.err(span, format!("struct `{}` is not defined; define it in the preamble or use DWARF", s.name));
+                                    return Type::Void;
+                                }
+                                // Only as the base of `.field` / `[i]`; copying a
+                                // whole struct is rejected where the value is used.
+                                *inner
+                            } else {
+                                self.err(
+                                    span,
+                                    format!("cannot dereference a pointer to `{inner}`"),
+                                );
+                                Type::Void
+                            }
+                        }
+                        Type::Int { .. } => {
+                            self.push(
+                                Diagnostic::error(
+                                    span,
+                                    format!("cannot dereference a value of type `{t}`"),
+                                )
+                                .with_help("cast it to a pointer first, e.g. `*(uint64 *)arg0`"),
+                            );
+                            Type::Void
+                        }
+                        _ => {
+                            self.err(span, format!("cannot dereference a value of type `{t}`"));
+                            Type::Void
+                        }
+                    },
+                    UnOp::AddrOf => {
+                        self.err(span, "the address-of operator `&` is not supported");
+                        Type::Void
+                    }
+                }
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                let op = *op;
+                let a = self.expr(lhs);
+                let b = self.expr(rhs);
+                self.binary(op, &a, &b, span)
+            }
+            ExprKind::IncDec {
+                target, increment, ..
+            } => {
+                let w = if *increment { "++" } else { "--" };
+                match target {
+                    IncTarget::Var(v) => match self.lookup_var(&v.name) {
+                        Some(id) => {
+                            v.id = Some(id);
+                            let t = self.vars[id as usize].ty.clone().unwrap_or(Type::I64);
+                            if !is_int(&t) && !matches!(t, Type::Ptr(_)) {
+                                self.err(
+                                    span,
+                                    format!(
+                                        "`{w}` needs an integer variable; `${}` is `{t}`",
+                                        v.name
+                                    ),
+                                );
+                                return Type::Void;
+                            }
+                            t
+                        }
+                        None => {
+                            self.err(
+                                v.span,
+                                format!("variable `${}` is used before it is assigned", v.name),
+                            );
+                            Type::Void
+                        }
+                    },
+                    IncTarget::Map(m) => {
+                        self.touch_map(m);
+                        let key = self.map_keys(m);
+                        self.set_map_key(m, key);
+                        self.set_map_value(m, MapValue::Plain(Type::I64), m.span);
+                        self.require_int_map(m);
+                        match self.maps.get(&m.name).and_then(|s| s.value.clone()) {
+                            Some(MapValue::Plain(t)) if is_int(&t) => t,
+                            _ => Type::I64,
+                        }
+                    }
+                }
+            }
+            ExprKind::Ternary {
+                cond,
+                then,
+                otherwise,
+            } => {
+                self.condition(cond);
+                let a = self.expr(then);
+                let b = self.expr(otherwise);
+                if a == Type::Void || b == Type::Void {
+                    return Type::Void;
+                }
+                match join_branches(&a, &b) {
+                    Some(t) => t,
+                    None => {
+                        self.err(
+                            span,
+                            format!("the branches of `?:` have different types: `{a}` and `{b}`"),
+                        );
+                        Type::Void
+                    }
+                }
+            }
+            ExprKind::Cast { ty, expr } => {
+                let t = self.expr(expr);
+                let Some(target) = self.resolve_type(ty) else {
+                    self.err(ty.span, format!("unknown type `{ty}`"));
+                    return Type::Void;
+                };
+                if ty.array.is_some() {
+                    self.err(ty.span, "casts to arrays are not supported yet");
+                    return Type::Void;
+                }
+                if t == Type::Void {
+                    return target;
+                }
+                let ok = match &target {
+                    Type::Int { .. } | Type::Bool => {
+                        is_int(&t) || matches!(t, Type::Ptr(_) | Type::USym)
+                    }
+                    Type::Ptr(_) => is_int(&t) || matches!(t, Type::Ptr(_)),
+                    _ => false,
+                };
+                if !ok {
+                    self.err(span, format!("cannot cast `{t}` to `{target}`"));
+                    return Type::Void;
+                }
+                target
+            }
+            ExprKind::Field { expr, field, .. } => {
+                let field = field.clone();
+                if let ExprKind::Ident(n) = &expr.kind {
+                    if n == "args" {
+                        let t = self.args_type(expr.span);
+                        expr.ty = t.clone();
+                        return self.field_of(&t, &field, span);
+                    }
+                }
+                let t = self.expr(expr);
+                self.field_of(&t, &field, span)
+            }
+            ExprKind::TupleIndex { expr, index } => {
+                let index = *index;
+                let t = self.expr(expr);
+                match &t {
+                    Type::Tuple(ts) => match ts.get(index as usize) {
+                        Some(t) => t.clone(),
+                        None => {
+                            self.err(
+                                span,
+                                format!("tuple index {index} is out of range for `{t}`"),
+                            );
+                            Type::Void
+                        }
+                    },
+                    Type::Void => Type::Void,
+                    _ => {
+                        self.err(span, format!("`.{index}` needs a tuple, not `{t}`"));
+                        Type::Void
+                    }
+                }
+            }
+            ExprKind::Index { expr, index } => {
+                let t = self.expr(expr);
+                let it = self.expr(index);
+                if it != Type::Void && !is_int(&it) {
+                    self.err(
+                        index.span,
+                        format!("an index must be an integer, not `{it}`"),
+                    );
+                }
+                match &t {
+                    Type::Ptr(inner) if inner.is_scalar() => (**inner).clone(),
+                    Type::Tuple(ts) => match literal_int(index) {
+                        Some(i) if i >= 0 && (i as usize) < ts.len() => ts[i as usize].clone(),
+                        _ => {
+                            self.err(
+                                index.span,
+                                "a tuple index must be an integer literal within range",
+                            );
+                            Type::Void
+                        }
+                    },
+                    Type::CStruct(s) if s.name.ends_with(']') => match s.fields.first() {
+                        Some(f) => f.ty.clone(),
+                        None => Type::Void,
+                    },
+                    Type::Void => Type::Void,
+                    _ => {
+                        self.err(span, format!("cannot index a value of type `{t}`"));
+                        Type::Void
+                    }
+                }
+            }
+            ExprKind::Tuple(es) => {
+                let mut ts = Vec::new();
+                for x in es.iter_mut() {
+                    let t = self.value_expr(x);
+                    if t == Type::Void {
+                        return Type::Void;
+                    }
+                    ts.push(t);
+                }
+                Type::Tuple(ts)
+            }
+            ExprKind::Record(fs) => {
+                let mut out: Vec<(String, Type)> = Vec::new();
+                for (n, x) in fs.iter_mut() {
+                    let t = self.value_expr(x);
+                    if out.iter().any(|(m, _)| m == n) {
+                        self.err(x.span, format!("record field `{n}` is given twice"));
+                    }
+                    if t == Type::Void {
+                        return Type::Void;
+                    }
+                    out.push((n.clone(), t));
+                }
+                Type::Record(out)
+            }
+            ExprKind::Block(b) => self.block_stmts(b),
+            ExprKind::Sizeof(arg) => {
+                let size = match arg {
+                    SizeofArg::Type(t) => match self.resolve_type(t) {
+                        Some(rt) => Some(rt.size()),
+                        None => {
+                            self.err(t.span, format!("unknown type `{t}`"));
+                            None
+                        }
+                    },
+                    SizeofArg::Expr(x) => {
+                        let t = self.expr(x);
+                        (t != Type::Void).then(|| t.size())
+                    }
+                };
+                if let Some(s) = size {
+                    e.kind = ExprKind::Int(u64::from(s));
+                }
+                Type::U64
+            }
+            ExprKind::Offsetof { ty, field } => {
+                let field = field.clone();
+                match self.resolve_type(ty) {
+                    Some(Type::CStruct(s)) => match s.fields.iter().find(|f| f.name == field) {
+                        Some(f) => {
+                            e.kind = ExprKind::Int(u64::from(f.offset));
+                            Type::U64
+                        }
+                        None => {
+                            self.err(span, format!("struct `{}` has no field `{field}`", s.name));
+                            Type::Void
+                        }
+                    },
+                    _ => {
+                        self.err(
+                            ty.span,
+                            format!("offsetof needs a defined struct, not `{ty}`"),
+                        );
+                        Type::Void
+                    }
+                }
+            }
+            ExprKind::Cflow(_) => {
+                self.err(span, "cflow(...) is not supported yet");
+                Type::Void
+            }
+        }
+    }
+
+    fn binary(&mut self, op: BinOp, a: &Type, b: &Type, span: Span) -> Type {
+        if *a == Type::Void || *b == Type::Void {
+            return if op.is_comparison() || matches!(op, BinOp::And | BinOp::Or) {
+                Type::Bool
+            } else {
+                Type::Void
+            };
+        }
+        match op {
+            BinOp::And | BinOp::Or => {
+                for t in [a, b] {
+                    if !is_truthy(t) {
+                        self.err(
+                            span,
+                            format!("`{}` needs integers or booleans, not `{t}`", op.text()),
+                        );
+                    }
+                }
+                Type::Bool
+            }
+            BinOp::Eq | BinOp::Ne => {
+                let ok = (is_truthy(a) || matches!(a, Type::ProbeName))
+                    && (is_truthy(b) || matches!(b, Type::ProbeName))
+                    || matches!((a, b), (Type::Str { .. }, Type::Str { .. }))
+                    || matches!((a, b), (Type::Buf { .. }, Type::Buf { .. }))
+                    || matches!((a, b), (Type::Tuple(_), Type::Tuple(_)))
+                        && storage(a) == storage(b);
+                if !ok {
+                    self.err(span, format!("cannot compare `{a}` with `{b}`"));
+                }
+                Type::Bool
+            }
+            BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+                if !(is_truthy(a) && is_truthy(b)) {
+                    self.err(
+                        span,
+                        format!("`{}` needs integers, not `{a}` and `{b}`", op.text()),
+                    );
+                }
+                Type::Bool
+            }
+            _ => {
+                // Pointer arithmetic: ptr + int, ptr - int.
+                if let Type::Ptr(_) = a {
+                    if matches!(op, BinOp::Add | BinOp::Sub) && is_int(b) {
+                        return a.clone();
+                    }
+                }
+                if let Type::Ptr(_) = b {
+                    if op == BinOp::Add && is_int(a) {
+                        return b.clone();
+                    }
+                }
+                if !(is_int(a) && is_int(b)) {
+                    self.err(
+                        span,
+                        format!("`{}` needs integers, not `{a}` and `{b}`", op.text()),
+                    );
+                    return Type::Void;
+                }
+                int64(signed(a) && signed(b))
+            }
+        }
+    }
+
+    fn field_of(&mut self, t: &Type, field: &str, span: Span) -> Type {
+        let st = match t {
+            Type::Void => return Type::Void,
+            Type::Record(fs) => {
+                return match fs.iter().find(|(n, _)| n == field) {
+                    Some((_, t)) => t.clone(),
+                    None => {
+                        self.err(span, format!("record `{t}` has no field `{field}`"));
+                        Type::Void
+                    }
+                }
+            }
+            Type::CStruct(s) => s,
+            Type::Ptr(inner) => match &**inner {
+                Type::CStruct(s) => s,
+                _ => {
+                    self.err(span, format!("`{t}` has no fields"));
+                    return Type::Void;
+                }
+            },
+            _ => {
+                self.err(span, format!("`{t}` has no field `{field}`"));
+                return Type::Void;
+            }
+        };
+        if st.size == 0 && st.fields.is_empty() {
+            self.err(
+                span,
+                format!(
+                    "struct `{}` is not defined; define it in the preamble or use DWARF",
+                    st.name
+                ),
+            );
+            return Type::Void;
+        }
+        match st.fields.iter().find(|f| f.name == field) {
+            Some(f) => f.ty.clone(),
+            None => {
+                let mut msg = format!("struct `{}` has no field `{field}`", st.name);
+                if let Some(s) = suggest(field, st.fields.iter().map(|f| f.name.as_str())) {
+                    msg = format!("{msg}; did you mean `{s}`?");
+                }
+                self.err(span, msg);
+                Type::Void
+            }
+        }
+    }
+
+    /// `args`: a record of the probed function's parameters, from DWARF.
+    fn args_type(&mut self, span: Span) -> Type {
+        if let Some(n) = self.all_kinds(|k| matches!(k, Kind::Uprobe | Kind::Uretprobe)) {
+            self.err(
+                span,
+                format!("args can only be used in uprobe and uretprobe probes (not in `{n}`)"),
+            );
+            return Type::Void;
+        }
+        let mut common: Option<Type> = None;
+        for a in self.attach.clone() {
+            let func = match &a {
+                AttachPoint::Uprobe { func, .. } | AttachPoint::Uretprobe { func, .. } => {
+                    func.clone()
+                }
+                _ => continue,
+            };
+            let params = self.opts.args_resolver.as_ref().and_then(|r| r.params(&a));
+            let Some(params) = params else {
+                self.err(span, format!("args needs DWARF debug info for {func}"));
+                return Type::Void;
+            };
+            let rec = Type::Record(params);
+            match &common {
+                None => common = Some(rec),
+                Some(c) if *c == rec => {}
+                Some(_) => {
+                    self.err(
+                        span,
+                        "args has different types in the probe's attach points",
+                    );
+                    return Type::Void;
+                }
+            }
+        }
+        common.unwrap_or(Type::Void)
+    }
+
+    fn builtin(&mut self, name: &str, span: Span) -> Type {
+        if let Some(n) = name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()) {
+            if n > 255 {
+                self.err(span, format!("{name}: argument number is too large"));
+                return Type::Void;
+            }
+            if let Some(p) = self.all_kinds(|k| matches!(k, Kind::Uprobe | Kind::Usdt)) {
+                self.err(
+                    span,
+                    format!("{name} can only be used in uprobe and usdt probes (not in `{p}`)"),
+                );
+            }
+            return Type::U64;
+        }
+        match name {
+            "pid" | "tid" | "uid" | "gid" | "cpu" | "cpid" | "nsecs" | "elapsed" => Type::U64,
+            "rand" => Type::Int {
+                bits: 32,
+                signed: false,
+            },
+            "comm" => Type::Str { cap: COMM_CAP },
+            "probe" => Type::ProbeName,
+            "func" => {
+                if let Some(p) = self.all_kinds(|k| matches!(k, Kind::Uprobe | Kind::Uretprobe)) {
+                    self.err(
+                        span,
+                        format!(
+                            "func can only be used in uprobe and uretprobe probes (not in `{p}`)"
+                        ),
+                    );
+                }
+                Type::USym
+            }
+            "retval" => {
+                if let Some(p) = self.all_kinds(|k| k == Kind::Uretprobe) {
+                    self.err(
+                        span,
+                        format!("retval can only be used in uretprobe probes (not in `{p}`)"),
+                    );
+                }
+                Type::U64
+            }
+            "ustack" => {
+                self.need_target_stack(span);
+                Type::UStack {
+                    depth: USTACK_DEPTH,
+                    mode: self.stack_mode,
+                }
+            }
+            "args" => {
+                let t = self.args_type(span);
+                if t != Type::Void {
+                    self.err(
+                        span,
+                        "printing all of args is not supported yet; use args.NAME",
+                    );
+                }
+                Type::Void
+            }
+            _ => {
+                if let Some(msg) = unsupported::builtin(name) {
+                    self.err(span, msg);
+                    return Type::Void;
+                }
+                if FUNCTIONS.contains(&name) {
+                    self.err(
+                        span,
+                        format!("`{name}` is a function; call it as `{name}(...)`"),
+                    );
+                    return Type::Void;
+                }
+                let mut msg = format!("unknown identifier `{name}`");
+                if let Some(s) = suggest(name, BUILTINS.iter().copied()) {
+                    msg = format!("{msg}; did you mean `{s}`?");
+                }
+                self.err(span, msg);
+                Type::Void
+            }
+        }
+    }
+
+    fn need_target_stack(&mut self, span: Span) {
+        if let Some(p) = self.all_kinds(Kind::in_target) {
+            self.err(
+                span,
+                format!("ustack can only be used in probes that run in the target (not in `{p}`)"),
+            );
+        }
+    }
+
+    // ---- calls ------------------------------------------------------------------
+
+    fn call(&mut self, e: &mut Expr) -> Type {
+        let span = e.span;
+        let ExprKind::Call {
+            name,
+            name_span,
+            args,
+        } = &mut e.kind
+        else {
+            unreachable!()
+        };
+        let name = name.clone();
+        let name_span = *name_span;
+        let n = args.len();
+
+        if AGGREGATIONS.contains(&name.as_str()) {
+            for a in args.iter_mut() {
+                self.expr(a);
+            }
+            self.push(
+                Diagnostic::error(span, format!("{name}() must be assigned directly to a map"))
+                    .with_help(format!("write `@name[key] = {name}(...)`")),
+            );
+            return Type::Void;
+        }
+        if !FUNCTIONS.contains(&name.as_str()) {
+            for a in args.iter_mut() {
+                self.expr(a);
+            }
+            if let Some(msg) = unsupported::function(&name) {
+                self.err(name_span, msg);
+                return Type::Void;
+            }
+            let mut msg = format!("unknown function `{name}`");
+            if let Some(s) = suggest(&name, FUNCTIONS.iter().copied()) {
+                msg = format!("{msg}; did you mean `{s}`?");
+            }
+            self.err(name_span, msg);
+            return Type::Void;
+        }
+
+        // Arguments that are maps (print(@m), clear(@m), delete(@m[k]), has_key,
+        // len) are checked as map references, not as map reads.
+        let map_arg_fns = ["print", "clear", "zero", "delete", "has_key", "len"];
+        let mut tys = Vec::with_capacity(n);
+        for (i, a) in args.iter_mut().enumerate() {
+            if name == "ustack"
+                && matches!(&a.kind, ExprKind::Ident(m) if matches!(m.as_str(), "bpftrace" | "perf" | "raw"))
+            {
+                tys.push(Type::Void);
+                continue;
+            }
+            let as_map = map_arg_fns.contains(&name.as_str())
+                && i == 0
+                && matches!(a.kind, ExprKind::Map(_));
+            if as_map {
+                let ExprKind::Map(m) = &mut a.kind else {
+                    unreachable!()
+                };
+                self.touch_map(m);
+                let key = self.map_keys(m);
+                if self.map_state(&m.name).is_none() {
+                    self.undefined_map(m);
+                } else if let (Some(k), Some(st)) = (key, self.map_state(&m.name)) {
+                    if m.keys.is_some() {
+                        if let Some(cur) = st.key {
+                            let ok = match (&cur, &k) {
+                                (None, None) => true,
+                                (Some(x), Some(y)) => unify(x, y).is_some(),
+                                _ => false,
+                            };
+                            if !ok {
+                                let msg = format!(
+                                    "`{}` is used with {} here but with {} before",
+                                    m.name,
+                                    describe_key(&k),
+                                    describe_key(&cur)
+                                );
+                                self.push(
+                                    Diagnostic::error(m.span, msg)
+                                        .with_note(Some(st.key_span), "first used here"),
+                                );
+                            }
+                        }
+                    }
+                }
+                a.ty = Type::Void;
+                tys.push(Type::Void);
+            } else {
+                tys.push(self.expr(a));
+            }
+        }
+        let args_snapshot: Vec<Expr> = args.clone();
+        let arity = |ck: &mut Self, lo: usize, hi: usize| -> bool {
+            if n < lo || n > hi {
+                ck.err(
+                    span,
+                    format!("{name}() takes {} ({n} given)", arity_text(lo, hi)),
+                );
+                false
+            } else {
+                true
+            }
+        };
+        let a = &args_snapshot;
+        let int_at = |ck: &mut Self, i: usize| {
+            let t = &tys[i];
+            if *t != Type::Void && !is_int(t) && !matches!(t, Type::Ptr(_)) {
+                ck.err(
+                    a[i].span,
+                    format!("{name}(): argument {} must be an integer, not `{t}`", i + 1),
+                );
+            }
+        };
+        let str_at = |ck: &mut Self, i: usize| {
+            let t = &tys[i];
+            if *t != Type::Void && !matches!(t, Type::Str { .. }) {
+                ck.err(
+                    a[i].span,
+                    format!("{name}(): argument {} must be a string, not `{t}`", i + 1),
+                );
+            }
+        };
+        let map_at = |ck: &mut Self, i: usize, keyed: bool| -> bool {
+            match &a[i].kind {
+                ExprKind::Map(m) if !keyed && m.keys.is_some() => {
+                    ck.err(
+                        a[i].span,
+                        format!("{name}() takes a map without keys: `{}`", m.name),
+                    );
+                    false
+                }
+                ExprKind::Map(_) => true,
+                _ => {
+                    ck.err(
+                        a[i].span,
+                        format!("{name}(): argument {} must be a map", i + 1),
+                    );
+                    false
+                }
+            }
+        };
+        match name.as_str() {
+            "printf" | "system" | "cat" => {
+                if !arity(self, 1, usize::MAX) {
+                    return Type::Void;
+                }
+                if name == "system" && !self.config.unsafe_ok {
+                    self.push(
+                        Diagnostic::error(name_span, "system() needs --unsafe")
+                            .with_help("run weft with --unsafe to allow system()"),
+                    );
+                }
+                self.format_args(&name, a, &tys, span);
+                Type::Void
+            }
+            "print" => {
+                if !arity(self, 1, 3) {
+                    return Type::Void;
+                }
+                if matches!(a[0].kind, ExprKind::Map(MapRef { keys: None, .. })) {
+                    for x in a.iter().skip(1) {
+                        if literal_int(x).is_none_or(|v| v < 0) {
+                            self.err(
+                                x.span,
+                                "print(): top and div must be non-negative integer literals",
+                            );
+                        }
+                    }
+                } else {
+                    if n > 1 {
+                        self.err(span, "print() of a value takes one argument");
+                    }
+                    if matches!(a[0].kind, ExprKind::Map(_)) {
+                        // `print(@m[k])` prints the value.
+                        let ExprKind::Call { args, .. } = &mut e.kind else {
+                            unreachable!()
+                        };
+                        let t = self.expr(&mut args[0]);
+                        if t == Type::Void {
+                            return Type::Void;
+                        }
+                    } else if tys[0] == Type::Void {
+                        return Type::Void;
+                    }
+                    if matches!(tys[0], Type::CStruct(_)) {
+                        self.err(
+                            a[0].span,
+                            format!("print() of `{}` is not supported yet", tys[0]),
+                        );
+                    }
+                }
+                Type::Void
+            }
+            "exit" => {
+                arity(self, 0, 1);
+                if n == 1 {
+                    int_at(self, 0);
+                }
+                Type::Void
+            }
+            "str" => {
+                if !arity(self, 1, 2) {
+                    return Type::Void;
+                }
+                if n == 2 {
+                    int_at(self, 1);
+                }
+                let cap_limit = self.config.strlen;
+                let cap = match n {
+                    2 => match literal_int(&a[1]) {
+                        Some(v) if v > 0 => (v as u32).min(cap_limit),
+                        _ => cap_limit,
+                    },
+                    _ => cap_limit,
+                };
+                match &tys[0] {
+                    Type::Str { cap: c } => Type::Str {
+                        cap: (*c).min(cap).max(1),
+                    },
+                    t if is_int(t) || matches!(t, Type::Ptr(_)) => Type::Str { cap },
+                    Type::Void => Type::Str { cap },
+                    t => {
+                        self.err(a[0].span, format!("str() needs an address, not `{t}`"));
+                        Type::Void
+                    }
+                }
+            }
+            "buf" => {
+                if !arity(self, 1, 2) {
+                    return Type::Void;
+                }
+                int_at(self, 0);
+                let cap = if n == 2 {
+                    int_at(self, 1);
+                    match literal_int(&a[1]) {
+                        Some(v) if v > 0 => (v as u32).min(self.config.strlen),
+                        _ => self.config.strlen,
+                    }
+                } else {
+                    self.config.strlen
+                };
+                Type::Buf { cap }
+            }
+            "delete" => {
+                if n == 1 {
+                    match &a[0].kind {
+                        ExprKind::Map(_) => {}
+                        _ => self.err(
+                            a[0].span,
+                            "delete() takes a map element: `delete(@m[key])` or `delete(@m, key)`",
+                        ),
+                    }
+                } else if arity(self, 1, 2) && map_at(self, 0, false) {
+                    if let ExprKind::Map(m) = &a[0].kind {
+                        let key_t = storage(&tys[1]);
+                        if let Some(Some(Some(k))) = self.map_state(&m.name).map(|s| s.key) {
+                            if tys[1] != Type::Void && unify(&k, &key_t).is_none() {
+                                self.err(
+                                    a[1].span,
+                                    format!("`{}` has key `{k}`, not `{key_t}`", m.name),
+                                );
+                            }
+                        }
+                    }
+                }
+                Type::Bool
+            }
+            "has_key" => {
+                if arity(self, 2, usize::MAX) && map_at(self, 0, false) {
+                    if let ExprKind::Map(m) = &a[0].kind {
+                        let key_t = if n == 2 {
+                            storage(&tys[1])
+                        } else {
+                            Type::Tuple(tys[1..].iter().map(storage).collect())
+                        };
+                        match self.map_state(&m.name).map(|s| s.key) {
+                            Some(Some(Some(k)))
+                                if !tys[1..].contains(&Type::Void)
+                                    && unify(&k, &key_t).is_none() =>
+                            {
+                                self.err(
+                                    a[1].span,
+                                    format!("`{}` has key `{k}`, not `{key_t}`", m.name),
+                                );
+                            }
+                            Some(Some(None)) => {
+                                self.err(a[0].span, format!("`{}` has no keys", m.name))
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                Type::Bool
+            }
+            "clear" | "zero" => {
+                if arity(self, 1, 1) {
+                    map_at(self, 0, false);
+                }
+                Type::Void
+            }
+            "len" => {
+                if arity(self, 1, 1) {
+                    if matches!(a[0].kind, ExprKind::Map(_)) {
+                        map_at(self, 0, false);
+                    } else if matches!(tys[0], Type::UStack { .. }) {
+                        self.err(span, "len() of a stack is not supported yet");
+                    } else {
+                        self.err(a[0].span, "len() takes a map");
+                    }
+                }
+                Type::U64
+            }
+            "time" => {
+                arity(self, 0, 1);
+                if n == 1 {
+                    self.literal_string(&name, &a[0]);
+                }
+                Type::Void
+            }
+            "strftime" => {
+                if arity(self, 2, 2) {
+                    self.literal_string(&name, &a[0]);
+                    int_at(self, 1);
+                }
+                Type::Timestamp
+            }
+            "join" => {
+                if arity(self, 1, 2) {
+                    int_at(self, 0);
+                    if n == 2 {
+                        self.literal_string(&name, &a[1]);
+                    }
+                }
+                Type::Void
+            }
+            "usym" => {
+                if arity(self, 1, 1) {
+                    int_at(self, 0);
+                }
+                Type::USym
+            }
+            "uaddr" => {
+                if arity(self, 1, 1) {
+                    self.literal_string(&name, &a[0]);
+                }
+                Type::Ptr(Box::new(Type::Int {
+                    bits: 8,
+                    signed: false,
+                }))
+            }
+            "signal" => {
+                if !self.config.unsafe_ok {
+                    self.push(
+                        Diagnostic::error(name_span, "signal() needs --unsafe")
+                            .with_help("run weft with --unsafe to allow signal()"),
+                    );
+                }
+                if arity(self, 1, 1) {
+                    if let ExprKind::Str(s) = &a[0].kind {
+                        if signal_number(&String::from_utf8_lossy(s)).is_none() {
+                            self.err(a[0].span, "signal(): unknown signal name");
+                        }
+                    } else {
+                        int_at(self, 0);
+                    }
+                }
+                if let Some(p) = self.all_kinds(|k| k.in_target()) {
+                    self.err(span, format!("signal() can only be used in probes that run in the target (not in `{p}`)"));
+                }
+                Type::Void
+            }
+            "ustack" => {
+                self.need_target_stack(span);
+                if !arity(self, 0, 2) {
+                    return Type::Void;
+                }
+                let mut mode = self.stack_mode;
+                let mut depth = USTACK_DEPTH;
+                for x in a.iter() {
+                    match &x.kind {
+                        ExprKind::Ident(m) if m == "bpftrace" => mode = StackMode::Bpftrace,
+                        ExprKind::Ident(m) if m == "perf" => mode = StackMode::Perf,
+                        ExprKind::Ident(m) if m == "raw" => mode = StackMode::Raw,
+                        _ => match literal_int(x) {
+                            Some(d) if (1..=1024).contains(&d) => depth = d as u32,
+                            _ => self.err(x.span, "ustack(): expected a stack mode (bpftrace, perf, raw) or a depth literal from 1 to 1024"),
+                        },
+                    }
+                }
+                Type::UStack { depth, mode }
+            }
+            "strncmp" => {
+                if arity(self, 3, 3) {
+                    str_at(self, 0);
+                    str_at(self, 1);
+                    if literal_int(&a[2]).is_none_or(|v| v < 0) {
+                        self.err(
+                            a[2].span,
+                            "strncmp(): the length must be a non-negative integer literal",
+                        );
+                    }
+                }
+                Type::I64
+            }
+            "strcontains" => {
+                if arity(self, 2, 2) {
+                    str_at(self, 0);
+                    str_at(self, 1);
+                }
+                Type::Bool
+            }
+            "reg" => {
+                if arity(self, 1, 1) {
+                    match &a[0].kind {
+                        ExprKind::Str(s) if machine_reg(&String::from_utf8_lossy(s)).is_some() => {}
+                        _ => self.err(
+                            a[0].span,
+                            "reg(): expected a register name such as \"rsp\" or \"ip\"",
+                        ),
+                    }
+                }
+                if let Some(p) = self.all_kinds(|k| k.in_target()) {
+                    self.err(span, format!("reg() can only be used in probes that run in the target (not in `{p}`)"));
+                }
+                Type::U64
+            }
+            _ => Type::Void,
+        }
+    }
+
+    fn literal_string(&mut self, name: &str, e: &Expr) {
+        if !matches!(e.kind, ExprKind::Str(_)) {
+            self.err(
+                e.span,
+                format!("{name}(): the format must be a string literal"),
+            );
+        }
+    }
+
+    /// Check `printf`-style arguments against the format's conversions.
+    fn format_args(&mut self, name: &str, args: &[Expr], tys: &[Type], span: Span) {
+        let ExprKind::Str(fmt) = &args[0].kind else {
+            self.err(
+                args[0].span,
+                format!("{name}(): the format must be a string literal"),
+            );
+            return;
+        };
+        let fmt = String::from_utf8_lossy(fmt).into_owned();
+        let convs = match conversions(&fmt) {
+            Ok(c) => c,
+            Err(msg) => {
+                self.err(args[0].span, format!("{name}(): {msg}"));
+                return;
+            }
+        };
+        let given = args.len() - 1;
+        if given != convs.len() {
+            let which = if given < convs.len() {
+                "not enough"
+            } else {
+                "too many"
+            };
+            self.err(
+                span,
+                format!(
+                    "{name}(): {which} arguments for the format ({given} given, {} expected)",
+                    convs.len()
+                ),
+            );
+            return;
+        }
+        for (i, c) in convs.iter().enumerate() {
+            let t = &tys[i + 1];
+            if *t == Type::Void {
+                continue;
+            }
+            let ok = match c.kind {
+                ArgKind::Int | ArgKind::Char => is_int(t) || matches!(t, Type::Ptr(_)),
+                ArgKind::Ptr => is_int(t) || matches!(t, Type::Ptr(_) | Type::USym),
+                ArgKind::Str => !is_int(t) && !matches!(t, Type::Ptr(_) | Type::CStruct(_)),
+                ArgKind::Buf => matches!(t, Type::Buf { .. } | Type::Str { .. }),
+            };
+            if !ok {
+                let want = match c.kind {
+                    ArgKind::Int | ArgKind::Char | ArgKind::Ptr => "an integer",
+                    ArgKind::Str => "a string",
+                    ArgKind::Buf => "a buffer",
+                };
+                self.push(
+                    Diagnostic::error(
+                        args[i + 1].span,
+                        format!("{name}(): `{}` expects {want}, not `{t}`", c.text),
+                    )
+                    .with_note(Some(args[0].span), "in this format"),
+                );
+            }
+            if matches!(t, Type::Void | Type::CStruct(_)) {
+                self.err(
+                    args[i + 1].span,
+                    format!("{name}(): a value of type `{t}` cannot be printed"),
+                );
+            }
+        }
+    }
+}
+
+/// "no arguments", "1 argument", "1 to 3 arguments", "at least 1 argument".
+fn arity_text(lo: usize, hi: usize) -> String {
+    let s = |n: usize| if n == 1 { "" } else { "s" };
+    match (lo, hi) {
+        (0, 0) => "no arguments".to_string(),
+        (l, h) if l == h => format!("{l} argument{}", s(l)),
+        (l, usize::MAX) => format!("at least {l} argument{}", s(l)),
+        (l, h) => format!("{l} to {h} arguments"),
+    }
+}
+
+pub fn signal_number(name: &str) -> Option<i64> {
+    let n = name.strip_prefix("SIG").unwrap_or(name);
+    let v = match n {
+        "HUP" => 1,
+        "INT" => 2,
+        "QUIT" => 3,
+        "ILL" => 4,
+        "TRAP" => 5,
+        "ABRT" => 6,
+        "BUS" => 7,
+        "FPE" => 8,
+        "KILL" => 9,
+        "USR1" => 10,
+        "SEGV" => 11,
+        "USR2" => 12,
+        "PIPE" => 13,
+        "ALRM" => 14,
+        "TERM" => 15,
+        "CHLD" => 17,
+        "CONT" => 18,
+        "STOP" => 19,
+        "TSTP" => 20,
+        _ => return None,
+    };
+    Some(v)
+}
+
+pub fn machine_reg(name: &str) -> Option<weft_ir::MachineReg> {
+    use weft_ir::MachineReg as R;
+    Some(match name {
+        "rax" | "ax" => R::Rax,
+        "rbx" | "bx" => R::Rbx,
+        "rcx" | "cx" => R::Rcx,
+        "rdx" | "dx" => R::Rdx,
+        "rsi" | "si" => R::Rsi,
+        "rdi" | "di" => R::Rdi,
+        "rbp" | "bp" => R::Rbp,
+        "rsp" | "sp" => R::Rsp,
+        "r8" => R::R8,
+        "r9" => R::R9,
+        "r10" => R::R10,
+        "r11" => R::R11,
+        "r12" => R::R12,
+        "r13" => R::R13,
+        "r14" => R::R14,
+        "r15" => R::R15,
+        "rip" | "ip" => R::Rip,
+        "flags" | "eflags" => R::Flags,
+        _ => return None,
+    })
+}

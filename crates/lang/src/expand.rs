@@ -1,0 +1,232 @@
+//! Macro expansion (bpftrace `macro name(params) { body }`): every call of a macro
+//! is replaced by a block expression holding a copy of its body, with
+//! * expression parameters (`x`) replaced by the argument expression,
+//! * variable parameters (`$a`) renamed to the argument variable,
+//! * map parameters (`@b`) renamed to the argument map,
+//! * variables local to the body renamed so they cannot capture the caller's.
+//!
+//! Macros are hygienic: a body may use only the maps passed to it.
+
+use std::collections::HashMap;
+
+use crate::ast::*;
+use crate::diag::{Diagnostic, Diags};
+
+const MAX_DEPTH: u32 = 32;
+
+pub fn expand(program: &mut Program) -> Vec<Diagnostic> {
+    let mut macros = HashMap::new();
+    let mut diags = Diags::default();
+    for item in &program.items {
+        if let Item::Macro(m) = item {
+            if let Some(prev) = macros.insert(m.name.clone(), m.clone()) {
+                diags.push(
+                    Diagnostic::error(m.name_span, format!("macro `{}` is defined twice", m.name))
+                        .with_note(Some(prev.name_span), "first defined here"),
+                );
+            }
+        }
+    }
+    // Check hygiene once per definition.
+    for m in macros.values() {
+        let params: Vec<&str> = m
+            .params
+            .iter()
+            .filter_map(|p| match p {
+                MacroParam::Map(n, _) => Some(n.as_str()),
+                _ => None,
+            })
+            .collect();
+        let mut body = m.body.clone();
+        let mut maps = MapCollector { found: Vec::new() };
+        maps.block(&mut body);
+        for (name, span) in maps.found {
+            if !params.contains(&name.as_str()) {
+                diags.push(
+                    Diagnostic::error(
+                        span,
+                        format!(
+                            "macro `{}` uses map `{name}`, which is not one of its parameters",
+                            m.name
+                        ),
+                    )
+                    .with_help(format!("pass the map in: `macro {}(..., {name})`", m.name)),
+                );
+            }
+        }
+    }
+    let mut ex = Expander {
+        macros,
+        diags,
+        counter: 0,
+        depth: 0,
+    };
+    for item in &mut program.items {
+        match item {
+            Item::Probe(p) => {
+                if let Some(pred) = &mut p.predicate {
+                    ex.expr(pred);
+                }
+                ex.block(&mut p.body);
+            }
+            Item::Reserved(r) => {
+                for i in &mut r.items {
+                    if let Item::Probe(p) = i {
+                        ex.block(&mut p.body);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    ex.diags.list
+}
+
+struct MapCollector {
+    found: Vec<(String, Span)>,
+}
+
+impl VisitMut for MapCollector {
+    fn map(&mut self, m: &mut MapRef) {
+        self.found.push((m.name.clone(), m.name_span));
+        walk_map(self, m);
+    }
+}
+
+struct Expander {
+    macros: HashMap<String, MacroDef>,
+    diags: Diags,
+    counter: u32,
+    depth: u32,
+}
+
+impl VisitMut for Expander {
+    fn expr(&mut self, e: &mut Expr) {
+        walk_expr(self, e);
+        let (name, args, span) = match &e.kind {
+            ExprKind::Call {
+                name,
+                args,
+                name_span,
+            } if self.macros.contains_key(name) => (name.clone(), args.clone(), *name_span),
+            ExprKind::Ident(name) if self.macros.get(name).is_some_and(|m| m.params.is_empty()) => {
+                (name.clone(), Vec::new(), e.span)
+            }
+            _ => return,
+        };
+        if self.depth >= MAX_DEPTH {
+            self.diags.error(
+                span,
+                format!("macro `{name}` expands too deeply (recursive macro?)"),
+            );
+            return;
+        }
+        let m = self.macros[&name].clone();
+        if m.params.len() != args.len() {
+            self.diags.push(
+                Diagnostic::error(
+                    e.span,
+                    format!(
+                        "macro `{name}` takes {} argument(s) but {} were given",
+                        m.params.len(),
+                        args.len()
+                    ),
+                )
+                .with_note(Some(m.name_span), "the macro is defined here"),
+            );
+            return;
+        }
+        self.counter += 1;
+        let mut sub = Substitute {
+            exprs: HashMap::new(),
+            vars: HashMap::new(),
+            maps: HashMap::new(),
+            suffix: format!("#{}", self.counter),
+        };
+        for (p, a) in m.params.iter().zip(args) {
+            match p {
+                MacroParam::Expr(n, _) => {
+                    sub.exprs.insert(n.clone(), a);
+                }
+                MacroParam::Var(n, _) => match &a.kind {
+                    ExprKind::Var(v) => {
+                        sub.vars.insert(n.clone(), v.name.clone());
+                    }
+                    _ => self.diags.push(
+                        Diagnostic::error(
+                            a.span,
+                            format!("macro `{name}` expects a scratch variable for `${n}`"),
+                        )
+                        .with_note(Some(m.name_span), "the macro is defined here"),
+                    ),
+                },
+                MacroParam::Map(n, _) => match &a.kind {
+                    ExprKind::Map(MapRef {
+                        name: mn,
+                        keys: None,
+                        ..
+                    }) => {
+                        sub.maps.insert(n.clone(), mn.clone());
+                    }
+                    _ => self.diags.push(
+                        Diagnostic::error(
+                            a.span,
+                            format!("macro `{name}` expects a map (without keys) for `{n}`"),
+                        )
+                        .with_note(Some(m.name_span), "the macro is defined here"),
+                    ),
+                },
+            }
+        }
+        let mut body = m.body.clone();
+        sub.block(&mut body);
+        let mut expanded = Expr::new(ExprKind::Block(Box::new(body)), e.span);
+        self.depth += 1;
+        self.expr(&mut expanded);
+        self.depth -= 1;
+        *e = expanded;
+    }
+}
+
+struct Substitute {
+    exprs: HashMap<String, Expr>,
+    vars: HashMap<String, String>,
+    maps: HashMap<String, String>,
+    suffix: String,
+}
+
+impl VisitMut for Substitute {
+    fn expr(&mut self, e: &mut Expr) {
+        if let ExprKind::Ident(n) = &e.kind {
+            if let Some(a) = self.exprs.get(n) {
+                *e = a.clone();
+                return;
+            }
+        }
+        walk_expr(self, e);
+    }
+    fn var(&mut self, v: &mut VarRef) {
+        match self.vars.get(&v.name) {
+            Some(n) => v.name = n.clone(),
+            None => v.name = format!("{}{}", v.name, self.suffix),
+        }
+    }
+    fn map(&mut self, m: &mut MapRef) {
+        if let Some(n) = self.maps.get(&m.name) {
+            m.name = n.clone();
+        }
+        walk_map(self, m);
+    }
+}
+
+/// Names of defined macros (for suggestions when a call is unknown).
+pub fn macro_names(program: &Program) -> Vec<String> {
+    program
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Macro(m) => Some(m.name.clone()),
+            _ => None,
+        })
+        .collect()
+}

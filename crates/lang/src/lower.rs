@@ -1,0 +1,1681 @@
+//! Lowering: the checked tree to a [`weft_ir::Program`], following the machine model
+//! documented in `weft-ir`: scalars in registers, everything else in frame slots laid
+//! out by `Type::size/align/field_offsets`, explicit labels, bounded loops.
+//!
+//! Scratch variables get a register (scalars) or a slot of their own, zeroed at
+//! probe entry. Temporaries live in slots that are reused after each statement.
+
+use std::collections::HashMap;
+
+use weft_ir::{
+    self as ir, AggOp, BinOp as IrBin, CtxValue, EventKind, FmtId, Format, Function, Inst, Label,
+    MapDecl, MapId, MapValue, Place, Reg, Slot, Type, UnOp as IrUn,
+};
+
+use crate::ast::*;
+use crate::check::{machine_reg, signal_number, storage, Checked, ProbeInfo, COMM_CAP};
+use crate::diag::{Diagnostic, Diags};
+
+/// Number of array elements `join()` reads.
+pub const JOIN_MAX: u32 = 16;
+
+pub fn lower(ck: &Checked) -> (ir::Program, Vec<Diagnostic>) {
+    let mut prog = ir::Program {
+        maps: ck
+            .maps
+            .iter()
+            .map(|m| MapDecl {
+                name: m.name.clone(),
+                key: m.key.clone(),
+                value: m.value.clone(),
+            })
+            .collect(),
+        config: ck.config.clone(),
+        ..Default::default()
+    };
+    let mut diags = Diags::default();
+    let probes = ck.program.items.iter().filter_map(|i| match i {
+        Item::Probe(p) => Some(p),
+        _ => None,
+    });
+    for (p, info) in probes.zip(&ck.probes) {
+        for a in &p.attach {
+            prog.probe_names.push(crate::dump::attach_text(a));
+        }
+        let mut fx = Fx {
+            ck,
+            formats: &mut prog.formats,
+            f: Function::default(),
+            info,
+            vars: HashMap::new(),
+            loops: Vec::new(),
+            temps_used: Vec::new(),
+            temps_free: Vec::new(),
+        };
+        fx.probe(p);
+        let f = fx.f;
+        let frame = f.frame_size();
+        if frame > ck.config.max_frame {
+            diags.push(
+                Diagnostic::error(
+                    p.attach.first().map(|a| a.span).unwrap_or(p.span),
+                    format!(
+                        "this probe needs {frame} bytes of stack frame; the limit is {}",
+                        ck.config.max_frame
+                    ),
+                )
+                .with_help(
+                    "use smaller strings (config max_strlen, str(p, n)) or fewer large values",
+                ),
+            );
+        }
+        prog.probes.push(ir::Probe {
+            attach: info.attach.clone(),
+            body: f,
+        });
+    }
+    (prog, diags.list)
+}
+
+/// Where a value is: a register (scalars), a place (everything else), or nothing.
+#[derive(Clone, Copy, Debug)]
+enum Val {
+    Reg(Reg),
+    Place(Place),
+    Unit,
+}
+
+struct Fx<'a> {
+    ck: &'a Checked,
+    formats: &'a mut Vec<Format>,
+    f: Function,
+    info: &'a ProbeInfo,
+    vars: HashMap<u32, Val>,
+    /// (continue target, break target) of the enclosing loops.
+    loops: Vec<(Label, Label)>,
+    temps_used: Vec<(Slot, u32)>,
+    temps_free: Vec<(Slot, u32)>,
+}
+
+fn int_size(t: &Type) -> u8 {
+    t.size().clamp(1, 8) as u8
+}
+
+impl<'a> Fx<'a> {
+    // ---- plumbing ---------------------------------------------------------------
+
+    fn emit(&mut self, i: Inst) {
+        self.f.push(i);
+    }
+    fn reg(&mut self) -> Reg {
+        self.f.new_reg()
+    }
+    fn label(&mut self) -> Label {
+        self.f.new_label()
+    }
+    fn konst(&mut self, v: i64) -> Reg {
+        let r = self.reg();
+        self.emit(Inst::Const { dst: r, value: v });
+        r
+    }
+    fn bin(&mut self, op: IrBin, a: Reg, b: Reg) -> Reg {
+        let d = self.reg();
+        self.emit(Inst::Binary { op, dst: d, a, b });
+        d
+    }
+    /// A temporary slot of at least `size` bytes, free again after the statement.
+    fn temp(&mut self, size: u32) -> Place {
+        let size = size.max(1).div_ceil(8) * 8;
+        let slot = match self.temps_free.iter().position(|(_, s)| *s == size) {
+            Some(i) => self.temps_free.swap_remove(i).0,
+            None => self.f.new_slot(size),
+        };
+        self.temps_used.push((slot, size));
+        Place::new(slot, 0)
+    }
+    fn mark(&self) -> usize {
+        self.temps_used.len()
+    }
+    fn release(&mut self, mark: usize) {
+        let freed: Vec<(Slot, u32)> = self.temps_used.drain(mark..).collect();
+        self.temps_free.extend(freed);
+    }
+    fn format(&mut self, text: String, args: Vec<Type>) -> FmtId {
+        let fm = Format { text, args };
+        if let Some(i) = self.formats.iter().position(|f| *f == fm) {
+            return FmtId(i as u32);
+        }
+        self.formats.push(fm);
+        FmtId(self.formats.len() as u32 - 1)
+    }
+    fn map_id(&self, name: &str) -> MapId {
+        MapId(self.ck.map_id(name).expect("checked map"))
+    }
+    fn map_info(&self, name: &str) -> &'a crate::check::MapInfo {
+        let ck: &'a Checked = self.ck;
+        &ck.maps[ck.map_id(name).expect("checked map") as usize]
+    }
+    fn reg_of(&mut self, v: Val) -> Reg {
+        match v {
+            Val::Reg(r) => r,
+            // Not expected after a successful check; keep the code well-formed.
+            _ => self.konst(0),
+        }
+    }
+    fn place_of(&mut self, v: Val, ty: &Type) -> Place {
+        match v {
+            Val::Place(p) => p,
+            Val::Reg(r) => {
+                let p = self.temp(ty.size().max(8));
+                self.emit(Inst::Store {
+                    place: p,
+                    src: r,
+                    size: int_size(ty),
+                });
+                p
+            }
+            Val::Unit => {
+                let p = self.temp(ty.size());
+                self.emit(Inst::Zero {
+                    place: p,
+                    len: ty.size(),
+                });
+                p
+            }
+        }
+    }
+
+    /// Store a value of type `ty` at `place`.
+    fn store(&mut self, place: Place, v: Val, ty: &Type) {
+        if ty.is_scalar() {
+            let r = self.reg_of(v);
+            self.emit(Inst::Store {
+                place,
+                src: r,
+                size: int_size(ty),
+            });
+        } else if ty.size() > 0 {
+            match v {
+                Val::Place(p) if p == place => {}
+                Val::Place(p) => self.emit(Inst::Copy {
+                    dst: place,
+                    src: p,
+                    len: ty.size(),
+                }),
+                _ => self.emit(Inst::Zero {
+                    place,
+                    len: ty.size(),
+                }),
+            }
+        }
+    }
+
+    /// Read a value of type `ty` stored at `place`.
+    fn load(&mut self, place: Place, ty: &Type) -> Val {
+        if ty.is_scalar() {
+            let d = self.reg();
+            self.emit(Inst::LoadSlot {
+                dst: d,
+                place,
+                size: int_size(ty),
+                signed: ty.is_signed(),
+            });
+            Val::Reg(d)
+        } else {
+            Val::Place(place)
+        }
+    }
+
+    /// Convert a value from one type to another (integer widths, string and
+    /// buffer capacities, tuples field by field).
+    fn convert(&mut self, v: Val, from: &Type, to: &Type) -> Val {
+        if from == to || matches!(v, Val::Unit) {
+            return v;
+        }
+        match (from, to) {
+            (_, Type::Int { bits, signed }) if from.is_scalar() => {
+                let r = self.reg_of(v);
+                if *bits >= 64 {
+                    return Val::Reg(r);
+                }
+                let d = self.reg();
+                self.emit(Inst::Extend {
+                    dst: d,
+                    src: r,
+                    bits: *bits,
+                    signed: *signed,
+                });
+                Val::Reg(d)
+            }
+            (_, Type::Bool) if from.is_scalar() => {
+                let r = self.reg_of(v);
+                if *from == Type::Bool {
+                    return Val::Reg(r);
+                }
+                let z = self.konst(0);
+                Val::Reg(self.bin(IrBin::Ne, r, z))
+            }
+            (_, _) if from.is_scalar() && to.is_scalar() => v,
+            (Type::Str { cap: a }, Type::Str { cap: b }) => {
+                let src = self.place_of(v, from);
+                let dst = self.temp(*b);
+                self.emit(Inst::Zero {
+                    place: dst,
+                    len: *b,
+                });
+                let n = (*a).min(*b - 1);
+                if n > 0 {
+                    self.emit(Inst::Copy { dst, src, len: n });
+                }
+                Val::Place(dst)
+            }
+            (Type::Buf { cap: a }, Type::Buf { cap: b }) => {
+                let src = self.place_of(v, from);
+                let dst = self.temp(4 + *b);
+                self.emit(Inst::Zero {
+                    place: dst,
+                    len: 4 + *b,
+                });
+                let n = (*a).min(*b);
+                self.emit(Inst::Copy {
+                    dst,
+                    src,
+                    len: 4 + n,
+                });
+                if a > b {
+                    let len = self.load(
+                        src,
+                        &Type::Int {
+                            bits: 32,
+                            signed: false,
+                        },
+                    );
+                    let len = self.reg_of(len);
+                    let capr = self.konst(i64::from(*b));
+                    // len = min(len, cap)
+                    let gt = self.bin(IrBin::GtU, len, capr);
+                    let (l1, l2) = (self.label(), self.label());
+                    self.emit(Inst::Branch {
+                        cond: gt,
+                        if_true: l1,
+                        if_false: l2,
+                    });
+                    self.emit(Inst::Label(l1));
+                    self.emit(Inst::Store {
+                        place: dst,
+                        src: capr,
+                        size: 4,
+                    });
+                    self.emit(Inst::Label(l2));
+                }
+                Val::Place(dst)
+            }
+            (Type::Tuple(_) | Type::Record(_), Type::Tuple(_) | Type::Record(_)) => {
+                let fs = field_types(from);
+                let ts = field_types(to);
+                if fs.len() != ts.len() {
+                    return v;
+                }
+                let src = self.place_of(v, from);
+                let dst = self.temp(to.size());
+                self.emit(Inst::Zero {
+                    place: dst,
+                    len: to.size(),
+                });
+                let (so, dof) = (from.field_offsets(), to.field_offsets());
+                for i in 0..fs.len() {
+                    let x = self.load(src.at(so[i]), &fs[i]);
+                    let x = self.convert(x, &fs[i], &ts[i]);
+                    self.store(dst.at(dof[i]), x, &ts[i]);
+                }
+                Val::Place(dst)
+            }
+            (Type::UStack { .. }, Type::UStack { .. }) => {
+                let src = self.place_of(v, from);
+                let dst = self.temp(to.size());
+                self.emit(Inst::Zero {
+                    place: dst,
+                    len: to.size(),
+                });
+                self.emit(Inst::Copy {
+                    dst,
+                    src,
+                    len: from.size().min(to.size()),
+                });
+                Val::Place(dst)
+            }
+            _ => v,
+        }
+    }
+
+    // ---- probe ------------------------------------------------------------------
+
+    fn probe(&mut self, p: &Probe) {
+        // Variables: a register or a zeroed slot each.
+        for (id, t) in self.info.vars.iter().enumerate() {
+            let v = if t.is_scalar() {
+                Val::Reg(self.konst(0))
+            } else {
+                let slot = self.f.new_slot(t.size().max(1));
+                let place = Place::new(slot, 0);
+                self.emit(Inst::Zero {
+                    place,
+                    len: t.size().max(1),
+                });
+                Val::Place(place)
+            };
+            self.vars.insert(id as u32, v);
+        }
+        let exit = self.label();
+        if let Some(pred) = &p.predicate {
+            let m = self.mark();
+            let c = self.cond(pred);
+            self.release(m);
+            let body = self.label();
+            self.emit(Inst::Branch {
+                cond: c,
+                if_true: body,
+                if_false: exit,
+            });
+            self.emit(Inst::Label(body));
+        }
+        self.block(&p.body);
+        self.emit(Inst::Label(exit));
+        self.emit(Inst::Return);
+    }
+
+    fn block(&mut self, b: &Block) -> Val {
+        for s in &b.stmts {
+            let m = self.mark();
+            self.stmt(s);
+            self.release(m);
+        }
+        match &b.value {
+            Some(v) => self.expr(v),
+            None => Val::Unit,
+        }
+    }
+
+    /// A condition as a 0/1-or-nonzero register.
+    fn cond(&mut self, e: &Expr) -> Reg {
+        let v = self.expr(e);
+        self.reg_of(v)
+    }
+
+    fn var_type(&self, v: &VarRef) -> Type {
+        v.id.and_then(|i| self.info.vars.get(i as usize).cloned())
+            .unwrap_or(Type::I64)
+    }
+
+    fn set_var(&mut self, v: &VarRef, val: Val, ty: &Type) {
+        let vt = self.var_type(v);
+        let val = self.convert(val, ty, &vt);
+        match v.id.and_then(|i| self.vars.get(&i).copied()) {
+            Some(Val::Reg(r)) => {
+                let s = self.reg_of(val);
+                self.emit(Inst::Mov { dst: r, src: s });
+            }
+            Some(Val::Place(p)) => self.store(p, val, &vt),
+            _ => {}
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        match &s.kind {
+            StmtKind::Expr(e) => {
+                self.expr(e);
+            }
+            StmtKind::Assign { target, op, value } => self.assign(target, *op, value),
+            StmtKind::Let { var, value, .. } => match value {
+                Some(v) => {
+                    let x = self.expr(v);
+                    self.set_var(var, x, &v.ty);
+                }
+                None => {
+                    let vt = self.var_type(var);
+                    let zero = if vt.is_scalar() {
+                        Val::Reg(self.konst(0))
+                    } else {
+                        Val::Unit
+                    };
+                    self.set_var(var, zero, &vt);
+                }
+            },
+            StmtKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.cond(cond);
+                let (lt, le, lend) = (self.label(), self.label(), self.label());
+                self.emit(Inst::Branch {
+                    cond: c,
+                    if_true: lt,
+                    if_false: le,
+                });
+                self.emit(Inst::Label(lt));
+                self.block(then);
+                self.emit(Inst::Jump(lend));
+                self.emit(Inst::Label(le));
+                if let Some(o) = otherwise {
+                    self.block(o);
+                }
+                self.emit(Inst::Label(lend));
+            }
+            StmtKind::Unroll { count, body } => {
+                let n = match count.kind {
+                    ExprKind::Int(n) => n.min(100),
+                    _ => 1,
+                };
+                for _ in 0..n {
+                    self.block(body);
+                }
+            }
+            StmtKind::While { cond, body } => {
+                let (lcond, lbody, lend) = (self.label(), self.label(), self.label());
+                let counter = self.konst(0);
+                self.emit(Inst::Label(lcond));
+                let m = self.mark();
+                let c = self.cond(cond);
+                self.release(m);
+                self.emit(Inst::Branch {
+                    cond: c,
+                    if_true: lbody,
+                    if_false: lend,
+                });
+                self.emit(Inst::Label(lbody));
+                self.loop_bound(counter, lend);
+                self.loops.push((lcond, lend));
+                self.block(body);
+                self.loops.pop();
+                self.emit(Inst::Jump(lcond));
+                self.emit(Inst::Label(lend));
+            }
+            StmtKind::For { var, iter, body } => match iter {
+                ForIter::Range(a, b) => {
+                    let va = self.expr(a);
+                    let start = self.reg_of(va);
+                    let i = self.reg();
+                    self.emit(Inst::Mov { dst: i, src: start });
+                    let vb = self.expr(b);
+                    let end = self.reg_of(vb);
+                    let signed = sgn(&a.ty) && sgn(&b.ty);
+                    let (lcond, lbody, lnext, lend) =
+                        (self.label(), self.label(), self.label(), self.label());
+                    let counter = self.konst(0);
+                    self.emit(Inst::Label(lcond));
+                    let lt = self.bin(if signed { IrBin::LtS } else { IrBin::LtU }, i, end);
+                    self.emit(Inst::Branch {
+                        cond: lt,
+                        if_true: lbody,
+                        if_false: lend,
+                    });
+                    self.emit(Inst::Label(lbody));
+                    self.loop_bound(counter, lend);
+                    let vt = self.var_type(var);
+                    self.set_var(var, Val::Reg(i), &vt);
+                    self.loops.push((lnext, lend));
+                    self.block(body);
+                    self.loops.pop();
+                    self.emit(Inst::Label(lnext));
+                    let one = self.konst(1);
+                    self.emit(Inst::Binary {
+                        op: IrBin::Add,
+                        dst: i,
+                        a: i,
+                        b: one,
+                    });
+                    self.emit(Inst::Jump(lcond));
+                    self.emit(Inst::Label(lend));
+                }
+                ForIter::Map(m) => {
+                    let map = self.map_id(&m.name);
+                    let info = self.map_info(&m.name);
+                    let vt = self.var_type(var);
+                    let (kt, valt) = match &vt {
+                        Type::Tuple(ts) if ts.len() == 2 => (ts[0].clone(), ts[1].clone()),
+                        _ => return,
+                    };
+                    let offs = vt.field_offsets();
+                    let stored_val = match &info.value {
+                        MapValue::Plain(t) => t.clone(),
+                        MapValue::Count => Type::U64,
+                        _ => valt.clone(),
+                    };
+                    let it = self.reg();
+                    self.emit(Inst::MapIterStart { it, map });
+                    let (lnext, lbody, lend) = (self.label(), self.label(), self.label());
+                    let counter = self.konst(0);
+                    let kv = self.temp(vt.size());
+                    self.emit(Inst::Label(lnext));
+                    let found = self.reg();
+                    let key_t = info.key.clone().unwrap_or(Type::U64);
+                    let key_place = self.temp(key_t.size());
+                    let (dst_reg, dst_place) = if stored_val.is_scalar() {
+                        (Some(self.reg()), None)
+                    } else {
+                        (None, Some(self.temp(stored_val.size())))
+                    };
+                    self.emit(Inst::MapIterNext {
+                        found,
+                        it,
+                        map,
+                        key: Some(key_place),
+                        dst_reg,
+                        dst_place,
+                    });
+                    self.emit(Inst::Branch {
+                        cond: found,
+                        if_true: lbody,
+                        if_false: lend,
+                    });
+                    self.emit(Inst::Label(lbody));
+                    self.loop_bound(counter, lend);
+                    self.emit(Inst::Zero {
+                        place: kv,
+                        len: vt.size(),
+                    });
+                    let k = self.load(key_place, &key_t);
+                    let k = self.convert(k, &key_t, &kt);
+                    self.store(kv.at(offs[0]), k, &kt);
+                    let v = match (dst_reg, dst_place) {
+                        (Some(r), _) => Val::Reg(r),
+                        (_, Some(p)) => Val::Place(p),
+                        _ => Val::Unit,
+                    };
+                    let v = self.convert(v, &stored_val, &valt);
+                    self.store(kv.at(offs[1]), v, &valt);
+                    self.set_var(var, Val::Place(kv), &vt);
+                    self.loops.push((lnext, lend));
+                    self.block(body);
+                    self.loops.pop();
+                    self.emit(Inst::Jump(lnext));
+                    self.emit(Inst::Label(lend));
+                }
+            },
+            StmtKind::Break | StmtKind::Continue => {
+                if let Some(&(c, b)) = self.loops.last() {
+                    let to = if matches!(s.kind, StmtKind::Break) {
+                        b
+                    } else {
+                        c
+                    };
+                    self.emit(Inst::Jump(to));
+                    // Code after the jump is unreachable but stays well-formed.
+                    let l = self.label();
+                    self.emit(Inst::Label(l));
+                }
+            }
+            StmtKind::Return(v) => {
+                if let Some(v) = v {
+                    self.expr(v);
+                }
+                self.emit(Inst::Return);
+                // Code after `return` is unreachable but must stay well-formed.
+                let l = self.label();
+                self.emit(Inst::Label(l));
+            }
+            StmtKind::Block(b) => {
+                self.block(b);
+            }
+        }
+    }
+
+    /// Count an iteration; at the bound, count a LoopBound error and leave.
+    fn loop_bound(&mut self, counter: Reg, lend: Label) {
+        let max = self.konst(i64::from(self.ck.config.max_loop_iterations));
+        let hit = self.bin(IrBin::GeU, counter, max);
+        let (lhit, lok) = (self.label(), self.label());
+        self.emit(Inst::Branch {
+            cond: hit,
+            if_true: lhit,
+            if_false: lok,
+        });
+        self.emit(Inst::Label(lhit));
+        self.emit(Inst::CountError(ir::ErrorKind::LoopBound));
+        self.emit(Inst::Jump(lend));
+        self.emit(Inst::Label(lok));
+        let one = self.konst(1);
+        self.emit(Inst::Binary {
+            op: IrBin::Add,
+            dst: counter,
+            a: counter,
+            b: one,
+        });
+    }
+
+    fn assign(&mut self, target: &LValue, op: Option<BinOp>, value: &Expr) {
+        match target {
+            LValue::Var(v) => {
+                let x = self.expr(value);
+                match op {
+                    None => self.set_var(v, x, &value.ty),
+                    Some(op) => {
+                        let vt = self.var_type(v);
+                        let cur = match v.id.and_then(|i| self.vars.get(&i).copied()) {
+                            Some(Val::Reg(r)) => r,
+                            _ => return,
+                        };
+                        let rx = self.reg_of(x);
+                        let r = self.arith(op, cur, rx, &vt, &value.ty);
+                        let rt = arith_type(&vt, &value.ty);
+                        self.set_var(v, Val::Reg(r), &rt);
+                    }
+                }
+            }
+            LValue::Map(m) => {
+                let map = self.map_id(&m.name);
+                let info = self.map_info(&m.name);
+                if info.value.is_aggregation() {
+                    if let ExprKind::Call { name, args, .. } = &value.kind {
+                        let key = self.map_key(info, m.keys.as_deref());
+                        let arg = match args.first() {
+                            Some(a) => {
+                                let x = self.expr(a);
+                                let x = self.convert(x, &a.ty, &storage(&a.ty));
+                                Some(self.reg_of(x))
+                            }
+                            None => None,
+                        };
+                        let r = arg.unwrap_or(Reg(0));
+                        let op = match name.as_str() {
+                            "count" => AggOp::Count,
+                            "sum" => AggOp::Sum(r),
+                            "min" => AggOp::Min(r),
+                            "max" => AggOp::Max(r),
+                            "avg" => AggOp::Avg(r),
+                            "stats" => AggOp::Stats(r),
+                            "hist" => AggOp::Hist(r),
+                            "lhist" => AggOp::Lhist(r),
+                            _ => return,
+                        };
+                        if arg.is_none() && op != AggOp::Count {
+                            return;
+                        }
+                        self.emit(Inst::MapAgg { map, key, op });
+                    }
+                    return;
+                }
+                let MapValue::Plain(vt) = &info.value else {
+                    return;
+                };
+                let x = self.expr(value);
+                let key = self.map_key(info, m.keys.as_deref());
+                let (x, xt) = match op {
+                    None => (x, value.ty.clone()),
+                    Some(op) => {
+                        let cur = self.reg();
+                        self.emit(Inst::MapLoad {
+                            map,
+                            key,
+                            dst_reg: Some(cur),
+                            dst_place: None,
+                        });
+                        let rx = self.reg_of(x);
+                        let r = self.arith(op, cur, rx, vt, &value.ty);
+                        (Val::Reg(r), arith_type(vt, &value.ty))
+                    }
+                };
+                self.map_store(map, key, x, &xt, vt);
+            }
+        }
+    }
+
+    fn map_store(&mut self, map: MapId, key: Option<Place>, x: Val, xt: &Type, vt: &Type) {
+        let x = self.convert(x, xt, vt);
+        if vt.is_scalar() {
+            let r = self.reg_of(x);
+            self.emit(Inst::MapStore {
+                map,
+                key,
+                src_reg: Some(r),
+                src_place: None,
+            });
+        } else {
+            let p = self.place_of(x, vt);
+            self.emit(Inst::MapStore {
+                map,
+                key,
+                src_reg: None,
+                src_place: Some(p),
+            });
+        }
+    }
+
+    /// Build a map key in a zeroed temporary (padding and string tails are zero, so
+    /// keys compare bytewise).
+    fn map_key(&mut self, info: &crate::check::MapInfo, keys: Option<&[Expr]>) -> Option<Place> {
+        let kt = info.key.as_ref()?;
+        let keys = keys?;
+        let vals: Vec<(Val, Type)> = keys.iter().map(|k| (self.expr(k), k.ty.clone())).collect();
+        let place = self.temp(kt.size());
+        self.emit(Inst::Zero {
+            place,
+            len: kt.size(),
+        });
+        if vals.len() == 1 {
+            let (v, t) = vals[0].clone();
+            let v = self.convert(v, &t, kt);
+            self.store(place, v, kt);
+        } else {
+            let fts = field_types(kt);
+            let offs = kt.field_offsets();
+            for (i, (v, t)) in vals.into_iter().enumerate() {
+                if i >= fts.len() {
+                    break;
+                }
+                let v = self.convert(v, &t, &fts[i]);
+                self.store(place.at(offs[i]), v, &fts[i]);
+            }
+        }
+        Some(place)
+    }
+
+    // ---- expressions ------------------------------------------------------------
+
+    fn ctx(&mut self, value: CtxValue) -> Val {
+        let d = self.reg();
+        self.emit(Inst::Ctx { dst: d, value });
+        Val::Reg(d)
+    }
+
+    fn expr(&mut self, e: &Expr) -> Val {
+        match &e.kind {
+            ExprKind::Int(v) => Val::Reg(self.konst(*v as i64)),
+            ExprKind::Bool(b) => Val::Reg(self.konst(i64::from(*b))),
+            ExprKind::Str(s) => {
+                let cap = e.ty.size().max(s.len() as u32 + 1);
+                let p = self.temp(cap);
+                self.emit(Inst::SetBytes {
+                    place: p,
+                    bytes: s.clone(),
+                    len: cap,
+                });
+                Val::Place(p)
+            }
+            ExprKind::Positional(_) | ExprKind::PositionalCount => Val::Reg(self.konst(0)),
+            ExprKind::Ident(name) => self.builtin(name, &e.ty),
+            ExprKind::Var(v) => {
+                let vt = self.var_type(v);
+                let val = match v.id.and_then(|i| self.vars.get(&i).copied()) {
+                    Some(Val::Reg(r)) => {
+                        let d = self.reg();
+                        self.emit(Inst::Mov { dst: d, src: r });
+                        Val::Reg(d)
+                    }
+                    Some(other) => other,
+                    None => return Val::Unit,
+                };
+                self.convert(val, &vt, &e.ty)
+            }
+            ExprKind::Map(m) => {
+                let map = self.map_id(&m.name);
+                let info = self.map_info(&m.name);
+                let key = self.map_key(info, m.keys.as_deref());
+                let stored = match &info.value {
+                    MapValue::Plain(t) => t.clone(),
+                    _ => e.ty.clone(),
+                };
+                let v = if stored.is_scalar() {
+                    let d = self.reg();
+                    self.emit(Inst::MapLoad {
+                        map,
+                        key,
+                        dst_reg: Some(d),
+                        dst_place: None,
+                    });
+                    Val::Reg(d)
+                } else {
+                    let p = self.temp(stored.size());
+                    self.emit(Inst::MapLoad {
+                        map,
+                        key,
+                        dst_reg: None,
+                        dst_place: Some(p),
+                    });
+                    Val::Place(p)
+                };
+                self.convert(v, &stored, &e.ty)
+            }
+            ExprKind::Call { .. } => self.call(e),
+            ExprKind::Unary { op, expr } => self.unary(*op, expr, &e.ty),
+            ExprKind::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, &e.ty),
+            ExprKind::IncDec {
+                target,
+                increment,
+                prefix,
+            } => self.incdec(target, *increment, *prefix, &e.ty),
+            ExprKind::Ternary {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.cond(cond);
+                let (lt, le, lend) = (self.label(), self.label(), self.label());
+                let scalar = e.ty.is_scalar();
+                let out_reg = self.reg();
+                let out_place = if scalar {
+                    None
+                } else {
+                    Some(self.temp(e.ty.size()))
+                };
+                self.emit(Inst::Branch {
+                    cond: c,
+                    if_true: lt,
+                    if_false: le,
+                });
+                for (l, branch) in [(lt, then), (le, otherwise)] {
+                    self.emit(Inst::Label(l));
+                    let v = self.expr(branch);
+                    let v = self.convert(v, &branch.ty, &e.ty);
+                    match out_place {
+                        None => {
+                            let r = self.reg_of(v);
+                            self.emit(Inst::Mov {
+                                dst: out_reg,
+                                src: r,
+                            });
+                        }
+                        Some(p) => self.store(p, v, &e.ty),
+                    }
+                    self.emit(Inst::Jump(lend));
+                }
+                self.emit(Inst::Label(lend));
+                match out_place {
+                    None => Val::Reg(out_reg),
+                    Some(p) => Val::Place(p),
+                }
+            }
+            ExprKind::Cast { expr, .. } => {
+                let v = self.expr(expr);
+                self.convert(v, &expr.ty, &e.ty)
+            }
+            ExprKind::Field { expr, field, .. } => match &expr.ty {
+                Type::Record(fs) => {
+                    let base = self.expr(expr);
+                    let i = fs.iter().position(|(n, _)| n == field).unwrap_or(0);
+                    let off = expr.ty.field_offsets().get(i).copied().unwrap_or(0);
+                    let p = self.place_of(base, &expr.ty);
+                    self.load(p.at(off), &e.ty)
+                }
+                _ => self.memory_value(e),
+            },
+            ExprKind::TupleIndex { expr, index } => {
+                let base = self.expr(expr);
+                let off = expr
+                    .ty
+                    .field_offsets()
+                    .get(*index as usize)
+                    .copied()
+                    .unwrap_or(0);
+                let p = self.place_of(base, &expr.ty);
+                self.load(p.at(off), &e.ty)
+            }
+            ExprKind::Index { expr, index } => match &expr.ty {
+                Type::Tuple(_) => {
+                    let i = match index.kind {
+                        ExprKind::Int(i) => i as usize,
+                        _ => 0,
+                    };
+                    let base = self.expr(expr);
+                    let off = expr.ty.field_offsets().get(i).copied().unwrap_or(0);
+                    let p = self.place_of(base, &expr.ty);
+                    self.load(p.at(off), &e.ty)
+                }
+                _ => self.memory_value(e),
+            },
+            ExprKind::Tuple(es) => {
+                let vals: Vec<Val> = es.iter().map(|x| self.expr(x)).collect();
+                let p = self.temp(e.ty.size());
+                self.emit(Inst::Zero {
+                    place: p,
+                    len: e.ty.size(),
+                });
+                let offs = e.ty.field_offsets();
+                for ((x, v), off) in es.iter().zip(vals).zip(offs) {
+                    self.store(p.at(off), v, &x.ty);
+                }
+                Val::Place(p)
+            }
+            ExprKind::Record(fs) => {
+                let vals: Vec<Val> = fs.iter().map(|(_, x)| self.expr(x)).collect();
+                let p = self.temp(e.ty.size());
+                self.emit(Inst::Zero {
+                    place: p,
+                    len: e.ty.size(),
+                });
+                let offs = e.ty.field_offsets();
+                for (((_, x), v), off) in fs.iter().zip(vals).zip(offs) {
+                    self.store(p.at(off), v, &x.ty);
+                }
+                Val::Place(p)
+            }
+            ExprKind::Block(b) => {
+                let v = self.block(b);
+                match &b.value {
+                    Some(x) => self.convert(v, &x.ty, &e.ty),
+                    None => Val::Unit,
+                }
+            }
+            ExprKind::Sizeof(_) | ExprKind::Offsetof { .. } | ExprKind::Cflow(_) => {
+                Val::Reg(self.konst(0))
+            }
+        }
+    }
+
+    /// The target address of an lvalue-like path into target memory:
+    /// `p->f`, `s.f` (s a struct reached through a pointer), `*p`, `p[i]`.
+    fn address(&mut self, e: &Expr) -> Option<Reg> {
+        match &e.kind {
+            ExprKind::Field { expr, field, .. } => {
+                let (base, st) = match &expr.ty {
+                    Type::Ptr(inner) => match &**inner {
+                        Type::CStruct(s) => {
+                            let v = self.expr(expr);
+                            (self.reg_of(v), s.clone())
+                        }
+                        _ => return None,
+                    },
+                    Type::CStruct(s) => (self.address(expr)?, s.clone()),
+                    _ => return None,
+                };
+                let off = st.fields.iter().find(|f| f.name == *field)?.offset;
+                let o = self.konst(i64::from(off));
+                Some(self.bin(IrBin::Add, base, o))
+            }
+            ExprKind::Unary {
+                op: UnOp::Deref,
+                expr,
+            } => {
+                let v = self.expr(expr);
+                Some(self.reg_of(v))
+            }
+            ExprKind::Index { expr, index } => {
+                let (base, elem) = match &expr.ty {
+                    Type::Ptr(inner) => {
+                        let v = self.expr(expr);
+                        (self.reg_of(v), (**inner).clone())
+                    }
+                    Type::CStruct(s) => (self.address(expr)?, s.fields.first()?.ty.clone()),
+                    _ => return None,
+                };
+                let i = self.expr(index);
+                let i = self.reg_of(i);
+                let size = self.konst(i64::from(elem.size().max(1)));
+                let off = self.bin(IrBin::Mul, i, size);
+                Some(self.bin(IrBin::Add, base, off))
+            }
+            _ => None,
+        }
+    }
+
+    /// A scalar read from target memory through `address`.
+    fn memory_value(&mut self, e: &Expr) -> Val {
+        let Some(addr) = self.address(e) else {
+            return Val::Reg(self.konst(0));
+        };
+        if e.ty.is_scalar() {
+            let d = self.reg();
+            self.emit(Inst::Load {
+                dst: d,
+                addr,
+                size: int_size(&e.ty),
+                signed: e.ty.is_signed(),
+            });
+            Val::Reg(d)
+        } else {
+            // A whole struct value: only its address is meaningful (as a base).
+            Val::Reg(addr)
+        }
+    }
+
+    fn builtin(&mut self, name: &str, ty: &Type) -> Val {
+        if let Some(n) = name.strip_prefix("arg").and_then(|n| n.parse::<u8>().ok()) {
+            return self.ctx(CtxValue::Arg(n));
+        }
+        match name {
+            "pid" => self.ctx(CtxValue::Pid),
+            "tid" => self.ctx(CtxValue::Tid),
+            "uid" => self.ctx(CtxValue::Uid),
+            "gid" => self.ctx(CtxValue::Gid),
+            "cpu" => self.ctx(CtxValue::Cpu),
+            "cpid" => self.ctx(CtxValue::Cpid),
+            "nsecs" => self.ctx(CtxValue::Nsecs),
+            "elapsed" => self.ctx(CtxValue::Elapsed),
+            "rand" => self.ctx(CtxValue::Rand),
+            "retval" => self.ctx(CtxValue::Retval),
+            "func" => self.ctx(CtxValue::FuncAddr),
+            "probe" => self.ctx(CtxValue::ProbeId),
+            "comm" => {
+                let p = self.temp(COMM_CAP);
+                self.emit(Inst::Comm {
+                    dst: p,
+                    cap: COMM_CAP,
+                });
+                Val::Place(p)
+            }
+            "ustack" => {
+                let p = self.temp(ty.size());
+                let depth = match ty {
+                    Type::UStack { depth, .. } => *depth,
+                    _ => crate::check::USTACK_DEPTH,
+                };
+                self.emit(Inst::UStack { dst: p, depth });
+                Val::Place(p)
+            }
+            _ => Val::Unit,
+        }
+    }
+
+    fn unary(&mut self, op: UnOp, x: &Expr, ty: &Type) -> Val {
+        match op {
+            UnOp::Deref => {
+                let e = Expr {
+                    kind: ExprKind::Unary {
+                        op,
+                        expr: Box::new(x.clone()),
+                    },
+                    span: x.span,
+                    ty: ty.clone(),
+                };
+                self.memory_value(&e)
+            }
+            UnOp::Plus => self.expr(x),
+            UnOp::AddrOf => Val::Reg(self.konst(0)),
+            UnOp::Neg | UnOp::BitNot | UnOp::Not => {
+                let v = self.expr(x);
+                let r = self.reg_of(v);
+                let d = self.reg();
+                let irop = match op {
+                    UnOp::Neg => IrUn::Neg,
+                    UnOp::BitNot => IrUn::Not,
+                    _ => IrUn::LNot,
+                };
+                self.emit(Inst::Unary {
+                    op: irop,
+                    dst: d,
+                    a: r,
+                });
+                Val::Reg(d)
+            }
+        }
+    }
+
+    /// Integer arithmetic (`op` is not a comparison or logical operator); pointer
+    /// arithmetic scales by the pointee size.
+    fn arith(&mut self, op: BinOp, a: Reg, b: Reg, ta: &Type, tb: &Type) -> Reg {
+        let signed = sgn(ta) && sgn(tb);
+        let (a, b) = match (ta, tb) {
+            (Type::Ptr(inner), _) if matches!(op, BinOp::Add | BinOp::Sub) => {
+                let s = self.konst(i64::from(inner.size().max(1)));
+                (a, self.bin(IrBin::Mul, b, s))
+            }
+            (_, Type::Ptr(inner)) if op == BinOp::Add => {
+                let s = self.konst(i64::from(inner.size().max(1)));
+                (self.bin(IrBin::Mul, a, s), b)
+            }
+            _ => (a, b),
+        };
+        let irop = match op {
+            BinOp::Add => IrBin::Add,
+            BinOp::Sub => IrBin::Sub,
+            BinOp::Mul => IrBin::Mul,
+            BinOp::Div if signed => IrBin::DivS,
+            BinOp::Div => IrBin::DivU,
+            BinOp::Mod if signed => IrBin::ModS,
+            BinOp::Mod => IrBin::ModU,
+            BinOp::BitAnd => IrBin::And,
+            BinOp::BitOr => IrBin::Or,
+            BinOp::BitXor => IrBin::Xor,
+            BinOp::Shl => IrBin::Shl,
+            BinOp::Shr if sgn(ta) => IrBin::ShrS,
+            BinOp::Shr => IrBin::ShrU,
+            _ => IrBin::Add,
+        };
+        self.bin(irop, a, b)
+    }
+
+    fn binary(&mut self, op: BinOp, lhs: &Expr, rhs: &Expr, ty: &Type) -> Val {
+        match op {
+            BinOp::And | BinOp::Or => {
+                let out = self.konst(if op == BinOp::And { 0 } else { 1 });
+                let a = self.cond(lhs);
+                let (lrhs, lend) = (self.label(), self.label());
+                if op == BinOp::And {
+                    self.emit(Inst::Branch {
+                        cond: a,
+                        if_true: lrhs,
+                        if_false: lend,
+                    });
+                } else {
+                    self.emit(Inst::Branch {
+                        cond: a,
+                        if_true: lend,
+                        if_false: lrhs,
+                    });
+                }
+                self.emit(Inst::Label(lrhs));
+                let b = self.cond(rhs);
+                let z = self.konst(0);
+                self.emit(Inst::Binary {
+                    op: IrBin::Ne,
+                    dst: out,
+                    a: b,
+                    b: z,
+                });
+                self.emit(Inst::Label(lend));
+                Val::Reg(out)
+            }
+            _ if op.is_comparison() => {
+                let (ta, tb) = (&lhs.ty, &rhs.ty);
+                let va = self.expr(lhs);
+                let vb = self.expr(rhs);
+                match (ta, tb) {
+                    (Type::Str { cap: x }, Type::Str { cap: y }) => {
+                        let cap = (*x).max(*y);
+                        let common = Type::Str { cap };
+                        let a = self.convert(va, ta, &common);
+                        let b = self.convert(vb, tb, &common);
+                        let (pa, pb) = (self.place_of(a, &common), self.place_of(b, &common));
+                        let d = self.reg();
+                        self.emit(Inst::StrEq {
+                            dst: d,
+                            a: pa,
+                            b: pb,
+                            len: cap,
+                        });
+                        Val::Reg(self.eq_result(op, d))
+                    }
+                    _ if !ta.is_scalar() || !tb.is_scalar() => {
+                        let common = storage(ta);
+                        let a = self.convert(va, ta, &common);
+                        let b = self.convert(vb, tb, &common);
+                        let (pa, pb) = (self.place_of(a, &common), self.place_of(b, &common));
+                        let d = self.reg();
+                        self.emit(Inst::BytesEq {
+                            dst: d,
+                            a: pa,
+                            b: pb,
+                            len: common.size(),
+                        });
+                        Val::Reg(self.eq_result(op, d))
+                    }
+                    _ => {
+                        let a = self.reg_of(va);
+                        let b = self.reg_of(vb);
+                        let signed = sgn(ta) && sgn(tb);
+                        let irop = match (op, signed) {
+                            (BinOp::Eq, _) => IrBin::Eq,
+                            (BinOp::Ne, _) => IrBin::Ne,
+                            (BinOp::Lt, true) => IrBin::LtS,
+                            (BinOp::Lt, false) => IrBin::LtU,
+                            (BinOp::Le, true) => IrBin::LeS,
+                            (BinOp::Le, false) => IrBin::LeU,
+                            (BinOp::Gt, true) => IrBin::GtS,
+                            (BinOp::Gt, false) => IrBin::GtU,
+                            (BinOp::Ge, true) => IrBin::GeS,
+                            _ => IrBin::GeU,
+                        };
+                        Val::Reg(self.bin(irop, a, b))
+                    }
+                }
+            }
+            _ => {
+                let va = self.expr(lhs);
+                let vb = self.expr(rhs);
+                let a = self.reg_of(va);
+                let b = self.reg_of(vb);
+                let r = self.arith(op, a, b, &lhs.ty, &rhs.ty);
+                let _ = ty;
+                Val::Reg(r)
+            }
+        }
+    }
+
+    fn eq_result(&mut self, op: BinOp, eq: Reg) -> Reg {
+        if op == BinOp::Ne {
+            let d = self.reg();
+            self.emit(Inst::Unary {
+                op: IrUn::LNot,
+                dst: d,
+                a: eq,
+            });
+            d
+        } else {
+            eq
+        }
+    }
+
+    fn incdec(&mut self, target: &IncTarget, increment: bool, prefix: bool, ty: &Type) -> Val {
+        let op = if increment { BinOp::Add } else { BinOp::Sub };
+        match target {
+            IncTarget::Var(v) => {
+                let vt = self.var_type(v);
+                let Some(Val::Reg(r)) = v.id.and_then(|i| self.vars.get(&i).copied()) else {
+                    return Val::Unit;
+                };
+                let old = self.reg();
+                self.emit(Inst::Mov { dst: old, src: r });
+                let one = self.konst(1);
+                let new = self.arith(op, r, one, &vt, &Type::I64);
+                let new = self.convert(Val::Reg(new), &Type::I64, &vt);
+                let new = self.reg_of(new);
+                self.emit(Inst::Mov { dst: r, src: new });
+                let res = if prefix { new } else { old };
+                self.convert(Val::Reg(res), &vt, ty)
+            }
+            IncTarget::Map(m) => {
+                let map = self.map_id(&m.name);
+                let info = self.map_info(&m.name);
+                let MapValue::Plain(vt) = &info.value else {
+                    return Val::Unit;
+                };
+                let key = self.map_key(info, m.keys.as_deref());
+                let old = self.reg();
+                self.emit(Inst::MapLoad {
+                    map,
+                    key,
+                    dst_reg: Some(old),
+                    dst_place: None,
+                });
+                let one = self.konst(1);
+                let new = self.arith(op, old, one, vt, &Type::I64);
+                self.map_store(map, key, Val::Reg(new), &Type::I64, vt);
+                Val::Reg(if prefix { new } else { old })
+            }
+        }
+    }
+
+    // ---- calls ------------------------------------------------------------------
+
+    fn call(&mut self, e: &Expr) -> Val {
+        let ExprKind::Call { name, args, .. } = &e.kind else {
+            return Val::Unit;
+        };
+        match name.as_str() {
+            "printf" | "system" | "cat" => {
+                let ExprKind::Str(fmt) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let text = String::from_utf8_lossy(fmt).into_owned();
+                let (payload, len, types) = self.pack(&args[1..]);
+                let id = self.format(text, types);
+                let kind = match name.as_str() {
+                    "printf" => EventKind::Printf(id),
+                    "system" => EventKind::System(id),
+                    _ => EventKind::Cat(id),
+                };
+                self.emit(Inst::Emit { kind, payload, len });
+                Val::Unit
+            }
+            "print" => {
+                if let ExprKind::Map(MapRef {
+                    name: m,
+                    keys: None,
+                    ..
+                }) = &args[0].kind
+                {
+                    let map = self.map_id(m);
+                    let lit = |i: usize| match args.get(i).map(|a| &a.kind) {
+                        Some(ExprKind::Int(v)) => *v as u32,
+                        _ => 0,
+                    };
+                    self.emit(Inst::Emit {
+                        kind: EventKind::PrintMap {
+                            map,
+                            top: lit(1),
+                            div: lit(2),
+                        },
+                        payload: None,
+                        len: 0,
+                    });
+                } else {
+                    let (payload, len, types) = self.pack(&args[..1]);
+                    let id = self.format(String::new(), types);
+                    self.emit(Inst::Emit {
+                        kind: EventKind::PrintValue(id),
+                        payload,
+                        len,
+                    });
+                }
+                Val::Unit
+            }
+            "exit" => {
+                self.emit(Inst::Emit {
+                    kind: EventKind::Exit,
+                    payload: None,
+                    len: 0,
+                });
+                Val::Unit
+            }
+            "clear" | "zero" => {
+                let ExprKind::Map(m) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let map = self.map_id(&m.name);
+                let kind = if name == "clear" {
+                    EventKind::ClearMap(map)
+                } else {
+                    EventKind::ZeroMap(map)
+                };
+                self.emit(Inst::Emit {
+                    kind,
+                    payload: None,
+                    len: 0,
+                });
+                Val::Unit
+            }
+            "time" => {
+                let text = match args.first().map(|a| &a.kind) {
+                    Some(ExprKind::Str(s)) => String::from_utf8_lossy(s).into_owned(),
+                    _ => "%H:%M:%S\n".to_string(),
+                };
+                let id = self.format(text, Vec::new());
+                self.emit(Inst::Emit {
+                    kind: EventKind::Time(id),
+                    payload: None,
+                    len: 0,
+                });
+                Val::Unit
+            }
+            "str" => {
+                let a = &args[0];
+                if let Type::Str { .. } = a.ty {
+                    let v = self.expr(a);
+                    return self.convert(v, &a.ty, &e.ty);
+                }
+                let cap = e.ty.size();
+                let v = self.expr(a);
+                let addr = self.reg_of(v);
+                let max = match args.get(1) {
+                    Some(n) if !matches!(n.kind, ExprKind::Int(_)) => {
+                        // At most n - 1 characters (n counts the NUL), 0 for n = 0.
+                        let nv = self.expr(n);
+                        let nr = self.reg_of(nv);
+                        let z = self.konst(0);
+                        let nz = self.bin(IrBin::Ne, nr, z);
+                        Some(self.bin(IrBin::Sub, nr, nz))
+                    }
+                    _ => None,
+                };
+                let dst = self.temp(cap);
+                self.emit(Inst::ReadStr {
+                    dst,
+                    addr,
+                    max,
+                    cap,
+                });
+                Val::Place(dst)
+            }
+            "buf" => {
+                let Type::Buf { cap } = e.ty else {
+                    return Val::Unit;
+                };
+                let v = self.expr(&args[0]);
+                let addr = self.reg_of(v);
+                let len = match args.get(1) {
+                    Some(n) => {
+                        let nv = self.expr(n);
+                        self.reg_of(nv)
+                    }
+                    None => self.konst(i64::from(cap)),
+                };
+                let dst = self.temp(4 + cap);
+                self.emit(Inst::ReadBuf {
+                    dst,
+                    addr,
+                    len,
+                    cap,
+                });
+                Val::Place(dst)
+            }
+            "delete" => {
+                let ExprKind::Map(m) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let map = self.map_id(&m.name);
+                let info = self.map_info(&m.name);
+                let key = if args.len() > 1 {
+                    self.map_key(info, Some(&args[1..]))
+                } else {
+                    self.map_key(info, m.keys.as_deref())
+                };
+                let d = self.reg();
+                self.emit(Inst::MapDelete {
+                    map,
+                    key,
+                    dst: Some(d),
+                });
+                Val::Reg(d)
+            }
+            "has_key" => {
+                let ExprKind::Map(m) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let map = self.map_id(&m.name);
+                let info = self.map_info(&m.name);
+                let d = self.reg();
+                match self.map_key(info, Some(&args[1..])) {
+                    Some(key) => self.emit(Inst::MapHasKey { dst: d, map, key }),
+                    None => self.emit(Inst::Const { dst: d, value: 0 }),
+                }
+                Val::Reg(d)
+            }
+            "len" => {
+                let ExprKind::Map(m) = &args[0].kind else {
+                    return Val::Reg(self.konst(0));
+                };
+                let map = self.map_id(&m.name);
+                let d = self.reg();
+                self.emit(Inst::MapLen { dst: d, map });
+                Val::Reg(d)
+            }
+            "strftime" => {
+                let ExprKind::Str(fmt) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let id = self.format(String::from_utf8_lossy(fmt).into_owned(), Vec::new());
+                let v = self.expr(&args[1]);
+                let ns = self.reg_of(v);
+                // The argument is a CLOCK_MONOTONIC time (like `nsecs`); shift it to
+                // CLOCK_REALTIME for printing.
+                let rt = self.ctx(CtxValue::RealtimeNsecs);
+                let rt = self.reg_of(rt);
+                let mono = self.ctx(CtxValue::Nsecs);
+                let mono = self.reg_of(mono);
+                let delta = self.bin(IrBin::Sub, rt, mono);
+                let real = self.bin(IrBin::Add, ns, delta);
+                let p = self.temp(16);
+                let f = self.konst(i64::from(id.0));
+                self.emit(Inst::Store {
+                    place: p,
+                    src: f,
+                    size: 8,
+                });
+                self.emit(Inst::Store {
+                    place: p.at(8),
+                    src: real,
+                    size: 8,
+                });
+                Val::Place(p)
+            }
+            "join" => {
+                let sep = match args.get(1).map(|a| &a.kind) {
+                    Some(ExprKind::Str(s)) => String::from_utf8_lossy(s).into_owned(),
+                    _ => " ".to_string(),
+                };
+                let cap = self.ck.config.strlen;
+                let elem = Type::Str { cap };
+                let tuple = Type::Tuple(vec![elem.clone(); JOIN_MAX as usize]);
+                let id = self.format(sep, field_types(&tuple));
+                let v = self.expr(&args[0]);
+                let base = self.reg_of(v);
+                let p = self.temp(tuple.size());
+                self.emit(Inst::Zero {
+                    place: p,
+                    len: tuple.size(),
+                });
+                let end = self.label();
+                let zero = self.konst(0);
+                for (i, off) in tuple.field_offsets().into_iter().enumerate() {
+                    let o = self.konst(8 * i as i64);
+                    let a = self.bin(IrBin::Add, base, o);
+                    let s = self.reg();
+                    self.emit(Inst::Load {
+                        dst: s,
+                        addr: a,
+                        size: 8,
+                        signed: false,
+                    });
+                    let nonnull = self.bin(IrBin::Ne, s, zero);
+                    let next = self.label();
+                    self.emit(Inst::Branch {
+                        cond: nonnull,
+                        if_true: next,
+                        if_false: end,
+                    });
+                    self.emit(Inst::Label(next));
+                    self.emit(Inst::ReadStr {
+                        dst: p.at(off),
+                        addr: s,
+                        max: None,
+                        cap,
+                    });
+                }
+                self.emit(Inst::Label(end));
+                self.emit(Inst::Emit {
+                    kind: EventKind::Join(id),
+                    payload: Some(p),
+                    len: tuple.size(),
+                });
+                Val::Unit
+            }
+            "usym" => {
+                let v = self.expr(&args[0]);
+                Val::Reg(self.reg_of(v))
+            }
+            "uaddr" => {
+                let ExprKind::Str(s) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let d = self.reg();
+                self.emit(Inst::SymbolAddr {
+                    dst: d,
+                    symbol: String::from_utf8_lossy(s).into_owned(),
+                });
+                Val::Reg(d)
+            }
+            "signal" => {
+                let sig = match &args[0].kind {
+                    ExprKind::Str(s) => {
+                        let n = signal_number(&String::from_utf8_lossy(s)).unwrap_or(0);
+                        self.konst(n)
+                    }
+                    _ => {
+                        let v = self.expr(&args[0]);
+                        self.reg_of(v)
+                    }
+                };
+                self.emit(Inst::Signal { sig });
+                Val::Unit
+            }
+            "ustack" => {
+                let Type::UStack { depth, .. } = e.ty else {
+                    return Val::Unit;
+                };
+                let p = self.temp(e.ty.size());
+                self.emit(Inst::UStack { dst: p, depth });
+                Val::Place(p)
+            }
+            "strncmp" | "strcontains" => {
+                let (a, b) = (&args[0], &args[1]);
+                let (Type::Str { cap: ca }, Type::Str { cap: cb }) = (&a.ty, &b.ty) else {
+                    return Val::Reg(self.konst(0));
+                };
+                let cap = (*ca).max(*cb);
+                let common = Type::Str { cap };
+                let va = self.expr(a);
+                let vb = self.expr(b);
+                let va = self.convert(va, &a.ty, &common);
+                let vb = self.convert(vb, &b.ty, &common);
+                let (pa, pb) = (self.place_of(va, &common), self.place_of(vb, &common));
+                let d = self.reg();
+                if name == "strcontains" {
+                    self.emit(Inst::StrContains {
+                        dst: d,
+                        a: pa,
+                        b: pb,
+                        len: cap,
+                    });
+                } else {
+                    let n = match args[2].kind {
+                        ExprKind::Int(n) => (n as u32).min(cap),
+                        _ => cap,
+                    };
+                    self.emit(Inst::StrCmp {
+                        dst: d,
+                        a: pa,
+                        b: pb,
+                        len: n,
+                    });
+                }
+                Val::Reg(d)
+            }
+            "reg" => {
+                let ExprKind::Str(s) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                match machine_reg(&String::from_utf8_lossy(s)) {
+                    Some(r) => self.ctx(CtxValue::Reg(r)),
+                    None => Val::Reg(self.konst(0)),
+                }
+            }
+            _ => Val::Unit,
+        }
+    }
+
+    /// Evaluate arguments into a zeroed tuple of their storage types (the payload of
+    /// printf-like events); integers are widened to 64 bits.
+    fn pack(&mut self, args: &[Expr]) -> (Option<Place>, u32, Vec<Type>) {
+        let types: Vec<Type> = args.iter().map(|a| storage(&a.ty)).collect();
+        if args.is_empty() {
+            return (None, 0, types);
+        }
+        let vals: Vec<Val> = args.iter().map(|a| self.expr(a)).collect();
+        let tuple = Type::Tuple(types.clone());
+        let p = self.temp(tuple.size());
+        self.emit(Inst::Zero {
+            place: p,
+            len: tuple.size(),
+        });
+        for (((a, v), t), off) in args.iter().zip(vals).zip(&types).zip(tuple.field_offsets()) {
+            let v = self.convert(v, &a.ty, t);
+            self.store(p.at(off), v, t);
+        }
+        (Some(p), tuple.size(), types)
+    }
+}
+
+fn field_types(t: &Type) -> Vec<Type> {
+    match t {
+        Type::Tuple(ts) => ts.clone(),
+        Type::Record(fs) => fs.iter().map(|(_, t)| t.clone()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The type of `a op b` for integer operators (as the checker types it).
+fn arith_type(a: &Type, b: &Type) -> Type {
+    if let Type::Ptr(_) = a {
+        return a.clone();
+    }
+    Type::Int {
+        bits: 64,
+        signed: sgn(a) && sgn(b),
+    }
+}
+
+/// Signed for integer promotion (booleans promote like C's `int`).
+fn sgn(t: &Type) -> bool {
+    matches!(t, Type::Int { signed: true, .. } | Type::Bool)
+}

@@ -1,0 +1,1425 @@
+//! The parser: hand-written recursive descent with precedence climbing (C
+//! precedence). It never stops at the first error: a statement that fails to parse
+//! is reported and skipped up to the next `;` or `}`, a probe header up to the end
+//! of its block, and parsing goes on.
+
+use std::collections::VecDeque;
+
+use crate::ast::*;
+use crate::diag::{Diagnostic, Diags};
+use crate::lexer::{Lexer, Tok, Token};
+
+/// Parse a whole script. Always returns a program (possibly partial) and the
+/// diagnostics found on the way.
+pub fn parse(source: &str) -> (Program, Vec<Diagnostic>) {
+    let mut p = Parser::new(source);
+    let program = p.program();
+    let mut diags = p.lx.diags.list;
+    diags.extend(p.diags.list);
+    diags.sort_by_key(|d| d.span.start);
+    (program, diags)
+}
+
+/// An error was reported; the caller recovers.
+struct Stop;
+type PResult<T> = Result<T, Stop>;
+
+struct Parser<'a> {
+    lx: Lexer<'a>,
+    /// Lookahead tokens, each with the number of lexer diagnostics before it was
+    /// lexed (so re-lexing after a mode switch does not report twice).
+    buf: VecDeque<(Token, usize)>,
+    diags: Diags,
+    /// Inside `/.../`, at parenthesis depth 0: a `/` followed by `{` ends the
+    /// predicate instead of dividing.
+    in_predicate: bool,
+    prev_end: u32,
+}
+
+const BINOPS: &[(Tok, BinOp, u8)] = &[
+    (Tok::OrOr, BinOp::Or, 1),
+    (Tok::AndAnd, BinOp::And, 2),
+    (Tok::Pipe, BinOp::BitOr, 3),
+    (Tok::Caret, BinOp::BitXor, 4),
+    (Tok::Amp, BinOp::BitAnd, 5),
+    (Tok::EqEq, BinOp::Eq, 6),
+    (Tok::Ne, BinOp::Ne, 6),
+    (Tok::Lt, BinOp::Lt, 7),
+    (Tok::Le, BinOp::Le, 7),
+    (Tok::Gt, BinOp::Gt, 7),
+    (Tok::Ge, BinOp::Ge, 7),
+    (Tok::Shl, BinOp::Shl, 8),
+    (Tok::Shr, BinOp::Shr, 8),
+    (Tok::Plus, BinOp::Add, 9),
+    (Tok::Minus, BinOp::Sub, 9),
+    (Tok::Star, BinOp::Mul, 10),
+    (Tok::Slash, BinOp::Div, 10),
+    (Tok::Percent, BinOp::Mod, 10),
+];
+
+/// Names that start a cast `(int32)x` / `(uint8 *)p`.
+fn int_type_name(name: &str) -> Option<TypeName> {
+    let (signed, rest) = match name.strip_prefix('u') {
+        Some(r) => (false, r),
+        None => (true, name),
+    };
+    let bits = match rest {
+        "int8" => 8,
+        "int16" => 16,
+        "int32" => 32,
+        "int64" => 64,
+        _ => {
+            return match name {
+                "bool" => Some(TypeName::Bool),
+                "void" => Some(TypeName::Void),
+                "string" => Some(TypeName::Str),
+                _ => c_scalar(name),
+            }
+        }
+    };
+    Some(TypeName::Int { bits, signed })
+}
+
+/// C spellings of integer types (for casts and struct definitions).
+fn c_scalar(name: &str) -> Option<TypeName> {
+    let (bits, signed) = match name {
+        "char" | "s8" | "__s8" | "int8_t" => (8, true),
+        "u8" | "__u8" | "uint8_t" | "unsigned_char" => (8, false),
+        "short" | "s16" | "__s16" | "int16_t" => (16, true),
+        "u16" | "__u16" | "uint16_t" => (16, false),
+        "int" | "s32" | "__s32" | "int32_t" | "signed" => (32, true),
+        "u32" | "__u32" | "uint32_t" | "unsigned" => (32, false),
+        "long" | "s64" | "__s64" | "int64_t" | "ssize_t" | "off_t" | "intptr_t" => (64, true),
+        "u64" | "__u64" | "uint64_t" | "size_t" | "uintptr_t" => (64, false),
+        "pid_t" => (32, true),
+        "uid_t" | "gid_t" => (32, false),
+        _ => return None,
+    };
+    Some(TypeName::Int { bits, signed })
+}
+
+impl<'a> Parser<'a> {
+    fn new(src: &'a str) -> Parser<'a> {
+        Parser {
+            lx: Lexer::new(src),
+            buf: VecDeque::new(),
+            diags: Diags::default(),
+            in_predicate: false,
+            prev_end: 0,
+        }
+    }
+
+    // ---- token plumbing ------------------------------------------------------
+
+    fn peek_at(&mut self, n: usize) -> &Token {
+        while self.buf.len() <= n {
+            // Trivia errors (`#define`) are kept when the token is re-read.
+            self.lx.skip_trivia();
+            let before = self.lx.diags.list.len();
+            let t = self.lx.next_token();
+            self.buf.push_back((t, before));
+        }
+        &self.buf[n].0
+    }
+    fn peek(&mut self) -> &Tok {
+        &self.peek_at(0).tok
+    }
+    fn peek_tok(&mut self, n: usize) -> Tok {
+        self.peek_at(n).tok.clone()
+    }
+    fn peek_span(&mut self) -> Span {
+        self.peek_at(0).span
+    }
+    fn bump(&mut self) -> Token {
+        self.peek_at(0);
+        let (t, _) = self.buf.pop_front().expect("peeked");
+        if t.tok != Tok::Eof {
+            self.prev_end = t.span.end;
+        }
+        t
+    }
+    fn at(&mut self, tok: &Tok) -> bool {
+        self.peek() == tok
+    }
+    fn eat(&mut self, tok: &Tok) -> bool {
+        if self.at(tok) {
+            self.bump();
+            true
+        } else {
+            false
+        }
+    }
+    fn at_ident(&mut self, name: &str) -> bool {
+        matches!(self.peek(), Tok::Ident(s) if s == name)
+    }
+    /// Forget lookahead so the lexer can be switched to attach-point mode.
+    fn reset_lookahead(&mut self) {
+        if let Some((t, diags_before)) = self.buf.front() {
+            self.lx.pos = t.span.start as usize;
+            self.lx.diags.list.truncate(*diags_before);
+        }
+        self.buf.clear();
+    }
+    fn error_here(&mut self, expected: &str) -> Stop {
+        let t = self.peek_at(0).clone();
+        self.diags.error(
+            t.span,
+            format!("expected {expected}, found {}", t.tok.describe()),
+        );
+        Stop
+    }
+    fn expect(&mut self, tok: &Tok) -> PResult<Token> {
+        if self.at(tok) {
+            Ok(self.bump())
+        } else {
+            Err(self.error_here(&tok.describe()))
+        }
+    }
+    fn span_from(&self, start: Span) -> Span {
+        Span {
+            start: start.start,
+            end: self.prev_end.max(start.end),
+        }
+    }
+
+    // ---- recovery -------------------------------------------------------------
+
+    /// Skip to the next `;` (consumed) or to a `}` closing the current block (not
+    /// consumed), balancing nested braces.
+    fn recover_stmt(&mut self) {
+        let mut depth = 0usize;
+        let diags = self.lx.diags.list.len();
+        loop {
+            match self.peek() {
+                Tok::Eof => break,
+                Tok::Semi if depth == 0 => {
+                    self.bump();
+                    break;
+                }
+                Tok::LBrace => depth += 1,
+                Tok::RBrace => {
+                    if depth == 0 {
+                        break;
+                    }
+                    depth -= 1;
+                    if depth == 0 {
+                        self.bump();
+                        // `if (...) { } garbage` — a closed block ends a statement.
+                        break;
+                    }
+                }
+                _ => {}
+            }
+            self.bump();
+        }
+        self.lx
+            .diags
+            .list
+            .truncate(diags.min(self.lx.diags.list.len()));
+    }
+
+    /// Skip the rest of a top-level item: through the end of its `{ }` block.
+    fn recover_item(&mut self) {
+        let mut depth = 0usize;
+        let diags = self.lx.diags.list.len();
+        loop {
+            match self.peek() {
+                Tok::Eof => break,
+                Tok::LBrace => depth += 1,
+                Tok::RBrace => {
+                    if depth <= 1 {
+                        self.bump();
+                        break;
+                    }
+                    depth -= 1;
+                }
+                _ => {}
+            }
+            self.bump();
+        }
+        self.lx
+            .diags
+            .list
+            .truncate(diags.min(self.lx.diags.list.len()));
+    }
+
+    // ---- top level ------------------------------------------------------------
+
+    fn program(&mut self) -> Program {
+        let mut items = Vec::new();
+        while !self.at(&Tok::Eof) {
+            match self.item() {
+                Ok(Some(item)) => items.push(item),
+                Ok(None) => {}
+                Err(Stop) => self.recover_item(),
+            }
+        }
+        Program { items }
+    }
+
+    fn item(&mut self) -> PResult<Option<Item>> {
+        let t0 = self.peek_tok(0);
+        let t1 = self.peek_tok(1);
+        let start = self.peek_span();
+        if let Tok::Ident(word) = &t0 {
+            match (word.as_str(), &t1) {
+                ("config", Tok::Assign) => return self.config().map(|c| Some(Item::Config(c))),
+                ("macro", Tok::Ident(_)) => return self.macro_def().map(|m| Some(Item::Macro(m))),
+                ("let", Tok::Map(_)) => return self.map_decl().map(|m| Some(Item::MapDecl(m))),
+                ("struct" | "union", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBrace => {
+                    return self.struct_def().map(|s| Some(Item::Struct(s)))
+                }
+                ("seq", Tok::LBrace) | ("group", Tok::LBrace) | ("group", Tok::Ident(_)) => {
+                    return self.reserved_block().map(|b| Some(Item::Reserved(b)))
+                }
+                ("import", _) => {
+                    self.diags.error(start, "`import` is not supported by weft");
+                    self.recover_stmt();
+                    return Ok(None);
+                }
+                ("before" | "after" | "around", t) if *t != Tok::Colon && *t != Tok::Comma => {
+                    let kind = match word.as_str() {
+                        "before" => AdviceKind::Before,
+                        "after" => AdviceKind::After,
+                        _ => AdviceKind::Around,
+                    };
+                    self.bump();
+                    return self
+                        .probe(Some((kind, start)))
+                        .map(|p| Some(Item::Probe(p)));
+                }
+                _ => {}
+            }
+        }
+        match t0 {
+            Tok::RBrace => {
+                self.diags.error(start, "unexpected `}`");
+                self.bump();
+                Ok(None)
+            }
+            Tok::Semi => {
+                self.bump();
+                Ok(None)
+            }
+            Tok::LBrace => {
+                self.diags
+                    .error(start, "expected an attach point before `{`");
+                Err(Stop)
+            }
+            _ => self.probe(None).map(|p| Some(Item::Probe(p))),
+        }
+    }
+
+    fn probe(&mut self, advice: Option<(AdviceKind, Span)>) -> PResult<Probe> {
+        let mut attach = Vec::new();
+        loop {
+            self.reset_lookahead();
+            match self.lx.scan_attach(false) {
+                Some((raw, span)) => attach.push(attach_spec(raw, span)),
+                None => return Err(self.error_here("an attach point")),
+            }
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        let start = advice.map(|a| a.1).unwrap_or(attach[0].span);
+        let predicate = if self.at(&Tok::Slash) {
+            self.bump();
+            self.in_predicate = true;
+            let e = self.expr();
+            self.in_predicate = false;
+            let e = e?;
+            self.expect(&Tok::Slash)?;
+            Some(e)
+        } else {
+            None
+        };
+        if !self.at(&Tok::LBrace) {
+            return Err(self.error_here("`{` or a predicate `/.../`"));
+        }
+        let body = self.block()?;
+        Ok(Probe {
+            advice,
+            attach,
+            predicate,
+            body,
+            span: self.span_from(start),
+        })
+    }
+
+    fn config(&mut self) -> PResult<ConfigBlock> {
+        let start = self.bump().span;
+        self.expect(&Tok::Assign)?;
+        self.expect(&Tok::LBrace)?;
+        let mut entries = Vec::new();
+        loop {
+            if self.eat(&Tok::Semi) {
+                continue;
+            }
+            if self.eat(&Tok::RBrace) {
+                break;
+            }
+            let t = self.bump();
+            let Tok::Ident(name) = t.tok else {
+                self.diags.error(
+                    t.span,
+                    format!(
+                        "expected a config variable name, found {}",
+                        t.tok.describe()
+                    ),
+                );
+                return Err(Stop);
+            };
+            self.expect(&Tok::Assign)?;
+            let v = self.bump();
+            let value = match v.tok {
+                Tok::Int(n) => ConfigValue::Int(n),
+                Tok::Str(s) => ConfigValue::Str(String::from_utf8_lossy(&s).into_owned()),
+                Tok::Ident(s) => ConfigValue::Ident(s),
+                other => {
+                    self.diags.error(
+                        v.span,
+                        format!("expected a config value, found {}", other.describe()),
+                    );
+                    return Err(Stop);
+                }
+            };
+            entries.push((name, value, t.span.to(v.span)));
+            if !self.at(&Tok::RBrace) {
+                self.expect(&Tok::Semi)?;
+            }
+        }
+        Ok(ConfigBlock {
+            entries,
+            span: self.span_from(start),
+        })
+    }
+
+    fn macro_def(&mut self) -> PResult<MacroDef> {
+        let start = self.bump().span;
+        let name_tok = self.bump();
+        let Tok::Ident(name) = name_tok.tok else {
+            unreachable!("checked by item()")
+        };
+        self.expect(&Tok::LParen)?;
+        let mut params = Vec::new();
+        while !self.at(&Tok::RParen) {
+            let t = self.bump();
+            params.push(match t.tok {
+                Tok::Var(v) => MacroParam::Var(v, t.span),
+                Tok::Map(m) => MacroParam::Map(m, t.span),
+                Tok::Ident(i) => MacroParam::Expr(i, t.span),
+                other => {
+                    self.diags.error(
+                        t.span,
+                        format!("expected a macro parameter, found {}", other.describe()),
+                    );
+                    return Err(Stop);
+                }
+            });
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(&Tok::RParen)?;
+        let body = self.expr_block()?;
+        Ok(MacroDef {
+            name,
+            name_span: name_tok.span,
+            params,
+            body,
+            span: self.span_from(start),
+        })
+    }
+
+    fn map_decl(&mut self) -> PResult<MapDeclItem> {
+        let start = self.bump().span;
+        let Tok::Map(name) = self.bump().tok else {
+            unreachable!("checked by item()")
+        };
+        self.expect(&Tok::Assign)?;
+        let kt = self.bump();
+        let Tok::Ident(kind) = kt.tok else {
+            self.diags
+                .error(kt.span, "expected a map kind (`hash`, `lruhash`, ...)");
+            return Err(Stop);
+        };
+        self.expect(&Tok::LParen)?;
+        let st = self.bump();
+        let Tok::Int(size) = st.tok else {
+            self.diags
+                .error(st.span, "expected the map's maximum number of entries");
+            return Err(Stop);
+        };
+        self.expect(&Tok::RParen)?;
+        self.expect(&Tok::Semi)?;
+        Ok(MapDeclItem {
+            name,
+            kind,
+            size,
+            span: self.span_from(start),
+        })
+    }
+
+    fn struct_def(&mut self) -> PResult<StructDef> {
+        let start = self.bump().span;
+        let Tok::Ident(name) = self.bump().tok else {
+            unreachable!("checked by item()")
+        };
+        self.expect(&Tok::LBrace)?;
+        let mut fields = Vec::new();
+        while !self.eat(&Tok::RBrace) {
+            let mut ty = self.c_type()?;
+            let nt = self.bump();
+            let Tok::Ident(fname) = nt.tok else {
+                self.diags.error(
+                    nt.span,
+                    format!("expected a field name, found {}", nt.tok.describe()),
+                );
+                return Err(Stop);
+            };
+            if self.eat(&Tok::LBracket) {
+                let n = self.bump();
+                let Tok::Int(len) = n.tok else {
+                    self.diags.error(n.span, "expected an array length");
+                    return Err(Stop);
+                };
+                self.expect(&Tok::RBracket)?;
+                ty.array = Some(Some(len as u32));
+            }
+            self.expect(&Tok::Semi)?;
+            fields.push((ty, fname, nt.span));
+        }
+        self.eat(&Tok::Semi);
+        Ok(StructDef {
+            name,
+            fields,
+            span: self.span_from(start),
+        })
+    }
+
+    /// A C type in a struct definition: qualifiers, a base name, `*`s.
+    fn c_type(&mut self) -> PResult<TypeExpr> {
+        let start = self.peek_span();
+        let mut words = Vec::new();
+        loop {
+            match self.peek_tok(0) {
+                Tok::Ident(w) if w == "const" || w == "volatile" => {
+                    self.bump();
+                }
+                Tok::Ident(w) if w == "struct" || w == "union" || w == "enum" => {
+                    self.bump();
+                    let t = self.bump();
+                    let Tok::Ident(n) = t.tok else {
+                        return Err(self.error_here("a struct name"));
+                    };
+                    if w == "enum" {
+                        words.push("int".to_string());
+                    } else {
+                        words.push(format!("struct {n}"));
+                    }
+                }
+                // A word followed by another word (or `*`) is part of the type.
+                Tok::Ident(w)
+                    if words.is_empty()
+                        || matches!(self.peek_tok(1), Tok::Ident(_) | Tok::Star) =>
+                {
+                    self.bump();
+                    words.push(w);
+                }
+                _ => break,
+            }
+        }
+        if words.is_empty() {
+            return Err(self.error_here("a type"));
+        }
+        let mut pointer = 0;
+        while self.eat(&Tok::Star) {
+            pointer += 1;
+        }
+        Ok(TypeExpr {
+            base: c_type_name(&words),
+            pointer,
+            array: None,
+            span: self.span_from(start),
+        })
+    }
+
+    fn reserved_block(&mut self) -> PResult<ReservedBlock> {
+        let kw = self.bump();
+        let Tok::Ident(keyword) = kw.tok else {
+            unreachable!("checked by item()")
+        };
+        let name = match self.peek_tok(0) {
+            Tok::Ident(n) => {
+                self.bump();
+                Some(n)
+            }
+            _ => None,
+        };
+        self.expect(&Tok::LBrace)?;
+        let mut items = Vec::new();
+        while !self.at(&Tok::RBrace) && !self.at(&Tok::Eof) {
+            match self.item() {
+                Ok(Some(i)) => items.push(i),
+                Ok(None) => {}
+                Err(Stop) => self.recover_item(),
+            }
+        }
+        self.expect(&Tok::RBrace)?;
+        Ok(ReservedBlock {
+            keyword,
+            name,
+            items,
+            span: self.span_from(kw.span),
+        })
+    }
+
+    // ---- blocks and statements ------------------------------------------------
+
+    /// `{ stmt; stmt; ... }` used as a statement (a trailing expression without
+    /// `;` stays a statement).
+    fn block(&mut self) -> PResult<Block> {
+        Ok(self.block_inner()?.0)
+    }
+
+    /// `{ stmts; value }` used as an expression.
+    fn expr_block(&mut self) -> PResult<Block> {
+        let (mut b, value) = self.block_inner()?;
+        if value {
+            if let Some(Stmt {
+                kind: StmtKind::Expr(e),
+                ..
+            }) = b.stmts.pop()
+            {
+                b.value = Some(Box::new(e));
+            }
+        }
+        Ok(b)
+    }
+
+    /// A block, and whether its last statement is an expression without `;`.
+    /// Statement errors are recovered inside.
+    fn block_inner(&mut self) -> PResult<(Block, bool)> {
+        let start = self.expect(&Tok::LBrace)?.span;
+        let mut stmts = Vec::new();
+        let mut value_candidate = false;
+        loop {
+            if self.eat(&Tok::Semi) {
+                value_candidate = false;
+                continue;
+            }
+            if self.at(&Tok::RBrace) {
+                self.bump();
+                break;
+            }
+            if self.at(&Tok::Eof) {
+                let at = self.peek_span();
+                self.diags.push(
+                    Diagnostic::error(at, "unexpected end of input: unclosed `{`")
+                        .with_note(Some(start), "the block starts here"),
+                );
+                return Err(Stop);
+            }
+            match self.stmt() {
+                Ok((s, ends_with_block)) => {
+                    let is_expr = matches!(s.kind, StmtKind::Expr(_));
+                    stmts.push(s);
+                    value_candidate = is_expr && self.at(&Tok::RBrace);
+                    if !ends_with_block && !self.at(&Tok::Semi) && !self.at(&Tok::RBrace) {
+                        let t = self.peek_at(0).clone();
+                        let at = Span::new(self.prev_end as usize, self.prev_end as usize);
+                        self.diags.push(
+                            Diagnostic::error(
+                                at,
+                                format!(
+                                    "expected `;` or `}}` after statement, found {}",
+                                    t.tok.describe()
+                                ),
+                            )
+                            .with_note(Some(t.span), "this cannot continue the statement"),
+                        );
+                        self.recover_stmt();
+                    }
+                }
+                Err(Stop) => self.recover_stmt(),
+            }
+        }
+        Ok((
+            Block {
+                stmts,
+                value: None,
+                span: self.span_from(start),
+            },
+            value_candidate,
+        ))
+    }
+
+    /// One statement; the flag says it ended with a `}` (no `;` needed after it).
+    fn stmt(&mut self) -> PResult<(Stmt, bool)> {
+        let start = self.peek_span();
+        let kw = match self.peek() {
+            Tok::Ident(s) => s.clone(),
+            Tok::LBrace => {
+                let b = self.block()?;
+                return Ok((
+                    Stmt {
+                        kind: StmtKind::Block(b),
+                        span: self.span_from(start),
+                    },
+                    true,
+                ));
+            }
+            _ => String::new(),
+        };
+        let next = self.peek_tok(1);
+        let kind = match kw.as_str() {
+            "if" if next == Tok::LParen => return self.if_stmt(),
+            "unroll" if next == Tok::LParen => {
+                self.bump();
+                self.expect(&Tok::LParen)?;
+                let count = self.nested(|p| p.expr())?;
+                self.expect(&Tok::RParen)?;
+                let body = self.stmt_block()?;
+                return Ok((
+                    Stmt {
+                        kind: StmtKind::Unroll { count, body },
+                        span: self.span_from(start),
+                    },
+                    true,
+                ));
+            }
+            "while" if next == Tok::LParen => {
+                self.bump();
+                self.expect(&Tok::LParen)?;
+                let cond = self.nested(|p| p.expr())?;
+                self.expect(&Tok::RParen)?;
+                let body = self.stmt_block()?;
+                return Ok((
+                    Stmt {
+                        kind: StmtKind::While { cond, body },
+                        span: self.span_from(start),
+                    },
+                    true,
+                ));
+            }
+            "for" if next == Tok::LParen => return self.for_stmt(),
+            "break" => {
+                self.bump();
+                StmtKind::Break
+            }
+            "continue" => {
+                self.bump();
+                StmtKind::Continue
+            }
+            "return" => {
+                self.bump();
+                if self.at(&Tok::Semi) || self.at(&Tok::RBrace) {
+                    StmtKind::Return(None)
+                } else {
+                    StmtKind::Return(Some(self.expr()?))
+                }
+            }
+            "let" if matches!(next, Tok::Var(_)) => {
+                self.bump();
+                let vt = self.bump();
+                let Tok::Var(name) = vt.tok else {
+                    unreachable!()
+                };
+                let var = VarRef {
+                    name,
+                    span: vt.span,
+                    id: None,
+                };
+                let ty = if self.eat(&Tok::Colon) {
+                    Some(self.type_expr()?)
+                } else {
+                    None
+                };
+                let value = if self.eat(&Tok::Assign) {
+                    Some(self.expr()?)
+                } else {
+                    None
+                };
+                StmtKind::Let { var, ty, value }
+            }
+            _ => {
+                let e = self.expr()?;
+                let op = match self.peek() {
+                    Tok::Assign => Some(None),
+                    Tok::OpAssign(op) => Some(Some(*op)),
+                    _ => None,
+                };
+                match op {
+                    None => StmtKind::Expr(e),
+                    Some(op) => {
+                        let op_span = self.bump().span;
+                        let target = match e.kind {
+                            ExprKind::Var(v) => LValue::Var(v),
+                            ExprKind::Map(m) => LValue::Map(m),
+                            _ => {
+                                self.diags.push(
+                                    Diagnostic::error(e.span, "cannot assign to this expression")
+                                        .with_note(Some(op_span), "assignment here")
+                                        .with_help("only scratch variables (`$x`) and maps (`@m`, `@m[k]`) can be assigned"),
+                                );
+                                return Err(Stop);
+                            }
+                        };
+                        let value = self.expr()?;
+                        StmtKind::Assign { target, op, value }
+                    }
+                }
+            }
+        };
+        let ends_with_block = matches!(
+            &kind,
+            StmtKind::Expr(Expr {
+                kind: ExprKind::Block(_),
+                ..
+            })
+        );
+        Ok((
+            Stmt {
+                kind,
+                span: self.span_from(start),
+            },
+            ends_with_block,
+        ))
+    }
+
+    fn stmt_block(&mut self) -> PResult<Block> {
+        self.block()
+    }
+
+    fn if_stmt(&mut self) -> PResult<(Stmt, bool)> {
+        let start = self.bump().span;
+        self.expect(&Tok::LParen)?;
+        let cond = self.nested(|p| p.expr())?;
+        self.expect(&Tok::RParen)?;
+        let then = self.stmt_block()?;
+        let otherwise = if self.at_ident("else") {
+            self.bump();
+            if self.at_ident("if") {
+                let s = self.peek_span();
+                let (nested, _) = self.if_stmt()?;
+                Some(Block {
+                    stmts: vec![nested],
+                    value: None,
+                    span: self.span_from(s),
+                })
+            } else {
+                Some(self.stmt_block()?)
+            }
+        } else {
+            None
+        };
+        Ok((
+            Stmt {
+                kind: StmtKind::If {
+                    cond,
+                    then,
+                    otherwise,
+                },
+                span: self.span_from(start),
+            },
+            true,
+        ))
+    }
+
+    fn for_stmt(&mut self) -> PResult<(Stmt, bool)> {
+        let start = self.bump().span;
+        self.expect(&Tok::LParen)?;
+        let vt = self.bump();
+        let Tok::Var(name) = vt.tok else {
+            self.diags.error(
+                vt.span,
+                format!(
+                    "expected a scratch variable (`$x`), found {}",
+                    vt.tok.describe()
+                ),
+            );
+            return Err(Stop);
+        };
+        let var = VarRef {
+            name,
+            span: vt.span,
+            id: None,
+        };
+        self.expect(&Tok::Colon)?;
+        let iter = if matches!(self.peek(), Tok::Map(_)) && self.peek_tok(1) == Tok::RParen {
+            let t = self.bump();
+            let Tok::Map(m) = t.tok else { unreachable!() };
+            ForIter::Map(MapRef {
+                name: m,
+                name_span: t.span,
+                keys: None,
+                span: t.span,
+            })
+        } else {
+            let a = self.nested(|p| p.expr())?;
+            self.expect(&Tok::DotDot)?;
+            let b = self.nested(|p| p.expr())?;
+            ForIter::Range(Box::new(a), Box::new(b))
+        };
+        self.expect(&Tok::RParen)?;
+        let body = self.stmt_block()?;
+        Ok((
+            Stmt {
+                kind: StmtKind::For { var, iter, body },
+                span: self.span_from(start),
+            },
+            true,
+        ))
+    }
+
+    // ---- expressions ----------------------------------------------------------
+
+    /// Run `f` with `/` meaning division again (inside parentheses or brackets).
+    fn nested<T>(&mut self, f: impl FnOnce(&mut Self) -> PResult<T>) -> PResult<T> {
+        let saved = self.in_predicate;
+        self.in_predicate = false;
+        let r = f(self);
+        self.in_predicate = saved;
+        r
+    }
+
+    pub(crate) fn expr(&mut self) -> PResult<Expr> {
+        let cond = self.binary(1)?;
+        if !self.at(&Tok::Question) {
+            return Ok(cond);
+        }
+        self.bump();
+        let then = self.nested(|p| p.expr())?;
+        self.expect(&Tok::Colon)?;
+        let otherwise = self.expr()?;
+        let span = cond.span.to(otherwise.span);
+        Ok(Expr::new(
+            ExprKind::Ternary {
+                cond: Box::new(cond),
+                then: Box::new(then),
+                otherwise: Box::new(otherwise),
+            },
+            span,
+        ))
+    }
+
+    fn binary(&mut self, min_prec: u8) -> PResult<Expr> {
+        let mut lhs = self.unary()?;
+        loop {
+            let tok = self.peek_tok(0);
+            let Some(&(_, op, prec)) = BINOPS.iter().find(|(t, _, _)| *t == tok) else {
+                break;
+            };
+            if prec < min_prec {
+                break;
+            }
+            if op == BinOp::Div && self.in_predicate && self.peek_tok(1) == Tok::LBrace {
+                break; // the `/` closing a predicate
+            }
+            self.bump();
+            let rhs = self.binary(prec + 1)?;
+            let span = lhs.span.to(rhs.span);
+            lhs = Expr::new(
+                ExprKind::Binary {
+                    op,
+                    lhs: Box::new(lhs),
+                    rhs: Box::new(rhs),
+                },
+                span,
+            );
+        }
+        Ok(lhs)
+    }
+
+    fn unary(&mut self) -> PResult<Expr> {
+        let start = self.peek_span();
+        let op = match self.peek() {
+            Tok::Minus => Some(UnOp::Neg),
+            Tok::Plus => Some(UnOp::Plus),
+            Tok::Bang => Some(UnOp::Not),
+            Tok::Tilde => Some(UnOp::BitNot),
+            Tok::Star => Some(UnOp::Deref),
+            Tok::Amp => Some(UnOp::AddrOf),
+            _ => None,
+        };
+        if let Some(op) = op {
+            self.bump();
+            let e = self.unary()?;
+            let span = start.to(e.span);
+            return Ok(Expr::new(
+                ExprKind::Unary {
+                    op,
+                    expr: Box::new(e),
+                },
+                span,
+            ));
+        }
+        if matches!(self.peek(), Tok::PlusPlus | Tok::MinusMinus) {
+            let increment = self.bump().tok == Tok::PlusPlus;
+            let e = self.unary()?;
+            let span = start.to(e.span);
+            let target = self.inc_target(e)?;
+            return Ok(Expr::new(
+                ExprKind::IncDec {
+                    target,
+                    increment,
+                    prefix: true,
+                },
+                span,
+            ));
+        }
+        if self.at(&Tok::LParen) && self.cast_ahead() {
+            self.bump();
+            let ty = self.type_expr()?;
+            self.expect(&Tok::RParen)?;
+            let e = self.unary()?;
+            let span = start.to(e.span);
+            return Ok(Expr::new(
+                ExprKind::Cast {
+                    ty,
+                    expr: Box::new(e),
+                },
+                span,
+            ));
+        }
+        self.postfix()
+    }
+
+    fn inc_target(&mut self, e: Expr) -> PResult<IncTarget> {
+        match e.kind {
+            ExprKind::Var(v) => Ok(IncTarget::Var(v)),
+            ExprKind::Map(m) => Ok(IncTarget::Map(m)),
+            _ => {
+                self.diags.error(
+                    e.span,
+                    "`++` and `--` apply only to scratch variables and maps",
+                );
+                Err(Stop)
+            }
+        }
+    }
+
+    /// After `(`: does a type follow (`int32)`, `uint8 *)`, `struct x *)`)?
+    fn cast_ahead(&mut self) -> bool {
+        let Tok::Ident(name) = self.peek_tok(1) else {
+            return false;
+        };
+        if matches!(name.as_str(), "struct" | "union" | "enum") {
+            return matches!(self.peek_tok(2), Tok::Ident(_));
+        }
+        if int_type_name(&name).is_none() {
+            return false;
+        }
+        let mut i = 2;
+        if name == "unsigned" || name == "signed" || name == "long" {
+            while matches!(self.peek_tok(i), Tok::Ident(_)) {
+                i += 1;
+            }
+        }
+        matches!(self.peek_tok(i), Tok::RParen | Tok::Star | Tok::LBracket)
+    }
+
+    /// `int32`, `uint8 *`, `struct foo **`, `uint8[8]`, `string`.
+    fn type_expr(&mut self) -> PResult<TypeExpr> {
+        let start = self.peek_span();
+        let t = self.bump();
+        let Tok::Ident(name) = t.tok else {
+            self.diags.error(
+                t.span,
+                format!("expected a type, found {}", t.tok.describe()),
+            );
+            return Err(Stop);
+        };
+        let base = if matches!(name.as_str(), "struct" | "union" | "enum") {
+            let n = self.bump();
+            let Tok::Ident(sname) = n.tok else {
+                self.diags.error(n.span, "expected a struct name");
+                return Err(Stop);
+            };
+            if name == "enum" {
+                TypeName::Int {
+                    bits: 32,
+                    signed: true,
+                }
+            } else {
+                TypeName::Struct(sname)
+            }
+        } else if matches!(name.as_str(), "unsigned" | "signed" | "long") {
+            let mut words = vec![name];
+            while let Tok::Ident(w) = self.peek_tok(0) {
+                self.bump();
+                words.push(w);
+            }
+            c_type_name(&words)
+        } else {
+            match int_type_name(&name) {
+                Some(tn) => tn,
+                None => TypeName::Named(name),
+            }
+        };
+        let mut array = None;
+        if self.eat(&Tok::LBracket) {
+            if let Tok::Int(n) = self.peek_tok(0) {
+                self.bump();
+                array = Some(Some(n as u32));
+            } else {
+                array = Some(None);
+            }
+            self.expect(&Tok::RBracket)?;
+        }
+        let mut pointer = 0;
+        while self.eat(&Tok::Star) {
+            pointer += 1;
+        }
+        Ok(TypeExpr {
+            base,
+            pointer,
+            array,
+            span: self.span_from(start),
+        })
+    }
+
+    fn postfix(&mut self) -> PResult<Expr> {
+        let mut e = self.primary()?;
+        loop {
+            match self.peek_tok(0) {
+                Tok::Dot | Tok::Arrow => {
+                    let arrow = self.bump().tok == Tok::Arrow;
+                    let t = self.bump();
+                    let span = e.span.to(t.span);
+                    e = match t.tok {
+                        Tok::Ident(field) => Expr::new(
+                            ExprKind::Field {
+                                expr: Box::new(e),
+                                field,
+                                arrow,
+                            },
+                            span,
+                        ),
+                        Tok::Int(i) if !arrow => Expr::new(
+                            ExprKind::TupleIndex {
+                                expr: Box::new(e),
+                                index: i as u32,
+                            },
+                            span,
+                        ),
+                        other => {
+                            self.diags.error(
+                                t.span,
+                                format!("expected a field name, found {}", other.describe()),
+                            );
+                            return Err(Stop);
+                        }
+                    };
+                }
+                Tok::LBracket => {
+                    self.bump();
+                    let index = self.nested(|p| p.expr())?;
+                    self.expect(&Tok::RBracket)?;
+                    let span = self.span_from(e.span);
+                    e = Expr::new(
+                        ExprKind::Index {
+                            expr: Box::new(e),
+                            index: Box::new(index),
+                        },
+                        span,
+                    );
+                }
+                Tok::PlusPlus | Tok::MinusMinus => {
+                    let increment = self.bump().tok == Tok::PlusPlus;
+                    let span = self.span_from(e.span);
+                    let target = self.inc_target(e)?;
+                    e = Expr::new(
+                        ExprKind::IncDec {
+                            target,
+                            increment,
+                            prefix: false,
+                        },
+                        span,
+                    );
+                }
+                _ => return Ok(e),
+            }
+        }
+    }
+
+    fn primary(&mut self) -> PResult<Expr> {
+        let t = self.peek_at(0).clone();
+        let span = t.span;
+        match t.tok {
+            Tok::Int(v) => {
+                self.bump();
+                Ok(Expr::new(ExprKind::Int(v), span))
+            }
+            Tok::Str(s) => {
+                self.bump();
+                Ok(Expr::new(ExprKind::Str(s), span))
+            }
+            Tok::Var(name) => {
+                self.bump();
+                Ok(Expr::new(
+                    ExprKind::Var(VarRef {
+                        name,
+                        span,
+                        id: None,
+                    }),
+                    span,
+                ))
+            }
+            Tok::Positional(n) => {
+                self.bump();
+                Ok(Expr::new(ExprKind::Positional(n), span))
+            }
+            Tok::PositionalCount => {
+                self.bump();
+                Ok(Expr::new(ExprKind::PositionalCount, span))
+            }
+            Tok::Map(name) => {
+                self.bump();
+                let keys = if self.at(&Tok::LBracket) {
+                    self.bump();
+                    let keys = self.nested(|p| p.expr_list(&Tok::RBracket))?;
+                    self.expect(&Tok::RBracket)?;
+                    if keys.is_empty() {
+                        self.diags.error(
+                            self.span_from(span),
+                            "empty map key: write `@m` for a map without keys",
+                        );
+                        return Err(Stop);
+                    }
+                    Some(keys)
+                } else {
+                    None
+                };
+                let full = self.span_from(span);
+                Ok(Expr::new(
+                    ExprKind::Map(MapRef {
+                        name,
+                        name_span: span,
+                        keys,
+                        span: full,
+                    }),
+                    full,
+                ))
+            }
+            Tok::Ident(name) => {
+                self.bump();
+                match name.as_str() {
+                    "true" => return Ok(Expr::new(ExprKind::Bool(true), span)),
+                    "false" => return Ok(Expr::new(ExprKind::Bool(false), span)),
+                    _ => {}
+                }
+                if !self.at(&Tok::LParen) {
+                    return Ok(Expr::new(ExprKind::Ident(name), span));
+                }
+                match name.as_str() {
+                    "cflow" => return self.cflow(span),
+                    "sizeof" => return self.sizeof(span),
+                    "offsetof" => return self.offsetof(span),
+                    _ => {}
+                }
+                self.bump();
+                let args = self.nested(|p| p.expr_list(&Tok::RParen))?;
+                self.expect(&Tok::RParen)?;
+                Ok(Expr::new(
+                    ExprKind::Call {
+                        name,
+                        name_span: span,
+                        args,
+                    },
+                    self.span_from(span),
+                ))
+            }
+            Tok::LParen => self.paren(),
+            Tok::LBrace => {
+                let b = self.nested(|p| p.expr_block())?;
+                let s = b.span;
+                Ok(Expr::new(ExprKind::Block(Box::new(b)), s))
+            }
+            other => {
+                self.diags.error(
+                    span,
+                    format!("expected an expression, found {}", other.describe()),
+                );
+                Err(Stop)
+            }
+        }
+    }
+
+    /// Comma-separated expressions up to (not including) `end`; a trailing comma is
+    /// allowed.
+    fn expr_list(&mut self, end: &Tok) -> PResult<Vec<Expr>> {
+        let mut out = Vec::new();
+        while !self.at(end) {
+            out.push(self.expr()?);
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// `(e)`, `()`, `(a,)`, `(a, b)`, `(x = 1, y = 2)`.
+    fn paren(&mut self) -> PResult<Expr> {
+        let start = self.bump().span;
+        self.nested(|p| {
+            if p.eat(&Tok::RParen) {
+                return Ok(Expr::new(ExprKind::Tuple(Vec::new()), p.span_from(start)));
+            }
+            if matches!(p.peek_tok(0), Tok::Ident(_)) && p.peek_tok(1) == Tok::Assign {
+                let mut fields = Vec::new();
+                while !p.at(&Tok::RParen) {
+                    let t = p.bump();
+                    let Tok::Ident(name) = t.tok else {
+                        p.diags.error(
+                            t.span,
+                            format!("expected a record field name, found {}", t.tok.describe()),
+                        );
+                        return Err(Stop);
+                    };
+                    p.expect(&Tok::Assign)?;
+                    fields.push((name, p.expr()?));
+                    if !p.eat(&Tok::Comma) {
+                        break;
+                    }
+                }
+                p.expect(&Tok::RParen)?;
+                return Ok(Expr::new(ExprKind::Record(fields), p.span_from(start)));
+            }
+            let first = p.expr()?;
+            if p.eat(&Tok::RParen) {
+                return Ok(first);
+            }
+            p.expect(&Tok::Comma)?;
+            let mut elems = vec![first];
+            elems.extend(p.expr_list(&Tok::RParen)?);
+            p.expect(&Tok::RParen)?;
+            Ok(Expr::new(ExprKind::Tuple(elems), p.span_from(start)))
+        })
+    }
+
+    fn cflow(&mut self, start: Span) -> PResult<Expr> {
+        self.expect(&Tok::LParen)?;
+        self.reset_lookahead();
+        let Some((raw, span)) = self.lx.scan_attach(true) else {
+            return Err(self.error_here("an attach point"));
+        };
+        self.expect(&Tok::RParen)?;
+        Ok(Expr::new(
+            ExprKind::Cflow(attach_spec(raw, span)),
+            self.span_from(start),
+        ))
+    }
+
+    fn sizeof(&mut self, start: Span) -> PResult<Expr> {
+        self.expect(&Tok::LParen)?;
+        let is_type = match self.peek_tok(0) {
+            Tok::Ident(n) => {
+                matches!(n.as_str(), "struct" | "union" | "enum")
+                    || int_type_name(&n).is_some() && {
+                        matches!(
+                            self.peek_tok(1),
+                            Tok::RParen | Tok::Star | Tok::LBracket | Tok::Ident(_)
+                        )
+                    }
+            }
+            _ => false,
+        };
+        let arg = if is_type {
+            SizeofArg::Type(self.type_expr()?)
+        } else {
+            SizeofArg::Expr(Box::new(self.nested(|p| p.expr())?))
+        };
+        self.expect(&Tok::RParen)?;
+        Ok(Expr::new(ExprKind::Sizeof(arg), self.span_from(start)))
+    }
+
+    fn offsetof(&mut self, start: Span) -> PResult<Expr> {
+        self.expect(&Tok::LParen)?;
+        let ty = self.type_expr()?;
+        self.expect(&Tok::Comma)?;
+        let t = self.bump();
+        let Tok::Ident(field) = t.tok else {
+            self.diags.error(t.span, "expected a field name");
+            return Err(Stop);
+        };
+        self.expect(&Tok::RParen)?;
+        Ok(Expr::new(
+            ExprKind::Offsetof { ty, field },
+            self.span_from(start),
+        ))
+    }
+}
+
+fn c_type_name(words: &[String]) -> TypeName {
+    if let [w] = words {
+        if let Some(s) = w.strip_prefix("struct ") {
+            return TypeName::Struct(s.to_string());
+        }
+        if let Some(t) = int_type_name(w) {
+            return t;
+        }
+        return TypeName::Named(w.clone());
+    }
+    let unsigned = words.iter().any(|w| w == "unsigned");
+    let longs = words.iter().filter(|w| *w == "long").count();
+    let bits = if words.iter().any(|w| w == "char") {
+        8
+    } else if words.iter().any(|w| w == "short") {
+        16
+    } else if longs > 0 {
+        64
+    } else {
+        32
+    };
+    TypeName::Int {
+        bits,
+        signed: !unsigned,
+    }
+}
+
+/// Split `provider:a:b` (quotes removed) and map provider aliases.
+pub fn attach_spec(raw: String, span: Span) -> AttachSpec {
+    let mut fields = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in raw.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ':' if !quoted => fields.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    fields.push(cur);
+    let provider = fields.remove(0);
+    let provider = match provider.as_str() {
+        p if p.eq_ignore_ascii_case("begin") => "BEGIN",
+        p if p.eq_ignore_ascii_case("end") => "END",
+        "u" => "uprobe",
+        "ur" => "uretprobe",
+        "U" => "usdt",
+        "k" => "kprobe",
+        "kr" => "kretprobe",
+        "t" => "tracepoint",
+        "rt" => "rawtracepoint",
+        "p" => "profile",
+        "i" => "interval",
+        "s" => "software",
+        "h" => "hardware",
+        "w" => "watchpoint",
+        "aw" => "asyncwatchpoint",
+        "f" => "fentry",
+        "fr" => "fexit",
+        "it" => "iter",
+        "K" => "kernel",
+        other => other,
+    }
+    .to_string();
+    AttachSpec {
+        provider,
+        fields,
+        raw,
+        span,
+    }
+}

@@ -1,0 +1,83 @@
+//! Messages for bpftrace features weft does not have. Each names the feature and,
+//! where there is one, what to use instead; they replace what would otherwise be a
+//! generic "unknown" error.
+
+/// Probe providers: `None` when weft supports the provider.
+pub fn provider(name: &str) -> Option<String> {
+    let msg = match name {
+        "kprobe" | "kretprobe" => {
+            format!("{name}: kernel function probes are not available in weft; use tracepoint: or kernel:")
+        }
+        "kfunc" | "kretfunc" | "fentry" | "fexit" => {
+            format!("{name}: kernel function (BTF) probes are not available in weft; use tracepoint: or kernel:")
+        }
+        "tracepoint" | "rawtracepoint" => {
+            format!("{name}: kernel tracepoints are not supported yet")
+        }
+        "software" | "hardware" => {
+            format!("{name}: perf {name} events are not available in weft; use profile: to sample threads")
+        }
+        "watchpoint" | "asyncwatchpoint" => {
+            format!("{name}: memory watchpoints are not available in weft")
+        }
+        "iter" => "iter: BPF iterators over kernel objects are not available in weft".to_string(),
+        "self" => "self: bpftrace runtime signal probes are not supported by weft".to_string(),
+        "bench" | "test" => {
+            format!("{name}: probes for `bpftrace --{name}` are not supported by weft")
+        }
+        // Reserved for the aspect extensions.
+        "call" | "get" | "set" => format!("the `{name}:` provider is not supported yet"),
+        "kernel" => "the `kernel:` provider is not supported yet".to_string(),
+        _ => return None,
+    };
+    Some(msg)
+}
+
+/// Builtin variables.
+pub fn builtin(name: &str) -> Option<String> {
+    let msg = match name {
+        "kstack" => "kstack: kernel stacks are not available in weft (user-space only); use ustack",
+        "curtask" => "curtask: the kernel task_struct is not available in weft",
+        "cgroup" => "cgroup: cgroup ids are not available in weft",
+        "username" => "username is not supported yet; use uid",
+        "jiffies" => "jiffies: the kernel tick counter is not available in weft; use nsecs",
+        "ctx" => "ctx: the raw BPF context is not available in weft; use argN or args",
+        "numaid" => "numaid is not available in weft",
+        "ncpus" => "ncpus is not supported yet",
+        "sarg0" | "sarg1" | "sarg2" | "sarg3" | "sarg4" | "sarg5" => {
+            "sargN is not supported; use argN (stack arguments are argN with N >= 6 in weft)"
+        }
+        _ => return None,
+    };
+    Some(msg.to_string())
+}
+
+/// Builtin functions.
+pub fn function(name: &str) -> Option<String> {
+    let msg = match name {
+        "kstack" => "kstack: kernel stacks are not available in weft (user-space only); use ustack()",
+        "ksym" => "ksym: kernel symbols are not available in weft; use usym",
+        "kaddr" => "kaddr: kernel symbol addresses are not available in weft; use uaddr",
+        "kptr" | "uptr" => "kptr/uptr: address-space annotations are not needed in weft (all reads are user-space)",
+        "ntop" => "ntop: formatting IP addresses is not supported yet (missing: an inet address type in the probe program)",
+        "pton" => "pton: parsing IP addresses is not supported yet",
+        "macaddr" => "macaddr: formatting MAC addresses is not supported yet (missing: a MAC address type in the probe program)",
+        "override" => "override: changing a kernel function's return value is not available in weft",
+        "cgroupid" => "cgroupid: cgroup ids are not available in weft",
+        "path" => "path: kernel path resolution is not available in weft",
+        "skboutput" => "skboutput: packet capture is not available in weft",
+        "socket_cookie" => "socket_cookie is not available in weft",
+        "percpu_kaddr" => "percpu_kaddr is not available in weft",
+        "kfunc_arg" | "fentry_arg" => "kernel function arguments are not available in weft",
+        "getopt" => "getopt: named parameters are not supported yet; use positional parameters ($1, $2, ...)",
+        "bswap" => "bswap is not supported yet",
+        "nsecs" => "nsecs() with a clock argument is not supported yet; use the nsecs builtin",
+        "unwatch" => "unwatch: watchpoints are not available in weft",
+        "debugf" => "debugf: the kernel trace pipe is not available in weft; use printf",
+        "errorf" | "warnf" => "errorf/warnf are not supported yet; use printf",
+        "tseries" => "tseries is not supported yet",
+        "proceed" => "proceed() (around advice) is not supported yet",
+        _ => return None,
+    };
+    Some(msg.to_string())
+}

@@ -1,0 +1,785 @@
+//! Checker errors and their rendering (exact text with carets). Refresh with
+//! `UPDATE_EXPECT=1 cargo test -p weft-lang`.
+
+use expect_test::{expect, Expect};
+use weft_lang::{compile, render, Options};
+
+fn check_with(input: &str, opts: &Options, expected: Expect) {
+    let out = compile(input, "script.bt", opts);
+    expected.assert_eq(&render(&out.diagnostics, input, "script.bt"));
+}
+
+fn check(input: &str, expected: Expect) {
+    check_with(input, &Options::default(), expected);
+}
+
+#[test]
+fn unknown_function_suggests() {
+    check(
+        "BEGIN {\n    exit();\n    prinft(\"%d\\n\", pid);\n}\n",
+        expect![[r#"
+            error: unknown function `prinft`; did you mean `printf`?
+             --> script.bt:3:5
+              |
+            3 |     prinft("%d\n", pid);
+              |     ^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn map_type_conflict_points_at_first_use() {
+    check(
+        "BEGIN { @x = count(); }\nEND { @x = 5; }\n",
+        expect![[r#"
+        error: type mismatch for `@x`: assigning `int64` to a map that holds `count()`
+         --> script.bt:2:12
+          |
+        2 | END { @x = 5; }
+          |            ^
+        note: the map's type was set here
+         --> script.bt:1:14
+          |
+        1 | BEGIN { @x = count(); }
+          |              ^^^^^^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn map_key_conflict() {
+    check(
+        "BEGIN { @x[1] = 1; @x[\"a\"] = 2; @y = 1; @y[1] = 2; }",
+        expect![[r#"
+        error: `@x` is used with key `string[2]` here but with key `int64` before
+         --> script.bt:1:20
+          |
+        1 | BEGIN { @x[1] = 1; @x["a"] = 2; @y = 1; @y[1] = 2; }
+          |                    ^^^^^^^
+        note: first used here
+         --> script.bt:1:9
+          |
+        1 | BEGIN { @x[1] = 1; @x["a"] = 2; @y = 1; @y[1] = 2; }
+          |         ^^^^^
+
+        error: `@y` is used with key `int64` here but with no key before
+         --> script.bt:1:41
+          |
+        1 | BEGIN { @x[1] = 1; @x["a"] = 2; @y = 1; @y[1] = 2; }
+          |                                         ^^^^^
+        note: first used here
+         --> script.bt:1:33
+          |
+        1 | BEGIN { @x[1] = 1; @x["a"] = 2; @y = 1; @y[1] = 2; }
+          |                                 ^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn aggregation_conflicts() {
+    check(
+        "BEGIN { @ = hist(1); @ = count(); @l = lhist(1, 0, 10, 1); @l = lhist(1, 0, 20, 1); }",
+        expect![[r#"
+        error: type mismatch for `@`: assigning `count()` to a map that holds `hist()`
+         --> script.bt:1:26
+          |
+        1 | BEGIN { @ = hist(1); @ = count(); @l = lhist(1, 0, 10, 1); @l = lhist(1, 0, 20, 1); }
+          |                          ^^^^^^^
+        note: the map's type was set here
+         --> script.bt:1:13
+          |
+        1 | BEGIN { @ = hist(1); @ = count(); @l = lhist(1, 0, 10, 1); @l = lhist(1, 0, 20, 1); }
+          |             ^^^^^^^
+
+        error: type mismatch for `@l`: assigning `lhist(_, 0, 20, 1)` to a map that holds `lhist(_, 0, 10, 1)`
+         --> script.bt:1:65
+          |
+        1 | BEGIN { @ = hist(1); @ = count(); @l = lhist(1, 0, 10, 1); @l = lhist(1, 0, 20, 1); }
+          |                                                                 ^^^^^^^^^^^^^^^^^^
+        note: the map's type was set here
+         --> script.bt:1:40
+          |
+        1 | BEGIN { @ = hist(1); @ = count(); @l = lhist(1, 0, 10, 1); @l = lhist(1, 0, 20, 1); }
+          |                                        ^^^^^^^^^^^^^^^^^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn printf_argument_checks() {
+    check(
+        "BEGIN { printf(\"%d %d\\n\", 1); printf(\"%d\\n\", 1, 2); printf(\"%s\\n\", 1); printf(\"%d\\n\", comm); printf(\"%y\"); printf(pid); }",
+        expect![[r#"
+            error: printf(): not enough arguments for the format (1 given, 2 expected)
+             --> script.bt:1:9
+              |
+            1 | BEGIN { printf("%d %d\n", 1); printf("%d\n", 1, 2); printf("%s\n", 1); printf("%d\n", comm); printf("%y"); printf(pid); }
+              |         ^^^^^^^^^^^^^^^^^^^^
+
+            error: printf(): too many arguments for the format (2 given, 1 expected)
+             --> script.bt:1:31
+              |
+            1 | BEGIN { printf("%d %d\n", 1); printf("%d\n", 1, 2); printf("%s\n", 1); printf("%d\n", comm); printf("%y"); printf(pid); }
+              |                               ^^^^^^^^^^^^^^^^^^^^
+
+            error: printf(): `%s` expects a string, not `int64`
+             --> script.bt:1:68
+              |
+            1 | BEGIN { printf("%d %d\n", 1); printf("%d\n", 1, 2); printf("%s\n", 1); printf("%d\n", comm); printf("%y"); printf(pid); }
+              |                                                                    ^
+            note: in this format
+             --> script.bt:1:60
+              |
+            1 | BEGIN { printf("%d %d\n", 1); printf("%d\n", 1, 2); printf("%s\n", 1); printf("%d\n", comm); printf("%y"); printf(pid); }
+              |                                                            ^^^^^^
+
+            error: printf(): `%d` expects an integer, not `string[16]`
+             --> script.bt:1:87
+              |
+            1 | BEGIN { printf("%d %d\n", 1); printf("%d\n", 1, 2); printf("%s\n", 1); printf("%d\n", comm); printf("%y"); printf(pid); }
+              |                                                                                       ^^^^
+            note: in this format
+             --> script.bt:1:79
+              |
+            1 | BEGIN { printf("%d %d\n", 1); printf("%d\n", 1, 2); printf("%s\n", 1); printf("%d\n", comm); printf("%y"); printf(pid); }
+              |                                                                               ^^^^^^
+
+            error: printf(): invalid conversion `%y`
+             --> script.bt:1:101
+              |
+            1 | BEGIN { printf("%d %d\n", 1); printf("%d\n", 1, 2); printf("%s\n", 1); printf("%d\n", comm); printf("%y"); printf(pid); }
+              |                                                                                                     ^^^^
+
+            error: printf(): the format must be a string literal
+             --> script.bt:1:115
+              |
+            1 | BEGIN { printf("%d %d\n", 1); printf("%d\n", 1, 2); printf("%s\n", 1); printf("%d\n", comm); printf("%y"); printf(pid); }
+              |                                                                                                                   ^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn variables() {
+    check(
+        "BEGIN { $x = $y + 1; $s = 1; $s = \"a\"; if (1) { let $in = 1; $old = 2; } print($in); print($old); }",
+        expect![[r#"
+            error: variable `$y` is used before it is assigned
+             --> script.bt:1:14
+              |
+            1 | BEGIN { $x = $y + 1; $s = 1; $s = "a"; if (1) { let $in = 1; $old = 2; } print($in); print($old); }
+              |              ^^
+
+            error: type mismatch for `$s`: assigning a value of type `string[2]` to a variable of type `int64`
+             --> script.bt:1:35
+              |
+            1 | BEGIN { $x = $y + 1; $s = 1; $s = "a"; if (1) { let $in = 1; $old = 2; } print($in); print($old); }
+              |                                   ^^^
+            note: the variable's type was set here
+             --> script.bt:1:22
+              |
+            1 | BEGIN { $x = $y + 1; $s = 1; $s = "a"; if (1) { let $in = 1; $old = 2; } print($in); print($old); }
+              |                      ^^
+
+            error: variable `$in` is used before it is assigned
+             --> script.bt:1:80
+              |
+            1 | BEGIN { $x = $y + 1; $s = 1; $s = "a"; if (1) { let $in = 1; $old = 2; } print($in); print($old); }
+              |                                                                                ^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn context_builtins() {
+    check(
+        "BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }",
+        expect![[r#"
+            error: arg0 can only be used in uprobe and usdt probes (not in `BEGIN`)
+             --> script.bt:1:15
+              |
+            1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
+              |               ^^^^
+
+            error: retval can only be used in uretprobe probes (not in `BEGIN`)
+             --> script.bt:1:28
+              |
+            1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
+              |                            ^^^^^^
+
+            error: func can only be used in uprobe and uretprobe probes (not in `BEGIN`)
+             --> script.bt:1:43
+              |
+            1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
+              |                                           ^^^^
+
+            error: retval can only be used in uretprobe probes (not in `uprobe:/bin/a:f`)
+             --> script.bt:1:76
+              |
+            1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
+              |                                                                            ^^^^^^
+
+            error: arg1 can only be used in uprobe and usdt probes (not in `uretprobe:/bin/a:f`)
+             --> script.bt:1:114
+              |
+            1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
+              |                                                                                                                  ^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn unknown_identifiers() {
+    check(
+        "BEGIN { print(pdi); print(nope); $x = comm + 1; }",
+        expect![[r#"
+        error: unknown identifier `pdi`; did you mean `pid`?
+         --> script.bt:1:15
+          |
+        1 | BEGIN { print(pdi); print(nope); $x = comm + 1; }
+          |               ^^^
+
+        error: unknown identifier `nope`
+         --> script.bt:1:27
+          |
+        1 | BEGIN { print(pdi); print(nope); $x = comm + 1; }
+          |                           ^^^^
+
+        error: `+` needs integers, not `string[16]` and `int64`
+         --> script.bt:1:39
+          |
+        1 | BEGIN { print(pdi); print(nope); $x = comm + 1; }
+          |                                       ^^^^^^^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn builtin_arity_and_types() {
+    check(
+        "BEGIN { exit(1, 2); @a = count(1); @b = sum(); @c = sum(\"s\"); @d = hist(1, 9); $s = str(); count(); }",
+        expect![[r#"
+            error: exit() takes 0 to 1 arguments (2 given)
+             --> script.bt:1:9
+              |
+            1 | BEGIN { exit(1, 2); @a = count(1); @b = sum(); @c = sum("s"); @d = hist(1, 9); $s = str(); count(); }
+              |         ^^^^^^^^^^
+
+            error: count() takes no arguments (1 given)
+             --> script.bt:1:26
+              |
+            1 | BEGIN { exit(1, 2); @a = count(1); @b = sum(); @c = sum("s"); @d = hist(1, 9); $s = str(); count(); }
+              |                          ^^^^^^^^
+
+            error: sum() takes 1 argument (0 given)
+             --> script.bt:1:41
+              |
+            1 | BEGIN { exit(1, 2); @a = count(1); @b = sum(); @c = sum("s"); @d = hist(1, 9); $s = str(); count(); }
+              |                                         ^^^^^
+
+            error: sum() needs an integer argument, not `string[2]`
+             --> script.bt:1:57
+              |
+            1 | BEGIN { exit(1, 2); @a = count(1); @b = sum(); @c = sum("s"); @d = hist(1, 9); $s = str(); count(); }
+              |                                                         ^^^
+
+            error: hist(): the second argument must be an integer literal from 0 to 5
+             --> script.bt:1:76
+              |
+            1 | BEGIN { exit(1, 2); @a = count(1); @b = sum(); @c = sum("s"); @d = hist(1, 9); $s = str(); count(); }
+              |                                                                            ^
+
+            error: str() takes 1 to 2 arguments (0 given)
+             --> script.bt:1:85
+              |
+            1 | BEGIN { exit(1, 2); @a = count(1); @b = sum(); @c = sum("s"); @d = hist(1, 9); $s = str(); count(); }
+              |                                                                                     ^^^^^
+
+            error: count() must be assigned directly to a map
+             --> script.bt:1:92
+              |
+            1 | BEGIN { exit(1, 2); @a = count(1); @b = sum(); @c = sum("s"); @d = hist(1, 9); $s = str(); count(); }
+              |                                                                                            ^^^^^^^
+              = help: write `@name[key] = count(...)`
+
+        "#]],
+    );
+}
+
+#[test]
+fn unsupported_probes() {
+    check(
+        "kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }",
+        expect![[r#"
+            error: kprobe: kernel function probes are not available in weft; use tracepoint: or kernel:
+             --> script.bt:1:1
+              |
+            1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
+              | ^^^^^^^^^^^^^^^^^^^
+
+            error: kretprobe: kernel function probes are not available in weft; use tracepoint: or kernel:
+             --> script.bt:1:25
+              |
+            1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
+              |                         ^^^^^^^^^^^
+
+            error: kfunc: kernel function (BTF) probes are not available in weft; use tracepoint: or kernel:
+             --> script.bt:1:41
+              |
+            1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
+              |                                         ^^^^^^^
+
+            error: tracepoint: kernel tracepoints are not supported yet
+             --> script.bt:1:53
+              |
+            1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
+              |                                                     ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+
+            error: software: perf software events are not available in weft; use profile: to sample threads
+             --> script.bt:1:92
+              |
+            1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
+              |                                                                                            ^^^^^^^^^^^^^^^^^
+
+            error: hardware: perf hardware events are not available in weft; use profile: to sample threads
+             --> script.bt:1:114
+              |
+            1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
+              |                                                                                                                  ^^^^^^^^^^^^^^^^^
+
+            error: watchpoint: memory watchpoints are not available in weft
+             --> script.bt:1:136
+              |
+            1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
+              |                                                                                                                                        ^^^^^^^^^^^^^^^^^^
+
+            error: iter: BPF iterators over kernel objects are not available in weft
+             --> script.bt:1:159
+              |
+            1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
+              |                                                                                                                                                               ^^^^^^^^^
+
+            error: unknown probe type `uprob`; did you mean `uprobe`?
+             --> script.bt:1:173
+              |
+            1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
+              |                                                                                                                                                                             ^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn unsupported_builtins_and_functions() {
+    check(
+        "BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr(\"x\")); print(ntop(1)); print(macaddr(1)); override(1); }",
+        expect![[r#"
+            error: kstack: kernel stacks are not available in weft (user-space only); use ustack
+             --> script.bt:1:15
+              |
+            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
+              |               ^^^^^^
+
+            error: curtask: the kernel task_struct is not available in weft
+             --> script.bt:1:30
+              |
+            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
+              |                              ^^^^^^^
+
+            error: cgroup: cgroup ids are not available in weft
+             --> script.bt:1:46
+              |
+            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
+              |                                              ^^^^^^
+
+            error: ksym: kernel symbols are not available in weft; use usym
+             --> script.bt:1:61
+              |
+            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
+              |                                                             ^^^^
+
+            error: kaddr: kernel symbol addresses are not available in weft; use uaddr
+             --> script.bt:1:77
+              |
+            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
+              |                                                                             ^^^^^
+
+            error: ntop: formatting IP addresses is not supported yet (missing: an inet address type in the probe program)
+             --> script.bt:1:96
+              |
+            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
+              |                                                                                                ^^^^
+
+            error: macaddr: formatting MAC addresses is not supported yet (missing: a MAC address type in the probe program)
+             --> script.bt:1:112
+              |
+            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
+              |                                                                                                                ^^^^^^^
+
+            error: override: changing a kernel function's return value is not available in weft
+             --> script.bt:1:125
+              |
+            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
+              |                                                                                                                             ^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn reserved_aspect_syntax_is_not_supported_yet() {
+    check(
+        "before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }",
+        expect![[r#"
+            error: `before` advice is not supported yet
+             --> script.bt:1:1
+              |
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+              | ^^^^^^
+
+            error: `around` advice is not supported yet
+             --> script.bt:1:28
+              |
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+              |                            ^^^^^^
+
+            error: proceed() (around advice) is not supported yet
+             --> script.bt:1:53
+              |
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+              |                                                     ^^^^^^^
+
+            error: the `call:` provider is not supported yet
+             --> script.bt:1:66
+              |
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+              |                                                                  ^^^^^^^^^^^^^
+
+            error: the `get:` provider is not supported yet
+             --> script.bt:1:84
+              |
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+              |                                                                                    ^^^^^^^^^^^^
+
+            error: the `set:` provider is not supported yet
+             --> script.bt:1:101
+              |
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+              |                                                                                                     ^^^^^^^^^^^^
+
+            error: the `kernel:` provider is not supported yet
+             --> script.bt:1:118
+              |
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+              |                                                                                                                      ^^^^^^^^
+
+            error: the `kernel:` provider is not supported yet
+             --> script.bt:1:131
+              |
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+              |                                                                                                                                   ^^^
+
+            error: `seq` blocks are not supported yet
+             --> script.bt:1:139
+              |
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+              |                                                                                                                                           ^^^^^^^^^^^^^^^^^^^^^^^^^^^
+
+            error: cflow(...) is not supported yet
+             --> script.bt:1:184
+              |
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+              |                                                                                                                                                                                        ^^^^^^^^^^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn unsafe_functions_need_unsafe() {
+    check(
+        "uprobe:/bin/a:f { system(\"ls\"); signal(\"KILL\"); }",
+        expect![[r#"
+        error: system() needs --unsafe
+         --> script.bt:1:19
+          |
+        1 | uprobe:/bin/a:f { system("ls"); signal("KILL"); }
+          |                   ^^^^^^
+          = help: run weft with --unsafe to allow system()
+
+        error: signal() needs --unsafe
+         --> script.bt:1:33
+          |
+        1 | uprobe:/bin/a:f { system("ls"); signal("KILL"); }
+          |                                 ^^^^^^
+          = help: run weft with --unsafe to allow signal()
+
+    "#]],
+    );
+    let opts = Options {
+        unsafe_ok: true,
+        ..Default::default()
+    };
+    check_with(
+        "uprobe:/bin/a:f { system(\"ls %d\", pid); signal(\"KILL\"); }",
+        &opts,
+        expect![[""]],
+    );
+}
+
+#[test]
+fn args_needs_dwarf() {
+    check(
+        "uprobe:/bin/a:parse { print(args.len); }",
+        expect![[r#"
+        error: args needs DWARF debug info for parse
+         --> script.bt:1:29
+          |
+        1 | uprobe:/bin/a:parse { print(args.len); }
+          |                             ^^^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn loops_and_control() {
+    check(
+        "BEGIN { break; unroll ($x) { } unroll (0) { } for ($kv : @nope) { } @s = 1; for ($kv : @s) { } while (\"s\") { continue; } }",
+        expect![[r#"
+            error: `break` outside of a loop
+             --> script.bt:1:9
+              |
+            1 | BEGIN { break; unroll ($x) { } unroll (0) { } for ($kv : @nope) { } @s = 1; for ($kv : @s) { } while ("s") { continue; } }
+              |         ^^^^^
+
+            error: variable `$x` is used before it is assigned
+             --> script.bt:1:24
+              |
+            1 | BEGIN { break; unroll ($x) { } unroll (0) { } for ($kv : @nope) { } @s = 1; for ($kv : @s) { } while ("s") { continue; } }
+              |                        ^^
+
+            error: unroll count must be an integer literal
+             --> script.bt:1:24
+              |
+            1 | BEGIN { break; unroll ($x) { } unroll (0) { } for ($kv : @nope) { } @s = 1; for ($kv : @s) { } while ("s") { continue; } }
+              |                        ^^
+
+            error: unroll count must be between 1 and 100
+             --> script.bt:1:40
+              |
+            1 | BEGIN { break; unroll ($x) { } unroll (0) { } for ($kv : @nope) { } @s = 1; for ($kv : @s) { } while ("s") { continue; } }
+              |                                        ^
+
+            error: undefined map `@nope`: it is never assigned
+             --> script.bt:1:58
+              |
+            1 | BEGIN { break; unroll ($x) { } unroll (0) { } for ($kv : @nope) { } @s = 1; for ($kv : @s) { } while ("s") { continue; } }
+              |                                                          ^^^^^
+
+            error: cannot iterate over `@s`: it has no keys
+             --> script.bt:1:88
+              |
+            1 | BEGIN { break; unroll ($x) { } unroll (0) { } for ($kv : @nope) { } @s = 1; for ($kv : @s) { } while ("s") { continue; } }
+              |                                                                                        ^^
+
+            error: a condition must be an integer or a boolean, not `string[2]`
+             --> script.bt:1:103
+              |
+            1 | BEGIN { break; unroll ($x) { } unroll (0) { } for ($kv : @nope) { } @s = 1; for ($kv : @s) { } while ("s") { continue; } }
+              |                                                                                                       ^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn undefined_map_suggests() {
+    check(
+        "BEGIN { @count = 1; print(@cuont); }",
+        expect![[r#"
+        error: undefined map `@cuont`: it is never assigned; did you mean `@count`?
+         --> script.bt:1:27
+          |
+        1 | BEGIN { @count = 1; print(@cuont); }
+          |                           ^^^^^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn aggregation_reads() {
+    check(
+        "BEGIN { @c = count(); @h = hist(1); $x = @c + 1; $y = @h; }",
+        expect![[r#"
+        error: the value of `@h` (`hist()` aggregation) cannot be read; print it with print()
+         --> script.bt:1:55
+          |
+        1 | BEGIN { @c = count(); @h = hist(1); $x = @c + 1; $y = @h; }
+          |                                                       ^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn config_errors() {
+    check(
+        "config = { max_map_key = 5; stack_mode = fancy; max_strlen = \"x\" }\nBEGIN { }",
+        expect![[r#"
+        error: unknown config variable `max_map_key`; did you mean `max_map_keys`?
+         --> script.bt:1:12
+          |
+        1 | config = { max_map_key = 5; stack_mode = fancy; max_strlen = "x" }
+          |            ^^^^^^^^^^^^^^^
+
+        error: stack_mode must be bpftrace, perf or raw
+         --> script.bt:1:29
+          |
+        1 | config = { max_map_key = 5; stack_mode = fancy; max_strlen = "x" }
+          |                             ^^^^^^^^^^^^^^^^^^
+
+        error: config `max_strlen` needs an integer value
+         --> script.bt:1:49
+          |
+        1 | config = { max_map_key = 5; stack_mode = fancy; max_strlen = "x" }
+          |                                                 ^^^^^^^^^^^^^^^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn attach_point_errors() {
+    check(
+        "uprobe:/bin/a: { } interval:x:1 { } interval:s:0 { } uretprobe:/bin/a:f+4 { } BEGIN:x { }",
+        expect![[r#"
+        error: invalid attach point `uprobe:/bin/a:`: missing function name
+         --> script.bt:1:1
+          |
+        1 | uprobe:/bin/a: { } interval:x:1 { } interval:s:0 { } uretprobe:/bin/a:f+4 { } BEGIN:x { }
+          | ^^^^^^^^^^^^^^
+
+        error: invalid interval `interval:x:1`: expected interval:UNIT:N with UNIT s, ms, us, ns or hz
+         --> script.bt:1:20
+          |
+        1 | uprobe:/bin/a: { } interval:x:1 { } interval:s:0 { } uretprobe:/bin/a:f+4 { } BEGIN:x { }
+          |                    ^^^^^^^^^^^^
+
+        error: invalid interval `interval:s:0`: the count must be positive
+         --> script.bt:1:37
+          |
+        1 | uprobe:/bin/a: { } interval:x:1 { } interval:s:0 { } uretprobe:/bin/a:f+4 { } BEGIN:x { }
+          |                                     ^^^^^^^^^^^^
+
+        error: uretprobe `uretprobe:/bin/a:f+4` cannot have an offset
+         --> script.bt:1:54
+          |
+        1 | uprobe:/bin/a: { } interval:x:1 { } interval:s:0 { } uretprobe:/bin/a:f+4 { } BEGIN:x { }
+          |                                                      ^^^^^^^^^^^^^^^^^^^^
+
+        error: invalid attach point `BEGIN:x`: wrong number of `:`-separated fields for BEGIN
+         --> script.bt:1:79
+          |
+        1 | uprobe:/bin/a: { } interval:x:1 { } interval:s:0 { } uretprobe:/bin/a:f+4 { } BEGIN:x { }
+          |                                                                               ^^^^^^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn stage_stops_after_parse_errors() {
+    // The checker would report `nope`, but it does not run after a parse error.
+    check(
+        "BEGIN { $x = ; print(nope); }",
+        expect![[r#"
+        error: expected an expression, found `;`
+         --> script.bt:1:14
+          |
+        1 | BEGIN { $x = ; print(nope); }
+          |              ^
+
+    "#]],
+    );
+}
+
+#[test]
+fn warnings_do_not_stop_compilation() {
+    let out = compile("BEGIN { printf(\"hi\\n\"); }", "s.bt", &Options::default());
+    assert!(out.program.is_some());
+    assert!(out.diagnostics.is_empty());
+}
+
+#[test]
+fn multibyte_and_tabs_render_aligned() {
+    check(
+        "BEGIN {\n\t$é = 1; print(nöpe);\n}",
+        expect![[r#"
+        error: expected a variable name after `$`
+         --> script.bt:2:2
+          |
+        2 | 	$é = 1; print(nöpe);
+          | 	^
+
+        error: invalid character `é`
+         --> script.bt:2:3
+          |
+        2 | 	$é = 1; print(nöpe);
+          | 	 ^
+
+        error: expected an expression, found `=`
+         --> script.bt:2:5
+          |
+        2 | 	$é = 1; print(nöpe);
+          | 	   ^
+
+        error: invalid character `ö`
+         --> script.bt:2:17
+          |
+        2 | 	$é = 1; print(nöpe);
+          | 	               ^
+
+        error: expected `)`, found `pe`
+         --> script.bt:2:18
+          |
+        2 | 	$é = 1; print(nöpe);
+          | 	                ^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn frame_size_limit() {
+    let opts = Options {
+        config: weft_ir::Config {
+            max_frame: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    check_with(
+        "uprobe:/bin/a:f { printf(\"%s %s\\n\", str(arg0), str(arg1)); }",
+        &opts,
+        expect![[r#"
+        error: this probe needs 256 bytes of stack frame; the limit is 64
+         --> script.bt:1:1
+          |
+        1 | uprobe:/bin/a:f { printf("%s %s\n", str(arg0), str(arg1)); }
+          | ^^^^^^^^^^^^^^^
+          = help: use smaller strings (config max_strlen, str(p, n)) or fewer large values
+
+    "#]],
+    );
+}

@@ -1,0 +1,31 @@
+/* Runs until killed, checking its own results: tick(s) must return s + 1.
+ * Prints "ready" once started; exits 3 on a wrong result. Used by attach tests. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+__attribute__((noinline)) long tick(long x) {
+  __asm__ volatile("");
+  return x + 1;
+}
+
+__attribute__((noinline)) long square(long x) {
+  __asm__ volatile("");
+  return x * x;
+}
+
+int main(void) {
+  long s = 0;
+  printf("ready\n");
+  fflush(stdout);
+  for (long i = 1;; i++) {
+    long r = tick(s);
+    if (r != s + 1 || square(i & 1023) != (i & 1023) * (i & 1023)) {
+      printf("CORRUPT at %ld\n", i);
+      fflush(stdout);
+      exit(3);
+    }
+    s = r;
+    if (i % 4096 == 0) usleep(200);
+  }
+}
