@@ -26,6 +26,21 @@ __attribute__((noinline)) long spin(long n) {
   return s;
 }
 
+/* A loop that branches back into the bytes a jump would replace: the first two
+ * instructions are 2 bytes each and the loop head is the second one, so this site
+ * must be an int3. loopy(n) returns n (for n > 0). */
+long loopy(long n);
+__asm__(".text\n"
+        ".globl loopy\n"
+        ".type loopy, @function\n"
+        "loopy:\n"
+        "  xor %eax, %eax\n"
+        "1: inc %eax\n"
+        "  cmp %edi, %eax\n"
+        "  jl 1b\n"
+        "  ret\n"
+        ".size loopy, .-loopy\n");
+
 __attribute__((noinline)) long many_args(long a, long b, long c, long d, long e, long f, long g, long h) {
   __asm__ volatile("");
   return a + b + c + d + e + f + g + h;
@@ -37,6 +52,7 @@ int main(int argc, char **argv) {
   for (long i = 0; i < n; i++) s += work(i);
   for (long i = 0; i < n; i++) s += tiny();
   s += spin(10);
+  for (long i = 0; i < n; i++) s += loopy(3);
   s += many_args(1, 2, 3, 4, 5, 6, 7, 8);
   printf("sum=%ld\n", s);
   return 0;

@@ -19,6 +19,9 @@ use crate::session;
 global_asm!(
     ".section .tbss,\"awT\",@nobits",
     ".p2align 3",
+    // Global (other codegen units refer to it) but hidden (not exported).
+    ".globl weft_agent_tls",
+    ".hidden weft_agent_tls",
     ".type weft_agent_tls,@object",
     ".size weft_agent_tls,8",
     "weft_agent_tls: .zero 8",

@@ -44,7 +44,7 @@ fn entry_and_return_counts_exact_across_flag_matrix() {
 }
 
 #[test]
-fn short_function_is_woven_with_int3() {
+fn short_function_uses_the_padding_after_it() {
     let bin = build("calls.c", Variant::O2_PIE, &[]);
     let b = bin_str(&bin);
     let prog =
@@ -54,10 +54,55 @@ fn short_function_is_woven_with_int3() {
     assert_eq!(map_value(&out, "@t"), Some(777));
     assert_eq!(map_value(&out, "@r"), Some(777));
     assert!(
-        text(&o.stderr).contains("int3 (only 3 byte(s) from the patch point"),
-        "{}",
-        text(&o.stderr)
+        text(&o.stderr).contains(":tiny at 0x") && text(&o.stderr).contains("jump to trampoline")
     );
+}
+
+#[test]
+fn branch_into_the_prologue_is_woven_with_int3() {
+    for v in [
+        Variant::O2_PIE,
+        Variant {
+            opt: "-O0",
+            pie: false,
+            cet: false,
+        },
+    ] {
+        let bin = build("calls.c", v, &[]);
+        let b = bin_str(&bin);
+        let prog = format!(
+            "uprobe:{b}:loopy {{ @n = count(); @a = sum(arg0); }} uretprobe:{b}:loopy {{ @r = sum(retval); }}"
+        );
+        let o = weft(&["-v", "-e", &prog, "-c", &format!("{b} 500")], T);
+        let out = ok(&o);
+        assert_eq!(map_value(&out, "@n"), Some(500), "{}: {out}", v.name());
+        assert_eq!(map_value(&out, "@a"), Some(1500));
+        assert_eq!(map_value(&out, "@r"), Some(1500));
+        assert!(
+            text(&o.stderr).contains("int3 (branch at"),
+            "{}",
+            text(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn functions_without_a_size_get_int3() {
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let o = weft(
+        &[
+            "-v",
+            "-e",
+            &format!("uprobe:{b}:_init {{ @i = count(); }}"),
+            "-c",
+            &format!("{b} 1"),
+        ],
+        T,
+    );
+    let out = ok(&o);
+    assert_eq!(map_value(&out, "@i"), Some(1), "{out}");
+    assert!(text(&o.stderr).contains("int3 ("), "{}", text(&o.stderr));
 }
 
 #[test]

@@ -15,6 +15,8 @@ use weft_runtime::shm::Shm;
 global_asm!(
     ".section .tbss,\"awT\",@nobits",
     ".p2align 3",
+    ".globl weft_test_tls",
+    ".hidden weft_test_tls",
     "weft_test_tls: .zero 8",
     ".text",
 );
@@ -143,6 +145,7 @@ fn patched_function_runs_advice_and_keeps_its_result() {
         addr: func_addr,
         bytes: FUNC.to_vec(),
         size_known: true,
+        padding: Vec::new(),
     };
     let plan = weft_x86::plan_site(&code, func_addr);
     assert!(

@@ -18,12 +18,16 @@ pub struct ResolvedFunction {
     /// The file it is in (as given, or the module's path).
     pub path: PathBuf,
     pub vaddr: u64,
-    /// `st_size`; 0 when the symbol has none (then `bytes` is empty).
+    /// `st_size`; 0 when the symbol has none (then `bytes` holds only the first
+    /// [`UNSIZED_BYTES`]).
     pub size: u64,
     /// `vaddr + load bias`, when resolved in a process.
     pub runtime_addr: Option<u64>,
     /// The function's bytes from the file (what the planner decodes).
     pub bytes: Vec<u8>,
+    /// The file's bytes from the function's end to the next function's start (its
+    /// alignment padding), at most [`MAX_PADDING`] bytes; empty when unknown.
+    pub padding: Vec<u8>,
     /// An `STT_GNU_IFUNC` resolver rather than the function itself.
     pub ifunc: bool,
 }
@@ -86,9 +90,40 @@ pub fn resolve(
             size: f.size,
             runtime_addr: load_bias.map(|b| f.vaddr.wrapping_add(b)),
             bytes: function_bytes(elf, f).to_vec(),
+            padding: padding_bytes(elf, f).to_vec(),
             ifunc: f.ifunc,
         })
         .collect())
+}
+
+/// Longest stretch of inter-function padding reported.
+pub const MAX_PADDING: u64 = 64;
+
+/// Bytes between `f`'s end and the next function (or the end of its section), from
+/// the file. Empty for a function without a size.
+fn padding_bytes<'a>(elf: &'a ElfFile, f: &Function) -> &'a [u8] {
+    if f.size == 0 {
+        return &[];
+    }
+    let end = f.vaddr + f.size;
+    let next = elf
+        .functions()
+        .iter()
+        .map(|g| g.vaddr)
+        .filter(|&v| v >= end)
+        .min();
+    let section_end = elf
+        .sections()
+        .iter()
+        .find(|s| s.addr <= f.vaddr && f.vaddr < s.addr + s.size)
+        .map(|s| s.addr + s.size);
+    let limit = [next, section_end]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(end);
+    let len = limit.saturating_sub(end).min(MAX_PADDING);
+    elf.read_vaddr(end, len).unwrap_or(&[])
 }
 
 /// Resolves a function pattern in a process's module.
@@ -96,15 +131,20 @@ pub fn resolve_in_module(module: &Module, pattern: &str) -> Result<Vec<ResolvedF
     resolve(&module.open()?, pattern, Some(module.load_bias))
 }
 
-/// The function's file bytes; fewer than `size` if its segment holds fewer.
+/// Bytes given for a function whose symbol has no size: enough for its first
+/// instruction (an int3 site needs no more).
+pub const UNSIZED_BYTES: u64 = 16;
+
+/// The function's file bytes; fewer than `size` if its segment holds fewer. For a
+/// symbol without a size, the first [`UNSIZED_BYTES`].
 fn function_bytes<'a>(elf: &'a ElfFile, f: &Function) -> &'a [u8] {
     let available = elf
         .segments()
         .iter()
         .find(|s| s.is_load() && s.vaddr <= f.vaddr && f.vaddr - s.vaddr < s.filesz)
         .map_or(0, |s| s.vaddr + s.filesz - f.vaddr);
-    elf.read_vaddr(f.vaddr, f.size.min(available))
-        .unwrap_or(&[])
+    let size = if f.size == 0 { UNSIZED_BYTES } else { f.size };
+    elf.read_vaddr(f.vaddr, size.min(available)).unwrap_or(&[])
 }
 
 /// The USDT probes of `elf` selected by `provider` (empty: any) and `name`, both

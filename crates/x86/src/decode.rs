@@ -190,6 +190,7 @@ mod tests {
             addr: 0x1000,
             bytes: bytes.to_vec(),
             size_known: true,
+            padding: Vec::new(),
         };
         assert_eq!(branch_targets(&func), vec![0x1000, 0x100c, 0x2000]);
     }

@@ -50,6 +50,10 @@ pub struct FunctionCode {
     /// False when the symbol had no size and `bytes` is only a guess at the extent;
     /// such functions are never jump-patched.
     pub size_known: bool,
+    /// The file's bytes after the function up to the next function (alignment
+    /// padding, at most a few dozen bytes); empty when unknown. A jump may extend into
+    /// them when the function is too short for one: see [`plan_site`].
+    pub padding: Vec<u8>,
 }
 
 impl FunctionCode {
@@ -69,6 +73,9 @@ pub enum SitePlan {
         displaced_len: usize,
         /// The original bytes at `patch_addr..patch_addr + displaced_len`.
         displaced: Vec<u8>,
+        /// How many of the last displaced bytes are alignment padding after the
+        /// function (never executed; overwritten, not relocated).
+        padding: usize,
         /// The site was a function start with `endbr64`; `patch_addr` is after it.
         skipped_endbr: bool,
     },
@@ -129,6 +136,7 @@ impl SitePlan {
                 ..
             } => {
                 // The plan was built from a decoded instruction, so this cannot fail.
+                // (With padding, the first instruction still lies in the function.)
                 let first = decode::decode_one(displaced, *patch_addr)
                     .map_or(displaced.len(), |insn| insn.len());
                 SitePlan::Int3 {
@@ -268,11 +276,12 @@ pub fn plan_site(func: &FunctionCode, site_addr: u64) -> SitePlan {
     if !func.size_known {
         return int3(Reason::SizeUnknown);
     }
-    if available < JUMP_LEN {
-        return int3(Reason::TooShort { len: available });
-    }
     if let Some(at) = body.error_at {
         return int3(Reason::DecodeError { at });
+    }
+    if available < JUMP_LEN {
+        return plan_into_padding(func, &body.insns, patch_addr, skipped_endbr)
+            .unwrap_or_else(|| int3(Reason::TooShort { len: available }));
     }
 
     // The instructions covering the first JUMP_LEN bytes (on sweep boundaries, which
@@ -322,8 +331,69 @@ pub fn plan_site(func: &FunctionCode, site_addr: u64) -> SitePlan {
         patch_addr,
         displaced_len,
         displaced: bytes,
+        padding: 0,
         skipped_endbr,
     }
+}
+
+/// A jump over a function too short for one, extended into the padding after it.
+///
+/// Allowed only when every instruction from the patch point to the function's end
+/// can run out of line and the last one never falls through (`ret`, `jmp`; not a
+/// `call`, whose return address would point into the patch), the padding bytes the
+/// jump covers decode as `nop`s or `int3`s (compilers' alignment filler, never
+/// executed), and no branch in the function targets the covered bytes. The padding
+/// ends where the next function begins, so no other code is touched.
+fn plan_into_padding(
+    func: &FunctionCode,
+    body: &[Instruction],
+    patch_addr: u64,
+    skipped_endbr: bool,
+) -> Option<SitePlan> {
+    let end = func.end();
+    let insns: Vec<Instruction> = body
+        .iter()
+        .filter(|i| i.ip() >= patch_addr)
+        .copied()
+        .collect();
+    let last = insns.last()?;
+    if last.next_ip() != end || falls_through(last) || is_near_call(last) {
+        return None;
+    }
+    check_out_of_line(&insns).ok()?;
+    let need = JUMP_LEN - (end - patch_addr) as usize;
+    if func.padding.len() < need {
+        return None;
+    }
+    let pad = decode::sweep(&func.padding, end);
+    let covered_ok = pad
+        .insns
+        .iter()
+        .take_while(|i| i.ip() < end + need as u64)
+        .all(|i| matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3));
+    let decoded_far_enough = pad
+        .insns
+        .last()
+        .is_some_and(|i| i.next_ip() >= end + need as u64);
+    if !covered_ok || !decoded_far_enough {
+        return None;
+    }
+    let patch_end = patch_addr + JUMP_LEN as u64;
+    let inside = |addr: u64| patch_addr < addr && addr < patch_end;
+    if body.iter().any(|i| direct_target(i).is_some_and(inside)) {
+        return None;
+    }
+    relocate::relocate_insns(&insns, patch_addr, false).ok()?;
+    let offset = (patch_addr - func.addr) as usize;
+    let mut displaced = func.bytes[offset..].to_vec();
+    displaced.extend_from_slice(&func.padding[..need]);
+    Some(SitePlan::Jump {
+        patch_addr,
+        displaced_len: JUMP_LEN,
+        displaced,
+        padding: need,
+        skipped_endbr,
+    })
 }
 
 /// Checks that `insns`, in order, can run out of line as one sequence: each one alone

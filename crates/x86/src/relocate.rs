@@ -53,13 +53,14 @@ pub fn relocate(plan: &SitePlan, new_addr: u64, jump_back: bool) -> Result<Vec<u
         SitePlan::Jump {
             patch_addr,
             displaced,
+            padding,
             ..
-        }
-        | SitePlan::Int3 {
+        } => (*patch_addr, &displaced[..displaced.len() - padding]),
+        SitePlan::Int3 {
             patch_addr,
             displaced,
             ..
-        } => (*patch_addr, displaced),
+        } => (*patch_addr, &displaced[..]),
         SitePlan::Refused { reason } => return Err(X86Error::Refused(reason.clone())),
     };
     let sweep = decode::sweep(displaced, patch_addr);

@@ -239,13 +239,19 @@ fn check_plan(build: &str, name: &str, f: &FunctionCode, plan: &SitePlan) {
             patch_addr,
             displaced_len,
             displaced,
+            padding,
             skipped_endbr,
         } => {
             assert!(
                 *displaced_len >= 5 && displaced.len() == *displaced_len,
                 "{ctx}"
             );
-            assert!(patch_addr + *displaced_len as u64 <= f.end(), "{ctx}");
+            assert!(
+                patch_addr + *displaced_len as u64 <= f.end() + *padding as u64,
+                "{ctx}"
+            );
+            assert!(*padding <= f.padding.len(), "{ctx}");
+            let displaced = &displaced[..displaced.len() - padding];
             assert_eq!(*skipped_endbr, f.bytes.starts_with(&ENDBR64), "{ctx}");
             for target in branch_targets(f) {
                 assert!(
@@ -271,7 +277,7 @@ fn check_plan(build: &str, name: &str, f: &FunctionCode, plan: &SitePlan) {
         } => {
             assert_eq!(displaced.len(), *insn_len, "{ctx}");
             assert_eq!(decode_all(displaced, *patch_addr).len(), 1, "{ctx}");
-            (*patch_addr, displaced)
+            (*patch_addr, &displaced[..])
         }
         SitePlan::Refused { .. } => panic!("{ctx}: gcc output should never be refused"),
     };
@@ -386,6 +392,7 @@ fn functions(elf: &[u8]) -> Vec<(String, FunctionCode)> {
                 addr: sym.address(),
                 bytes: bytes.to_vec(),
                 size_known: true,
+                padding: Vec::new(),
             },
         ));
     }

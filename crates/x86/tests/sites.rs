@@ -49,6 +49,7 @@ fn gcc_o0_cf_protection_prologue_skips_endbr64() {
             patch_addr: 0x40112a,
             displaced_len: 7,
             displaced: vec![0x55, 0x48, 0x89, 0xe5, 0x89, 0x7d, 0xfc],
+            padding: 0,
             skipped_endbr: true,
         }
     );
@@ -86,6 +87,7 @@ fn gcc_o0_prologue_without_endbr64() {
             patch_addr: 0x401000,
             displaced_len: 8,
             displaced: vec![0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10],
+            padding: 0,
             skipped_endbr: false,
         }
     );
@@ -397,6 +399,7 @@ fn fentry_call_after_endbr64_in_pie_writes_the_high_half() {
             patch_addr: base + 4,
             displaced_len: 5,
             displaced: vec![0xe8, 0xf7, 0x0f, 0x00, 0x00],
+            padding: 0,
             skipped_endbr: true,
         }
     );
@@ -515,6 +518,7 @@ fn site_inside_a_function_is_planned_from_there() {
     assert!(matches!(
         plan,
         SitePlan::Jump {
+            padding: 0,
             skipped_endbr: false,
             ..
         }
@@ -987,10 +991,111 @@ fn relocate_rechecks_a_hand_made_plan() {
         patch_addr: 0x401000,
         displaced_len: 3,
         displaced: vec![0xff, 0xd0, 0xc3],
+        padding: 0,
         skipped_endbr: false,
     };
     assert_eq!(
         relocate(&plan, 0x401000 + GIB, true),
         Err(X86Error::Refused(Reason::CallNotLast { at: 0x401000 }))
     );
+}
+
+// ---------------------------------------------------------------------------------
+// Short functions and the padding after them
+// ---------------------------------------------------------------------------------
+
+fn with_padding(addr: u64, bytes: &[u8], padding: &[u8]) -> FunctionCode {
+    FunctionCode {
+        padding: padding.to_vec(),
+        ..func(addr, bytes)
+    }
+}
+
+#[test]
+fn short_function_extends_into_nop_padding() {
+    // mov rax, rdi; ret | nop dword [rax+rax]; nop ...
+    let f = with_padding(
+        0x401000,
+        &[0x48, 0x89, 0xf8, 0xc3],
+        &[0x0f, 0x1f, 0x44, 0x00, 0x00, 0x90, 0x90],
+    );
+    let plan = plan_site(&f, 0x401000);
+    assert_eq!(
+        plan,
+        SitePlan::Jump {
+            patch_addr: 0x401000,
+            displaced_len: 5,
+            displaced: vec![0x48, 0x89, 0xf8, 0xc3, 0x0f],
+            padding: 1,
+            skipped_endbr: false,
+        }
+    );
+    // jmp 0x402000; nothing after it: the patch is exactly 5 bytes.
+    assert_eq!(
+        weft_x86::patch_bytes(&plan, 0x402000).unwrap(),
+        vec![0xe9, 0xfb, 0x0f, 0x00, 0x00]
+    );
+    // mov rax, rdi; ret  -- relocated without the padding and without a jump back.
+    assert_eq!(
+        relocate(&plan, 0x402000, true).unwrap(),
+        vec![0x48, 0x89, 0xf8, 0xc3]
+    );
+}
+
+#[test]
+fn endbr_short_function_extends_into_int3_padding() {
+    // endbr64; xor eax, eax; ret | int3 x 8
+    let f = with_padding(
+        0x401000,
+        &[0xf3, 0x0f, 0x1e, 0xfa, 0x31, 0xc0, 0xc3],
+        &[0xcc; 8],
+    );
+    let plan = plan_site(&f, 0x401000);
+    assert!(
+        matches!(
+            plan,
+            SitePlan::Jump {
+                patch_addr: 0x401004,
+                displaced_len: 5,
+                padding: 2,
+                ..
+            }
+        ),
+        "{plan:?}"
+    );
+    assert_eq!(
+        relocate(&plan, 0x402000, true).unwrap(),
+        vec![0x31, 0xc0, 0xc3]
+    );
+}
+
+#[test]
+fn padding_is_not_used_when_unsafe() {
+    // Not enough padding.
+    let f = with_padding(0x401000, &[0x31, 0xc0, 0xc3], &[0x90]);
+    assert!(matches!(
+        plan_site(&f, 0x401000),
+        SitePlan::Int3 {
+            reason: Reason::TooShort { .. },
+            ..
+        }
+    ));
+    // Padding that is code, not filler (push rbp).
+    let f = with_padding(0x401000, &[0x31, 0xc0, 0xc3], &[0x55, 0x48, 0x89, 0xe5]);
+    assert!(matches!(plan_site(&f, 0x401000), SitePlan::Int3 { .. }));
+    // The function falls through (ends with a call to a noreturn function: call rel32).
+    let f = with_padding(0x401000, &[0xe8, 0x00, 0x10, 0x00], &[0x90; 8]);
+    assert!(matches!(
+        plan_site(&f, 0x401000),
+        SitePlan::Int3 { .. } | SitePlan::Refused { .. }
+    ));
+    // No padding known.
+    let f = func(0x401000, &[0x48, 0x89, 0xf8, 0xc3]);
+    assert!(matches!(
+        plan_site(&f, 0x401000),
+        SitePlan::Int3 {
+            reason: Reason::TooShort { len: 4 },
+            ..
+        }
+    ));
 }

@@ -9,6 +9,7 @@ pub fn func(addr: u64, bytes: &[u8]) -> FunctionCode {
         addr,
         bytes: bytes.to_vec(),
         size_known: true,
+        padding: Vec::new(),
     }
 }
 
