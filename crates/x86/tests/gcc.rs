@@ -284,7 +284,7 @@ fn check_plan(build: &str, name: &str, f: &FunctionCode, plan: &SitePlan) {
     let offset = (patch_addr - f.addr) as usize;
     assert_eq!(
         &f.bytes[offset..offset + displaced.len()],
-        &displaced[..],
+        displaced,
         "{ctx}"
     );
 
