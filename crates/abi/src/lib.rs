@@ -21,7 +21,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -298,6 +298,8 @@ pub struct SiteDesc {
     pub entry_advice: u64,
     /// Return advice, or 0; nonzero means the entry hijacks the return address.
     pub return_advice: u64,
+    /// Inline form of the return advice (see [`ShadowEntry::stub`]), or 0.
+    pub return_stub: u64,
     /// Where execution continues after an int3 site's advice: the relocated displaced
     /// instruction followed by a jump back.
     pub resume: u64,
@@ -445,7 +447,7 @@ pub struct Hello {
 /// Message tags.
 pub const MSG_HELLO: u32 = 1;
 /// weft → agent: map the shared segment (fd attached); payload `u64 size`. The agent
-/// answers `MSG_OK` with `u64 address` of its mapping.
+/// answers `MSG_OK` with `u64 address` of its mapping and `u64 session generation`.
 pub const MSG_MAP_SHM: u32 = 2;
 /// weft → agent: allocate a code region near an address; payload `u64 near, u64 size`.
 pub const MSG_ALLOC_CODE: u32 = 3;
@@ -508,7 +510,8 @@ pub const AGENT_THREAD_FLAGS_OFF: i32 = 12;
 /// The agent's control thread: advice never runs on it.
 pub const THREAD_FLAG_IGNORE: u32 = 1;
 
-/// One hijacked return address.
+/// One hijacked return address: everything the return path needs, so that its fast
+/// path (assembly in the agent) never looks at the site table.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ShadowEntry {
@@ -516,13 +519,48 @@ pub struct ShadowEntry {
     pub ret: u64,
     /// Stack address of the return-address slot (the site's `rsp`).
     pub slot: u64,
+    /// Return advice (`extern "C" fn(*mut Frame)`), or 0.
+    pub advice: u64,
+    /// Entry address of the function.
+    pub func: u64,
     /// Site index.
     pub site: u32,
-    /// Session generation the site belongs to.
+    /// Session generation the advice belongs to (advice of another session is not run).
     pub session: u32,
-    /// CLOCK_MONOTONIC at entry (reserved for latency builtins).
-    pub entry_nsecs: u64,
+    /// Probe name index for `probe`.
+    pub probe: u32,
+    pub _pad: u32,
+    /// Inline return stub (no frame; see `weft_jit::inline::return_stub`), or 0.
+    /// Called with rcx = thread state; returns 0 when it ran the advice, nonzero when
+    /// the full `advice` must run instead.
+    pub stub: u64,
+    /// Base of the session's segment (for the frame).
+    pub shm: u64,
 }
+
+pub const SHADOW_ENTRY_SIZE: usize = 64;
+pub const SHADOW_STUB_OFF: i32 = 48;
+pub const SHADOW_RET_OFF: i32 = 0;
+pub const SHADOW_SLOT_OFF: i32 = 8;
+pub const SHADOW_ADVICE_OFF: i32 = 16;
+pub const SHADOW_FUNC_OFF: i32 = 24;
+pub const SHADOW_SITE_OFF: i32 = 32;
+pub const SHADOW_SESSION_OFF: i32 = 36;
+pub const SHADOW_PROBE_OFF: i32 = 40;
+pub const SHADOW_SHM_OFF: i32 = 56;
+const _: () = assert!(core::mem::size_of::<ShadowEntry>() == SHADOW_ENTRY_SIZE);
+const _: () = assert!(core::mem::offset_of!(ShadowEntry, shm) == SHADOW_SHM_OFF as usize);
+const _: () = assert!(core::mem::offset_of!(ShadowEntry, probe) == SHADOW_PROBE_OFF as usize);
+const _: () = assert!(core::mem::offset_of!(ShadowEntry, stub) == SHADOW_STUB_OFF as usize);
+
+pub const AGENT_THREAD_SHADOW_DEPTH_OFF: i32 =
+    core::mem::offset_of!(AgentThread, shadow_depth) as i32;
+pub const AGENT_THREAD_SHADOW_CAP_OFF: i32 = core::mem::offset_of!(AgentThread, shadow_cap) as i32;
+pub const AGENT_THREAD_SHADOW_OFF: i32 = core::mem::offset_of!(AgentThread, shadow) as i32;
+pub const AGENT_THREAD_OVERFLOWS_OFF: i32 =
+    core::mem::offset_of!(AgentThread, shadow_overflows) as i32;
+pub const AGENT_THREAD_TID_OFF: i32 = core::mem::offset_of!(AgentThread, tid) as i32;
+pub const AGENT_THREAD_PID_OFF: i32 = core::mem::offset_of!(AgentThread, pid) as i32;
 
 /// Value returned in `rax:rdx` by the thread-attach slow path.
 #[repr(C)]

@@ -205,7 +205,13 @@ fn serve(fd: OwnedFd) {
         let reply = match msg.tag {
             MSG_MAP_SHM => match map_shm(&msg) {
                 Ok(addr) => {
-                    let _ = proto::send(sock, MSG_OK, &proto::u64s(&[addr]), None);
+                    let generation = session::current().map_or(0, |s| s.generation as u32);
+                    let _ = proto::send(
+                        sock,
+                        MSG_OK,
+                        &proto::u64s(&[addr, u64::from(generation)]),
+                        None,
+                    );
                     continue;
                 }
                 Err(e) => Err(e),

@@ -18,25 +18,183 @@
 
 use core::arch::global_asm;
 use core::sync::atomic::{AtomicU64, Ordering};
-use weft_abi::{AgentThread, Frame, ShadowEntry, FRAME_SIZE};
+use weft_abi::*;
 
 use crate::{session, threads};
 
 /// Frame + saved xmm0/xmm1, 16-aligned.
 const AREA: usize = (FRAME_SIZE + 32).div_ceil(16) * 16;
 
+// The return trampoline. Entered by `ret` from a hijacked function: rsp = S + 8,
+// where S is the slot that held the return address. Every register and the
+// arithmetic flags are preserved (callers compiled with -fipa-ra keep values in
+// "caller-saved" registers across calls to functions that do not touch them).
+//
+// Fast path: the top shadow entry is this slot's (the common case). Pop it, run the
+// return advice with a frame if there is one, put the real return address back in S
+// and `jmp` to it (a `jmp` keeps the return-stack predictor in step with the calls).
+// Anything else (stale entries above, no thread state) goes to the slow path.
+//
+// Stack in the fast path (rsp after the pushes = S - 32):
+//   [S] real return address   [S-8] rax   [S-16] flags (lahf/seto)   [S-24] rdx
+//   [S-32] rcx
 global_asm!(
     ".text",
     ".p2align 4",
     ".globl weft_agent_return_trampoline",
     ".type weft_agent_return_trampoline,@function",
     "weft_agent_return_trampoline:",
-    // Entered by `ret` from a hijacked function: rsp = slot + 8.
-    "    sub rsp, 8",
+    "    lea rsp, [rsp - 8]",
+    "    push rax",
+    "    lahf",
+    "    seto al",
+    "    push rax",
+    "    push rdx",
+    "    push rcx",
+    "    mov rcx, qword ptr [rip + weft_agent_tls@GOTTPOFF]",
+    "    mov rcx, qword ptr fs:[rcx]",
+    "    test rcx, rcx",
+    "    jz 8f",
+    "    mov edx, dword ptr [rcx + {depth}]",
+    "    test edx, edx",
+    "    jz 8f",
+    "    dec edx",
+    "    shl rdx, 6",
+    "    add rdx, qword ptr [rcx + {shadow}]",
+    "    lea rax, [rsp + 32]",
+    "    cmp qword ptr [rdx + {e_slot}], rax",
+    "    jne 8f",
+    // The real return address goes back into S before anything else can happen.
+    "    mov rax, qword ptr [rdx + {e_ret}]",
+    "    mov qword ptr [rsp + 32], rax",
+    "    cmp qword ptr [rdx + {e_advice}], 0",
+    "    je 5f",
+    "    cmp dword ptr [rcx + {nest}], 0",
+    "    jne 5f",
+    "    cmp qword ptr [rcx + {tslot}], 0",
+    "    je 5f",
+    "    mov eax, dword ptr [rip + {generation}]",
+    "    cmp dword ptr [rdx + {e_session}], eax",
+    "    jne 5f",
+    // Raise nest before popping: from here a signal handler on this thread runs no
+    // advice, so nothing pushes over the entry we still read.
+    "    inc dword ptr [rcx + {nest}]",
+    "    dec dword ptr [rcx + {depth}]",
+    "    mov rax, qword ptr [rdx + {e_stub}]",
+    "    test rax, rax",
+    "    jz 6f",
+    "    push rcx",
+    "    push rdx",
+    "    call rax",
+    "    pop rdx",
+    "    pop rcx",
+    "    test eax, eax",
+    "    jz 4f",
+    "6:",
+    // Run the advice with a frame: registers as returned, rip = real return address.
+    // rbp = S - 40: [rbp] rbp, [rbp+8] rcx, [rbp+16] rdx, [rbp+24] flags, [rbp+32] rax.
     "    push rbp",
     "    mov rbp, rsp",
     "    sub rsp, {area}",
     "    and rsp, -16",
+    "    mov rax, qword ptr [rbp + 32]",
+    "    mov qword ptr [rsp + 0], rax",
+    "    mov qword ptr [rsp + 8], rbx",
+    "    mov rax, qword ptr [rbp + 8]",
+    "    mov qword ptr [rsp + 16], rax",
+    "    mov rax, qword ptr [rbp + 16]",
+    "    mov qword ptr [rsp + 24], rax",
+    "    mov qword ptr [rsp + 32], rsi",
+    "    mov qword ptr [rsp + 40], rdi",
+    "    mov rax, qword ptr [rbp]",
+    "    mov qword ptr [rsp + 48], rax",
+    "    lea rax, [rbp + 48]",
+    "    mov qword ptr [rsp + 56], rax",
+    "    mov qword ptr [rsp + 64], r8",
+    "    mov qword ptr [rsp + 72], r9",
+    "    mov qword ptr [rsp + 80], r10",
+    "    mov qword ptr [rsp + 88], r11",
+    "    mov qword ptr [rsp + 96], r12",
+    "    mov qword ptr [rsp + 104], r13",
+    "    mov qword ptr [rsp + 112], r14",
+    "    mov qword ptr [rsp + 120], r15",
+    "    mov rax, qword ptr [rdx + {e_ret}]",
+    "    mov qword ptr [rsp + 128], rax",
+    "    mov qword ptr [rsp + 136], 0",
+    "    mov rax, qword ptr [rcx + {tslot}]",
+    "    mov qword ptr [rsp + {f_thread}], rax",
+    "    mov rax, qword ptr [rdx + {e_shm}]",
+    "    mov qword ptr [rsp + {f_shm}], rax",
+    "    mov eax, dword ptr [rdx + {e_site}]",
+    "    mov qword ptr [rsp + {f_site}], rax",
+    "    mov rax, qword ptr [rdx + {e_func}]",
+    "    mov qword ptr [rsp + {f_func}], rax",
+    "    mov qword ptr [rsp + {f_tstate}], rcx",
+    "    mov eax, dword ptr [rdx + {e_probe}]",
+    "    mov qword ptr [rsp + {f_probe}], rax",
+    "    movdqu xmmword ptr [rsp + {frame}], xmm0",
+    "    movdqu xmmword ptr [rsp + {frame} + 16], xmm1",
+    "    mov rax, qword ptr [rdx + {e_advice}]",
+    // The advice may clobber rsi, rdi, r8-r11 (reloaded below from the frame); rdx
+    // (the entry) is kept on the stack, twice for alignment.
+    "    push rdx",
+    "    push rdx",
+    "    lea rdi, [rsp + 16]",
+    "    call rax",
+    "    pop rdx",
+    "    pop rdx",
+    "    movdqu xmm0, xmmword ptr [rsp + {frame}]",
+    "    movdqu xmm1, xmmword ptr [rsp + {frame} + 16]",
+    "    mov rsi, qword ptr [rsp + 32]",
+    "    mov rdi, qword ptr [rsp + 40]",
+    "    mov r8, qword ptr [rsp + 64]",
+    "    mov r9, qword ptr [rsp + 72]",
+    "    mov r10, qword ptr [rsp + 80]",
+    "    mov r11, qword ptr [rsp + 88]",
+    "    mov rcx, qword ptr [rsp + {f_tstate}]",
+    "    mov rsp, rbp",
+    "    pop rbp",
+    "4:  dec dword ptr [rcx + {nest}]",
+    "    jmp 7f",
+    "5:  dec dword ptr [rcx + {depth}]",
+    "7:  pop rcx",
+    "    pop rdx",
+    "    pop rax",
+    "    add al, 0x7f",
+    "    sahf",
+    "    pop rax",
+    "    lea rsp, [rsp + 8]",
+    "    jmp qword ptr [rsp - 8]",
+    // Slow path: back to the entry state, then the general routine.
+    "8:  pop rcx",
+    "    pop rdx",
+    "    pop rax",
+    "    add al, 0x7f",
+    "    sahf",
+    "    pop rax",
+    "    lea rsp, [rsp + 8]",
+    "    jmp weft_agent_return_slow",
+    ".globl weft_agent_return_trampoline_end",
+    "weft_agent_return_trampoline_end:",
+    ".size weft_agent_return_trampoline, . - weft_agent_return_trampoline",
+    //
+    // The general routine: full register and flags save, `on_return` finds the entry
+    // for this slot wherever it is, runs the advice, and returns the real address.
+    // rbp = S - 24: [rbp] rbp, [rbp+8] flags, [rbp+16] rax, [rbp+24] = S.
+    ".p2align 4",
+    ".hidden weft_agent_return_slow",
+    ".globl weft_agent_return_slow",
+    "weft_agent_return_slow:",
+    "    lea rsp, [rsp - 8]",
+    "    push rax",
+    "    lahf",
+    "    seto al",
+    "    push rax",
+    "    push rbp",
+    "    mov rbp, rsp",
+    "    sub rsp, {area}",
+    "    and rsp, -16",
+    "    mov rax, [rbp + 16]",
     "    mov [rsp + 0], rax",
     "    mov [rsp + 8], rbx",
     "    mov [rsp + 16], rcx",
@@ -45,7 +203,7 @@ global_asm!(
     "    mov [rsp + 40], rdi",
     "    mov rax, [rbp]",
     "    mov [rsp + 48], rax",
-    "    lea rax, [rbp + 16]",
+    "    lea rax, [rbp + 32]",
     "    mov [rsp + 56], rax",
     "    mov [rsp + 64], r8",
     "    mov [rsp + 72], r9",
@@ -55,14 +213,14 @@ global_asm!(
     "    mov [rsp + 104], r13",
     "    mov [rsp + 112], r14",
     "    mov [rsp + 120], r15",
+    "    mov qword ptr [rsp + 136], 0",
     "    movdqu [rsp + {frame}], xmm0",
     "    movdqu [rsp + {frame} + 16], xmm1",
     "    mov rdi, rsp",
     "    call {on_return}",
-    "    mov [rbp + 8], rax",
+    "    mov [rbp + 24], rax",
     "    movdqu xmm0, [rsp + {frame}]",
     "    movdqu xmm1, [rsp + {frame} + 16]",
-    "    mov rax, [rsp + 0]",
     "    mov rbx, [rsp + 8]",
     "    mov rcx, [rsp + 16]",
     "    mov rdx, [rsp + 24]",
@@ -78,28 +236,53 @@ global_asm!(
     "    mov r15, [rsp + 120]",
     "    mov rsp, rbp",
     "    pop rbp",
-    "    ret",
-    ".globl weft_agent_return_trampoline_end",
-    "weft_agent_return_trampoline_end:",
-    ".size weft_agent_return_trampoline, . - weft_agent_return_trampoline",
+    "    pop rax",
+    "    add al, 0x7f",
+    "    sahf",
+    "    pop rax",
+    "    lea rsp, [rsp + 8]",
+    "    jmp qword ptr [rsp - 8]",
+    ".globl weft_agent_return_slow_end",
+    "weft_agent_return_slow_end:",
     area = const AREA,
     frame = const FRAME_SIZE,
+    depth = const AGENT_THREAD_SHADOW_DEPTH_OFF,
+    shadow = const AGENT_THREAD_SHADOW_OFF,
+    nest = const AGENT_THREAD_NEST_OFF,
+    tslot = const AGENT_THREAD_SLOT_OFF,
+    e_ret = const SHADOW_RET_OFF,
+    e_slot = const SHADOW_SLOT_OFF,
+    e_advice = const SHADOW_ADVICE_OFF,
+    e_func = const SHADOW_FUNC_OFF,
+    e_site = const SHADOW_SITE_OFF,
+    e_session = const SHADOW_SESSION_OFF,
+    e_probe = const SHADOW_PROBE_OFF,
+    e_stub = const SHADOW_STUB_OFF,
+    e_shm = const SHADOW_SHM_OFF,
+    f_thread = const FRAME_THREAD_OFF,
+    f_shm = const FRAME_SHM_OFF,
+    f_site = const FRAME_SITE_OFF,
+    f_func = const FRAME_FUNC_OFF,
+    f_tstate = const FRAME_TSTATE_OFF,
+    f_probe = const FRAME_PROBE_OFF,
+    generation = sym session::CURRENT_GENERATION,
     on_return = sym on_return,
 );
 
 unsafe extern "C" {
     fn weft_agent_return_trampoline();
-    static weft_agent_return_trampoline_end: u8;
+    static weft_agent_return_slow_end: u8;
 }
 
 pub fn trampoline_addr() -> u64 {
     weft_agent_return_trampoline as *const () as u64
 }
 
+/// The return path's code (the fast and slow routines are contiguous).
 pub fn trampoline_range() -> (u64, u64) {
     // SAFETY: only the address of the end label is taken.
     (trampoline_addr(), unsafe {
-        &weft_agent_return_trampoline_end as *const u8 as u64
+        &weft_agent_return_slow_end as *const u8 as u64
     })
 }
 
@@ -133,13 +316,30 @@ pub extern "C" fn weft_agent_hijack(frame: *mut Frame) {
     // SAFETY: at a function entry rsp points at the return address, in this
     // thread's live stack.
     let ret = unsafe { (slot as *const u64).read() };
-    let generation = session::current().map_or(0, |s| s.generation as u32);
+    let (generation, shm, advice, stub, probe) = match session::current() {
+        Some(s) if f.site < u64::from(s.shm.header().max_sites) => {
+            let site = s.shm.site(f.site as u32);
+            (
+                s.generation as u32,
+                s.shm.base() as u64,
+                site.return_advice,
+                site.return_stub,
+                site.return_probe,
+            )
+        }
+        _ => (0, 0, 0, 0, 0),
+    };
     entries(t)[t.shadow_depth as usize] = ShadowEntry {
         ret,
         slot,
+        advice,
+        func: f.func,
         site: f.site as u32,
         session: generation,
-        entry_nsecs: 0,
+        probe,
+        _pad: 0,
+        stub,
+        shm,
     };
     t.shadow_depth += 1;
     // SAFETY: as above; the slot now returns into our trampoline.
@@ -185,26 +385,24 @@ extern "C" fn on_return(frame: *mut Frame) -> u64 {
     e.copy_within(pos + 1..depth, pos);
     t.shadow_depth -= 1;
     f.regs.rip = entry.ret;
-    if let Some(s) = session::current() {
-        if s.generation as u32 == entry.session && entry.site < s.shm.header().max_sites {
-            let site = s.shm.site(entry.site);
-            let advice = site.return_advice;
-            if advice != 0 && t.flags & weft_abi::THREAD_FLAG_IGNORE == 0 && t.nest == 1 {
-                let slot_ptr = threads::attach_slot(t);
-                if !slot_ptr.is_null() {
-                    f.thread = slot_ptr;
-                    f.shm = s.shm.base();
-                    f.site = u64::from(entry.site);
-                    f.func = site.func;
-                    f.tstate = t as *mut AgentThread as *mut u8;
-                    f.probe = u64::from(site.return_probe);
-                    // SAFETY: return_advice is compiled advice weft wrote into a code
-                    // region of this session.
-                    let func: extern "C" fn(*mut Frame) = unsafe { core::mem::transmute(advice) };
-                    func(f);
-                }
-            }
-        }
+    let live = session::CURRENT_GENERATION.load(Ordering::Acquire);
+    if entry.advice != 0
+        && entry.session == live
+        && live != 0
+        && t.flags & THREAD_FLAG_IGNORE == 0
+        && t.nest == 1
+        && !t.slot.is_null()
+    {
+        f.thread = t.slot;
+        f.shm = entry.shm as *mut u8;
+        f.site = u64::from(entry.site);
+        f.func = entry.func;
+        f.tstate = t as *mut AgentThread as *mut u8;
+        f.probe = u64::from(entry.probe);
+        // SAFETY: the advice of the live session, compiled by weft into one of its
+        // code regions (kept mapped while any thread is inside advice).
+        let func: extern "C" fn(*mut Frame) = unsafe { core::mem::transmute(entry.advice) };
+        func(f);
     }
     t.nest -= 1;
     entry.ret

@@ -5,7 +5,7 @@
 //! is inside advice or a trampoline (`MSG_FREE`). One that ends because weft died
 //! is leaked: no one can prove it quiescent any more.
 
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use weft_runtime::shm::Shm;
 
 pub struct Session {
@@ -17,6 +17,9 @@ pub struct Session {
 }
 
 static CURRENT: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
+/// Generation of the published session (low 32 bits), 0 when there is none. Read by
+/// the return trampoline's fast path: return advice runs only for its own session.
+pub static CURRENT_GENERATION: AtomicU32 = AtomicU32::new(0);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 pub fn current() -> Option<&'static Session> {
@@ -30,11 +33,14 @@ pub fn next_generation() -> u64 {
 }
 
 pub fn publish(s: Box<Session>) {
+    let generation = s.generation as u32;
     CURRENT.store(Box::into_raw(s), Ordering::Release);
+    CURRENT_GENERATION.store(generation, Ordering::Release);
 }
 
 /// Unpublish the current session; the caller decides when it can be freed.
 pub fn take() -> Option<Box<Session>> {
+    CURRENT_GENERATION.store(0, Ordering::Release);
     let p = CURRENT.swap(core::ptr::null_mut(), Ordering::AcqRel);
     // SAFETY: p came from Box::into_raw in `publish`.
     (!p.is_null()).then(|| unsafe { Box::from_raw(p) })

@@ -62,6 +62,9 @@ pub struct TraceArgs {
     /// Allow system(), signal() and writes to target memory.
     #[arg(long = "unsafe")]
     pub unsafe_ok: bool,
+    /// Always use the general trampoline (for comparisons and debugging).
+    #[arg(long = "no-inline", hide = true)]
+    pub no_inline: bool,
     /// List probeable functions matching PATTERN (as `weft list`).
     #[arg(short = 'l', value_name = "PATTERN")]
     pub list: Option<String>,

@@ -149,10 +149,11 @@ impl Agent {
         Ok(m)
     }
 
-    /// Have the agent map the segment; returns its address in the target.
-    pub fn map_shm(&self, fd: RawFd, size: u64) -> Result<u64> {
+    /// Have the agent map the segment; returns its address in the target and the
+    /// session's generation number.
+    pub fn map_shm(&self, fd: RawFd, size: u64) -> Result<(u64, u32)> {
         let m = self.request(MSG_MAP_SHM, &proto::u64s(&[size]), Some(fd))?;
-        Ok(m.u64_at(0))
+        Ok((m.u64_at(0), m.u64_at(1) as u32))
     }
 
     /// A code region inside `[lo, hi)`: its address and the memfd to map it RW.

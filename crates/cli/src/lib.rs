@@ -107,6 +107,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         verbose: t.verbose,
         unsafe_ok: t.unsafe_ok,
         sizes: segment::Sizes::default(),
+        inline: !t.no_inline,
     };
     session::trace(&prog, &opts)
 }

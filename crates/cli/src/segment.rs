@@ -120,6 +120,7 @@ impl Segment {
                 table_off: *t,
                 agg_off: *a,
                 hist_k: s.hist_k,
+                signed: s.signed,
             })
             .collect();
         let seg = Segment {
@@ -130,6 +131,13 @@ impl Segment {
             ptr,
         };
         seg.init_header(prog);
+        // A scalar count() exists from the start (bpftrace prints `@c: 0` for one that
+        // was never hit), so inline advice can add to it without a first-use check.
+        for (i, m) in prog.maps.iter().enumerate() {
+            if m.key.is_none() && m.value == MapValue::Count {
+                weft_runtime::map::insert(&seg.shm, seg.shm.map(i as u32), &[]);
+            }
+        }
         Ok(seg)
     }
 

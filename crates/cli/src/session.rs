@@ -43,6 +43,8 @@ pub struct TraceOptions {
     pub verbose: bool,
     pub unsafe_ok: bool,
     pub sizes: Sizes,
+    /// Compile simple advice into trampolines.
+    pub inline: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -207,12 +209,14 @@ fn run(
     let mut symbolizer = None;
     let mut site_probes = 0usize;
     if let Some((agent, pid)) = conn {
-        let base = agent.map_shm(std::os::fd::AsRawFd::as_raw_fd(&seg.fd), seg.size())?;
+        let (base, generation) =
+            agent.map_shm(std::os::fd::AsRawFd::as_raw_fd(&seg.fd), seg.size())?;
         let maps = ProcMaps::read(*pid as u32).map_err(|e| anyhow!("{e}"))?;
         symbolizer = Some(Symbolizer::new(maps.modules()));
         let specs = resolve_sites(prog, &maps, *pid, probe_names)?;
         site_probes = specs.iter().map(|s| s.entry.len() + s.ret.len()).sum();
-        let mut weaver = Weaver::new(agent, &seg.shm, base);
+        let mut weaver = Weaver::new(agent, &seg, prog, base, generation);
+        weaver.inline = opts.inline;
         // Advice: one compiled function per probe body that runs in the target.
         let mut advice_addr = BTreeMap::new();
         let no_symbols = |_: &str| None;
@@ -494,6 +498,7 @@ fn resolve_sites(
                 let call = Call {
                     advice: pi as u64,
                     probe,
+                    body: Some(pi),
                 };
                 if is_ret {
                     spec.ret.push(call);
@@ -536,6 +541,7 @@ fn unwind_hooks(maps: &ProcMaps, on_raise: u64) -> Vec<SiteSpec> {
                     entry: vec![Call {
                         advice: on_raise,
                         probe: 0,
+                        body: None,
                     }],
                     ret: Vec::new(),
                     label: format!("(internal) {}:{}", m.path.display(), f.name),

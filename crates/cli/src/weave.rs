@@ -86,6 +86,9 @@ impl Drop for CodeRegion {
 pub struct Call {
     pub advice: u64,
     pub probe: u32,
+    /// Index of the probe body in the program (None for the agent's own advice);
+    /// simple bodies are compiled inline into the trampoline.
+    pub body: Option<usize>,
 }
 
 /// A site to weave: a function (bytes from its file), the address to patch, and
@@ -105,6 +108,8 @@ pub struct SiteSpec {
 #[derive(Clone, Debug)]
 pub enum Outcome {
     Jump,
+    /// A jump to a trampoline with the advice compiled inline.
+    JumpInline,
     Int3(String),
     Skipped(String),
 }
@@ -113,6 +118,7 @@ impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Outcome::Jump => write!(f, "jump to trampoline"),
+            Outcome::JumpInline => write!(f, "jump to trampoline (advice inline)"),
             Outcome::Int3(r) => write!(f, "int3 ({r})"),
             Outcome::Skipped(r) => write!(f, "skipped: {r}"),
         }
@@ -131,13 +137,20 @@ pub struct Planned {
 }
 
 /// Rough bytes per site (trampoline head + relocated code + a stub).
-pub const SITE_CODE_ESTIMATE: u64 = 640;
+pub const SITE_CODE_ESTIMATE: u64 = 1280;
 
 pub struct Weaver<'a> {
     pub agent: &'a Agent,
     pub shm: &'a Shm,
     /// Where the agent mapped the segment in the target.
     pub shm_base_in_target: u64,
+    /// The agent's generation number for this session (return probes check it).
+    pub generation: u32,
+    pub prog: &'a weft_ir::Program,
+    pub maps: &'a [weft_jit::MapLayout],
+    pub thread_agg_off: u64,
+    /// Compile simple advice into trampolines (`--no-inline` turns it off).
+    pub inline: bool,
     pub regions: Vec<CodeRegion>,
 }
 
@@ -145,12 +158,43 @@ const TWO_GIB: u64 = 1 << 31;
 const MARGIN: u64 = 1 << 24;
 
 impl<'a> Weaver<'a> {
-    pub fn new(agent: &'a Agent, shm: &'a Shm, shm_base_in_target: u64) -> Weaver<'a> {
+    pub fn new(
+        agent: &'a Agent,
+        seg: &'a crate::segment::Segment,
+        prog: &'a weft_ir::Program,
+        shm_base_in_target: u64,
+        generation: u32,
+    ) -> Weaver<'a> {
         Weaver {
             agent,
-            shm,
+            shm: &seg.shm,
             shm_base_in_target,
+            generation,
+            prog,
+            maps: &seg.maps,
+            thread_agg_off: seg.layout.agg_off,
+            inline: true,
             regions: Vec::new(),
+        }
+    }
+
+    /// The entry advice body to inline at a site, if the site qualifies: a function
+    /// entry, at most one entry advice, and that one simple enough.
+    #[allow(clippy::option_option)]
+    fn inline_body(
+        &self,
+        spec: &SiteSpec,
+        at_entry: bool,
+    ) -> Option<Option<&'a weft_ir::Function>> {
+        if !self.inline || !at_entry || spec.entry.len() > 1 {
+            return None;
+        }
+        match spec.entry.first() {
+            None => Some(None),
+            Some(c) => {
+                let f = &self.prog.probes.get(c.body?)?.body;
+                weft_jit::inline::eligible(f, self.maps).then_some(Some(f))
+            }
         }
     }
 
@@ -239,40 +283,87 @@ impl<'a> Weaver<'a> {
         };
         let ret_probe = spec.ret.first().map_or(0, |c| c.probe);
         let entry_probe = spec.entry.first().map_or(0, |c| c.probe);
+        let ret_stub = self.return_stub(spec, index, patch_addr)?;
         let (kind, patch, orig, resume, entry_advice, outcome) = match &plan {
             SitePlan::Jump { .. } => {
                 let shm_base = self.target_shm_base();
+                let inline = self.inline_body(spec, at_entry);
+                let generation = self.generation;
+                let (prog, maps, thread_agg_off) = (self.prog, self.maps, self.thread_agg_off);
+                let hijack_fn = self.agent.hello.hijack;
+                let return_trampoline = self.agent.hello.return_trampoline;
+                let tls_offset = self.agent.hello.tls_offset;
                 let region = &mut self.regions[ri];
-                let tramp = region.next_addr();
-                // The head embeds the segment's address as the agent mapped it.
+                // The generic trampoline: full frame, any advice.
+                let generic_at = region.next_addr();
                 let head = entry_head(&EntryTrampoline {
                     site_addr: patch_addr,
                     func: spec.func.addr,
                     site_index: index,
                     calls: spec.entry.iter().map(|c| (c.advice, c.probe)).collect(),
-                    hijack: (!spec.ret.is_empty()).then_some(self.agent.hello.hijack),
+                    hijack: (!spec.ret.is_empty()).then_some(hijack_fn),
                     at_entry,
                     shm_base,
-                    tls_offset: self.agent.hello.tls_offset,
+                    tls_offset,
                     thread_attach,
                 })?;
-                let reloc = weft_x86::relocate(&plan, tramp + head.len() as u64, true)
+                let reloc = weft_x86::relocate(&plan, generic_at + head.len() as u64, true)
                     .with_context(|| format!("{}: relocating the prologue", spec.label))?;
                 let mut code = head.clone();
                 code.extend_from_slice(&reloc);
                 let at = region
                     .put(&code)
                     .ok_or_else(|| anyhow!("code region full"))?;
-                debug_assert_eq!(at, tramp);
-                let patch = weft_x86::patch_bytes(&plan, tramp)?;
-                let resume = tramp + head.len() as u64;
+                debug_assert_eq!(at, generic_at);
+                let resume = generic_at + head.len() as u64;
+                // The inline trampoline in front of it, for simple advice.
+                let target = match inline {
+                    None => generic_at,
+                    Some(body) => {
+                        let inline_at = region.next_addr();
+                        let site = weft_jit::inline::InlineSite {
+                            site_addr: patch_addr,
+                            func: spec.func.addr,
+                            site_index: index,
+                            probe: entry_probe,
+                            shm_base,
+                            tls_offset,
+                            thread_agg_off,
+                            hijack: (!spec.ret.is_empty()).then_some(weft_jit::inline::Hijack {
+                                advice: ret_advice,
+                                stub: ret_stub,
+                                probe: ret_probe,
+                                generation,
+                                return_trampoline,
+                            }),
+                            generic: generic_at,
+                        };
+                        let head =
+                            weft_jit::inline::inline_head(body, prog, maps, &site, inline_at)?;
+                        let reloc = weft_x86::relocate(&plan, inline_at + head.len() as u64, true)
+                            .with_context(|| format!("{}: relocating the prologue", spec.label))?;
+                        let mut code = head;
+                        code.extend_from_slice(&reloc);
+                        let at = region
+                            .put(&code)
+                            .ok_or_else(|| anyhow!("code region full"))?;
+                        debug_assert_eq!(at, inline_at);
+                        inline_at
+                    }
+                };
+                let patch = weft_x86::patch_bytes(&plan, target)?;
+                let outcome = if target == generic_at {
+                    Outcome::Jump
+                } else {
+                    Outcome::JumpInline
+                };
                 (
                     SiteKind::Jump,
                     patch,
                     plan.original_bytes().to_vec(),
                     resume,
                     0,
-                    Outcome::Jump,
+                    outcome,
                 )
             }
             SitePlan::Int3 { reason, .. } => {
@@ -326,6 +417,7 @@ impl<'a> Weaver<'a> {
             d.patch[..patch.len()].copy_from_slice(&patch);
             d.entry_advice = entry_advice;
             d.return_advice = ret_advice;
+            d.return_stub = ret_stub;
             d.resume = resume;
             d.entry_probe = entry_probe;
             d.return_probe = ret_probe;
@@ -346,6 +438,37 @@ impl<'a> Weaver<'a> {
             label: spec.label.clone(),
             outcome,
         })
+    }
+
+    /// The inline stub of a site's return advice, when there is exactly one and it
+    /// is simple enough; 0 otherwise.
+    fn return_stub(&mut self, spec: &SiteSpec, index: u32, patch_addr: u64) -> Result<u64> {
+        let [call] = spec.ret.as_slice() else {
+            return Ok(0);
+        };
+        let Some(body) = call
+            .body
+            .and_then(|b| self.prog.probes.get(b))
+            .map(|p| &p.body)
+        else {
+            return Ok(0);
+        };
+        if !self.inline || !weft_jit::inline::eligible_return(body, self.maps) {
+            return Ok(0);
+        }
+        let site = weft_jit::inline::InlineSite {
+            site_addr: patch_addr,
+            func: spec.func.addr,
+            site_index: index,
+            probe: call.probe,
+            shm_base: self.shm_base_in_target,
+            tls_offset: self.agent.hello.tls_offset,
+            thread_agg_off: self.thread_agg_off,
+            hijack: None,
+            generic: 0,
+        };
+        let code = weft_jit::inline::return_stub(body, self.maps, &site)?;
+        self.put_anywhere(&code)
     }
 
     /// Where the agent mapped the segment. Trampolines pass it to advice in the

@@ -10,7 +10,7 @@
 //! ```text
 //!   [rsp + 0 ..)               register cells, 8 bytes each
 //!   [rsp + 8*regs ..)          slots, 8-aligned
-//!   [rsp + frame ..)           saved r15 r14 r13 r12 rbx rbp, return address
+//!   [rsp + frame ..)           saved rbx, rbp, return address
 //! ```
 //!
 //! Hot aggregations on maps without keys (`@c = count()`, `@s = sum(x)`,
@@ -54,6 +54,8 @@ pub struct MapLayout {
     /// Offset of the map's accumulators inside the thread aggregation area.
     pub agg_off: u64,
     pub hist_k: u32,
+    /// Signed min/max/sum/avg/stats.
+    pub signed: bool,
 }
 
 /// Location of a USDT argument, as the note's argument string says.
@@ -207,8 +209,8 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Vec<u8>, JitEr
         off += s.div_ceil(8) * 8;
     }
     let mut frame = off;
-    // After the 6 pushes the stack is 16-aligned (entry rsp ≡ 8 mod 16, +6*8 = 56 ≡ 8:
-    // so the frame must be ≡ 8 mod 16 to realign). 7 pushes incl. return address.
+    // Entry rsp ≡ 8 (mod 16); after pushing rbp and rbx it is ≡ 8 again, so the frame
+    // must be ≡ 8 (mod 16) for helper calls to see an aligned stack.
     if frame % 16 != 8 {
         frame += 8;
     }
@@ -238,13 +240,11 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Vec<u8>, JitEr
 
 impl Cx<'_> {
     fn prologue(&mut self, frame: u32) -> R {
+        // Only rbx (the frame pointer of the body) and rbp are callee-saved registers
+        // the compiled code uses.
         self.a.push(rbp)?;
         self.a.mov(rbp, rsp)?;
         self.a.push(rbx)?;
-        self.a.push(r12)?;
-        self.a.push(r13)?;
-        self.a.push(r14)?;
-        self.a.push(r15)?;
         self.a.sub(rsp, frame as i32)?;
         self.a.mov(rbx, rdi)
     }
@@ -253,10 +253,6 @@ impl Cx<'_> {
         let mut exit = self.exit;
         self.bind(&mut exit)?;
         self.a.add(rsp, frame as i32)?;
-        self.a.pop(r15)?;
-        self.a.pop(r14)?;
-        self.a.pop(r13)?;
-        self.a.pop(r12)?;
         self.a.pop(rbx)?;
         self.a.pop(rbp)?;
         self.a.ret()

@@ -10,6 +10,7 @@
 //! addresses it needs.
 
 pub mod advice;
+pub mod inline;
 pub mod trampoline;
 
 pub use advice::{compile, Env, MapLayout, UsdtArg};

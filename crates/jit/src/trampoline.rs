@@ -1,22 +1,27 @@
 //! Entry trampolines for jump sites.
 //!
 //! A patched site jumps here. The head saves every general-purpose register, the
-//! flags (when the site is not a function entry, where they are dead) and xmm0–7
-//! into a [`weft_abi::Frame`] on an aligned stack area, finds the thread's agent
-//! state through the TLS slot, runs each entry advice (and the return-address
-//! hijack for return probes), restores everything and falls through into the
-//! relocated displaced instructions, which the caller appends (they end with the
-//! jump back).
+//! arithmetic flags and xmm0–7 into a [`weft_abi::Frame`] on an aligned stack area,
+//! finds the thread's agent state through the TLS slot, runs each entry advice (and
+//! the return-address hijack for return probes), restores everything and falls
+//! through into the relocated displaced instructions, which the caller appends (they
+//! end with the jump back).
+//!
+//! Nothing may be assumed dead, not even at a function's entry: with GCC's
+//! interprocedural register allocation (`-fipa-ra`, on at -O2) a caller keeps values
+//! in "caller-saved" registers across a call to a function it knows leaves them
+//! alone. Flags are saved with `lahf`/`seto` (`pushfq`/`popfq` costs ~7 ns here).
 //!
 //! ```text
-//!   [lea rsp,[rsp-128]; pushfq]      only off function entry: skip the red zone
-//!   push rax; mov rax,rsp; and rsp,-16; sub rsp,AREA   P = rax
-//!   save registers, xmm0-7, P, rip
+//!   [lea rsp,[rsp-128]]              only off function entry: skip the red zone
+//!   push rax; lahf; seto al; push rax
+//!   mov rax,rsp; and rsp,-16; sub rsp,AREA   P = rax
+//!   save registers, xmm0-7, P, rip, flags
 //!   mov rax,fs:[tls]; test; jz slow; cmp [rax+nest],0; jne skip
 //!   mov rcx,[rax+slot]; test; jz slow
 //! have: fill frame; inc nest; call advice...; [call hijack]; dec nest; jmp skip
 //! slow: call thread_attach → rax=thread, rdx=slot; test rdx; jz skip; jmp have
-//! skip: restore; mov rsp,P; pop rax; [popfq; lea rsp,[rsp+128]]
+//! skip: restore; mov rsp,P; pop rax; add al,0x7f; sahf; pop rax; [lea rsp,[rsp+128]]
 //!   <relocated instructions, jump back>
 //! ```
 //!
@@ -98,12 +103,13 @@ pub fn entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
     let mut have = a.create_label();
     let mut slow = a.create_label();
     let mut skip = a.create_label();
-    let extra = if t.at_entry { 8 } else { 8 + 8 + 128 };
+    // P points at the saved flags word; the saved rax is above it, then the site's
+    // stack (past the red zone off function entry).
+    let extra = if t.at_entry { 16 } else { 16 + 128 };
     if !t.at_entry {
         a.lea(rsp, qword_ptr(rsp - 128))?;
-        a.pushfq()?;
     }
-    a.push(rax)?;
+    save_flags(&mut a)?;
     a.mov(rax, rsp)?;
     a.and(rsp, -16)?;
     a.sub(rsp, AREA)?;
@@ -111,14 +117,17 @@ pub fn entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
     for (i, r) in saved_regs() {
         a.mov(qword_ptr(rsp + reg_off(i)), r)?;
     }
-    a.mov(rcx, qword_ptr(rax))?;
+    a.mov(rcx, qword_ptr(rax + 8))?;
     a.mov(qword_ptr(rsp + reg_off(RAX)), rcx)?;
     a.lea(rcx, qword_ptr(rax + extra))?;
     a.mov(qword_ptr(rsp + reg_off(RSP)), rcx)?;
-    if !t.at_entry {
-        a.mov(rcx, qword_ptr(rax + 8))?;
-        a.mov(qword_ptr(rsp + reg_off(FLAGS)), rcx)?;
-    }
+    // rflags as the site saw them: SF ZF AF PF CF from ah, OF from al, bit 1 set.
+    a.movzx(ecx, byte_ptr(rax + 1))?;
+    a.movzx(edx, byte_ptr(rax))?;
+    a.shl(edx, 11)?;
+    a.or(ecx, edx)?;
+    a.or(ecx, 0x202)?;
+    a.mov(qword_ptr(rsp + reg_off(FLAGS)), rcx)?;
     for (i, x) in xmms().into_iter().enumerate() {
         a.movdqu(xmmword_ptr(rsp + OFF_XMM + 16 * i as i32), x)?;
     }
@@ -174,12 +183,28 @@ pub fn entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
     }
     a.mov(rax, qword_ptr(rsp + OFF_P))?;
     a.mov(rsp, rax)?;
-    a.pop(rax)?;
+    restore_flags(&mut a)?;
     if !t.at_entry {
-        a.popfq()?;
         a.lea(rsp, qword_ptr(rsp + 128))?;
     }
     Ok(a.assemble(0)?)
+}
+
+/// `push rax; lahf; seto al; push rax`: the arithmetic flags, without `pushfq`.
+pub fn save_flags(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.push(rax)?;
+    a.lahf()?;
+    a.seto(al)?;
+    a.push(rax)
+}
+
+/// Undo [`save_flags`]: `pop rax; add al,0x7f; sahf; pop rax` (the add recreates OF
+/// from the saved bit, sahf the other flags). Leaves rsp 16 bytes higher.
+pub fn restore_flags(a: &mut CodeAssembler) -> Result<(), IcedError> {
+    a.pop(rax)?;
+    a.add(al, 0x7f)?;
+    a.sahf()?;
+    a.pop(rax)
 }
 
 /// A thunk that calls several return advice functions in order, each with its probe

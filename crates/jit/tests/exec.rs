@@ -69,6 +69,7 @@ impl Exec {
                 table_off: *t,
                 agg_off: *a,
                 hist_k: s.hist_k,
+                signed: s.signed,
             })
             .collect();
         let mut tstate: Box<AgentThread> = Box::new(unsafe { std::mem::zeroed() });

@@ -115,6 +115,7 @@ fn patched_function_runs_advice_and_keeps_its_result() {
             table_off: *t,
             agg_off: *a,
             hist_k: 0,
+            signed: s.signed,
         })
         .collect();
     let helpers = weft_runtime::helpers::helper_table();

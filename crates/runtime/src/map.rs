@@ -247,8 +247,18 @@ fn zero_words(p: *mut u8, size: u32) {
     }
 }
 
-/// `clear(@m)`: remove every entry.
+/// Whether a map is a scalar `count()`: its single entry always exists (bpftrace
+/// prints `@c: 0` even when it was never hit), and inline advice relies on that.
+fn permanent_entry(d: &MapDesc) -> bool {
+    d.key_size == 0 && d.kind == MapKind::Count as u32
+}
+
+/// `clear(@m)`: remove every entry (a scalar count is zeroed instead).
 pub fn clear(shm: &Shm, d: &MapDesc) {
+    if permanent_entry(d) {
+        zero(shm, d);
+        return;
+    }
     for i in 0..d.capacity {
         let hd = header(entry_ptr(shm, d, i));
         let st = hd.state.load(Ordering::Acquire);
