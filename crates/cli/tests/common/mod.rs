@@ -110,8 +110,28 @@ pub fn build(src: &str, variant: Variant, extra: &[&str]) -> PathBuf {
     out
 }
 
+/// The weft binary under test, with the agent library built beside it (a plain
+/// `cargo test` does not build the agent's cdylib; do it once here).
 pub fn weft_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_weft"))
+    static AGENT: std::sync::Once = std::sync::Once::new();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_weft"));
+    AGENT.call_once(|| {
+        let dir = bin.parent().unwrap();
+        if dir.join("libweft_agent.so").is_file() {
+            return;
+        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "weft-agent"]).current_dir(repo_root());
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        // target/<profile>/weft → target dir is two levels up.
+        cmd.env("CARGO_TARGET_DIR", dir.parent().unwrap());
+        let st = cmd.status().expect("running cargo to build the agent");
+        assert!(st.success(), "building libweft_agent.so failed");
+    });
+    bin
 }
 
 /// Run weft to completion (with a timeout that kills it).
