@@ -106,6 +106,39 @@ fn functions_without_a_size_get_int3() {
 }
 
 #[test]
+fn every_register_xmm_and_flag_survives_probed_calls() {
+    // check_regs() fills every GPR, xmm0-15 and the flags, calls a victim that
+    // touches none of them, and reports what changed: nothing may, whatever path the
+    // probe takes (inline advice and stub, general trampoline with helper calls,
+    // int3).
+    let bin = build("regs.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let programs = [
+        (vec![], format!("uprobe:{b}:victim_* {{ @c = count(); }} uretprobe:{b}:victim_* {{ @r = count(); }}")),
+        (
+            vec![],
+            format!(
+                "uprobe:{b}:victim_* {{ @k[tid, func] = count(); @s[\"x\"] = sum(arg0); }} \
+                 uretprobe:{b}:victim_* {{ @rk[retval & 7] = count(); printf(\"\"); }}"
+            ),
+        ),
+        (vec!["--no-inline"], format!("uprobe:{b}:victim_* {{ @c = count(); }} uretprobe:{b}:victim_* {{ @r = count(); }}")),
+    ];
+    for (flags, prog) in programs {
+        let mut args: Vec<&str> = flags.clone();
+        args.extend(["-v", "-e", &prog, "-c"]);
+        let cmd = format!("{b} 50");
+        args.push(&cmd);
+        let o = weft(&args, T);
+        let out = ok(&o);
+        assert!(out.contains("clobbered=0\n"), "{flags:?} {prog}: {out}");
+        assert!(
+            text(&o.stderr).contains("victim_int3 at 0x") && text(&o.stderr).contains(": int3 (")
+        );
+    }
+}
+
+#[test]
 fn stack_arguments_and_printf() {
     for v in [
         Variant::O2_PIE,

@@ -1,7 +1,7 @@
 //! Entry trampolines for jump sites.
 //!
 //! A patched site jumps here. The head saves every general-purpose register, the
-//! arithmetic flags and xmm0–7 into a [`weft_abi::Frame`] on an aligned stack area,
+//! arithmetic flags and xmm0–15 into a [`weft_abi::Frame`] on an aligned stack area,
 //! finds the thread's agent state through the TLS slot, runs each entry advice (and
 //! the return-address hijack for return probes), restores everything and falls
 //! through into the relocated displaced instructions, which the caller appends (they
@@ -61,7 +61,9 @@ pub struct EntryTrampoline {
 
 const OFF_P: i32 = FRAME_SIZE as i32;
 const OFF_XMM: i32 = FRAME_SIZE as i32 + 16;
-const AREA: i32 = ((FRAME_SIZE as i32 + 16 + 128) + 15) & !15;
+/// Frame, P, and all sixteen xmm registers (helpers are ordinary compiled code and
+/// may use any of them; a `-fipa-ra` caller may keep values in any of them).
+const AREA: i32 = ((FRAME_SIZE as i32 + 16 + 256) + 15) & !15;
 
 fn reg_off(i: usize) -> i32 {
     (i * 8) as i32
@@ -93,8 +95,11 @@ fn saved_regs() -> [(usize, AsmRegister64); 14] {
     ]
 }
 
-fn xmms() -> [AsmRegisterXmm; 8] {
-    [xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7]
+fn xmms() -> [AsmRegisterXmm; 16] {
+    [
+        xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13,
+        xmm14, xmm15,
+    ]
 }
 
 /// Emit the head. The relocated instructions must follow it immediately.
