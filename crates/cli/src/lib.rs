@@ -11,6 +11,7 @@
 pub mod args;
 pub mod conn;
 pub mod demo;
+pub mod dwarf;
 pub mod local;
 pub mod patch;
 pub mod printer;
@@ -66,6 +67,12 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
             })
         })
         .collect::<Result<_>>()?;
+    let executable = match (&t.command, t.cmd.first()) {
+        (Some(c), _) => target::split_command(c).ok().and_then(|v| target::which(&v[0])),
+        (None, Some(c)) => target::which(c),
+        _ => None,
+    };
+    let resolver = dwarf::DwarfArgs { pid: t.pid, executable };
     let opts = weft_lang::Options {
         positional: params,
         config: weft_ir::Config {
@@ -73,7 +80,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
             ..weft_ir::Config::default()
         },
         unsafe_ok: t.unsafe_ok,
-        args_resolver: None,
+        args_resolver: Some(std::sync::Arc::new(resolver)),
         dump,
     };
     let out = weft_lang::compile(&text, &file, &opts);

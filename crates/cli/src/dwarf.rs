@@ -1,0 +1,48 @@
+//! `args` for uprobes: parameter names and types from the probed function's DWARF,
+//! found before anything is woven (the front end asks while checking).
+
+use std::path::PathBuf;
+
+use weft_ir::{AttachPoint, Type};
+use weft_symbols::{ElfFile, LibrarySearch, ProcMaps, TargetContext};
+
+/// Resolves `BIN` of a probe against the process (`-p`) or the command (`-c`).
+pub struct DwarfArgs {
+    pub pid: Option<i32>,
+    pub executable: Option<PathBuf>,
+}
+
+impl weft_lang::ArgsResolver for DwarfArgs {
+    fn params(&self, attach: &AttachPoint) -> Option<Vec<(String, Type)>> {
+        let (target, func) = match attach {
+            AttachPoint::Uprobe { target, func, .. } | AttachPoint::Uretprobe { target, func } => (target, func),
+            _ => return None,
+        };
+        let search = LibrarySearch::system();
+        let path = match self.pid {
+            Some(pid) => {
+                let maps = ProcMaps::read(pid as u32).ok()?;
+                let modules = maps.modules();
+                let ctx = TargetContext { process: Some((pid as u32, &modules)), executable: None, search: &search };
+                let t = weft_symbols::resolve_target(target, &ctx).ok()?;
+                t.module.map_or(t.path, |m| m.open_path)
+            }
+            None => {
+                let exe = self.executable.as_ref().and_then(|p| ElfFile::open(p).ok());
+                let ctx = TargetContext { process: None, executable: exe.as_ref(), search: &search };
+                weft_symbols::resolve_target(target, &ctx).ok()?.path
+            }
+        };
+        let elf = ElfFile::open(&path).ok()?;
+        let info = elf.debug_info().ok()??;
+        // A wildcard matches several functions: `args` needs one signature; use the
+        // first matching function that has debug info.
+        let name = if func.contains(['*', '?', '[']) {
+            weft_symbols::match_functions(&elf, func).ok()?.first()?.1.raw.clone()
+        } else {
+            func.clone()
+        };
+        let params = info.function_params(&name)?;
+        Some(params.into_iter().map(|p| (p.name, p.ty)).collect())
+    }
+}
