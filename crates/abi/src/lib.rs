@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -79,8 +79,24 @@ pub struct ShmHeader {
     pub gid: u64,
     /// Hits on threads that found no free thread slot (their advice did not run).
     pub threads_dropped: AtomicU64,
+    /// `profile:hz:N` probes: sampled by per-thread CPU-time timers in the agent.
+    pub profiles: [ProfileDesc; MAX_PROFILES],
     /// Errors counted outside any thread slot.
     pub global_errors: [AtomicU64; ERROR_KINDS],
+}
+
+/// Most `profile:hz:N` probes in one program.
+pub const MAX_PROFILES: usize = 4;
+
+/// One `profile:hz:N` probe (`hz == 0`: unused).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProfileDesc {
+    pub hz: u32,
+    /// Probe name index for `probe`.
+    pub probe: u32,
+    /// Compiled advice (`extern "C" fn(*mut Frame)`).
+    pub advice: u64,
 }
 
 #[repr(u32)]
@@ -198,7 +214,8 @@ pub fn key_hash(key: &[u8]) -> u32 {
         b[..w.len()].copy_from_slice(w);
         *l = (*l ^ u64::from_le_bytes(b) ^ (w.len() as u64) << 56).wrapping_mul(K);
     }
-    let mut h = lanes[0] ^ lanes[1].rotate_left(17) ^ lanes[2].rotate_left(31) ^ lanes[3].rotate_left(47);
+    let mut h =
+        lanes[0] ^ lanes[1].rotate_left(17) ^ lanes[2].rotate_left(31) ^ lanes[3].rotate_left(47);
     h ^= key.len() as u64;
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);

@@ -12,7 +12,7 @@ use weft_abi::*;
 use weft_runtime::proto;
 use weft_runtime::shm::Shm;
 
-use crate::{patch, ret, session, threads, trap};
+use crate::{patch, profile, ret, session, threads, trap};
 
 static REQUEST: AtomicU32 = AtomicU32::new(0);
 /// The socket name of the latest connection request.
@@ -183,21 +183,29 @@ fn serve(fd: OwnedFd) {
     }
     let mut regions: Vec<(u64, usize)> = Vec::new();
     let mut ending: Option<Box<session::Session>> = None;
+    let mut timers = profile::Timers::default();
+    let mut running = false;
     loop {
         let mut pfd = libc::pollfd {
             fd: sock,
             events: libc::POLLIN,
             revents: 0,
         };
+        // Profiling picks up new threads every 100 ms.
+        let wait = if timers.active() { 100 } else { 500 };
         // SAFETY: poll on one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, 500) };
+        let r = unsafe { libc::poll(&mut pfd, 1, wait) };
         if r == 0 {
             keep_handlers();
+            if running {
+                timers.refresh();
+            }
             continue;
         }
         let msg = match proto::recv(sock) {
             Ok(Some(m)) => m,
             _ => {
+                timers.stop();
                 weft_gone();
                 return;
             }
@@ -230,12 +238,17 @@ fn serve(fd: OwnedFd) {
                 Err(e) => Err(e),
             },
             MSG_GO => {
-                // Reply before releasing: a launched program may run to its end at once.
+                // Timers first, then reply, then release: a launched program may run
+                // to its end at once.
+                running = true;
+                timers.refresh();
                 let _ = proto::send(sock, MSG_OK, &[], None);
                 release_launch();
                 continue;
             }
             MSG_END => {
+                running = false;
+                timers.stop();
                 threads::detach_all();
                 ending = session::take();
                 if let Some(s) = ending.as_mut() {

@@ -18,6 +18,7 @@
 
 mod control;
 mod patch;
+mod profile;
 mod ret;
 mod session;
 mod threads;

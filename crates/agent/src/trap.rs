@@ -116,9 +116,35 @@ fn run_advice(uc: &mut libc::ucontext_t, s: &session::Session, idx: u32, ip: u64
         return;
     }
     let site = s.shm.site(idx);
+    let mut frame = frame_from(uc, ip, s, slot, t);
+    frame.site = u64::from(idx);
+    frame.func = site.func;
+    frame.probe = u64::from(site.entry_probe);
+    th.nest += 1;
+    if site.entry_advice != 0 {
+        // SAFETY: compiled advice in a code region of this session.
+        let f: extern "C" fn(*mut Frame) = unsafe { core::mem::transmute(site.entry_advice) };
+        f(&mut frame);
+    }
+    // weft sets return advice only on sites at a function's entry (after endbr64).
+    if site.return_advice != 0 {
+        ret::weft_agent_hijack(&mut frame);
+    }
+    th.nest -= 1;
+}
+
+/// A frame for advice run from a signal handler: registers from the signal context,
+/// `rip = ip`.
+pub(crate) fn frame_from(
+    uc: &libc::ucontext_t,
+    ip: u64,
+    s: &session::Session,
+    slot: *mut weft_abi::ThreadSlot,
+    t: *mut weft_abi::AgentThread,
+) -> Frame {
     let g = &uc.uc_mcontext.gregs;
     let r = |i: i32| g[i as usize] as u64;
-    let mut frame = Frame {
+    Frame {
         regs: Regs {
             rax: r(libc::REG_RAX),
             rbx: r(libc::REG_RBX),
@@ -141,20 +167,9 @@ fn run_advice(uc: &mut libc::ucontext_t, s: &session::Session, idx: u32, ip: u64
         },
         thread: slot,
         shm: s.shm.base(),
-        site: u64::from(idx),
-        func: site.func,
+        site: u64::MAX,
+        func: 0,
         tstate: t as *mut u8,
-        probe: u64::from(site.entry_probe),
-    };
-    th.nest += 1;
-    if site.entry_advice != 0 {
-        // SAFETY: compiled advice in a code region of this session.
-        let f: extern "C" fn(*mut Frame) = unsafe { core::mem::transmute(site.entry_advice) };
-        f(&mut frame);
+        probe: 0,
     }
-    // weft sets return advice only on sites at a function's entry (after endbr64).
-    if site.return_advice != 0 {
-        ret::weft_agent_hijack(&mut frame);
-    }
-    th.nest -= 1;
 }

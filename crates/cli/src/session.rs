@@ -254,6 +254,33 @@ fn run(
             }
             planned.push(p);
         }
+        // profile:hz:N probes: advice in a code region, sampled by the agent's timers.
+        let mut n_profiles = 0usize;
+        for (pi, p) in prog.probes.iter().enumerate() {
+            for a in &p.attach {
+                let AttachPoint::Profile { hz } = a else {
+                    continue;
+                };
+                if n_profiles == weft_abi::MAX_PROFILES {
+                    bail!(
+                        "{a}: at most {} profile probes per program",
+                        weft_abi::MAX_PROFILES
+                    );
+                }
+                let hz = u32::try_from(*hz).ok().filter(|h| (1..=10_000).contains(h));
+                let hz = hz.ok_or_else(|| anyhow!("{a}: the rate must be 1 to 10000 Hz"))?;
+                let code = weft_jit::compile(&prog.probes[pi].body, prog, &env)?;
+                let advice = weaver.put_anywhere(&code)?;
+                let probe = name_index(probe_names, a);
+                let h = seg.shm.header() as *const weft_abi::ShmHeader as *mut weft_abi::ShmHeader;
+                // SAFETY: the agent reads the profile table only once weft says go.
+                unsafe {
+                    (*h).profiles[n_profiles] = weft_abi::ProfileDesc { hz, probe, advice };
+                }
+                n_profiles += 1;
+            }
+        }
+        site_probes += n_profiles;
         std::mem::forget(weaver.regions);
     }
 
@@ -459,7 +486,7 @@ fn resolve_sites(
                 } => (target, func, *offset, false),
                 AttachPoint::Uretprobe { target, func } => (target, func, 0, true),
                 AttachPoint::Usdt { .. } => bail!("{a}: usdt probes are not supported yet"),
-                AttachPoint::Profile { .. } => bail!("{a}: profile probes are not supported yet"),
+                AttachPoint::Profile { .. } => continue,
                 _ => continue,
             };
             let t =
