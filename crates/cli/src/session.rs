@@ -88,7 +88,7 @@ pub fn trace(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         )),
         None => Box::new(std::io::stdout()),
     };
-    let mut probe_names = prog.probe_names.clone();
+    let mut probe_names = ProbeNames::new(&prog.probe_names);
 
     // 1. The target and its agent.
     let mut child: Option<Child> = None;
@@ -156,7 +156,7 @@ fn run(
     prog: &Program,
     opts: &TraceOptions,
     out: Box<dyn Write>,
-    probe_names: &mut Vec<String>,
+    probe_names: &mut ProbeNames,
     conn: Option<&(Agent, i32)>,
     mut child: Option<&mut Child>,
 ) -> Result<i32> {
@@ -205,6 +205,7 @@ fn run(
     )?;
 
     // 4. Sites in the target.
+    let t_sites = Instant::now();
     let mut planned: Vec<Planned> = Vec::new();
     let mut symbolizer = None;
     let mut site_probes = 0usize;
@@ -284,9 +285,16 @@ fn run(
         std::mem::forget(weaver.regions);
     }
 
+    if opts.verbose && conn.is_some() {
+        eprintln!(
+            "weft: resolved, planned and compiled {} sites in {:.1} ms",
+            planned.len(),
+            t_sites.elapsed().as_secs_f64() * 1e3
+        );
+    }
     let resolver = SessionResolver {
         symbolizer: std::cell::RefCell::new(symbolizer),
-        probe_names: probe_names.clone(),
+        probe_names: probe_names.names.clone(),
         formats: prog.formats.clone(),
     };
     let mut printer = Printer {
@@ -432,7 +440,7 @@ fn unweave(agent: &Agent, pid: i32, planned: &[Planned], seg: &Segment) -> Resul
     agent.free()
 }
 
-fn name_index(names: &mut Vec<String>, a: &AttachPoint) -> u32 {
+fn name_index(names: &mut ProbeNames, a: &AttachPoint) -> u32 {
     let s = match a {
         AttachPoint::Begin => "BEGIN".to_string(),
         AttachPoint::End => "END".to_string(),
@@ -441,12 +449,35 @@ fn name_index(names: &mut Vec<String>, a: &AttachPoint) -> u32 {
     intern(names, s)
 }
 
-fn intern(names: &mut Vec<String>, s: String) -> u32 {
-    if let Some(i) = names.iter().position(|n| *n == s) {
-        return i as u32;
+/// Probe names for `probe`, with their indices (the program's, then one per expanded
+/// site).
+pub struct ProbeNames {
+    pub names: Vec<String>,
+    index: std::collections::HashMap<String, u32>,
+}
+
+impl ProbeNames {
+    /// The program's own names keep their positions (its code refers to them).
+    fn new(initial: &[String]) -> ProbeNames {
+        let mut index = std::collections::HashMap::new();
+        for (i, n) in initial.iter().enumerate() {
+            index.entry(n.clone()).or_insert(i as u32);
+        }
+        ProbeNames {
+            names: initial.to_vec(),
+            index,
+        }
     }
-    names.push(s);
-    names.len() as u32 - 1
+}
+
+fn intern(names: &mut ProbeNames, s: String) -> u32 {
+    if let Some(&i) = names.index.get(&s) {
+        return i;
+    }
+    let i = names.names.len() as u32;
+    names.index.insert(s.clone(), i);
+    names.names.push(s);
+    i
 }
 
 fn proc_ids(pid: i32) -> Option<(u64, u64)> {
@@ -466,7 +497,7 @@ fn resolve_sites(
     prog: &Program,
     maps: &ProcMaps,
     pid: i32,
-    names: &mut Vec<String>,
+    names: &mut ProbeNames,
 ) -> Result<Vec<SiteSpec>> {
     let modules = maps.modules();
     let search = weft_symbols::LibrarySearch::system();

@@ -213,3 +213,46 @@ fn patched_function_runs_advice_and_keeps_its_result() {
     assert_eq!(func(1, 1), 3);
     assert_eq!(read(0), 101);
 }
+
+#[test]
+fn templated_heads_equal_directly_assembled_ones() {
+    // Instantiating the cached template must give exactly the bytes a fresh
+    // assembly of the same head gives, for every shape.
+    for at_entry in [true, false] {
+        for calls in 0..3usize {
+            for hijack in [None, Some(0x7f00_0000_1234u64)] {
+                for (site, func, index) in [
+                    (0x401000u64, 0x401000u64, 0u32),
+                    (0x5555_5555_1234, 0x5555_5555_1230, 77),
+                ] {
+                    let t = EntryTrampoline {
+                        site_addr: site,
+                        func,
+                        site_index: index,
+                        calls: (0..calls)
+                            .map(|i| (0x7f11_2233_0000 + i as u64 * 64, 9 + i as u32))
+                            .collect(),
+                        hijack,
+                        at_entry,
+                        shm_base: 0x7fee_0000_0000,
+                        tls_offset: -200,
+                        thread_attach: 0x7f55_0000_0000,
+                    };
+                    let a = entry_head(&t).unwrap();
+                    let b = weft_jit::trampoline::assemble_entry_head(&t).unwrap();
+                    assert_eq!(a, b, "template instance differs from a direct assembly");
+                    // A different site of the same shape differs only in its constants.
+                    let mut t2 = t.clone();
+                    t2.site_addr += 16;
+                    let c = entry_head(&t2).unwrap();
+                    assert_eq!(a.len(), c.len());
+                    assert_eq!(
+                        a.iter().zip(&c).filter(|(x, y)| x != y).count(),
+                        1,
+                        "only the site address byte changed"
+                    );
+                }
+            }
+        }
+    }
+}

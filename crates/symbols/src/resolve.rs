@@ -106,12 +106,11 @@ fn padding_bytes<'a>(elf: &'a ElfFile, f: &Function) -> &'a [u8] {
         return &[];
     }
     let end = f.vaddr + f.size;
-    let next = elf
-        .functions()
-        .iter()
-        .map(|g| g.vaddr)
-        .filter(|&v| v >= end)
-        .min();
+    // functions() is in address order: the next one starts at the first vaddr >= end.
+    let funcs = elf.functions();
+    let next = funcs
+        .get(funcs.partition_point(|g| g.vaddr < end))
+        .map(|g| g.vaddr);
     let section_end = elf
         .sections()
         .iter()
