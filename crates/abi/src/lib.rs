@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -371,6 +371,9 @@ pub struct SiteDesc {
     pub return_probe: u32,
     /// Name of the function (NUL-padded, truncated), for `func` used as a string.
     pub name: [u8; SITE_NAME_LEN],
+    /// Address of a USDT semaphore (`unsigned short`) incremented while the site is
+    /// patched, or 0.
+    pub semaphore: u64,
 }
 
 pub const SITE_NAME_LEN: usize = 64;

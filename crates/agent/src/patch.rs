@@ -121,5 +121,15 @@ pub fn restore_all(shm: &Shm) -> usize {
         s.state.store(SITE_RESTORED, Ordering::Release);
     }
     sync_core();
+    // USDT semaphores go back down, so PROBE_ENABLED() code stops running.
+    for &i in &todo {
+        let sem = shm.site(i).semaphore;
+        if sem != 0 {
+            // SAFETY: weft recorded the address of a 16-bit semaphore in a writable
+            // data section of this process, which it incremented when patching.
+            let w = unsafe { &*(sem as *const core::sync::atomic::AtomicU16) };
+            let _ = w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+        }
+    }
     todo.len()
 }

@@ -116,7 +116,17 @@ fn run_advice(uc: &mut libc::ucontext_t, s: &session::Session, idx: u32, ip: u64
         return;
     }
     let site = s.shm.site(idx);
-    let mut frame = frame_from(uc, ip, s, slot, t);
+    // A site just after a function's endbr64 is that function's entry probe: report
+    // the function's address, as a uprobe there would.
+    const ENDBR64: u64 = 0xfa1e_0ff3;
+    let reported = if ip.wrapping_sub(site.func) == 4
+        && weft_runtime::safe::load(site.func, 4) == Some(ENDBR64)
+    {
+        site.func
+    } else {
+        ip
+    };
+    let mut frame = frame_from(uc, reported, s, slot, t);
     frame.site = u64::from(idx);
     frame.func = site.func;
     frame.probe = u64::from(site.entry_probe);

@@ -15,7 +15,9 @@ pub struct DwarfArgs {
 impl weft_lang::ArgsResolver for DwarfArgs {
     fn params(&self, attach: &AttachPoint) -> Option<Vec<(String, Type)>> {
         let (target, func) = match attach {
-            AttachPoint::Uprobe { target, func, .. } | AttachPoint::Uretprobe { target, func } => (target, func),
+            AttachPoint::Uprobe { target, func, .. } | AttachPoint::Uretprobe { target, func } => {
+                (target, func)
+            }
             _ => return None,
         };
         let search = LibrarySearch::system();
@@ -23,13 +25,21 @@ impl weft_lang::ArgsResolver for DwarfArgs {
             Some(pid) => {
                 let maps = ProcMaps::read(pid as u32).ok()?;
                 let modules = maps.modules();
-                let ctx = TargetContext { process: Some((pid as u32, &modules)), executable: None, search: &search };
+                let ctx = TargetContext {
+                    process: Some((pid as u32, &modules)),
+                    executable: None,
+                    search: &search,
+                };
                 let t = weft_symbols::resolve_target(target, &ctx).ok()?;
                 t.module.map_or(t.path, |m| m.open_path)
             }
             None => {
                 let exe = self.executable.as_ref().and_then(|p| ElfFile::open(p).ok());
-                let ctx = TargetContext { process: None, executable: exe.as_ref(), search: &search };
+                let ctx = TargetContext {
+                    process: None,
+                    executable: exe.as_ref(),
+                    search: &search,
+                };
                 weft_symbols::resolve_target(target, &ctx).ok()?.path
             }
         };
@@ -38,7 +48,12 @@ impl weft_lang::ArgsResolver for DwarfArgs {
         // A wildcard matches several functions: `args` needs one signature; use the
         // first matching function that has debug info.
         let name = if func.contains(['*', '?', '[']) {
-            weft_symbols::match_functions(&elf, func).ok()?.first()?.1.raw.clone()
+            weft_symbols::match_functions(&elf, func)
+                .ok()?
+                .first()?
+                .1
+                .raw
+                .clone()
         } else {
             func.clone()
         };

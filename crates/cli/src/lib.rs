@@ -68,11 +68,16 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         })
         .collect::<Result<_>>()?;
     let executable = match (&t.command, t.cmd.first()) {
-        (Some(c), _) => target::split_command(c).ok().and_then(|v| target::which(&v[0])),
+        (Some(c), _) => target::split_command(c)
+            .ok()
+            .and_then(|v| target::which(&v[0])),
         (None, Some(c)) => target::which(c),
         _ => None,
     };
-    let resolver = dwarf::DwarfArgs { pid: t.pid, executable };
+    let resolver = dwarf::DwarfArgs {
+        pid: t.pid,
+        executable,
+    };
     let opts = weft_lang::Options {
         positional: params,
         config: weft_ir::Config {

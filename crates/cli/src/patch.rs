@@ -62,6 +62,9 @@ pub fn apply(pid: i32, sites: &mut [Planned], shm: &Shm) -> Result<PatchReport> 
         d.state.store(SITE_PATCHING, Ordering::Release);
         w.write_mem(s.addr, &s.patch).map_err(|e| anyhow!("{e}"))?;
         d.state.store(SITE_PATCHED, Ordering::Release);
+        if let Some(sem) = s.semaphore {
+            bump_semaphore(&w, sem, 1)?;
+        }
         report.patched += 1;
     }
     report.pause = w.resume().map_err(|e| anyhow!("{e}"))?;
@@ -92,8 +95,21 @@ pub fn restore(pid: i32, sites: &[Planned], shm: &Shm) -> Result<Duration> {
             w.write_mem(s.addr, &s.orig).map_err(|e| anyhow!("{e}"))?;
         }
         d.state.store(SITE_RESTORED, Ordering::Release);
+        if let Some(sem) = s.semaphore {
+            bump_semaphore(&w, sem, -1)?;
+        }
     }
     w.resume().map_err(|e| anyhow!("{e}"))
+}
+
+/// Add `by` to a USDT semaphore (an `unsigned short`), with every thread stopped.
+fn bump_semaphore(w: &StoppedProcess, addr: u64, by: i32) -> Result<()> {
+    let mut b = [0u8; 2];
+    w.read_mem(addr, &mut b)
+        .map_err(|e| anyhow!("reading a USDT semaphore: {e}"))?;
+    let v = (i32::from(u16::from_le_bytes(b)) + by).clamp(0, i32::from(u16::MAX)) as u16;
+    w.write_mem(addr, &v.to_le_bytes())
+        .map_err(|e| anyhow!("writing a USDT semaphore: {e}"))
 }
 
 /// Wait until no thread is inside advice (`AgentThread::nest`), a trampoline or a

@@ -145,11 +145,9 @@ impl<'a> Printer<'a> {
                 if let Some(f) = fmt(h.id) {
                     if let Some(ty) = f.args.first() {
                         let text = match self.format {
+                            // The value and its newline.
                             OutputFormat::Text => {
-                                let mut t =
-                                    weft_output::print_value(ty, &e.payload, &self.resolver);
-                                t.push(b'\n');
-                                t
+                                weft_output::print_value(ty, &e.payload, &self.resolver)
                             }
                             OutputFormat::Json => {
                                 weft_output::json::value(ty, &e.payload, &self.resolver)
@@ -203,19 +201,13 @@ impl<'a> Printer<'a> {
         let _ = self.out.flush();
     }
 
-    /// Every map, as bpftrace prints them when it exits.
+    /// Every map, as bpftrace prints them when it exits: the exit header (also
+    /// when there is no map, and also with `-f json`), then each map in bpftrace's order.
     pub fn print_all(&mut self, shm: &Shm) {
-        if self.prog.maps.is_empty() {
-            return;
-        }
-        if self.format == OutputFormat::Text {
-            let _ = self.out.write_all(weft_output::exit_header().as_bytes());
-        }
+        let _ = self.out.write_all(weft_output::exit_header().as_bytes());
         for i in weft_output::exit_order(&self.prog.maps) {
-            let entries = self.entries(shm, i as u32);
-            if entries.is_empty() {
-                continue;
-            }
+            // Empty maps too: bpftrace prints their newline (and `@x: 0` for a
+            // scalar count()).
             self.print_map(shm, i as u32, 0, 0);
         }
     }
@@ -294,4 +286,46 @@ fn join_parts(args: &[weft_ir::Type], payload: &[u8]) -> Vec<Vec<u8>> {
             field[..n].to_vec()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::{Segment, Sizes};
+
+    /// What `print_all` writes at exit for `program` when no probe has run.
+    fn exit_text(program: &str, format: OutputFormat) -> String {
+        let out = weft_lang::compile(program, "-e", &weft_lang::Options::default());
+        let prog = out.program.expect("program compiles");
+        let seg = Segment::create(&prog, Sizes::default(), 0).unwrap();
+        let mut text = Vec::new();
+        let mut p = Printer {
+            out: Box::new(&mut text),
+            format,
+            prog: &prog,
+            resolver: SessionResolver {
+                symbolizer: RefCell::new(None),
+                probe_names: prog.probe_names.clone(),
+                formats: prog.formats.clone(),
+            },
+            exited: false,
+            unsafe_ok: false,
+        };
+        p.print_all(&seg.shm);
+        drop(p);
+        String::from_utf8(text).unwrap()
+    }
+
+    /// bpftrace 0.17 prints the two newlines at exit also without maps (and with
+    /// `-f json`), and prints every map, an empty one as its newline.
+    #[test]
+    fn exit_prints_the_header_and_empty_maps() {
+        let t = OutputFormat::Text;
+        assert_eq!(exit_text("BEGIN { exit(); }", t), "\n\n");
+        assert_eq!(exit_text("BEGIN { exit(); }", OutputFormat::Json), "\n\n");
+        assert_eq!(
+            exit_text("BEGIN { @b[1] = 1; @a = count(); @s = stats(1); }", t),
+            "\n\n@a: 0\n\n\n\n"
+        );
+    }
 }

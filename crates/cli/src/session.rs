@@ -180,15 +180,13 @@ fn run(
     let mut end = Vec::new();
     let mut intervals = Vec::new();
     let mut local_bodies = Vec::new();
-    for p in &prog.probes {
-        for a in &p.attach {
+    for (p, names) in prog.probes.iter().zip(attach_name_indices(prog)) {
+        for (a, name) in p.attach.iter().zip(names) {
             let slot = local_bodies.len();
             match a {
-                AttachPoint::Begin => begin.push((slot, name_index(probe_names, a))),
-                AttachPoint::End => end.push((slot, name_index(probe_names, a))),
-                AttachPoint::Interval { period_ns } => {
-                    intervals.push((slot, name_index(probe_names, a), *period_ns))
-                }
+                AttachPoint::Begin => begin.push((slot, name)),
+                AttachPoint::End => end.push((slot, name)),
+                AttachPoint::Interval { period_ns } => intervals.push((slot, name, *period_ns)),
                 _ => continue,
             }
             local_bodies.push(ProbeRef { body: &p.body });
@@ -232,12 +230,19 @@ fn run(
         for s in &mut specs {
             for c in s.entry.iter_mut().chain(s.ret.iter_mut()) {
                 let body = c.advice as usize;
-                let addr = match advice_addr.get(&body) {
-                    Some(a) => *a,
-                    None => {
+                let addr = match (&s.usdt_args, advice_addr.get(&body)) {
+                    (None, Some(a)) => *a,
+                    (usdt, _) => {
+                        // USDT arguments differ per site: compile for this site.
+                        let env = Env {
+                            usdt_args: usdt.as_deref(),
+                            ..env
+                        };
                         let code = weft_jit::compile(&prog.probes[body].body, prog, &env)?;
                         let a = weaver.put_anywhere(&code)?;
-                        advice_addr.insert(body, a);
+                        if usdt.is_none() {
+                            advice_addr.insert(body, a);
+                        }
                         a
                     }
                 };
@@ -257,8 +262,13 @@ fn run(
         }
         // profile:hz:N probes: advice in a code region, sampled by the agent's timers.
         let mut n_profiles = 0usize;
-        for (pi, p) in prog.probes.iter().enumerate() {
-            for a in &p.attach {
+        for ((pi, p), names) in prog
+            .probes
+            .iter()
+            .enumerate()
+            .zip(attach_name_indices(prog))
+        {
+            for (a, probe) in p.attach.iter().zip(names) {
                 let AttachPoint::Profile { hz } = a else {
                     continue;
                 };
@@ -272,7 +282,6 @@ fn run(
                 let hz = hz.ok_or_else(|| anyhow!("{a}: the rate must be 1 to 10000 Hz"))?;
                 let code = weft_jit::compile(&prog.probes[pi].body, prog, &env)?;
                 let advice = weaver.put_anywhere(&code)?;
-                let probe = name_index(probe_names, a);
                 let h = seg.shm.header() as *const weft_abi::ShmHeader as *mut weft_abi::ShmHeader;
                 // SAFETY: the agent reads the profile table only once weft says go.
                 unsafe {
@@ -390,6 +399,9 @@ fn run(
             printer.drain(&seg.shm);
             break;
         }
+        if printer.exited {
+            break;
+        }
         let sleep = next_tick
             .iter()
             .map(|t| t.saturating_duration_since(Instant::now()))
@@ -401,6 +413,22 @@ fn run(
         );
     }
     let _ = stopped_by_signal;
+
+    // After exit() a launched command gets SIGTERM, as with bpftrace.
+    if printer.exited || seg.shm.header().exit_requested.load(Ordering::Acquire) != 0 {
+        if let (Some(c), true) = (child.as_deref_mut(), target_alive) {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while Instant::now() < deadline {
+                if c.try_wait()?.is_some() {
+                    target_alive = false;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
 
     // 7. Unweave while the target lives.
     if let (Some((agent, pid)), true) = (conn, target_alive) {
@@ -440,13 +468,22 @@ fn unweave(agent: &Agent, pid: i32, planned: &[Planned], seg: &Segment) -> Resul
     agent.free()
 }
 
-fn name_index(names: &mut ProbeNames, a: &AttachPoint) -> u32 {
-    let s = match a {
-        AttachPoint::Begin => "BEGIN".to_string(),
-        AttachPoint::End => "END".to_string(),
-        other => other.to_string(),
-    };
-    intern(names, s)
+/// For each probe, the indices in `prog.probe_names` of its attach points: the
+/// front end names them as written, in source order, one per attach point.
+fn attach_name_indices(prog: &Program) -> Vec<Vec<u32>> {
+    let mut k = 0u32;
+    prog.probes
+        .iter()
+        .map(|p| {
+            p.attach
+                .iter()
+                .map(|_| {
+                    k += 1;
+                    k - 1
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Probe names for `probe`, with their indices (the program's, then one per expanded
@@ -516,7 +553,24 @@ fn resolve_sites(
                     offset,
                 } => (target, func, *offset, false),
                 AttachPoint::Uretprobe { target, func } => (target, func, 0, true),
-                AttachPoint::Usdt { .. } => bail!("{a}: usdt probes are not supported yet"),
+                AttachPoint::Usdt {
+                    target,
+                    provider,
+                    name,
+                } => {
+                    resolve_usdt(
+                        a,
+                        target,
+                        provider,
+                        name,
+                        &ctx,
+                        pid,
+                        pi,
+                        names,
+                        &mut by_addr,
+                    )?;
+                    continue;
+                }
                 AttachPoint::Profile { .. } => continue,
                 _ => continue,
             };
@@ -552,6 +606,8 @@ fn resolve_sites(
                     entry: Vec::new(),
                     ret: Vec::new(),
                     label: label.clone(),
+                    usdt_args: None,
+                    semaphore: None,
                 });
                 let call = Call {
                     advice: pi as u64,
@@ -567,6 +623,118 @@ fn resolve_sites(
         }
     }
     Ok(by_addr.into_values().collect())
+}
+
+/// Sites of `usdt:BIN:provider:name`: each probe's NOP, planned inside the function
+/// that contains it; the note's argument locations become the advice's `argN`.
+#[allow(clippy::too_many_arguments)]
+fn resolve_usdt(
+    a: &AttachPoint,
+    target: &str,
+    provider: &str,
+    name: &str,
+    ctx: &weft_symbols::TargetContext<'_>,
+    pid: i32,
+    probe_index: usize,
+    names: &mut ProbeNames,
+    by_addr: &mut BTreeMap<u64, SiteSpec>,
+) -> Result<()> {
+    let t = weft_symbols::resolve_target(target, ctx).map_err(|e| anyhow!("{a}: {e}"))?;
+    let module = t
+        .module
+        .ok_or_else(|| anyhow!("{a}: {} is not mapped in process {pid}", t.path.display()))?;
+    let elf = module.open().map_err(|e| anyhow!("{e}"))?;
+    let probes = weft_symbols::resolve_usdt(&elf, provider, name).map_err(|e| anyhow!("{e}"))?;
+    for p in probes {
+        let args = p
+            .args()
+            .map_err(|e| anyhow!("{a}: {}:{}: {e}", p.provider, p.name))?;
+        let usdt_args = args
+            .iter()
+            .map(|l| usdt_arg(l, &elf, module.load_bias))
+            .collect::<Vec<_>>();
+        let site_addr = module.runtime_addr(p.pc);
+        let func = match elf.function_at(p.pc) {
+            Some(f) if f.size > 0 => weft_x86::FunctionCode {
+                addr: module.runtime_addr(f.vaddr),
+                bytes: elf
+                    .read_vaddr(f.vaddr, f.size)
+                    .map_err(|e| anyhow!("{e}"))?
+                    .to_vec(),
+                size_known: true,
+                padding: Vec::new(),
+            },
+            // No function around it: only the probe's own instruction is known.
+            _ => weft_x86::FunctionCode {
+                addr: site_addr,
+                bytes: elf
+                    .read_vaddr(p.pc, 16)
+                    .map_err(|e| anyhow!("{e}"))?
+                    .to_vec(),
+                size_known: false,
+                padding: Vec::new(),
+            },
+        };
+        let label = format!("usdt:{}:{}:{}", module.path.display(), p.provider, p.name);
+        let probe = intern(names, label.clone());
+        let fname = elf
+            .function_at(p.pc)
+            .map(|f| f.name().to_string())
+            .unwrap_or_else(|| p.name.clone());
+        let spec = by_addr.entry(site_addr).or_insert_with(|| SiteSpec {
+            func,
+            name: fname,
+            site_addr,
+            entry: Vec::new(),
+            ret: Vec::new(),
+            label,
+            usdt_args: Some(usdt_args),
+            semaphore: p.semaphore.map(|s| module.runtime_addr(s)),
+        });
+        spec.entry.push(Call {
+            advice: probe_index as u64,
+            probe,
+            body: Some(probe_index),
+        });
+    }
+    Ok(())
+}
+
+/// A note's argument location as the code generator reads it.
+fn usdt_arg(l: &weft_symbols::ArgLoc, elf: &weft_symbols::ElfFile, bias: u64) -> weft_jit::UsdtArg {
+    use weft_symbols::ArgKind;
+    match &l.kind {
+        ArgKind::Reg(r) if !r.high_byte => weft_jit::UsdtArg::Reg {
+            reg: r.reg,
+            size: l.size,
+            signed: l.signed,
+        },
+        ArgKind::Imm(v) => weft_jit::UsdtArg::Imm(*v),
+        ArgKind::Mem {
+            base,
+            index,
+            scale,
+            disp,
+        } => weft_jit::UsdtArg::Mem {
+            base: base.as_ref().map(|r| r.reg),
+            index: index.as_ref().map(|r| (r.reg, *scale)),
+            disp: *disp,
+            size: l.size,
+            signed: l.signed,
+        },
+        ArgKind::RipRel { .. } => match l.static_address(elf) {
+            Some(v) => weft_jit::UsdtArg::Mem {
+                base: None,
+                index: None,
+                disp: v.wrapping_add(bias) as i64,
+                size: l.size,
+                signed: l.signed,
+            },
+            None => weft_jit::UsdtArg::Imm(0),
+        },
+        // ah/bh/ch/dh operands are rare; they read as zero.
+        ArgKind::Reg(_) => weft_jit::UsdtArg::Imm(0),
+    }
 }
 
 /// Internal sites that give hijacked frames their return addresses back before a C++
@@ -603,6 +771,8 @@ fn unwind_hooks(maps: &ProcMaps, on_raise: u64) -> Vec<SiteSpec> {
                     }],
                     ret: Vec::new(),
                     label: format!("(internal) {}:{}", m.path.display(), f.name),
+                    usdt_args: None,
+                    semaphore: None,
                 });
             }
         }

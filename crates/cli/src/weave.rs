@@ -91,6 +91,9 @@ pub struct Call {
     pub body: Option<usize>,
 }
 
+/// Where a USDT site's arguments are (the note's argument string), for `argN`.
+pub type UsdtArgs = Vec<weft_jit::UsdtArg>;
+
 /// A site to weave: a function (bytes from its file), the address to patch, and
 /// the advice for its entry and its return.
 #[derive(Clone, Debug)]
@@ -102,6 +105,10 @@ pub struct SiteSpec {
     pub ret: Vec<Call>,
     /// Shown in `-v` output (`uprobe:/bin/app:main`).
     pub label: String,
+    /// A USDT site: its arguments (its advice is compiled for this site alone).
+    pub usdt_args: Option<UsdtArgs>,
+    /// A USDT semaphore to increment while the site is patched.
+    pub semaphore: Option<u64>,
 }
 
 /// How a site was woven, for `-v` and for patching.
@@ -134,6 +141,8 @@ pub struct Planned {
     pub patch: Vec<u8>,
     pub label: String,
     pub outcome: Outcome,
+    /// USDT semaphore incremented while patched.
+    pub semaphore: Option<u64>,
 }
 
 /// Rough bytes per site (trampoline head + relocated code + a stub).
@@ -186,7 +195,7 @@ impl<'a> Weaver<'a> {
         spec: &SiteSpec,
         at_entry: bool,
     ) -> Option<Option<&'a weft_ir::Function>> {
-        if !self.inline || !at_entry || spec.entry.len() > 1 {
+        if !self.inline || !at_entry || spec.entry.len() > 1 || spec.usdt_args.is_some() {
             return None;
         }
         match spec.entry.first() {
@@ -254,6 +263,7 @@ impl<'a> Weaver<'a> {
                     patch: vec![],
                     label: spec.label.clone(),
                     outcome: Outcome::Skipped(reason.to_string()),
+                    semaphore: None,
                 })
             }
             SitePlan::Jump {
@@ -269,6 +279,9 @@ impl<'a> Weaver<'a> {
         };
         let at_entry =
             spec.site_addr == spec.func.addr && (patch_addr == spec.func.addr || skipped_endbr);
+        // What advice sees as the probe's address: the function's, also when the
+        // patch went after its endbr64 (as a uprobe at the function reports it).
+        let reported_ip = if at_entry { spec.func.addr } else { patch_addr };
         if !spec.ret.is_empty() && !at_entry {
             bail!("{}: return probes need the function's entry", spec.label);
         }
@@ -297,7 +310,7 @@ impl<'a> Weaver<'a> {
                 // The generic trampoline: full frame, any advice.
                 let generic_at = region.next_addr();
                 let head = entry_head(&EntryTrampoline {
-                    site_addr: patch_addr,
+                    site_addr: reported_ip,
                     func: spec.func.addr,
                     site_index: index,
                     calls: spec.entry.iter().map(|c| (c.advice, c.probe)).collect(),
@@ -322,7 +335,7 @@ impl<'a> Weaver<'a> {
                     Some(body) => {
                         let inline_at = region.next_addr();
                         let site = weft_jit::inline::InlineSite {
-                            site_addr: patch_addr,
+                            site_addr: reported_ip,
                             func: spec.func.addr,
                             site_index: index,
                             probe: entry_probe,
@@ -423,6 +436,7 @@ impl<'a> Weaver<'a> {
             d.return_probe = ret_probe;
             let n = spec.name.len().min(SITE_NAME_LEN - 1);
             d.name[..n].copy_from_slice(&spec.name.as_bytes()[..n]);
+            d.semaphore = spec.semaphore.unwrap_or(0);
             d.state.store(SITE_UNUSED, Ordering::Release);
         }
         self.shm.site_hash_insert(index);
@@ -437,6 +451,7 @@ impl<'a> Weaver<'a> {
             patch,
             label: spec.label.clone(),
             outcome,
+            semaphore: spec.semaphore,
         })
     }
 

@@ -139,6 +139,111 @@ fn every_register_xmm_and_flag_survives_probed_calls() {
 }
 
 #[test]
+fn args_from_dwarf_with_struct_fields() {
+    for v in [
+        Variant::O2_PIE,
+        Variant {
+            opt: "-O0",
+            pie: false,
+            cet: false,
+        },
+    ] {
+        let bin = build("structs.c", v, &[]);
+        let b = bin_str(&bin);
+        let prog = format!(
+            "uprobe:{b}:dist {{ printf(\"%d %d %s %d\\n\", args.p->x, args.p->y, str(args.p->name), args.scale); }}"
+        );
+        let out = ok(&weft(&["-e", &prog, "-c", b], T));
+        assert!(
+            out.contains("1 2 one 1\n3 4 two 2\n5 6 three 3\n"),
+            "{}: {out}",
+            v.name()
+        );
+    }
+}
+
+#[test]
+fn profile_samples_each_busy_thread_with_stacks() {
+    let bin = build("burn.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = "profile:hz:199 { @t[tid] = count(); @s[ustack] = count(); @n = count(); }";
+    let out = ok(&weft(&["-e", prog, "-c", &format!("{b} 1")], T));
+    let per_thread: Vec<i64> = out
+        .lines()
+        .filter(|l| l.starts_with("@t["))
+        .map(|l| l.rsplit(": ").next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(per_thread.len(), 2, "both busy threads sampled: {out}");
+    assert!(per_thread.iter().all(|&n| n >= 20), "{out}");
+    assert!(map_value(&out, "@n").unwrap() >= 60, "{out}");
+    // Leaf functions keep the caller's rbp, so a frame-pointer walk skips their caller
+    // (as perf and bpftrace do): only the sampled functions are certain.
+    assert!(out.contains("hot_a+") && out.contains("hot_b+"), "{out}");
+}
+
+#[test]
+fn usdt_arguments_and_semaphores() {
+    for v in [
+        Variant::O2_PIE,
+        Variant {
+            opt: "-O0",
+            pie: false,
+            cet: false,
+        },
+    ] {
+        let bin = build("sdt.c", v, &[]);
+        let b = bin_str(&bin);
+        let prog = format!(
+            "usdt:{b}:app:work {{ printf(\"work %d %d %s\\n\", arg0, arg1, str(arg2)); @[str(arg2)] = sum(arg1); }} \
+             usdt:{b}:app:tick {{ @t = count(); }}"
+        );
+        let out = ok(&weft(&["-e", &prog, "-c", &format!("{b} 5")], T));
+        for i in 0..5 {
+            let name = if i % 2 == 1 { "odd" } else { "even" };
+            assert!(
+                out.contains(&format!("work {i} {} {name}\n", 3 * i)),
+                "{}: {out}",
+                v.name()
+            );
+            assert!(
+                out.contains(&format!("enabled at {i}\n")),
+                "semaphore raised while woven: {out}"
+            );
+        }
+        assert!(
+            out.contains("@[odd]: 12\n") && out.contains("@[even]: 18\n"),
+            "{out}"
+        );
+        assert_eq!(map_value(&out, "@t"), Some(5));
+        // Without weft the semaphore stays 0.
+        assert!(!native(&bin, &["3"]).contains("enabled"));
+    }
+}
+
+#[test]
+fn usdt_semaphore_drops_after_detach() {
+    let bin = build("sdt.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let mut t = Spawned::start(&bin, &["0", "loop"]);
+    let pid = t.pid().to_string();
+    let prog = format!("usdt:{b}:app:tick {{ @t = count(); }} interval:ms:200 {{ exit(); }}");
+    let out = ok(&weft(&["-e", &prog, "-p", &pid], T));
+    assert!(map_value(&out, "@t").unwrap() > 0, "{out}");
+    // While woven the program saw its semaphore raised; after detach it never does.
+    std::thread::sleep(Duration::from_millis(100));
+    let during: Vec<String> = t.lines.try_iter().collect();
+    assert!(during.iter().any(|l| l.contains("enabled")), "{during:?}");
+    std::thread::sleep(Duration::from_millis(300));
+    let later: Vec<String> = t.lines.try_iter().collect();
+    assert!(
+        later.is_empty(),
+        "semaphore still raised after detach: {later:?}"
+    );
+    t.assert_healthy();
+    assert!(code_matches_file(t.pid(), &bin));
+}
+
+#[test]
 fn stack_arguments_and_printf() {
     for v in [
         Variant::O2_PIE,

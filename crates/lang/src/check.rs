@@ -14,7 +14,7 @@ use weft_ir::{AttachPoint, CField, CStruct, Config, MapValue, StackMode, Type};
 
 use crate::ast::*;
 use crate::diag::{suggest, Diagnostic, Diags};
-use crate::format::{conversions, ArgKind};
+use crate::format::{conversions, not_conversions, ArgKind};
 use crate::unsupported;
 use crate::Options;
 
@@ -194,6 +194,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         loose_vars: HashMap::new(),
     };
     ck.config.unsafe_ok = opts.unsafe_ok || ck.config.unsafe_ok;
+    positional_in_attach_points(&mut program, &opts.positional, &mut ck.diags);
     ck.preamble(&program);
     let preamble_diags = std::mem::take(&mut ck.diags);
 
@@ -358,6 +359,52 @@ fn describe_key(k: &Option<Type>) -> String {
     match k {
         None => "no key".to_string(),
         Some(t) => format!("key `{t}`"),
+    }
+}
+
+/// Replace `$1`, `$2`, ... in attach points by the positional parameters, as bpftrace
+/// does (`uprobe:$1:main`, `interval:ms:$2`).
+fn positional_in_attach_points(program: &mut Program, positional: &[String], diags: &mut Diags) {
+    for item in &mut program.items {
+        let Item::Probe(p) = item else { continue };
+        for a in &mut p.attach {
+            if !a.raw.contains('$') {
+                continue;
+            }
+            let mut raw = String::new();
+            let mut rest = a.raw.as_str();
+            let mut ok = true;
+            while let Some(i) = rest.find('$') {
+                raw.push_str(&rest[..i]);
+                let digits = rest[i + 1..].bytes().take_while(u8::is_ascii_digit).count();
+                let n: usize = rest[i + 1..i + 1 + digits].parse().unwrap_or(0);
+                match positional.get(n.wrapping_sub(1)) {
+                    Some(v) if digits > 0 => raw.push_str(v),
+                    _ if digits == 0 => raw.push('$'),
+                    _ => {
+                        diags.error(
+                            a.span,
+                            format!(
+                                "attach point `{}` uses ${n}, but {} positional parameter{} given",
+                                a.raw,
+                                positional.len(),
+                                if positional.len() == 1 {
+                                    " is"
+                                } else {
+                                    "s are"
+                                }
+                            ),
+                        );
+                        ok = false;
+                    }
+                }
+                rest = &rest[i + 1 + digits..];
+            }
+            raw.push_str(rest);
+            if ok {
+                *a = crate::parser::attach_spec(raw, a.span);
+            }
+        }
     }
 }
 
@@ -2320,9 +2367,13 @@ impl<'a> Checker<'a> {
                     int_at(self, 1);
                 }
                 let cap_limit = self.config.strlen;
+                // bpftrace 0.17: `str(p, n)` keeps n characters (n does not count the
+                // NUL; newer bpftrace keeps n - 1).
                 let cap = match n {
                     2 => match literal_int(&a[1]) {
-                        Some(v) if v > 0 => (v as u32).min(cap_limit),
+                        Some(v) if v >= 0 => {
+                            (v.min(i64::from(cap_limit)) as u32 + 1).min(cap_limit)
+                        }
                         _ => cap_limit,
                     },
                     _ => cap_limit,
@@ -2561,13 +2612,7 @@ impl<'a> Checker<'a> {
             return;
         };
         let fmt = String::from_utf8_lossy(fmt).into_owned();
-        let convs = match conversions(&fmt) {
-            Ok(c) => c,
-            Err(msg) => {
-                self.err(args[0].span, format!("{name}(): {msg}"));
-                return;
-            }
-        };
+        let convs = conversions(&fmt);
         let given = args.len() - 1;
         if given != convs.len() {
             let which = if given < convs.len() {
@@ -2575,13 +2620,30 @@ impl<'a> Checker<'a> {
             } else {
                 "too many"
             };
-            self.err(
+            let mut d = Diagnostic::error(
                 span,
                 format!(
                     "{name}(): {which} arguments for the format ({given} given, {} expected)",
                     convs.len()
                 ),
             );
+            let odd = not_conversions(&fmt);
+            if !odd.is_empty() {
+                d = d.with_help(format!(
+                    "{} {} (as in bpftrace, only `%[-][width][.precision]` with d u x X o \
+                     c s p r and the length modifiers hh h l ll j z t are conversions)",
+                    odd.iter()
+                        .map(|o| format!("`{o}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if odd.len() == 1 {
+                        "is not a conversion"
+                    } else {
+                        "are not conversions"
+                    }
+                ));
+            }
+            self.push(d);
             return;
         }
         for (i, c) in convs.iter().enumerate() {

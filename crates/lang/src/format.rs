@@ -3,7 +3,7 @@
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArgKind {
-    /// `%d %i %u %x %X %o`
+    /// `%d %u %x %X %o`, with or without a length modifier
     Int,
     /// `%c`
     Char,
@@ -24,68 +24,144 @@ pub struct Conversion {
     pub text: String,
 }
 
-/// The conversions of a format, or a message about the first malformed one.
-pub fn conversions(fmt: &str) -> Result<Vec<Conversion>, String> {
+/// The conversions bpftrace 0.17 knows, longest first (so `%rx` is not `%r` + `x`).
+const SPECS: &[(&str, ArgKind)] = &{
+    use ArgKind::*;
+    [
+        ("hhd", Int),
+        ("hhu", Int),
+        ("hho", Int),
+        ("hhx", Int),
+        ("hhX", Int),
+        ("hhp", Ptr),
+        ("lld", Int),
+        ("llu", Int),
+        ("llo", Int),
+        ("llx", Int),
+        ("llX", Int),
+        ("llp", Ptr),
+        ("rx", Buf),
+        ("rh", Buf),
+        ("hd", Int),
+        ("hu", Int),
+        ("ho", Int),
+        ("hx", Int),
+        ("hX", Int),
+        ("hp", Ptr),
+        ("ld", Int),
+        ("lu", Int),
+        ("lo", Int),
+        ("lx", Int),
+        ("lX", Int),
+        ("lp", Ptr),
+        ("jd", Int),
+        ("ju", Int),
+        ("jo", Int),
+        ("jx", Int),
+        ("jX", Int),
+        ("jp", Ptr),
+        ("zd", Int),
+        ("zu", Int),
+        ("zo", Int),
+        ("zx", Int),
+        ("zX", Int),
+        ("zp", Ptr),
+        ("td", Int),
+        ("tu", Int),
+        ("to", Int),
+        ("tx", Int),
+        ("tX", Int),
+        ("tp", Ptr),
+        ("s", Str),
+        ("r", Buf),
+        ("c", Char),
+        ("d", Int),
+        ("u", Int),
+        ("o", Int),
+        ("x", Int),
+        ("X", Int),
+        ("p", Ptr),
+    ]
+};
+
+/// The conversions of a format, found as bpftrace 0.17 finds them (and as
+/// `weft-output` prints them): its regex `%-?[0-9]*(\.[0-9]+)?(spec)`. So the flags
+/// `+`, ` `, `#`, `*` widths and `%i`, `%e`, ... are not conversions: they take no
+/// argument and print as they are (see [`not_conversions`]).
+pub fn conversions(fmt: &str) -> Vec<Conversion> {
     let b = fmt.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
     while i < b.len() {
-        if b[i] != b'%' {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        i += 1;
-        if i < b.len() && b[i] == b'%' {
-            i += 1;
-            continue;
-        }
-        while i < b.len() && b"-+ #0".contains(&b[i]) {
-            i += 1;
-        }
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i < b.len() && b[i] == b'.' {
-            i += 1;
-            while i < b.len() && b[i].is_ascii_digit() {
-                i += 1;
+        match conversion_at(fmt, i) {
+            Some(c) => {
+                i = c.end;
+                out.push(c);
             }
+            None => i += 1,
         }
-        while i < b.len() && b"hlzjtqL".contains(&b[i]) {
-            i += 1;
-        }
-        if i >= b.len() {
-            return Err(format!(
-                "incomplete conversion `{}` at the end of the format",
-                &fmt[start..]
-            ));
-        }
-        let kind = match b[i] {
-            b'd' | b'i' | b'u' | b'x' | b'X' | b'o' => ArgKind::Int,
-            b'c' => ArgKind::Char,
-            b's' => ArgKind::Str,
-            b'p' => ArgKind::Ptr,
-            b'r' => {
-                if i + 1 < b.len() && (b[i + 1] == b'x' || b[i + 1] == b'h') {
-                    i += 1;
-                }
-                ArgKind::Buf
-            }
-            _ => {
-                let ch = fmt[i..].chars().next().unwrap_or('?');
-                return Err(format!("invalid conversion `{}{}`", &fmt[start..i], ch));
-            }
-        };
-        i += 1;
-        out.push(Conversion {
-            start,
-            end: i,
-            kind,
-            text: fmt[start..i].to_string(),
-        });
     }
-    Ok(out)
+    out
+}
+
+fn conversion_at(fmt: &str, start: usize) -> Option<Conversion> {
+    let b = fmt.as_bytes();
+    if b.get(start) != Some(&b'%') {
+        return None;
+    }
+    let digit = |j: usize| b.get(j).is_some_and(u8::is_ascii_digit);
+    let mut j = start + 1;
+    if b.get(j) == Some(&b'-') {
+        j += 1;
+    }
+    while digit(j) {
+        j += 1;
+    }
+    if b.get(j) == Some(&b'.') && digit(j + 1) {
+        j += 1;
+        while digit(j) {
+            j += 1;
+        }
+    }
+    let rest = &b[j..];
+    let &(spec, kind) = SPECS.iter().find(|(s, _)| rest.starts_with(s.as_bytes()))?;
+    let end = j + spec.len();
+    Some(Conversion {
+        start,
+        end,
+        kind,
+        text: fmt[start..end].to_string(),
+    })
+}
+
+/// `%` sequences of a format that look like conversions but that bpftrace 0.17 does
+/// not take as ones (`%i`, `%+d`, `%#x`, `%5.2f`): for a hint when the argument count
+/// is wrong. `%%` is not listed.
+pub fn not_conversions(fmt: &str) -> Vec<String> {
+    let b = fmt.as_bytes();
+    let taken: Vec<(usize, usize)> = conversions(fmt).iter().map(|c| (c.start, c.end)).collect();
+    let inside = |i: usize| taken.iter().any(|&(s, e)| s <= i && i < e);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'%' || inside(i) {
+            i += 1;
+            continue;
+        }
+        if b.get(i + 1) == Some(&b'%') {
+            i += 2;
+            continue;
+        }
+        let mut j = i + 1;
+        while j < b.len() && j - i < 8 && b"-+ #0*.123456789hlzjtqL".contains(&b[j]) {
+            j += 1;
+        }
+        if j < b.len() && b[j].is_ascii_alphabetic() {
+            out.push(fmt[i..=j].to_string());
+        }
+        i = j.max(i + 1);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -94,7 +170,7 @@ mod tests {
 
     #[test]
     fn finds_conversions() {
-        let c = conversions("%-6d %s %%  %lu %rx %08.3llx").unwrap();
+        let c = conversions("%-6d %s %%  %lu %rx %08.3llx");
         let kinds: Vec<ArgKind> = c.iter().map(|c| c.kind).collect();
         assert_eq!(
             kinds,
@@ -107,7 +183,26 @@ mod tests {
             ]
         );
         assert_eq!(c[0].text, "%-6d");
-        assert!(conversions("%y").is_err());
-        assert!(conversions("abc %").is_err());
+        assert!(conversions("%y").is_empty());
+        assert!(conversions("abc %").is_empty());
+    }
+
+    /// bpftrace 0.17 takes neither `%i` nor the flags `+`, ` `, `#` (its printf then
+    /// says "Too many arguments"); weft must count conversions the same way, or the
+    /// arguments would be printed against the wrong conversions.
+    #[test]
+    fn only_bpftrace_conversions_take_arguments() {
+        let texts =
+            |f: &str| -> Vec<String> { conversions(f).into_iter().map(|c| c.text).collect() };
+        assert_eq!(texts("%d %i %u %x %X %o"), ["%d", "%u", "%x", "%X", "%o"]);
+        assert_eq!(texts("[%08X][%-8X][%#010x][%+d][% d]"), ["%08X", "%-8X"]);
+        assert_eq!(
+            texts("%.3d %5.3d %10.3s %hhd %zd %p %c"),
+            ["%.3d", "%5.3d", "%10.3s", "%hhd", "%zd", "%p", "%c"]
+        );
+        assert_eq!(
+            not_conversions("%d %i %#x %% %+d %5.2f"),
+            ["%i", "%#x", "%+d", "%5.2f"]
+        );
     }
 }

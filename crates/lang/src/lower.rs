@@ -677,7 +677,10 @@ impl<'a> Fx<'a> {
                             }
                             None => None,
                         };
-                        let r = arg.unwrap_or(Reg(0));
+                        let mut r = arg.unwrap_or(Reg(0));
+                        if name == "hist" && info.value == (MapValue::Hist { k: 0 }) {
+                            r = self.hist_0_17_value(r);
+                        }
                         let op = match name.as_str() {
                             "count" => AggOp::Count,
                             "sum" => AggOp::Sum(r),
@@ -1044,6 +1047,18 @@ impl<'a> Fx<'a> {
             "elapsed" => self.ctx(CtxValue::Elapsed),
             "rand" => self.ctx(CtxValue::Rand),
             "retval" => self.ctx(CtxValue::Retval),
+            // bpftrace 0.17 symbolizes the probe's IP: in a uretprobe that is the return
+            // address, so `func` names the caller. (Newer bpftrace names the function.)
+            "func"
+                if !self.info.attach.is_empty()
+                    && self
+                        .info
+                        .attach
+                        .iter()
+                        .all(|a| matches!(a, ir::AttachPoint::Uretprobe { .. })) =>
+            {
+                self.ctx(CtxValue::Ip)
+            }
             "func" => self.ctx(CtxValue::FuncAddr),
             "probe" => self.ctx(CtxValue::ProbeId),
             "comm" => {
@@ -1063,8 +1078,36 @@ impl<'a> Fx<'a> {
                 self.emit(Inst::UStack { dst: p, depth });
                 Val::Place(p)
             }
+            "args" => self.args_record(ty),
             _ => Val::Unit,
         }
+    }
+
+    /// `args`: a record of the probed function's parameters (types from DWARF),
+    /// filled from the integer argument registers in order (SysV: each scalar or
+    /// pointer parameter takes the next one). Parameters that are not passed in one
+    /// integer register (structs by value, floating point) read as zero.
+    fn args_record(&mut self, ty: &Type) -> Val {
+        let Type::Record(fields) = ty else {
+            return Val::Unit;
+        };
+        let p = self.temp(ty.size());
+        self.emit(Inst::Zero {
+            place: p,
+            len: ty.size(),
+        });
+        let offsets = ty.field_offsets();
+        let mut next = 0u8;
+        for ((_, fty), off) in fields.iter().zip(offsets) {
+            if !fty.is_scalar() || fty.size() > 8 {
+                next = next.saturating_add(fty.size().div_ceil(8).max(1) as u8);
+                continue;
+            }
+            let v = self.ctx(CtxValue::Arg(next));
+            next = next.saturating_add(1);
+            self.store(p.at(off), v, fty);
+        }
+        Val::Place(p)
     }
 
     fn unary(&mut self, op: UnOp, x: &Expr, ty: &Type) -> Val {
@@ -1101,10 +1144,21 @@ impl<'a> Fx<'a> {
         }
     }
 
+    /// bpftrace 0.17's `hist()` finds the power of two with a 32-bit binary search, so
+    /// every value >= 2^32 lands in the `[2G, 4G)` bucket: `x >= 2^32 ? 2^31 : x`
+    /// (signed: negative values keep their bucket). Newer bpftrace has the full range.
+    fn hist_0_17_value(&mut self, x: Reg) -> Reg {
+        let limit = self.konst(1 << 32);
+        let big = self.bin(IrBin::GeS, x, limit);
+        let bucket = self.konst(1 << 31);
+        let over = self.bin(IrBin::Sub, x, bucket);
+        let cut = self.bin(IrBin::Mul, big, over);
+        self.bin(IrBin::Sub, x, cut)
+    }
+
     /// Integer arithmetic (`op` is not a comparison or logical operator); pointer
     /// arithmetic scales by the pointee size.
     fn arith(&mut self, op: BinOp, a: Reg, b: Reg, ta: &Type, tb: &Type) -> Reg {
-        let signed = sgn(ta) && sgn(tb);
         let (a, b) = match (ta, tb) {
             (Type::Ptr(inner), _) if matches!(op, BinOp::Add | BinOp::Sub) => {
                 let s = self.konst(i64::from(inner.size().max(1)));
@@ -1120,15 +1174,15 @@ impl<'a> Fx<'a> {
             BinOp::Add => IrBin::Add,
             BinOp::Sub => IrBin::Sub,
             BinOp::Mul => IrBin::Mul,
-            BinOp::Div if signed => IrBin::DivS,
+            // bpftrace 0.17: `/`, `%` and `>>` are unsigned 64-bit operations whatever
+            // the operands' signs (`-7 / 2` is 0x7ffffffffffffffc, `-8 >> 1` is
+            // 0x7ffffffffffffffc); newer bpftrace divides signed values signed.
             BinOp::Div => IrBin::DivU,
-            BinOp::Mod if signed => IrBin::ModS,
             BinOp::Mod => IrBin::ModU,
             BinOp::BitAnd => IrBin::And,
             BinOp::BitOr => IrBin::Or,
             BinOp::BitXor => IrBin::Xor,
             BinOp::Shl => IrBin::Shl,
-            BinOp::Shr if sgn(ta) => IrBin::ShrS,
             BinOp::Shr => IrBin::ShrU,
             _ => IrBin::Add,
         };
@@ -1389,12 +1443,9 @@ impl<'a> Fx<'a> {
                 let addr = self.reg_of(v);
                 let max = match args.get(1) {
                     Some(n) if !matches!(n.kind, ExprKind::Int(_)) => {
-                        // At most n - 1 characters (n counts the NUL), 0 for n = 0.
+                        // bpftrace 0.17: at most n characters (n does not count the NUL).
                         let nv = self.expr(n);
-                        let nr = self.reg_of(nv);
-                        let z = self.konst(0);
-                        let nz = self.bin(IrBin::Ne, nr, z);
-                        Some(self.bin(IrBin::Sub, nr, nz))
+                        Some(self.reg_of(nv))
                     }
                     _ => None,
                 };

@@ -149,12 +149,6 @@ fn printf_argument_checks() {
             1 | BEGIN { printf("%d %d\n", 1); printf("%d\n", 1, 2); printf("%s\n", 1); printf("%d\n", comm); printf("%y"); printf(pid); }
               |                                                                               ^^^^^^
 
-            error: printf(): invalid conversion `%y`
-             --> script.bt:1:101
-              |
-            1 | BEGIN { printf("%d %d\n", 1); printf("%d\n", 1, 2); printf("%s\n", 1); printf("%d\n", comm); printf("%y"); printf(pid); }
-              |                                                                                                     ^^^^
-
             error: printf(): the format must be a string literal
              --> script.bt:1:115
               |
@@ -781,5 +775,23 @@ fn frame_size_limit() {
           = help: use smaller strings (config max_strlen, str(p, n)) or fewer large values
 
     "#]],
+    );
+}
+
+/// bpftrace 0.17 takes only `%[-][width][.prec]` with d u x X o c s p r (and length
+/// modifiers) as conversions: `%i`, `%+d`, `%#x` take no argument, so the count is off.
+#[test]
+fn printf_counts_conversions_as_bpftrace() {
+    check(
+        r#"BEGIN { printf("%d %i %#x\n", 1, 2, 3); }"#,
+        expect![[r#"
+            error: printf(): too many arguments for the format (3 given, 1 expected)
+             --> script.bt:1:9
+              |
+            1 | BEGIN { printf("%d %i %#x\n", 1, 2, 3); }
+              |         ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+              = help: `%i`, `%#x` are not conversions (as in bpftrace, only `%[-][width][.precision]` with d u x X o c s p r and the length modifiers hh h l ll j z t are conversions)
+
+        "#]],
     );
 }

@@ -62,16 +62,16 @@ fn uretprobe_retval_and_wildcard_attach() {
     check(
         "uretprobe:/bin/a:get_* { @r[func] = sum(retval); }",
         expect![[r#"
-        map 0 @r[usym]: Sum { signed: false }
-        probe uretprobe:/bin/a:get_* (regs 2, slots [8])
-            Ctx { dst: Reg(0), value: FuncAddr }
-            Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
-            Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(0), size: 8 }
-            Ctx { dst: Reg(1), value: Retval }
-            MapAgg { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), op: Sum(Reg(1)) }
-          L0:
-            Return
-    "#]],
+            map 0 @r[usym]: Sum { signed: false }
+            probe uretprobe:/bin/a:get_* (regs 2, slots [8])
+                Ctx { dst: Reg(0), value: Ip }
+                Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
+                Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(0), size: 8 }
+                Ctx { dst: Reg(1), value: Retval }
+                MapAgg { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), op: Sum(Reg(1)) }
+              L0:
+                Return
+        "#]],
     );
 }
 
@@ -115,39 +115,39 @@ fn signed_and_unsigned_arithmetic() {
     check(
         "BEGIN { $a = -7; $b = $a / 2; $c = pid / 2; $d = $a >> 1; $e = $a < 3; $f = pid < 3; }",
         expect![[r#"
-        probe BEGIN (regs 23, slots [])
-            Const { dst: Reg(0), value: 0 }
-            Const { dst: Reg(1), value: 0 }
-            Const { dst: Reg(2), value: 0 }
-            Const { dst: Reg(3), value: 0 }
-            Const { dst: Reg(4), value: 0 }
-            Const { dst: Reg(5), value: 0 }
-            Const { dst: Reg(6), value: 7 }
-            Unary { op: Neg, dst: Reg(7), a: Reg(6) }
-            Mov { dst: Reg(0), src: Reg(7) }
-            Mov { dst: Reg(8), src: Reg(0) }
-            Const { dst: Reg(9), value: 2 }
-            Binary { op: DivS, dst: Reg(10), a: Reg(8), b: Reg(9) }
-            Mov { dst: Reg(1), src: Reg(10) }
-            Ctx { dst: Reg(11), value: Pid }
-            Const { dst: Reg(12), value: 2 }
-            Binary { op: DivU, dst: Reg(13), a: Reg(11), b: Reg(12) }
-            Mov { dst: Reg(2), src: Reg(13) }
-            Mov { dst: Reg(14), src: Reg(0) }
-            Const { dst: Reg(15), value: 1 }
-            Binary { op: ShrS, dst: Reg(16), a: Reg(14), b: Reg(15) }
-            Mov { dst: Reg(3), src: Reg(16) }
-            Mov { dst: Reg(17), src: Reg(0) }
-            Const { dst: Reg(18), value: 3 }
-            Binary { op: LtS, dst: Reg(19), a: Reg(17), b: Reg(18) }
-            Mov { dst: Reg(4), src: Reg(19) }
-            Ctx { dst: Reg(20), value: Pid }
-            Const { dst: Reg(21), value: 3 }
-            Binary { op: LtU, dst: Reg(22), a: Reg(20), b: Reg(21) }
-            Mov { dst: Reg(5), src: Reg(22) }
-          L0:
-            Return
-    "#]],
+            probe BEGIN (regs 23, slots [])
+                Const { dst: Reg(0), value: 0 }
+                Const { dst: Reg(1), value: 0 }
+                Const { dst: Reg(2), value: 0 }
+                Const { dst: Reg(3), value: 0 }
+                Const { dst: Reg(4), value: 0 }
+                Const { dst: Reg(5), value: 0 }
+                Const { dst: Reg(6), value: 7 }
+                Unary { op: Neg, dst: Reg(7), a: Reg(6) }
+                Mov { dst: Reg(0), src: Reg(7) }
+                Mov { dst: Reg(8), src: Reg(0) }
+                Const { dst: Reg(9), value: 2 }
+                Binary { op: DivU, dst: Reg(10), a: Reg(8), b: Reg(9) }
+                Mov { dst: Reg(1), src: Reg(10) }
+                Ctx { dst: Reg(11), value: Pid }
+                Const { dst: Reg(12), value: 2 }
+                Binary { op: DivU, dst: Reg(13), a: Reg(11), b: Reg(12) }
+                Mov { dst: Reg(2), src: Reg(13) }
+                Mov { dst: Reg(14), src: Reg(0) }
+                Const { dst: Reg(15), value: 1 }
+                Binary { op: ShrU, dst: Reg(16), a: Reg(14), b: Reg(15) }
+                Mov { dst: Reg(3), src: Reg(16) }
+                Mov { dst: Reg(17), src: Reg(0) }
+                Const { dst: Reg(18), value: 3 }
+                Binary { op: LtS, dst: Reg(19), a: Reg(17), b: Reg(18) }
+                Mov { dst: Reg(4), src: Reg(19) }
+                Ctx { dst: Reg(20), value: Pid }
+                Const { dst: Reg(21), value: 3 }
+                Binary { op: LtU, dst: Reg(22), a: Reg(20), b: Reg(21) }
+                Mov { dst: Reg(5), src: Reg(22) }
+              L0:
+                Return
+        "#]],
     );
 }
 
@@ -247,16 +247,22 @@ fn str_and_hist() {
         map 0 @paths[string[64]]: Count
         map 1 @sizes: Hist { k: 0 }
         map 2 @k: Hist { k: 2 }
-        probe uprobe:/bin/a:open (regs 3, slots [64, 64])
+        probe uprobe:/bin/a:open (regs 9, slots [64, 64])
             Ctx { dst: Reg(0), value: Arg(0) }
             ReadStr { dst: Place { slot: Slot(0), off: 0 }, addr: Reg(0), max: None, cap: 64 }
             Zero { place: Place { slot: Slot(1), off: 0 }, len: 64 }
             Copy { dst: Place { slot: Slot(1), off: 0 }, src: Place { slot: Slot(0), off: 0 }, len: 64 }
             MapAgg { map: MapId(0), key: Some(Place { slot: Slot(1), off: 0 }), op: Count }
             Ctx { dst: Reg(1), value: Arg(1) }
-            MapAgg { map: MapId(1), key: None, op: Hist(Reg(1)) }
-            Ctx { dst: Reg(2), value: Arg(1) }
-            MapAgg { map: MapId(2), key: None, op: Hist(Reg(2)) }
+            Const { dst: Reg(2), value: 4294967296 }
+            Binary { op: GeS, dst: Reg(3), a: Reg(1), b: Reg(2) }
+            Const { dst: Reg(4), value: 2147483648 }
+            Binary { op: Sub, dst: Reg(5), a: Reg(1), b: Reg(4) }
+            Binary { op: Mul, dst: Reg(6), a: Reg(3), b: Reg(5) }
+            Binary { op: Sub, dst: Reg(7), a: Reg(1), b: Reg(6) }
+            MapAgg { map: MapId(1), key: None, op: Hist(Reg(7)) }
+            Ctx { dst: Reg(8), value: Arg(1) }
+            MapAgg { map: MapId(2), key: None, op: Hist(Reg(8)) }
           L0:
             Return
     "#]]);
@@ -277,7 +283,7 @@ fn latency_map_round_trip() {
                 MapStore { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), src_reg: Some(Reg(0)), src_place: None }
               L0:
                 Return
-            probe uretprobe:/bin/a:f (regs 8, slots [8])
+            probe uretprobe:/bin/a:f (regs 14, slots [8])
                 Ctx { dst: Reg(0), value: Tid }
                 Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
                 Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(0), size: 8 }
@@ -290,11 +296,17 @@ fn latency_map_round_trip() {
                 Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(3), size: 8 }
                 MapLoad { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), dst_reg: Some(Reg(4)), dst_place: None }
                 Binary { op: Sub, dst: Reg(5), a: Reg(2), b: Reg(4) }
-                MapAgg { map: MapId(1), key: None, op: Hist(Reg(5)) }
-                Ctx { dst: Reg(6), value: Tid }
+                Const { dst: Reg(6), value: 4294967296 }
+                Binary { op: GeS, dst: Reg(7), a: Reg(5), b: Reg(6) }
+                Const { dst: Reg(8), value: 2147483648 }
+                Binary { op: Sub, dst: Reg(9), a: Reg(5), b: Reg(8) }
+                Binary { op: Mul, dst: Reg(10), a: Reg(7), b: Reg(9) }
+                Binary { op: Sub, dst: Reg(11), a: Reg(5), b: Reg(10) }
+                MapAgg { map: MapId(1), key: None, op: Hist(Reg(11)) }
+                Ctx { dst: Reg(12), value: Tid }
                 Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
-                Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(6), size: 8 }
-                MapDelete { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), dst: Some(Reg(7)) }
+                Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(12), size: 8 }
+                MapDelete { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), dst: Some(Reg(13)) }
               L0:
                 Return
         "#]],
@@ -657,36 +669,33 @@ fn string_functions_and_casts() {
         r#"uprobe:/bin/a:f { $s = str(arg0, arg1); if (strncmp($s, "ab", 2) == 0 && strcontains($s, "x")) { @b[buf(arg0, 8)] = count(); } }"#,
         expect![[r#"
             map 0 @b[buffer[8]]: Count
-            probe uprobe:/bin/a:f (regs 13, slots [64, 64, 8, 8, 64, 16, 16])
+            probe uprobe:/bin/a:f (regs 10, slots [64, 64, 8, 8, 64, 16, 16])
                 Zero { place: Place { slot: Slot(0), off: 0 }, len: 64 }
                 Ctx { dst: Reg(0), value: Arg(0) }
                 Ctx { dst: Reg(1), value: Arg(1) }
-                Const { dst: Reg(2), value: 0 }
-                Binary { op: Ne, dst: Reg(3), a: Reg(1), b: Reg(2) }
-                Binary { op: Sub, dst: Reg(4), a: Reg(1), b: Reg(3) }
-                ReadStr { dst: Place { slot: Slot(1), off: 0 }, addr: Reg(0), max: Some(Reg(4)), cap: 64 }
+                ReadStr { dst: Place { slot: Slot(1), off: 0 }, addr: Reg(0), max: Some(Reg(1)), cap: 64 }
                 Copy { dst: Place { slot: Slot(0), off: 0 }, src: Place { slot: Slot(1), off: 0 }, len: 64 }
-                Const { dst: Reg(5), value: 0 }
+                Const { dst: Reg(2), value: 0 }
                 SetBytes { place: Place { slot: Slot(2), off: 0 }, bytes: [97, 98], len: 3 }
                 Zero { place: Place { slot: Slot(1), off: 0 }, len: 64 }
                 Copy { dst: Place { slot: Slot(1), off: 0 }, src: Place { slot: Slot(2), off: 0 }, len: 3 }
-                StrCmp { dst: Reg(6), a: Place { slot: Slot(0), off: 0 }, b: Place { slot: Slot(1), off: 0 }, len: 2 }
-                Const { dst: Reg(7), value: 0 }
-                Binary { op: Eq, dst: Reg(8), a: Reg(6), b: Reg(7) }
-                Branch { cond: Reg(8), if_true: Label(1), if_false: Label(2) }
+                StrCmp { dst: Reg(3), a: Place { slot: Slot(0), off: 0 }, b: Place { slot: Slot(1), off: 0 }, len: 2 }
+                Const { dst: Reg(4), value: 0 }
+                Binary { op: Eq, dst: Reg(5), a: Reg(3), b: Reg(4) }
+                Branch { cond: Reg(5), if_true: Label(1), if_false: Label(2) }
               L1:
                 SetBytes { place: Place { slot: Slot(3), off: 0 }, bytes: [120], len: 2 }
                 Zero { place: Place { slot: Slot(4), off: 0 }, len: 64 }
                 Copy { dst: Place { slot: Slot(4), off: 0 }, src: Place { slot: Slot(3), off: 0 }, len: 2 }
-                StrContains { dst: Reg(9), a: Place { slot: Slot(0), off: 0 }, b: Place { slot: Slot(4), off: 0 }, len: 64 }
-                Const { dst: Reg(10), value: 0 }
-                Binary { op: Ne, dst: Reg(5), a: Reg(9), b: Reg(10) }
+                StrContains { dst: Reg(6), a: Place { slot: Slot(0), off: 0 }, b: Place { slot: Slot(4), off: 0 }, len: 64 }
+                Const { dst: Reg(7), value: 0 }
+                Binary { op: Ne, dst: Reg(2), a: Reg(6), b: Reg(7) }
               L2:
-                Branch { cond: Reg(5), if_true: Label(3), if_false: Label(4) }
+                Branch { cond: Reg(2), if_true: Label(3), if_false: Label(4) }
               L3:
-                Ctx { dst: Reg(11), value: Arg(0) }
-                Const { dst: Reg(12), value: 8 }
-                ReadBuf { dst: Place { slot: Slot(5), off: 0 }, addr: Reg(11), len: Reg(12), cap: 8 }
+                Ctx { dst: Reg(8), value: Arg(0) }
+                Const { dst: Reg(9), value: 8 }
+                ReadBuf { dst: Place { slot: Slot(5), off: 0 }, addr: Reg(8), len: Reg(9), cap: 8 }
                 Zero { place: Place { slot: Slot(6), off: 0 }, len: 12 }
                 Copy { dst: Place { slot: Slot(6), off: 0 }, src: Place { slot: Slot(5), off: 0 }, len: 12 }
                 MapAgg { map: MapId(0), key: Some(Place { slot: Slot(6), off: 0 }), op: Count }
@@ -749,4 +758,114 @@ fn macros_expand_hygienically() {
           L0:
             Return
     "#]]);
+}
+
+/// bpftrace 0.17 compatibility (crates/cli/tests/compat.rs found each of these).
+#[test]
+fn str_with_a_length_keeps_that_many_characters() {
+    // Literal n: a string of n characters and its NUL; variable n: at most n characters.
+    check(
+        r#"uprobe:/bin/true:f { @a[str(arg0, 3)] = count(); $n = 2; @b[str(arg0, $n)] = count(); }"#,
+        expect![[r#"
+            map 0 @a[string[4]]: Count
+            map 1 @b[string[64]]: Count
+            probe uprobe:/bin/true:f (regs 5, slots [8, 8, 64, 64])
+                Const { dst: Reg(0), value: 0 }
+                Ctx { dst: Reg(1), value: Arg(0) }
+                ReadStr { dst: Place { slot: Slot(0), off: 0 }, addr: Reg(1), max: None, cap: 4 }
+                Zero { place: Place { slot: Slot(1), off: 0 }, len: 4 }
+                Copy { dst: Place { slot: Slot(1), off: 0 }, src: Place { slot: Slot(0), off: 0 }, len: 4 }
+                MapAgg { map: MapId(0), key: Some(Place { slot: Slot(1), off: 0 }), op: Count }
+                Const { dst: Reg(2), value: 2 }
+                Mov { dst: Reg(0), src: Reg(2) }
+                Ctx { dst: Reg(3), value: Arg(0) }
+                Mov { dst: Reg(4), src: Reg(0) }
+                ReadStr { dst: Place { slot: Slot(2), off: 0 }, addr: Reg(3), max: Some(Reg(4)), cap: 64 }
+                Zero { place: Place { slot: Slot(3), off: 0 }, len: 64 }
+                Copy { dst: Place { slot: Slot(3), off: 0 }, src: Place { slot: Slot(2), off: 0 }, len: 64 }
+                MapAgg { map: MapId(1), key: Some(Place { slot: Slot(3), off: 0 }), op: Count }
+              L0:
+                Return
+        "#]],
+    );
+}
+
+#[test]
+fn hist_puts_values_from_2_to_the_32_in_the_last_32_bit_bucket() {
+    check(
+        "BEGIN { @h = hist(nsecs); }",
+        expect![[r#"
+            map 0 @h: Hist { k: 0 }
+            probe BEGIN (regs 7, slots [])
+                Ctx { dst: Reg(0), value: Nsecs }
+                Const { dst: Reg(1), value: 4294967296 }
+                Binary { op: GeS, dst: Reg(2), a: Reg(0), b: Reg(1) }
+                Const { dst: Reg(3), value: 2147483648 }
+                Binary { op: Sub, dst: Reg(4), a: Reg(0), b: Reg(3) }
+                Binary { op: Mul, dst: Reg(5), a: Reg(2), b: Reg(4) }
+                Binary { op: Sub, dst: Reg(6), a: Reg(0), b: Reg(5) }
+                MapAgg { map: MapId(0), key: None, op: Hist(Reg(6)) }
+              L0:
+                Return
+        "#]],
+    );
+}
+
+#[test]
+fn func_in_a_uretprobe_is_the_return_address() {
+    check(
+        "uretprobe:/bin/true:f { @[func] = count(); } uprobe:/bin/true:f { @[func] = count(); }",
+        expect![[r#"
+            map 0 @[usym]: Count
+            probe uretprobe:/bin/true:f (regs 1, slots [8])
+                Ctx { dst: Reg(0), value: Ip }
+                Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
+                Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(0), size: 8 }
+                MapAgg { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), op: Count }
+              L0:
+                Return
+            probe uprobe:/bin/true:f (regs 1, slots [8])
+                Ctx { dst: Reg(0), value: FuncAddr }
+                Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
+                Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(0), size: 8 }
+                MapAgg { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), op: Count }
+              L0:
+                Return
+        "#]],
+    );
+}
+
+#[test]
+fn positional_parameters_in_attach_points() {
+    let opts = Options {
+        positional: vec!["/bin/true".into(), "250".into()],
+        ..Options::default()
+    };
+    check_with(
+        "uprobe:$1:main { @n = count(); } interval:ms:$2 { exit(); } uprobe:$3:f { }",
+        &opts,
+        expect![[r#"
+            error: attach point `uprobe:$3:f` uses $3, but 2 positional parameters are given
+             --> t.bt:1:61
+              |
+            1 | uprobe:$1:main { @n = count(); } interval:ms:$2 { exit(); } uprobe:$3:f { }
+              |                                                             ^^^^^^^^^^^
+
+        "#]],
+    );
+    check_with(
+        "uprobe:$1:main { @n = count(); } interval:ms:$2 { exit(); }",
+        &opts,
+        expect![[r#"
+            map 0 @n: Count
+            probe uprobe:/bin/true:main (regs 0, slots [])
+                MapAgg { map: MapId(0), key: None, op: Count }
+              L0:
+                Return
+            probe interval:ns:250000000 (regs 0, slots [])
+                Emit { kind: Exit, payload: None, len: 0 }
+              L0:
+                Return
+        "#]],
+    );
 }

@@ -95,7 +95,9 @@ pub fn build(src: &str, variant: Variant, extra: &[&str]) -> PathBuf {
         return out;
     }
     let cxx = src.ends_with(".cc");
-    let tmp = dir.join(format!(".{stem}.{}", std::process::id()));
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{stem}.{}.{n}", std::process::id()));
     let status = Command::new(if cxx { "g++" } else { "gcc" })
         .args(variant.flags())
         .args(extra)
@@ -122,7 +124,8 @@ pub fn weft_bin() -> PathBuf {
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "weft-agent"]).current_dir(repo_root());
+        cmd.args(["build", "-p", "weft-agent"])
+            .current_dir(repo_root());
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
@@ -298,4 +301,131 @@ pub fn code_matches_file(pid: i32, bin: &Path) -> bool {
         bin.display()
     );
     true
+}
+
+// ---------------------------------------------------------------------------------
+// Added for the stress suite (`tests/stress.rs`, `tests/stress_known.rs`).
+// ---------------------------------------------------------------------------------
+
+/// Build `<dir>/<src>` (a path relative to the repository root, e.g. `tests/stress`)
+/// with `variant` and `extra` flags; cached by name, like [`build`].
+pub fn build_in(dir: &str, src: &str, variant: Variant, extra: &[&str]) -> PathBuf {
+    let root = repo_root();
+    let source = root.join(dir).join(src);
+    let stem = Path::new(src).file_stem().unwrap().to_str().unwrap();
+    let tag = format!(
+        "{}-{}{}",
+        dir.replace('/', "_"),
+        variant.name(),
+        extra.join("").replace(['-', '=', ',', '/'], "")
+    );
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("targets")
+        .join(&tag);
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join(stem);
+    let src_time = std::fs::metadata(&source).unwrap().modified().unwrap();
+    if std::fs::metadata(&out)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t >= src_time)
+    {
+        return out;
+    }
+    let cxx = src.ends_with(".cc");
+    let tmp = out_dir.join(format!(".{stem}.{}", std::process::id()));
+    let o = Command::new(if cxx { "g++" } else { "gcc" })
+        .args(variant.flags())
+        .args(extra)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&source)
+        .arg("-lpthread")
+        .output()
+        .expect("running the compiler");
+    assert!(
+        o.status.success(),
+        "compiling {dir}/{src} ({tag}) failed:\n{}",
+        text(&o.stderr)
+    );
+    std::fs::rename(&tmp, &out).unwrap();
+    out
+}
+
+/// Like [`code_matches_file`], over every file-backed executable mapping of `pid`
+/// (the program, libc, libgcc_s, ...): the paths of those that differ from their
+/// file. Mappings whose file cannot be read (deleted, replaced) are skipped.
+pub fn modules_differing_from_files(pid: i32) -> Vec<String> {
+    use std::io::{Seek, SeekFrom};
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return vec![format!("/proc/{pid}/maps unreadable")];
+    };
+    let Ok(mut mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else {
+        return vec![format!("/proc/{pid}/mem unreadable")];
+    };
+    let mut bad = Vec::new();
+    for l in maps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || !f[1].contains('x') || !f[5].starts_with('/') {
+            continue;
+        }
+        let Ok(file) = std::fs::read(f[5]) else {
+            continue;
+        };
+        let (a, b) = f[0].split_once('-').unwrap();
+        let (a, b) = (
+            u64::from_str_radix(a, 16).unwrap(),
+            u64::from_str_radix(b, 16).unwrap(),
+        );
+        let off = u64::from_str_radix(f[2], 16).unwrap() as usize;
+        if off >= file.len() {
+            continue;
+        }
+        let len = ((b - a) as usize).min(file.len() - off);
+        let mut live = vec![0u8; len];
+        if mem.seek(SeekFrom::Start(a)).is_err() || mem.read_exact(&mut live).is_err() {
+            bad.push(format!("{} (unreadable at {a:#x})", f[5]));
+            continue;
+        }
+        if live != file[off..off + len] {
+            let at = live
+                .iter()
+                .zip(&file[off..off + len])
+                .position(|(x, y)| x != y)
+                .unwrap();
+            bad.push(format!("{} differs at {:#x}", f[5], a + at as u64));
+        }
+    }
+    bad
+}
+
+/// A small deterministic random number generator (xorshift64*), seeded from the
+/// environment variable `WEFT_STRESS_SEED` or the clock; tests print their seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn from_env() -> Rng {
+        let seed = std::env::var("WEFT_STRESS_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+            });
+        eprintln!("WEFT_STRESS_SEED={seed}");
+        Rng(seed | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
 }

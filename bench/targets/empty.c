@@ -1,0 +1,72 @@
+/* Probe-cost target: calls an empty, non-inlined function N times in a timed loop.
+ *
+ *   empty [N] [x]   N calls (default 10^7); prints
+ *                   "calls=N ns_per_call=F loop_ns=T" on stdout.
+ *
+ * The loop is timed inside the process with clock_gettime, so process start, agent
+ * load and probe attach are excluded. `empty(i, s)` gets the loop counter in arg0 and a
+ * pointer to one of four short strings in arg1. `asm volatile("")` keeps the compiler
+ * from treating it as a pure/const function (which would let it delete the calls);
+ * `after_empty` follows it in .text so `empty` is never the last function of .text.
+ *
+ * Built with -DXRAY (clang -fxray-instrument): main installs a counting XRay handler
+ * and patches every sled before the timed loop, then prints the handler's count.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#ifdef XRAY
+/* The C++ header <xray/xray_interface.h> does not compile as C; its extern "C"
+ * entry points, declared by hand (XRayEntryType is an int-sized enum, SUCCESS = 1). */
+extern int __xray_set_handler(void (*entry)(int32_t, int));
+extern int __xray_patch(void);
+#define NEVER_XRAY __attribute__((xray_never_instrument))
+static volatile uint64_t xray_events;
+NEVER_XRAY static void count_handler(int32_t fid, int type) {
+    (void)fid; (void)type;
+    xray_events++;
+}
+#else
+#define NEVER_XRAY
+#endif
+
+static const char *const names[4] = {"get", "put", "delete", "scan"};
+
+__attribute__((noinline)) void empty(long n, const char *name) {
+    asm volatile("" : : "r"(n), "r"(name) : "memory");
+}
+
+__attribute__((noinline)) void after_empty(void) {
+    asm volatile("");
+}
+
+NEVER_XRAY static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+NEVER_XRAY int main(int argc, char **argv) {
+    long n = argc > 1 ? atol(argv[1]) : 10000000L;
+#ifdef XRAY
+    __xray_set_handler(count_handler);
+    if (__xray_patch() != 1) {
+        fprintf(stderr, "empty: __xray_patch failed\n");
+        return 1;
+    }
+#endif
+    after_empty();
+    uint64_t t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        empty(i, names[i & 3]);
+    uint64_t t1 = now_ns();
+    printf("calls=%ld ns_per_call=%.3f loop_ns=%llu\n", n,
+           n ? (double)(t1 - t0) / (double)n : 0.0, (unsigned long long)(t1 - t0));
+#ifdef XRAY
+    printf("xray_events=%llu\n", (unsigned long long)xray_events);
+#endif
+    fflush(stdout);
+    return 0;
+}
