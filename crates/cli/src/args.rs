@@ -25,6 +25,9 @@ pub enum Command {
     Trace(TraceArgs),
     /// List the functions that can be probed (`uprobe:BIN:FUNC` lines).
     List(ListArgs),
+    /// Turn the -finstrument-functions calls of a binary into NOP placeholders and
+    /// record the probe list in it (iProbe's ColdPatch).
+    Coldpatch(crate::coldpatch_cmd::ColdpatchArgs),
     /// Build the bundled demo program and weave into it.
     Demo {
         /// Requests the demo program handles.
@@ -78,12 +81,26 @@ pub struct TraceArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ListArgs {
-    /// Function pattern (wildcards allowed) or a full `uprobe:BIN:FUNC` pattern.
-    pub pattern: Option<String>,
+    /// `[PATTERN] [BINARY]`: a function pattern (wildcards, or a full
+    /// `uprobe:BIN:FUNC` pattern) and/or the binary to list. One argument that names
+    /// a file is the binary.
+    #[arg(value_name = "PATTERN_OR_BINARY", num_args = 0..=2)]
+    pub args: Vec<String>,
     /// List the functions of a running process and its libraries.
     #[arg(short = 'p', value_name = "PID")]
     pub pid: Option<i32>,
-    /// The binary to list.
-    #[arg(long = "binary", short = 'b', value_name = "BINARY")]
-    pub binary: Option<String>,
+}
+
+impl ListArgs {
+    /// `(pattern, binary)` from the positional arguments.
+    pub fn split(&self) -> (Option<String>, Option<String>) {
+        match self.args.as_slice() {
+            [] => (None, None),
+            [one] if self.pid.is_none() && std::path::Path::new(one).is_file() => {
+                (None, Some(one.clone()))
+            }
+            [one] => (Some(one.clone()), None),
+            [p, b, ..] => (Some(p.clone()), Some(b.clone())),
+        }
+    }
 }

@@ -9,6 +9,7 @@
 //! * [`printer`]: events and maps, through `weft-output`.
 
 pub mod args;
+pub mod coldpatch_cmd;
 pub mod conn;
 pub mod demo;
 pub mod dwarf;
@@ -36,12 +37,12 @@ pub fn main() -> Result<i32> {
         Some(Command::Trace(t)) => trace(t),
         Some(Command::List(l)) => list(l),
         Some(Command::Demo { requests }) => demo::run(requests),
+        Some(Command::Coldpatch(c)) => coldpatch_cmd::run(c),
         None => {
             if let Some(pattern) = cli.trace.list.clone() {
                 return list(ListArgs {
-                    pattern: Some(pattern),
+                    args: vec![pattern],
                     pid: cli.trace.pid,
-                    binary: None,
                 });
             }
             trace(cli.trace)
@@ -125,8 +126,9 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
 }
 
 fn list(l: ListArgs) -> Result<i32> {
-    let pattern = l.pattern.clone().unwrap_or_else(|| "*".to_string());
-    let source = match (l.pid, &l.binary) {
+    let (pattern, binary) = l.split();
+    let pattern = pattern.unwrap_or_else(|| "*".to_string());
+    let source = match (l.pid, &binary) {
         (Some(pid), None) => weft_symbols::ListSource::Process(pid as u32),
         (None, Some(b)) => weft_symbols::ListSource::File(b.into()),
         (None, None) => bail!("weft list needs a binary or -p PID"),

@@ -76,12 +76,7 @@ pub fn restore(pid: i32, sites: &[Planned], shm: &Shm) -> Result<Duration> {
     let w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
     let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
     for s in sites {
-        if s.index == u32::MAX
-            || !matches!(
-                s.outcome,
-                Outcome::Jump | Outcome::JumpInline | Outcome::Int3(_)
-            )
-        {
+        if s.index == u32::MAX || matches!(s.outcome, Outcome::Skipped(_)) {
             continue;
         }
         let d = shm.site(s.index);

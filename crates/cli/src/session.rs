@@ -126,7 +126,7 @@ pub fn trace(prog: &Program, opts: &TraceOptions) -> Result<i32> {
                 );
             }
             let a = listener.accept(pid, Duration::from_secs(10), || {
-                if weft_inject::process::process_exists(pid) {
+                if target::alive(pid) {
                     Ok(())
                 } else {
                     bail!("process {pid} exited while weft was attaching")
@@ -143,6 +143,13 @@ pub fn trace(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         conn.as_ref(),
         child.as_mut(),
     );
+    // A target that dies mid-session breaks the agent's connection: say what happened.
+    let result = match (result, &conn) {
+        (Err(e), Some((_, pid))) if !target::alive(*pid) => {
+            Err(e.context(format!("process {pid} exited while weft was working on it")))
+        }
+        (r, _) => r,
+    };
     if let Some(mut c) = child {
         if result.is_err() {
             let _ = c.kill();
@@ -205,6 +212,7 @@ fn run(
     // 4. Sites in the target.
     let t_sites = Instant::now();
     let mut planned: Vec<Planned> = Vec::new();
+    let mut code_ranges: Vec<Range<u64>> = Vec::new();
     let mut symbolizer = None;
     let mut site_probes = 0usize;
     if let Some((agent, pid)) = conn {
@@ -291,7 +299,13 @@ fn run(
             }
         }
         site_probes += n_profiles;
-        std::mem::forget(weaver.regions);
+        // Where the session's code lives in the target: no thread may be there when
+        // the agent unmaps it.
+        code_ranges = weaver
+            .regions
+            .iter()
+            .map(|r| r.addr..r.addr + r.size)
+            .collect();
     }
 
     if opts.verbose && conn.is_some() {
@@ -300,6 +314,9 @@ fn run(
             planned.len(),
             t_sites.elapsed().as_secs_f64() * 1e3
         );
+        for r in &code_ranges {
+            eprintln!("weft: code region {:#x}..{:#x}", r.start, r.end);
+        }
     }
     let resolver = SessionResolver {
         symbolizer: std::cell::RefCell::new(symbolizer),
@@ -390,7 +407,7 @@ fn run(
                 break;
             }
         } else if let Some((_, pid)) = conn {
-            if !weft_inject::process::process_exists(*pid) {
+            if !target::alive(*pid) {
                 target_alive = false;
                 break;
             }
@@ -416,7 +433,7 @@ fn run(
 
     // After exit() a launched command gets SIGTERM, as with bpftrace.
     if printer.exited || seg.shm.header().exit_requested.load(Ordering::Acquire) != 0 {
-        if let (Some(c), true) = (child.as_deref_mut(), target_alive) {
+        if let (Some(c), true) = (child, target_alive) {
             // SAFETY: signalling our own child.
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
             let deadline = Instant::now() + Duration::from_secs(1);
@@ -432,7 +449,7 @@ fn run(
 
     // 7. Unweave while the target lives.
     if let (Some((agent, pid)), true) = (conn, target_alive) {
-        if let Err(e) = unweave(agent, *pid, &planned, &seg) {
+        if let Err(e) = unweave(agent, *pid, &planned, &seg, &code_ranges) {
             eprintln!("weft: {e:#}");
         }
     }
@@ -456,13 +473,18 @@ fn run(
     Ok(0)
 }
 
-fn unweave(agent: &Agent, pid: i32, planned: &[Planned], seg: &Segment) -> Result<()> {
+fn unweave(
+    agent: &Agent,
+    pid: i32,
+    planned: &[Planned],
+    seg: &Segment,
+    code: &[Range<u64>],
+) -> Result<()> {
     if !planned.is_empty() {
         patch::restore(pid, planned, &seg.shm)?;
     }
     agent.end()?;
-    let code: Vec<Range<u64>> = Vec::new();
-    let mut ranges = code;
+    let mut ranges = code.to_vec();
     ranges.push(agent.hello.text_start..agent.hello.text_end);
     patch::wait_quiescent(pid, &ranges, agent.hello.tls_offset, Duration::from_secs(5))?;
     agent.free()
@@ -544,6 +566,13 @@ fn resolve_sites(
         search: &search,
     };
     let mut by_addr: BTreeMap<u64, SiteSpec> = BTreeMap::new();
+    // A coldpatched binary's file and placeholders (probe list), read once per module.
+    type Placeholders = (
+        Option<weft_symbols::ElfFile>,
+        Vec<weft_symbols::WeftProbeSite>,
+    );
+    let mut placeholders: std::collections::HashMap<std::path::PathBuf, Placeholders> =
+        Default::default();
     for (pi, p) in prog.probes.iter().enumerate() {
         for a in &p.attach {
             let (target_spec, func, offset, is_ret) = match a {
@@ -581,6 +610,17 @@ fn resolve_sites(
             })?;
             let funcs =
                 weft_symbols::resolve_in_module(&module, func).map_err(|e| anyhow!("{e}"))?;
+            let (elf, list) = placeholders
+                .entry(module.open_path.clone())
+                .or_insert_with(|| {
+                    let elf = module.open().ok();
+                    let list = elf
+                        .as_ref()
+                        .and_then(|e| e.weft_probes().ok())
+                        .unwrap_or_default();
+                    (elf.filter(|_| !list.is_empty()), list)
+                });
+            let frame_free = !uses_frame_state(&p.body);
             for f in funcs {
                 let Some(addr) = f.runtime_addr else { continue };
                 if f.ifunc {
@@ -593,6 +633,64 @@ fn resolve_sites(
                     format!("{kind}:{}:{}", module.path.display(), f.name)
                 };
                 let probe = intern(names, label.clone());
+                // HotPatch: advice that needs nothing of the machine state at the
+                // function's entry or return runs at the coldpatched placeholders
+                // instead (plain NOP sites, no return-address hijack).
+                if offset == 0 && frame_free {
+                    let want = if is_ret {
+                        weft_symbols::WeftProbeKind::Exit
+                    } else {
+                        weft_symbols::WeftProbeKind::Entry
+                    };
+                    let sites: Vec<&weft_symbols::WeftProbeSite> = list
+                        .iter()
+                        .filter(|w| {
+                            w.kind == want && w.function_vaddr == Some(f.vaddr) && !w.inlined
+                        })
+                        .collect();
+                    if !sites.is_empty() {
+                        for w in sites {
+                            let site_addr = module.runtime_addr(w.vaddr);
+                            // A stripped binary's functions have no size; the planner
+                            // then sees the function up to the end of the placeholder
+                            // (one NOP instruction: nothing can branch into it).
+                            let (bytes, padding) = if f.size > 0 {
+                                (f.bytes.clone(), f.padding.clone())
+                            } else {
+                                let len = w.vaddr + u64::from(w.len) - f.vaddr;
+                                let bytes = elf
+                                    .as_ref()
+                                    .and_then(|e| e.read_vaddr(f.vaddr, len).ok())
+                                    .map(<[u8]>::to_vec);
+                                (bytes.unwrap_or_default(), Vec::new())
+                            };
+                            let spec = by_addr.entry(site_addr).or_insert_with(|| SiteSpec {
+                                func: weft_x86::FunctionCode {
+                                    addr,
+                                    size_known: !bytes.is_empty(),
+                                    bytes,
+                                    padding,
+                                },
+                                name: f.demangled.clone().unwrap_or_else(|| f.name.clone()),
+                                site_addr,
+                                entry: Vec::new(),
+                                ret: Vec::new(),
+                                label: format!(
+                                    "{label} ({} placeholder)",
+                                    if is_ret { "exit" } else { "entry" }
+                                ),
+                                usdt_args: None,
+                                semaphore: None,
+                            });
+                            spec.entry.push(Call {
+                                advice: pi as u64,
+                                probe,
+                                body: Some(pi),
+                            });
+                        }
+                        continue;
+                    }
+                }
                 let site_addr = addr + offset;
                 let spec = by_addr.entry(site_addr).or_insert_with(|| SiteSpec {
                     func: weft_x86::FunctionCode {
@@ -623,6 +721,21 @@ fn resolve_sites(
         }
     }
     Ok(by_addr.into_values().collect())
+}
+
+/// Whether a probe body reads the machine state at its site (arguments, return
+/// value, registers, the instruction pointer, the stack): such advice must run at the
+/// function's real entry or return.
+fn uses_frame_state(f: &weft_ir::Function) -> bool {
+    use weft_ir::{CtxValue, Inst};
+    f.code.iter().any(|i| match i {
+        Inst::Ctx { value, .. } => matches!(
+            value,
+            CtxValue::Arg(_) | CtxValue::Retval | CtxValue::Reg(_) | CtxValue::Ip
+        ),
+        Inst::UStack { .. } => true,
+        _ => false,
+    })
 }
 
 /// Sites of `usdt:BIN:provider:name`: each probe's NOP, planned inside the function

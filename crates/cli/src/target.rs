@@ -152,13 +152,38 @@ pub fn find_function(maps: &ProcMaps, name: &str, prefer: &[&str]) -> Option<u64
     None
 }
 
+/// The process is running (it exists and has not exited into a zombie).
+pub fn alive(pid: i32) -> bool {
+    weft_inject::process::process_exists(pid) && !is_zombie(pid)
+}
+
+/// The process has exited but its parent has not reaped it.
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
 /// Load the agent into running process `pid` (unless it is already there) and tell
 /// it to connect to `socket`. Returns the pause the target saw.
 pub fn attach(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration> {
     if !weft_inject::process::process_exists(pid) {
         bail!("no process with pid {pid}");
     }
-    let exe = weft_inject::process::exe(pid).map_err(|e| anyhow!("{e}"))?;
+    if is_zombie(pid) {
+        bail!("process {pid} has exited (it is a zombie waiting for its parent)");
+    }
+    let exe = match weft_inject::process::exe(pid) {
+        Ok(e) => e,
+        Err(_) if !weft_inject::process::process_exists(pid) || is_zombie(pid) => {
+            bail!("process {pid} exited while weft was attaching")
+        }
+        Err(e) => bail!("{e}"),
+    };
     let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
     let has_agent = maps.modules().iter().any(|m| m.file_name() == AGENT_FILE);
     if !has_agent {
@@ -176,7 +201,30 @@ pub fn attach(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duratio
             );
         }
     }
-    let mut stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    // A process caught while the dynamic linker is still loading it (libc not mapped
+    // or not relocated yet) must not be asked to dlopen: let it run a little first.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let (mut stopped, maps) = loop {
+        let stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+        let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
+        let loader: Vec<std::ops::Range<u64>> = maps
+            .modules()
+            .iter()
+            .filter(|m| m.file_name().starts_with("ld-linux") || m.file_name().starts_with("ld64"))
+            .flat_map(|m| m.ranges.clone())
+            .collect();
+        let starting = !has_agent
+            && (!stopped.threads_in(&loader).is_empty()
+                || find_function(&maps, "dlopen", &["libc.so", "libc-", "libdl"]).is_none());
+        if !starting || std::time::Instant::now() > deadline {
+            break (stopped, maps);
+        }
+        stopped.resume().map_err(|e| anyhow!("{e}"))?;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        if !alive(pid) {
+            bail!("process {pid} exited while weft was attaching");
+        }
+    };
     let tid = stopped.pick_call_thread();
     if !has_agent {
         let dlopen =

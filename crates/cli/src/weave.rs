@@ -117,6 +117,9 @@ pub enum Outcome {
     Jump,
     /// A jump to a trampoline with the advice compiled inline.
     JumpInline,
+    /// A jump written over a NOP placeholder (no code of the program moves); true
+    /// when the advice is inline.
+    Placeholder(bool),
     Int3(String),
     Skipped(String),
 }
@@ -126,6 +129,8 @@ impl fmt::Display for Outcome {
         match self {
             Outcome::Jump => write!(f, "jump to trampoline"),
             Outcome::JumpInline => write!(f, "jump to trampoline (advice inline)"),
+            Outcome::Placeholder(false) => write!(f, "jump over a NOP placeholder"),
+            Outcome::Placeholder(true) => write!(f, "jump over a NOP placeholder (advice inline)"),
             Outcome::Int3(r) => write!(f, "int3 ({r})"),
             Outcome::Skipped(r) => write!(f, "skipped: {r}"),
         }
@@ -195,7 +200,13 @@ impl<'a> Weaver<'a> {
         spec: &SiteSpec,
         at_entry: bool,
     ) -> Option<Option<&'a weft_ir::Function>> {
-        if !self.inline || !at_entry || spec.entry.len() > 1 || spec.usdt_args.is_some() {
+        // Return probes need the entry (the hijack); USDT arguments are not in the
+        // ABI registers.
+        if !self.inline
+            || (!at_entry && !spec.ret.is_empty())
+            || spec.entry.len() > 1
+            || spec.usdt_args.is_some()
+        {
             return None;
         }
         match spec.entry.first() {
@@ -350,6 +361,7 @@ impl<'a> Weaver<'a> {
                                 return_trampoline,
                             }),
                             generic: generic_at,
+                            at_entry,
                         };
                         let head =
                             weft_jit::inline::inline_head(body, prog, maps, &site, inline_at)?;
@@ -365,10 +377,11 @@ impl<'a> Weaver<'a> {
                     }
                 };
                 let patch = weft_x86::patch_bytes(&plan, target)?;
-                let outcome = if target == generic_at {
-                    Outcome::Jump
-                } else {
-                    Outcome::JumpInline
+                let inline = target != generic_at;
+                let outcome = match (plan.is_placeholder(), inline) {
+                    (true, inline) => Outcome::Placeholder(inline),
+                    (false, false) => Outcome::Jump,
+                    (false, true) => Outcome::JumpInline,
                 };
                 (
                     SiteKind::Jump,
@@ -481,6 +494,7 @@ impl<'a> Weaver<'a> {
             thread_agg_off: self.thread_agg_off,
             hijack: None,
             generic: 0,
+            at_entry: true,
         };
         let code = weft_jit::inline::return_stub(body, self.maps, &site)?;
         self.put_anywhere(&code)

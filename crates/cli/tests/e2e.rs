@@ -554,3 +554,114 @@ fn syntax_error_is_located() {
     assert!(err.contains("-e:2:"), "{err}");
     assert!(err.contains('^'), "{err}");
 }
+
+#[test]
+fn list_functions_of_a_binary_and_a_process() {
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let o = weft(&["list", "w*", b], T);
+    assert_eq!(
+        ok(&o),
+        format!("uprobe:{}:work\n", bin.canonicalize().unwrap().display())
+    );
+    let all = ok(&weft(&["list", b], T));
+    for f in ["main", "work", "tiny", "spin", "loopy", "many_args"] {
+        assert!(all.contains(&format!(":{f}\n")), "{f} missing: {all}");
+    }
+    // bpftrace's -l spelling, against a running process's libraries.
+    let spinner = build("spinner.c", Variant::O2_PIE, &[]);
+    let t = Spawned::start(&spinner, &[]);
+    t.wait_line("ready", T);
+    let libc = ok(&weft(
+        &["-l", "uprobe:*libc.so*:malloc", "-p", &t.pid().to_string()],
+        T,
+    ));
+    assert!(
+        libc.lines().any(|l| l.ends_with("libc.so.6:malloc")),
+        "{libc}"
+    );
+}
+
+#[test]
+fn attaching_without_ptrace_rights_is_refused_with_the_reason() {
+    // An unprivileged user may not ptrace root's process.
+    let bin = build("spinner.c", Variant::O2_PIE, &[]);
+    let mut t = Spawned::start(&bin, &[]);
+    t.wait_line("ready", T);
+    let b = bin_str(&bin);
+    let prog = format!("uprobe:{b}:tick {{ @c = count(); }}");
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(weft_bin())
+        .args(["-e", &prog, "-p", &t.pid().to_string()])
+        .output()
+        .expect("setpriv (util-linux) runs weft as nobody");
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.to_lowercase().contains("permission denied"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    t.assert_healthy();
+    assert!(code_matches_file(t.pid(), &bin));
+}
+
+#[test]
+fn sigint_during_attach_leaves_the_target_unharmed() {
+    let bin = build("spinner.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    for delay_ms in [0u64, 5, 20, 60] {
+        let mut t = Spawned::start(&bin, &[]);
+        t.wait_line("ready", T);
+        let prog =
+            format!("uprobe:{b}:tick {{ @c = count(); }} uretprobe:{b}:square {{ @r = count(); }}");
+        let w = std::process::Command::new(weft_bin())
+            .args(["-e", &prog, "-p", &t.pid().to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        // SAFETY: signalling our child.
+        unsafe { libc::kill(w.id() as i32, libc::SIGINT) };
+        let o = wait_output(w, T);
+        // Either it stopped before weaving or it wove, printed and unwove: both fine,
+        // but it must end, and the target must be running with its own code.
+        let _ = o;
+        std::thread::sleep(Duration::from_millis(300));
+        t.assert_healthy();
+        assert!(code_matches_file(t.pid(), &bin), "delay {delay_ms} ms");
+    }
+}
+
+#[test]
+fn target_exiting_while_weft_attaches() {
+    // A short-lived target: whatever moment weft catches it at, weft ends with a
+    // clear outcome and never hangs.
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    for n in ["200000", "2000000", "20000000"] {
+        let child = std::process::Command::new(&bin)
+            .arg(n)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let prog = format!("uprobe:{b}:work {{ @c = count(); }}");
+        let o = weft(&["-e", &prog, "-p", &child.id().to_string()], T);
+        let err = text(&o.stderr);
+        if !o.status.success() {
+            assert!(
+                err.contains("exited") || err.contains("no process") || err.contains("zombie"),
+                "{err}"
+            );
+            assert_eq!(
+                err.trim()
+                    .lines()
+                    .filter(|l| l.starts_with("weft:"))
+                    .count(),
+                1,
+                "{err}"
+            );
+        }
+        let mut child = child;
+        let _ = child.wait();
+    }
+}

@@ -59,6 +59,10 @@ pub struct InlineSite {
     pub hijack: Option<Hijack>,
     /// Where the generic trampoline of the same site starts (the fallback).
     pub generic: u64,
+    /// The site is a function's entry. Elsewhere the head first steps over the red
+    /// zone (the function may keep data below rsp), and argN are whatever the
+    /// registers hold, as for any probe off an entry.
+    pub at_entry: bool,
 }
 
 /// Whether `f` can be compiled inline at a function's entry.
@@ -187,8 +191,9 @@ impl Frame {
         self.entry_rsp.expect("entry frame")
     }
 
-    /// The entry head: pushes rax, flags, r11, [rcx, rdx], [thread state], then cells.
-    fn entry(cells: i32, scratch: bool, tstate: bool) -> Frame {
+    /// The entry head: [skips the red zone], pushes rax, flags, r11, [rcx, rdx],
+    /// [thread state], then cells.
+    fn entry(cells: i32, scratch: bool, tstate: bool, red_zone: bool) -> Frame {
         let after_tstate = cells + if tstate { 8 } else { 0 };
         let r11_at = after_tstate + if scratch { 16 } else { 0 };
         Frame {
@@ -198,7 +203,7 @@ impl Frame {
             rcx: after_tstate + 8,
             r11: r11_at,
             rax: r11_at + 16,
-            entry_rsp: Some(r11_at + 24),
+            entry_rsp: Some(r11_at + 24 + if red_zone { 128 } else { 0 }),
             ret_slot: None,
         }
     }
@@ -658,6 +663,7 @@ pub fn inline_head(
         ((regs as i32) * 8 + 15) & !15,
         scratch,
         site.hijack.is_some() || body.is_some_and(needs_tstate),
+        !site.at_entry,
     );
     let mut a = CodeAssembler::new(64)?;
     let labels = body.map_or(Vec::new(), |f| {
@@ -677,6 +683,9 @@ pub fn inline_head(
     let mut fallback_tstate = g.a.create_label();
     let mut done = g.a.create_label();
     let mut end = g.a.create_label();
+    if !site.at_entry {
+        g.a.lea(rsp, qword_ptr(rsp - 128))?;
+    }
     crate::trampoline::save_flags(&mut g.a)?;
     g.a.push(r11)?;
     if scratch {
@@ -740,7 +749,11 @@ pub fn inline_head(
             g.a.pop(rcx)?;
         }
         g.a.pop(r11)?;
-        crate::trampoline::restore_flags(&mut g.a)
+        crate::trampoline::restore_flags(&mut g.a)?;
+        if !site.at_entry {
+            g.a.lea(rsp, qword_ptr(rsp + 128))?;
+        }
+        Ok(())
     };
     g.bind(&mut done)?;
     restore(&mut g)?;

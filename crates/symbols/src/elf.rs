@@ -708,6 +708,33 @@ impl Parsed {
                 }
             }
         }
+        // A stripped coldpatched binary still names its functions in its probe list.
+        if let Some(list) = sections
+            .iter()
+            .find(|s| s.name == crate::WEFT_PROBES_SECTION && s.kind != elf::SHT_NOBITS)
+        {
+            let bytes = data
+                .get(list.offset as usize..(list.offset + list.size) as usize)
+                .unwrap_or(&[]);
+            let known: std::collections::HashSet<u64> = raw.iter().map(|s| s.vaddr).collect();
+            let mut added = std::collections::HashSet::new();
+            for site in crate::parse_weft_probes(bytes).unwrap_or_default() {
+                let Some(vaddr) = site.function_vaddr else {
+                    continue;
+                };
+                if site.function.is_empty() || known.contains(&vaddr) || !added.insert(vaddr) {
+                    continue;
+                }
+                raw.push(RawSym {
+                    name: site.function,
+                    vaddr,
+                    size: 0,
+                    ifunc: false,
+                    from_symtab: true,
+                    bind: elf::STB_LOCAL,
+                });
+            }
+        }
         let functions = merge_functions(raw);
 
         // Dynamic section, interpreter, notes.

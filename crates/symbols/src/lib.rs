@@ -9,8 +9,9 @@
 //!    `/etc/ld.so.cache` and the library directories.
 //! 2. **What** — [`ElfFile`] validates a file and knows its functions (`.symtab` and
 //!    `.dynsym`, merged by address, C++ names demangled), its bytes by address, its
-//!    USDT probes ([`ElfFile::usdt_probes`]) and compiler placeholders
-//!    ([`ElfFile::patchable_function_entries`], [`ElfFile::mcount_locations`]).
+//!    USDT probes ([`ElfFile::usdt_probes`]), compiler placeholders
+//!    ([`ElfFile::patchable_function_entries`], [`ElfFile::mcount_locations`]) and the
+//!    probe list `weft coldpatch` leaves ([`ElfFile::weft_probes`]).
 //! 3. **Which** — [`resolve`] matches a [`glob`] pattern against function names and
 //!    returns [`ResolvedFunction`]s: file address, size, runtime address and the
 //!    function's bytes (what `weft-x86` plans a patch from). A miss is an error with
@@ -20,7 +21,8 @@
 //!    [`ElfFile::debug_info`] gives DWARF parameter types (for `args`) and lines.
 //!
 //! Parsing is pure (bytes in, values out: [`ElfFile::parse`], [`ProcMaps::parse`],
-//! [`load_bias`], [`parse_stapsdt_notes`], [`parse_arg`], [`parse_ld_so_cache`]);
+//! [`load_bias`], [`parse_stapsdt_notes`], [`parse_arg`], [`parse_ld_so_cache`],
+//! [`parse_weft_probes`]);
 //! the functions that read `/proc` or the file system are thin layers over them.
 //! Malformed input of any kind is an [`Error`] with a one-line message for the user,
 //! never a panic.
@@ -33,6 +35,7 @@ mod elf;
 mod error;
 pub mod glob;
 mod maps;
+mod probelist;
 mod resolve;
 mod symbolize;
 mod target;
@@ -42,6 +45,7 @@ pub use dwarf::{DebugInfo, Param};
 pub use elf::{demangle, ElfFile, ElfKind, Function, FunctionName, Section, Segment};
 pub use error::{Error, Result};
 pub use maps::{find_module, load_bias, MappedFile, Mapping, Module, Perms, ProcMaps};
+pub use probelist::{parse_weft_probes, WeftProbeKind, WeftProbeSite, WEFT_PROBES_SECTION};
 pub use resolve::{
     list, list_lines, match_functions, resolve, resolve_in_module, resolve_usdt, ListSource,
     ResolvedFunction,

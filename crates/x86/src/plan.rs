@@ -124,6 +124,27 @@ impl SitePlan {
         }
     }
 
+    /// A jump whose displaced instructions are all NOPs: a compiler or hand-placed
+    /// placeholder (`-fpatchable-function-entry`, fentry, coldpatch, USDT), so
+    /// nothing of the program's own code moves.
+    pub fn is_placeholder(&self) -> bool {
+        match self {
+            SitePlan::Jump {
+                patch_addr,
+                displaced,
+                padding,
+                ..
+            } => {
+                let code = &displaced[..displaced.len() - padding];
+                let sweep = decode::sweep(code, *patch_addr);
+                sweep.error_at.is_none()
+                    && !sweep.insns.is_empty()
+                    && sweep.insns.iter().all(|i| i.mnemonic() == Mnemonic::Nop)
+            }
+            _ => false,
+        }
+    }
+
     /// The int3 plan for the same site, for when a jump plan cannot be used after all
     /// (e.g. no trampoline could be placed within ±2 GiB). Int3 and refused plans are
     /// returned unchanged.
@@ -298,6 +319,9 @@ pub fn plan_site(func: &FunctionCode, site_addr: u64) -> SitePlan {
     };
     let displaced_end = displaced.last().map_or(patch_addr, |i| i.next_ip());
     let displaced_len = (displaced_end - patch_addr) as usize;
+    // A `ret`/`jmp` followed only by NOP/INT3 filler (e.g. a coldpatched tail site,
+    // `ret; nop4`): the filler is dead, like padding; only what precedes it moves.
+    let (displaced, dead) = split_dead_filler(displaced);
     if let Err(reason) = check_out_of_line(&displaced) {
         return int3(reason);
     }
@@ -331,9 +355,30 @@ pub fn plan_site(func: &FunctionCode, site_addr: u64) -> SitePlan {
         patch_addr,
         displaced_len,
         displaced: bytes,
-        padding: 0,
+        padding: dead,
         skipped_endbr,
     }
+}
+
+/// Split off NOP/INT3 instructions that follow an instruction that never falls
+/// through: they can never run (no branch targets them, which the caller checks for
+/// every displaced byte), so they are overwritten but not relocated. Returns the
+/// instructions to relocate and the number of dead bytes.
+fn split_dead_filler(mut insns: Vec<Instruction>) -> (Vec<Instruction>, usize) {
+    let Some(end_at) = insns.iter().position(|i| !falls_through(i)) else {
+        return (insns, 0);
+    };
+    let rest = &insns[end_at + 1..];
+    if rest.is_empty()
+        || !rest
+            .iter()
+            .all(|i| matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3))
+    {
+        return (insns, 0);
+    }
+    let dead: usize = rest.iter().map(|i| i.len()).sum();
+    insns.truncate(end_at + 1);
+    (insns, dead)
 }
 
 /// A jump over a function too short for one, extended into the padding after it.

@@ -720,18 +720,29 @@ fn short_jmp_inside_the_patch_is_int3_flow_ends() {
 }
 
 #[test]
-fn ret_inside_the_patch_is_int3_flow_ends() {
-    // A size that covers padding after the ret.
+fn ret_followed_by_filler_inside_the_symbol_is_a_jump() {
+    // A size that covers padding after the ret: the nop is dead filler, so the jump
+    // may cover it (only xor and ret are relocated).
     // 0x401000: xor eax, eax
     // 0x401002: ret
     // 0x401003: nop dword ptr [rax]
     let f = func(0x401000, &[0x31, 0xc0, 0xc3, 0x0f, 0x1f, 0x00]);
+    let plan = plan_site(&f, 0x401000);
+    assert!(
+        matches!(
+            plan,
+            SitePlan::Jump {
+                displaced_len: 6,
+                padding: 3,
+                ..
+            }
+        ),
+        "{plan:?}"
+    );
+    // xor eax, eax; ret
     assert_eq!(
-        plan_site(&f, 0x401000).reason(),
-        Some(&Reason::FlowEndsInPatch {
-            at: 0x401002,
-            insn: "ret".into()
-        })
+        relocate(&plan, 0x402000, true).unwrap(),
+        vec![0x31, 0xc0, 0xc3]
     );
 }
 
@@ -1098,4 +1109,44 @@ fn padding_is_not_used_when_unsafe() {
             ..
         }
     ));
+}
+
+#[test]
+fn ret_followed_by_nop_filler_is_a_jump_site() {
+    // A coldpatched tail site: ret; nop dword [rax+0]  (was: jmp __cyg_profile_func_exit)
+    // preceded by the body: mov eax, 1
+    let f = func(
+        0x401000,
+        &[0xb8, 0x01, 0x00, 0x00, 0x00, 0xc3, 0x0f, 0x1f, 0x40, 0x00],
+    );
+    let plan = plan_site(&f, 0x401005);
+    assert_eq!(
+        plan,
+        SitePlan::Jump {
+            patch_addr: 0x401005,
+            displaced_len: 5,
+            displaced: vec![0xc3, 0x0f, 0x1f, 0x40, 0x00],
+            padding: 4,
+            skipped_endbr: false,
+        }
+    );
+    // ret -- relocated alone, no jump back after it.
+    assert_eq!(relocate(&plan, 0x402000, true).unwrap(), vec![0xc3]);
+    // Not filler after the ret: still an int3 site.
+    let g = func(0x401000, &[0xc3, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3]);
+    assert!(matches!(plan_site(&g, 0x401000), SitePlan::Int3 { .. }));
+}
+
+#[test]
+fn nop_placeholders_are_recognised() {
+    // -fpatchable-function-entry=5: 5 x nop; then mov eax, edi; ret
+    let f = func(0x401000, &[0x90, 0x90, 0x90, 0x90, 0x90, 0x89, 0xf8, 0xc3]);
+    let p = plan_site(&f, 0x401000);
+    assert!(p.is_placeholder(), "{p:?}");
+    // fentry: nop dword [rax+rax+0]
+    let f = func(0x401000, &[0x0f, 0x1f, 0x44, 0x00, 0x00, 0x89, 0xf8, 0xc3]);
+    assert!(plan_site(&f, 0x401000).is_placeholder());
+    // push rbp; mov rbp, rsp: real code
+    let f = func(0x401000, &[0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3]);
+    assert!(!plan_site(&f, 0x401000).is_placeholder());
 }
