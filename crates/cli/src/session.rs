@@ -3,7 +3,7 @@
 //! compile advice and trampolines → BEGIN → patch → poll events → unweave → END →
 //! print maps and losses.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -512,13 +512,13 @@ fn attach_name_indices(prog: &Program) -> Vec<Vec<u32>> {
 /// site).
 pub struct ProbeNames {
     pub names: Vec<String>,
-    index: std::collections::HashMap<String, u32>,
+    index: HashMap<String, u32>,
 }
 
 impl ProbeNames {
     /// The program's own names keep their positions (its code refers to them).
     fn new(initial: &[String]) -> ProbeNames {
-        let mut index = std::collections::HashMap::new();
+        let mut index = HashMap::new();
         for (i, n) in initial.iter().enumerate() {
             index.entry(n.clone()).or_insert(i as u32);
         }
@@ -566,12 +566,13 @@ fn resolve_sites(
         search: &search,
     };
     let mut by_addr: BTreeMap<u64, SiteSpec> = BTreeMap::new();
-    // A coldpatched binary's file and placeholders (probe list), read once per module.
+    // A coldpatched binary's file and placeholders (probe list) by function address,
+    // read once per module (a whole-program weave looks up 10,000 functions).
     type Placeholders = (
         Option<weft_symbols::ElfFile>,
-        Vec<weft_symbols::WeftProbeSite>,
+        HashMap<u64, Vec<weft_symbols::WeftProbeSite>>,
     );
-    let mut placeholders: std::collections::HashMap<std::path::PathBuf, Placeholders> =
+    let mut placeholders: HashMap<std::path::PathBuf, Placeholders> =
         Default::default();
     for (pi, p) in prog.probes.iter().enumerate() {
         for a in &p.attach {
@@ -614,10 +615,16 @@ fn resolve_sites(
                 .entry(module.open_path.clone())
                 .or_insert_with(|| {
                     let elf = module.open().ok();
-                    let list = elf
+                    let mut list: HashMap<u64, Vec<_>> = HashMap::new();
+                    for w in elf
                         .as_ref()
                         .and_then(|e| e.weft_probes().ok())
-                        .unwrap_or_default();
+                        .unwrap_or_default()
+                    {
+                        if let Some(f) = w.function_vaddr.filter(|_| !w.inlined) {
+                            list.entry(f).or_default().push(w);
+                        }
+                    }
                     (elf.filter(|_| !list.is_empty()), list)
                 });
             let frame_free = !uses_frame_state(&p.body);
@@ -643,10 +650,10 @@ fn resolve_sites(
                         weft_symbols::WeftProbeKind::Entry
                     };
                     let sites: Vec<&weft_symbols::WeftProbeSite> = list
-                        .iter()
-                        .filter(|w| {
-                            w.kind == want && w.function_vaddr == Some(f.vaddr) && !w.inlined
-                        })
+                        .get(&f.vaddr)
+                        .into_iter()
+                        .flatten()
+                        .filter(|w| w.kind == want)
                         .collect();
                     if !sites.is_empty() {
                         for w in sites {
