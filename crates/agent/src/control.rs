@@ -344,6 +344,12 @@ fn alloc_code(lo: u64, hi: u64, size: u64) -> Result<(u64, usize, OwnedFd), Stri
     }
     // SAFETY: raw is a fresh fd we own.
     let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // memfds are created 0777: make the code region private to its owner before it
+    // holds anything (its fd is visible in /proc/PID/fd and map_files).
+    // SAFETY: fchmod on our own fd.
+    if unsafe { libc::fchmod(raw, 0o600) } != 0 {
+        return Err(format!("fchmod: {}", std::io::Error::last_os_error()));
+    }
     // SAFETY: sizing our memfd.
     if unsafe { libc::ftruncate(raw, size as i64) } != 0 {
         return Err(format!("ftruncate: {}", std::io::Error::last_os_error()));
