@@ -1312,66 +1312,119 @@ fn mutate(rng: &mut Rng, seed: &str) -> String {
     s.into_iter().collect()
 }
 
+/// One fuzzed program: its text, or a file of the corpus (run as `weft trace FILE`).
+enum FuzzInput {
+    Text(String),
+    File(PathBuf),
+}
+
+/// A file that is not a program's text (a NUL byte, invalid UTF-8): weft must say so
+/// in one line naming the file, line and column.
+fn not_text(bytes: &[u8]) -> bool {
+    bytes.contains(&0) || std::str::from_utf8(bytes).is_err()
+}
+
 /// Mutated and pathological programs: the front end reports errors (or the program
-/// runs), never panics, crashes or hangs. The inputs that ever failed are kept in
-/// tests/stress/corpus/ and replayed first.
+/// runs), never panics, crashes or hangs. The regression corpus
+/// (`tests/stress/corpus/`: inputs that once crashed weft, and hostile shapes) is
+/// replayed first, each file as `weft trace FILE`. Programs holding a NUL byte (which
+/// argv cannot carry) go through a file too. A failing input is saved under the
+/// target directory (not the source tree): copy it into the corpus once the bug is
+/// fixed.
 #[test]
 fn script_fuzz_never_panics() {
     let mut tally = Tally::new("programs fuzzed (parser, checker)", "inputs");
     let mut rng = Rng::from_env();
     let corpus_dir = repo_root().join("tests/stress/corpus");
-    let mut inputs: Vec<String> = std::fs::read_dir(&corpus_dir)
-        .map(|d| {
-            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-                .collect()
-        })
-        .unwrap_or_default();
-    inputs.push(format!(
-        "BEGIN {{ @x = {}1{}; exit(); }}",
-        "(".repeat(20000),
-        ")".repeat(20000)
-    ));
-    inputs.push(format!("BEGIN {{ @{} = 1; exit(); }}", "a".repeat(100_000)));
-    inputs.push(format!(
+    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-{}", std::process::id()));
+    let crashes = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-crashes");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut corpus: Vec<PathBuf> = std::fs::read_dir(&corpus_dir)
+        .expect("the regression corpus tests/stress/corpus")
+        .map(|e| e.unwrap().path())
+        .collect();
+    corpus.sort();
+    assert!(
+        corpus.len() >= 10,
+        "the regression corpus is missing: {corpus:?}"
+    );
+    let mut inputs: Vec<FuzzInput> = corpus.into_iter().map(FuzzInput::File).collect();
+    inputs.push(FuzzInput::Text(format!(
+        "BEGIN {{ @{} = 1; exit(); }}",
+        "a".repeat(100_000)
+    )));
+    inputs.push(FuzzInput::Text(format!(
         "BEGIN {{ printf(\"{}\"); exit(); }}",
         "%d".repeat(10_000)
-    ));
-    inputs.push(format!(
-        "BEGIN {{ {} exit(); }}",
-        "if (1) { ".repeat(5000) + &"}".repeat(5000)
-    ));
-    inputs.push("BEGIN { @x = \"unterminated".to_string());
-    inputs.push(format!(
+    )));
+    inputs.push(FuzzInput::Text("BEGIN { @x = \"unterminated".to_string()));
+    inputs.push(FuzzInput::Text(format!(
         "{} BEGIN {{ exit(); }}",
         "uprobe:/bin/true:main { @c = count(); } ".repeat(2000)
-    ));
+    )));
     for _ in 0..scale(300, 20000) {
         let seed = SEEDS[rng.below(SEEDS.len() as u64) as usize];
-        inputs.push(mutate(&mut rng, seed));
+        inputs.push(FuzzInput::Text(mutate(&mut rng, seed)));
     }
-    for prog in &inputs {
+    for (i, input) in inputs.iter().enumerate() {
         tally.count += 1;
+        let (path, bytes) = match input {
+            FuzzInput::File(p) => (Some(p.clone()), std::fs::read(p).unwrap()),
+            FuzzInput::Text(t) if t.contains('\0') => {
+                let p = work.join(format!("input-{i}.bt"));
+                std::fs::write(&p, t).unwrap();
+                (Some(p), t.clone().into_bytes())
+            }
+            FuzzInput::Text(t) => (None, t.clone().into_bytes()),
+        };
         // Programs that run without a target are stopped after 2 s: not a failure.
-        let r = run_weft(&["-e", prog], Duration::from_secs(2));
+        let r = match &path {
+            Some(p) => run_weft(&["trace", b(p)], Duration::from_secs(2)),
+            None => run_weft(
+                &["-e", std::str::from_utf8(&bytes).unwrap()],
+                Duration::from_secs(2),
+            ),
+        };
         if r.as_ref().is_err_and(|e| e.starts_with("timed out")) {
             continue;
         }
-        if let Err(e) = no_panic(&r) {
-            let name = format!("crash-{:016x}", {
-                use std::hash::{Hash, Hasher};
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                prog.hash(&mut h);
-                h.finish()
-            });
-            let _ = std::fs::create_dir_all(&corpus_dir);
-            let _ = std::fs::write(corpus_dir.join(&name), prog);
-            let shown: String = prog.chars().take(200).collect();
+        let mut failed = no_panic(&r);
+        if let (Ok(()), Some(p), Ok(o)) = (&failed, &path, &r) {
+            let err = text(&o.stderr);
+            if not_text(&bytes)
+                && !(err.lines().count() == 1
+                    && err.contains(&format!("{}:", p.display()))
+                    && err.contains("UTF-8 text"))
+            {
+                failed = Err(format!(
+                    "want one located line for a file that is not text: {err:?}"
+                ));
+            }
+        }
+        if let Err(e) = failed {
+            let saved = match input {
+                FuzzInput::File(p) => p.clone(),
+                FuzzInput::Text(_) => {
+                    let name = format!("crash-{:016x}", {
+                        use std::hash::{Hash, Hasher};
+                        let mut h = std::collections::hash_map::DefaultHasher::new();
+                        bytes.hash(&mut h);
+                        h.finish()
+                    });
+                    let _ = std::fs::create_dir_all(&crashes);
+                    let _ = std::fs::write(crashes.join(&name), &bytes);
+                    crashes.join(name)
+                }
+            };
+            let shown: String = String::from_utf8_lossy(&bytes).chars().take(200).collect();
             tally.fail(format!(
-                "{e}\n    program ({} chars, saved as corpus/{name}): {shown:?}",
-                prog.len()
+                "{e}\n    program ({} bytes, in {}): {shown:?}",
+                bytes.len(),
+                saved.display()
             ));
         }
     }
+    let _ = std::fs::remove_dir_all(&work);
     tally.finish();
 }
 
