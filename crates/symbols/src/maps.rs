@@ -12,11 +12,24 @@
 //! (old, non-`-z separate-code` layouts), every mapping votes and the bias most
 //! mappings agree on wins.
 //!
-//! **Opening mapped files.** A module's file is read from its path when the process
-//! shares our mount namespace, else through `/proc/PID/root/PATH` (the kernel lets us
-//! open that only if we may ptrace-read the process), and a deleted file (`PATH
-//! (deleted)`) through `/proc/PID/map_files/START-END`. Nothing is opened with more
-//! rights than the caller has.
+//! **Opening mapped files.** What weft reads must be the file the process mapped,
+//! never whatever its path leads to now: the process may have replaced the path with
+//! a symlink, and a symlink met under `/proc/PID/root` is resolved in *weft's* mount
+//! namespace, so a process in a container could make a root weft read files its
+//! owner cannot (a root-only file named by an absolute symlink). So:
+//!
+//! 1. `/proc/PID/map_files/START-END` when the kernel lets us open it: the mapped file
+//!    itself, no path resolved. Opening it needs `CAP_SYS_ADMIN` (or
+//!    `CAP_CHECKPOINT_RESTORE`) in the initial user namespace: exactly when weft may
+//!    have more rights than the process's owner.
+//! 2. Otherwise (weft has no such rights), the path (through `/proc/PID/root/PATH`
+//!    when the process has its own mount namespace; the kernel allows that only if we
+//!    may ptrace-read it), used only if the file there is the mapped one: the same
+//!    inode number as in the maps line. (Only the inode: the device maps shows
+//!    differs from `stat`'s on btrfs subvolumes and overlayfs.) A deleted file, or a
+//!    path now leading to another file, leaves the module out.
+//!
+//! Nothing is opened with more rights than the caller has.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -133,12 +146,8 @@ impl ProcMaps {
             .filter_map(|f| {
                 let first = f.mappings.first()?;
                 let open_path = match self.pid {
-                    Some(pid) if f.deleted => PathBuf::from(format!(
-                        "/proc/{pid}/map_files/{:x}-{:x}",
-                        first.start, first.end
-                    )),
-                    Some(pid) if !same_ns => PathBuf::from(format!("/proc/{pid}/root{}", f.path)),
-                    _ => PathBuf::from(f.path),
+                    Some(pid) => mapped_file_path(pid, &f, first, same_ns)?,
+                    None => PathBuf::from(f.path),
                 };
                 let segments = crate::elf::read_segments(&open_path).ok()?;
                 let load_bias = load_bias(&f.mappings, &segments)?;
@@ -274,6 +283,35 @@ fn parse_line(line: &str) -> Option<Mapping> {
         name,
         deleted,
     })
+}
+
+/// Where to read the file `f` of process `pid` from (see the module docs): `None`
+/// when the file it mapped cannot be read without resolving a path that now leads
+/// elsewhere.
+fn mapped_file_path(
+    pid: u32,
+    f: &MappedFile<'_>,
+    first: &Mapping,
+    same_ns: bool,
+) -> Option<PathBuf> {
+    let map_file = PathBuf::from(format!(
+        "/proc/{pid}/map_files/{:x}-{:x}",
+        first.start, first.end
+    ));
+    if std::fs::File::open(&map_file).is_ok() {
+        return Some(map_file);
+    }
+    if f.deleted {
+        return None;
+    }
+    let path = if same_ns {
+        PathBuf::from(f.path)
+    } else {
+        PathBuf::from(format!("/proc/{pid}/root{}", f.path))
+    };
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(&path).ok()?;
+    (md.ino() == first.inode).then_some(path)
 }
 
 fn same_mount_namespace(pid: u32) -> bool {
