@@ -80,11 +80,20 @@ fn launch_socket() -> Option<OwnedFd> {
     weft_runtime::proto::connect(&name).ok()
 }
 
-/// In a child after fork(): the session belongs to the parent. The child keeps its
-/// copy of the patched code (and its pending return addresses work), but advice no
-/// longer runs in it.
+/// In a child after fork(): the child is unwoven. Its session belongs to the parent
+/// (weft neither reads its rings nor restores its code), so before anything else the
+/// child puts the original bytes back in its own copy of every patched site, while it
+/// has a single thread. Pending return addresses replaced by the parent's return
+/// probes still work (the return trampoline and the shadow stack are the child's own
+/// copies; no advice runs for them). Code regions stay mapped: the forking thread may
+/// return into a trampoline's relocated instructions. Children made without the
+/// `fork()` wrapper (a raw `clone` system call) do not run this handler.
 extern "C" fn after_fork_child() {
     threads::after_fork_child();
+    patch::after_fork_child();
+    if let Some(s) = session::current() {
+        patch::unweave_forked_child(&s.shm);
+    }
     threads::detach_all();
     if let Some(s) = session::take() {
         // The mappings are the parent's too (MAP_SHARED): never unmap them here.

@@ -223,10 +223,23 @@ fn pad_code(k: u32, pop: u16) -> Vec<u8> {
     c.extend_from_slice(&[0xff, 0xb4, 0x24]); // regs: push qword [rsp+d]
     c.extend_from_slice(&d(PAD_REGS + 16 * 8).to_le_bytes());
     c.push(0x9d); // popfq
-    // mov REG, [rsp+d] for rax rbx rcx rdx rsi rdi rbp r8-r15 (REX.W, REX.R for r8+).
+                  // mov REG, [rsp+d] for rax rbx rcx rdx rsi rdi rbp r8-r15 (REX.W, REX.R for r8+).
     const REGS: [(u8, u8); 15] = [
-        (0x48, 0), (0x48, 3), (0x48, 1), (0x48, 2), (0x48, 6), (0x48, 7), (0x48, 5),
-        (0x4c, 0), (0x4c, 1), (0x4c, 2), (0x4c, 3), (0x4c, 4), (0x4c, 5), (0x4c, 6), (0x4c, 7),
+        (0x48, 0),
+        (0x48, 3),
+        (0x48, 1),
+        (0x48, 2),
+        (0x48, 6),
+        (0x48, 7),
+        (0x48, 5),
+        (0x4c, 0),
+        (0x4c, 1),
+        (0x4c, 2),
+        (0x4c, 3),
+        (0x4c, 4),
+        (0x4c, 5),
+        (0x4c, 6),
+        (0x4c, 7),
     ];
     for (i, (rex, reg)) in REGS.iter().enumerate() {
         c.extend_from_slice(&[*rex, 0x8b, 0x84 | (reg << 3), 0x24]);
@@ -631,7 +644,8 @@ impl StoppedProcess {
         let mut files: Vec<&str> = Vec::new();
         for l in maps.lines() {
             let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() >= 6 && f[1].contains('x') && f[5].starts_with('/') && !files.contains(&f[5]) {
+            if f.len() >= 6 && f[1].contains('x') && f[5].starts_with('/') && !files.contains(&f[5])
+            {
                 files.push(f[5]);
             }
         }
@@ -673,7 +687,11 @@ impl StoppedProcess {
                 }
                 let (a, b) = f[0].split_once('-')?;
                 let range = u64::from_str_radix(a, 16).ok()?..u64::from_str_radix(b, 16).ok()?;
-                Some((range, u64::from_str_radix(f[2], 16).ok()?, f[1].contains('x')))
+                Some((
+                    range,
+                    u64::from_str_radix(f[2], 16).ok()?,
+                    f[1].contains('x'),
+                ))
             })
             .collect();
         let base = mappings.iter().find(|m| m.1 == 0)?.0.start;
@@ -684,7 +702,11 @@ impl StoppedProcess {
         }
         let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
         let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-        let (phoff, phentsize, phnum) = (u64_at(&ehdr, 0x20), u16_at(&ehdr, 0x36), u16_at(&ehdr, 0x38));
+        let (phoff, phentsize, phnum) = (
+            u64_at(&ehdr, 0x20),
+            u16_at(&ehdr, 0x36),
+            u16_at(&ehdr, 0x38),
+        );
         if phentsize != 56 || phnum == 0 || phnum > 64 {
             return None;
         }
@@ -695,7 +717,11 @@ impl StoppedProcess {
             .filter(|p| u32::from_le_bytes(p[0..4].try_into().unwrap()) == 1)
             .collect();
         let first_vaddr = loads.iter().map(|p| u64_at(p, 0x10)).min()? & !4095;
-        let bias = if u16_at(&ehdr, 0x10) == 3 { base - first_vaddr } else { 0 };
+        let bias = if u16_at(&ehdr, 0x10) == 3 {
+            base - first_vaddr
+        } else {
+            0
+        };
         for p in loads {
             let flags = u32::from_le_bytes(p[4..8].try_into().unwrap());
             if flags & 1 == 0 {
@@ -704,7 +730,10 @@ impl StoppedProcess {
             let end = bias + u64_at(p, 0x10) + u64_at(p, 0x20);
             let page_end = (end + 4095) & !4095;
             // The slot must lie in one executable mapping of the file.
-            if !mappings.iter().any(|(r, _, x)| *x && r.contains(&end) && r.end >= page_end) {
+            if !mappings
+                .iter()
+                .any(|(r, _, x)| *x && r.contains(&end) && r.end >= page_end)
+            {
                 continue;
             }
             let mut slot = page_end - PAD_SLOT;
@@ -826,7 +855,10 @@ mod tests {
         let d = pad_data(&r, &fp);
         assert_eq!(d.at % 64, 0);
         assert!(d.at + d.bytes.len() as u64 <= r.rsp - RED_ZONE);
-        assert_eq!(&d.bytes[PAD_FP as usize..PAD_FP as usize + 512], &[7; 512][..]);
+        assert_eq!(
+            &d.bytes[PAD_FP as usize..PAD_FP as usize + 512],
+            &[7; 512][..]
+        );
         let rip = u64::from_le_bytes(d.bytes[PAD_REG_RIP as usize..][..8].try_into().unwrap());
         assert_eq!(rip, 0x4000);
         // `ret pop` from the rip slot leaves rsp at the original value.

@@ -545,7 +545,12 @@ fn tracer_killed_during_a_call_leaves_the_thread_as_it_was() {
     wait_in_syscall(pid, pid, libc::SYS_read);
     let slow = target.symbol("slow");
     let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "tracer_helper", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "tracer_helper",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(HELPER_ENV, format!("{pid} {slow:x}"))
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -554,7 +559,10 @@ fn tracer_killed_during_a_call_leaves_the_thread_as_it_was() {
     let mut line = String::new();
     loop {
         line.clear();
-        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "helper ended");
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "helper ended"
+        );
         if line.contains("calling") {
             break;
         }
