@@ -528,6 +528,10 @@ pub const MSG_FREE: u32 = 7;
 pub const MSG_OK: u32 = 8;
 /// agent → weft: payload is a UTF-8 message.
 pub const MSG_ERR: u32 = 9;
+/// weft → agent: glibc's `sigaction` now goes through the agent (the redirect is
+/// patched); make the kernel hold the agent's SIGTRAP/SIGSEGV/SIGBUS handlers, the
+/// target's becoming its virtual dispositions.
+pub const MSG_TAKE_SIGNALS: u32 = 10;
 
 /// Name of the environment variable that tells an `LD_PRELOAD`ed agent which
 /// abstract socket to connect to.

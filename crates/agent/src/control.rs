@@ -12,7 +12,7 @@ use weft_abi::*;
 use weft_runtime::proto;
 use weft_runtime::shm::Shm;
 
-use crate::{patch, profile, ret, session, threads, trap};
+use crate::{patch, profile, ret, session, signals, threads};
 
 static REQUEST: AtomicU32 = AtomicU32::new(0);
 /// The socket name of the latest connection request.
@@ -172,6 +172,7 @@ fn hello() -> Vec<u8> {
     // SAFETY: Hello is repr(C) plain data.
     unsafe { (v.as_mut_ptr() as *mut Hello).write_unaligned(h) };
     v.extend_from_slice(&(ret::weft_agent_on_raise as *const () as u64).to_le_bytes());
+    v.extend_from_slice(&(signals::weft_agent_sigaction as *const () as u64).to_le_bytes());
     v
 }
 
@@ -254,6 +255,10 @@ fn serve(fd: OwnedFd) {
                 if let Some(s) = ending.as_mut() {
                     s.code.append(&mut regions);
                 }
+                Ok(())
+            }
+            MSG_TAKE_SIGNALS => {
+                signals::take_over();
                 Ok(())
             }
             MSG_FREE => {
@@ -422,18 +427,14 @@ fn candidates(maps: &str, lo: u64, hi: u64, size: u64) -> Vec<u64> {
     out
 }
 
-/// The target may install its own SIGSEGV/SIGTRAP handlers after us; put ours back
-/// in front (they chain to whatever was there).
+/// The target may install its own SIGSEGV/SIGTRAP handlers with a raw system call,
+/// past the redirected `sigaction`: put ours back in front (the target's become its
+/// virtual dispositions, see `signals`).
 fn keep_handlers() {
     if session::current().is_none() {
         return;
     }
-    if !weft_runtime::safe::fault_handler_installed() {
-        weft_runtime::safe::reinstall_fault_handler();
-    }
-    if !trap::installed() {
-        let _ = trap::install();
-    }
+    signals::take_over();
 }
 
 #[cfg(test)]

@@ -78,6 +78,11 @@ pub fn init() -> std::io::Result<()> {
     Ok(())
 }
 
+/// The pid the agent's state belongs to (updated in the child of a fork()).
+pub fn pid() -> u32 {
+    PID.load(Ordering::Relaxed)
+}
+
 /// After fork() in the child: the pid changed and no session is ours.
 pub fn after_fork_child() {
     // SAFETY: getpid has no preconditions.

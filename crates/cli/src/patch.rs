@@ -28,19 +28,33 @@ pub struct PatchReport {
 /// Patch every planned site. Sites whose memory no longer holds the original bytes
 /// are marked `Skipped`.
 pub fn apply(pid: i32, sites: &mut [Planned], shm: &Shm) -> Result<PatchReport> {
+    apply_stepping_out_of(pid, sites, shm, &[])
+}
+
+/// As [`apply`], and first step every thread out of `bodies` too (whole functions
+/// that are redirected: a thread inside one would finish the original).
+pub fn apply_stepping_out_of(
+    pid: i32,
+    sites: &mut [Planned],
+    shm: &Shm,
+    bodies: &[Range<u64>],
+) -> Result<PatchReport> {
     let mut w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
     let mut report = PatchReport {
         threads: w.threads().len(),
         ..PatchReport::default()
     };
-    let inside: Vec<Range<u64>> = sites
+    let mut inside: Vec<Range<u64>> = sites
         .iter()
         .filter(|s| !s.patch.is_empty())
         .map(|s| s.addr + 1..s.addr + s.patch.len() as u64)
         .filter(|r| !r.is_empty())
         .collect();
+    inside.extend(bodies.iter().cloned());
+    let max_steps = if bodies.is_empty() { 64 } else { 1024 };
     for tid in w.threads_in(&inside) {
-        w.step_out(tid, &inside, 64).map_err(|e| anyhow!("{e}"))?;
+        w.step_out(tid, &inside, max_steps)
+            .map_err(|e| anyhow!("{e}"))?;
         report.stepped_threads += 1;
     }
     let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
@@ -95,6 +109,49 @@ pub fn restore(pid: i32, sites: &[Planned], shm: &Shm) -> Result<Duration> {
         }
     }
     w.resume().map_err(|e| anyhow!("{e}"))
+}
+
+/// Restore redirects (the sigaction redirect) once no thread holds a SIGTRAP, SIGSEGV
+/// or SIGBUS that a stop kept from it: such a signal may be weft's (an int3 site hit,
+/// a fault of advice just before the sites were restored) and is delivered again on
+/// resume; while the redirect is in, the target cannot have displaced the agent's
+/// handler, which must be the one to get it. Tries for up to `patience`, then
+/// restores anyway.
+pub fn restore_redirects(
+    pid: i32,
+    sites: &[Planned],
+    shm: &Shm,
+    patience: Duration,
+) -> Result<Duration> {
+    let start = Instant::now();
+    loop {
+        let w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+        let guarded = |s: i32| matches!(s, libc::SIGTRAP | libc::SIGSEGV | libc::SIGBUS);
+        // Kept by the stop, or still queued: a thread interrupted on its way back
+        // to user space after a trap or fault stops before it dequeues the signal.
+        let held = w.threads().iter().any(|t| {
+            t.pending_signals().into_iter().any(guarded)
+                || queued_signals(pid, t.tid()).is_some_and(|m| {
+                    [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS]
+                        .iter()
+                        .any(|&s| m & (1 << (s - 1)) != 0)
+                })
+        });
+        if held && start.elapsed() < patience {
+            w.resume().map_err(|e| anyhow!("{e}"))?;
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        drop(w);
+        return restore(pid, sites, shm);
+    }
+}
+
+/// The signals queued for one thread (`SigPnd` in its `/proc` status).
+fn queued_signals(pid: i32, tid: i32) -> Option<u64> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let l = st.lines().find(|l| l.starts_with("SigPnd:"))?;
+    u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok()
 }
 
 /// Add `by` to a USDT semaphore (an `unsigned short`), with every thread stopped.
