@@ -102,6 +102,22 @@ fn map_anon(size: usize) -> std::io::Result<*mut u8> {
     Ok(p as *mut u8)
 }
 
+/// A system call made from the agent's own text, not through libc: these run with
+/// a pointer into the session held (trap handler, attach slow path), and weft only
+/// waits for threads whose PC is inside the agent (see `Hello::text_start`).
+///
+/// # Safety
+/// The caller passes a system call whose arguments are valid for it.
+pub unsafe fn raw_syscall(nr: i64, a0: u64, a1: u64) -> i64 {
+    let ret: i64;
+    // SAFETY: per the caller; `syscall` clobbers rcx and r11 only.
+    unsafe {
+        asm!("syscall", inlateout("rax") nr => ret, in("rdi") a0, in("rsi") a1,
+             out("rcx") _, out("r11") _, options(nostack))
+    };
+    ret
+}
+
 /// Every `AgentThread` handed out so far.
 pub fn all() -> impl Iterator<Item = *mut AgentThread> {
     let base = POOL.load(Ordering::Acquire);
@@ -133,7 +149,7 @@ pub fn get_or_create() -> *mut AgentThread {
             slot: core::ptr::null_mut(),
             nest: 0,
             flags: 0,
-            tid: libc::gettid() as u32,
+            tid: raw_syscall(libc::SYS_gettid, 0, 0) as u32,
             pid: PID.load(Ordering::Relaxed),
             session: 0,
             shadow_depth: 0,
@@ -144,6 +160,8 @@ pub fn get_or_create() -> *mut AgentThread {
             shadow_discarded: 0,
             busy: 0,
             _pad: 0,
+            shadow_gc: 0,
+            shadow_thieves: 0,
         });
         set_current(t);
         t
@@ -201,12 +219,10 @@ pub fn attach_slot(th: &mut AgentThread) -> *mut ThreadSlot {
         let sl = &mut *slot;
         sl.tid = th.tid;
         let mut name = [0u8; 16];
-        libc::prctl(
-            libc::PR_GET_NAME,
-            name.as_mut_ptr() as libc::c_ulong,
-            0,
-            0,
-            0,
+        raw_syscall(
+            libc::SYS_prctl,
+            libc::PR_GET_NAME as u64,
+            name.as_mut_ptr() as u64,
         );
         sl.comm = name;
         sl.state.store(THREAD_LIVE, Ordering::Release);
