@@ -11,10 +11,15 @@
 //!   matched (the topmost entry for a slot is always the latest hijack of it) and are
 //!   collected when the stack fills up (`gc`).
 //! * Coroutines (`swapcontext`): entries of several stacks interleave on one thread;
-//!   matching by slot address keeps them apart.
+//!   matching by slot address keeps them apart. A coroutine resumed on another
+//!   thread returns through entries of the thread that suspended it: they are
+//!   claimed from that thread's stack (`steal`).
 //! * C++ exceptions: the unwinder must see real return addresses, so
 //!   [`weft_agent_on_raise`] (run at the entry of `_Unwind_RaiseException` and
 //!   friends) writes them back first; those frames report no return event.
+//! * At unweave weft writes every pending return address back itself, with the
+//!   world stopped, and tombstones the entries: no trampoline address outlives a
+//!   session (the unwinder hooks do not either).
 
 use core::arch::global_asm;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
