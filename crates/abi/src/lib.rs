@@ -565,8 +565,9 @@ pub struct AgentThread {
     /// as stale (longjmp) or restored (exceptions).
     pub shadow_overflows: u64,
     pub shadow_discarded: u64,
-    /// Set while this thread runs the agent's own code (control thread, signal
-    /// handlers): advice does not run.
+    /// Nonzero while this thread holds a pointer into the session outside advice
+    /// (SIGTRAP handler, the trampolines' attach slow path): weft does not free the
+    /// session meanwhile.
     pub busy: u32,
     pub _pad: u32,
     /// Nonzero while this thread compacts its shadow stack (moves entries).

@@ -177,6 +177,37 @@ pub fn mark_ignored() {
     }
 }
 
+/// Marks the thread as holding a pointer into the session (`AgentThread::busy`)
+/// until dropped. weft does not free a session while any thread is marked: code the
+/// compiler emits here may call libc (memcpy...), so "PC inside the agent" alone
+/// does not show it. Mark before loading the session pointer.
+pub struct UsingSession(*mut AgentThread);
+
+pub fn using_session(t: *mut AgentThread) -> UsingSession {
+    if !t.is_null() {
+        // SAFETY: our own pool AgentThread; weft reads `busy` with the world stopped.
+        unsafe {
+            let p = core::ptr::addr_of_mut!((*t).busy);
+            p.write_volatile(p.read_volatile() + 1);
+        }
+        core::sync::atomic::fence(Ordering::SeqCst);
+    }
+    UsingSession(t)
+}
+
+impl Drop for UsingSession {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            core::sync::atomic::fence(Ordering::SeqCst);
+            // SAFETY: as in `using_session`.
+            unsafe {
+                let p = core::ptr::addr_of_mut!((*self.0).busy);
+                p.write_volatile(p.read_volatile() - 1);
+            }
+        }
+    }
+}
+
 /// The trampolines' slow path: find or create this thread's state and its slot in
 /// the current session. Returns a null slot when advice must not run (no session,
 /// the agent's own thread, advice already running on this thread, no slot left).
@@ -195,7 +226,9 @@ pub extern "C" fn weft_agent_thread_attach(_frame: *mut weft_abi::Frame) -> Thre
     if th.flags & THREAD_FLAG_IGNORE != 0 || th.nest != 0 {
         return none;
     }
-    let slot = attach_slot(th);
+    let _using = using_session(t);
+    // SAFETY: as above.
+    let slot = attach_slot(unsafe { &mut *t });
     ThreadAttach { thread: t, slot }
 }
 

@@ -115,6 +115,18 @@ fn restore_stopped(w: &StoppedProcess, sites: &[Planned], shm: &Shm) -> Result<(
     Ok(())
 }
 
+/// True if the agent thread state at `at` is inside advice (`nest`) or holds a
+/// pointer into the session (`busy`: signal handlers, the attach slow path).
+fn agent_busy(w: &StoppedProcess, at: u64) -> bool {
+    let busy_off = core::mem::offset_of!(weft_abi::AgentThread, busy) as u64;
+    [weft_abi::AGENT_THREAD_NEST_OFF as u64, busy_off]
+        .iter()
+        .any(|&off| {
+            let mut v = [0u8; 4];
+            w.read_mem(at + off, &mut v).is_ok() && u32::from_le_bytes(v) != 0
+        })
+}
+
 /// The agent's state of thread `t` (its TLS slot), or 0.
 fn agent_thread(w: &StoppedProcess, t: &weft_inject::StoppedThread, tls_offset: i64) -> u64 {
     let tls = t.regs().fs_base.wrapping_add(tls_offset as u64);
@@ -137,7 +149,7 @@ fn agent_thread(w: &StoppedProcess, t: &weft_inject::StoppedThread, tls_offset: 
 /// coroutine they suspended may still be resumed elsewhere: the entries stay and
 /// can be claimed there).
 pub fn unhijack(w: &StoppedProcess, sh: &Shadows, all: bool) -> usize {
-    use weft_abi::{AgentThread, ShadowEntry, AGENT_THREAD_NEST_OFF, SHADOW_SLOT_OFF};
+    use weft_abi::{AgentThread, ShadowEntry, SHADOW_SLOT_OFF};
     let depth_off = core::mem::offset_of!(AgentThread, shadow_depth) as u64;
     let shadow_off = core::mem::offset_of!(AgentThread, shadow) as u64;
     let size = core::mem::size_of::<ShadowEntry>();
@@ -150,9 +162,7 @@ pub fn unhijack(w: &StoppedProcess, sh: &Shadows, all: bool) -> usize {
         }
         let mut b4 = [0u8; 4];
         let mut b8 = [0u8; 8];
-        if w.read_mem(at + AGENT_THREAD_NEST_OFF as u64, &mut b4)
-            .is_err()
-            || (!all && u32::from_le_bytes(b4) != 0)
+        if (!all && agent_busy(w, at))
             || w.read_mem(at + depth_off, &mut b4).is_err()
             || w.read_mem(at + shadow_off, &mut b8).is_err()
         {
@@ -250,11 +260,7 @@ pub fn wait_quiescent(
                 if at == 0 {
                     continue;
                 }
-                let mut nest = [0u8; 4];
-                if w.read_mem(at + weft_abi::AGENT_THREAD_NEST_OFF as u64, &mut nest)
-                    .is_ok()
-                    && u32::from_le_bytes(nest) != 0
-                {
+                if agent_busy(&w, at) {
                     busy = true;
                     break;
                 }
