@@ -152,8 +152,29 @@ fn peer_allowed(fd: i32) -> bool {
     }
 }
 
+/// The agent's executable mapping (the one holding the return trampoline): a thread
+/// whose PC is anywhere in it may hold a pointer into the session (signal handlers,
+/// the trampolines' attach slow path, the return path), so weft does not free a
+/// session while one is there. Falls back to the return path alone.
+fn agent_text() -> (u64, u64) {
+    let at = ret::trampoline_addr();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    for l in maps.lines() {
+        let Some((a, b)) = l.split_whitespace().next().and_then(|r| r.split_once('-')) else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        if (a..b).contains(&at) {
+            return (a, b);
+        }
+    }
+    ret::trampoline_range()
+}
+
 fn hello() -> Vec<u8> {
-    let (text_start, text_end) = ret::trampoline_range();
+    let (text_start, text_end) = agent_text();
     let h = Hello {
         version: VERSION,
         // SAFETY: getpid has no preconditions.

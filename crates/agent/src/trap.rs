@@ -22,6 +22,8 @@ pub(crate) extern "C" fn on_trap(
     let g = &mut uc.uc_mcontext.gregs;
     let ip = (g[libc::REG_RIP as usize] as u64).wrapping_sub(1);
     if si.si_code == SI_KERNEL {
+        // Marked before the session is loaded: weft frees no session while we hold it.
+        let _using = threads::using_session(threads::get_or_create());
         if let Some(s) = session::current() {
             if let Some(idx) = s.shm.site_by_addr(ip) {
                 let site = s.shm.site(idx);

@@ -507,18 +507,38 @@ fn unweave(
     seg: &Segment,
     code: &[Range<u64>],
 ) -> Result<()> {
-    if !planned.is_empty() {
-        patch::restore(pid, planned, &seg.shm)?;
-    }
-    // The sigaction redirect last, once weft's last traps and faults (kept from their
-    // threads by the stop above, delivered on resume) reached the agent's handlers.
-    if !redirects.is_empty() {
-        patch::restore_redirects(pid, redirects, &seg.shm, Duration::from_millis(500))?;
-    }
-    agent.end()?;
     let mut ranges = code.to_vec();
     ranges.push(agent.hello.text_start..agent.hello.text_end);
-    patch::wait_quiescent(pid, &ranges, agent.hello.tls_offset, Duration::from_secs(5))?;
+    let shadows = patch::Shadows {
+        busy_code: &ranges,
+        tls_offset: agent.hello.tls_offset,
+        return_trampoline: agent.hello.return_trampoline,
+    };
+    // The unwinder hooks (jump sites) stay until the last hijacked frame is gone:
+    // a thread inside an entry trampoline at the restore may still hijack its
+    // return address, then throw. An int3 hook cannot stay: without a session the
+    // trap handler would no longer know it.
+    let (late, early): (Vec<Planned>, Vec<Planned>) = planned.iter().cloned().partition(|p| {
+        crate::weave::is_internal(&p.label)
+            && matches!(p.outcome, Outcome::Jump | Outcome::JumpInline)
+    });
+    if !early.is_empty() || !late.is_empty() {
+        patch::restore(pid, &early, &seg.shm, &shadows)?;
+    }
+    // The sigaction redirect after the sites, once weft's last traps and faults (kept
+    // from their threads by the stop above, delivered on resume) reached the agent's
+    // handlers.
+    if !redirects.is_empty() {
+        patch::restore_redirects(
+            pid,
+            redirects,
+            &seg.shm,
+            &shadows,
+            Duration::from_millis(500),
+        )?;
+    }
+    agent.end()?;
+    patch::wait_quiescent(pid, &shadows, &late, &seg.shm, Duration::from_secs(5))?;
     agent.free()
 }
 
@@ -915,7 +935,7 @@ fn unwind_hooks(maps: &ProcMaps, on_raise: u64) -> Vec<SiteSpec> {
                         body: None,
                     }],
                     ret: Vec::new(),
-                    label: format!("(internal) {}:{}", m.path.display(), f.name),
+                    label: format!("{}{}:{}", crate::weave::INTERNAL, m.path.display(), f.name),
                     usdt_args: None,
                     semaphore: None,
                 });

@@ -111,6 +111,15 @@ pub struct SiteSpec {
     pub semaphore: Option<u64>,
 }
 
+/// Label prefix of the agent's internal sites (the unwinder hooks).
+pub const INTERNAL: &str = "(internal) ";
+
+/// True for the agent's internal sites: their advice runs on every thread, with or
+/// without a session, and they stay woven until no hijacked frame is left.
+pub fn is_internal(label: &str) -> bool {
+    label.starts_with(INTERNAL)
+}
+
 /// How a site was woven, for `-v` and for patching.
 #[derive(Clone, Debug)]
 pub enum Outcome {
@@ -330,6 +339,7 @@ impl<'a> Weaver<'a> {
                     shm_base,
                     tls_offset,
                     thread_attach,
+                    unconditional: is_internal(&spec.label),
                 })?;
                 let reloc = weft_x86::relocate(&plan, generic_at + head.len() as u64, true)
                     .with_context(|| format!("{}: relocating the prologue", spec.label))?;
