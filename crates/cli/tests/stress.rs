@@ -352,7 +352,7 @@ fn storm_weave_unweave_cycles() {
                 tally.fail(format!("cycle {cycle} ({}): {e}", bin.display()));
                 break 'outer;
             }
-            if cycle % 25 == 0 {
+            if cycle.is_multiple_of(25) {
                 if let Err(e) = t.makes_progress(Duration::from_secs(5)) {
                     tally.fail(format!("cycle {cycle}: {e}"));
                     break 'outer;
