@@ -197,6 +197,8 @@ pub struct StoppedProcess {
     detached: bool,
     /// Where remote calls land, once chosen (see `call`).
     pub(crate) pad: Option<crate::call::Pad>,
+    /// How long a landing pad waits for weft per round (tests shorten it).
+    pub(crate) pad_wait: Duration,
     _tracer_thread: PhantomData<*const ()>,
 }
 
@@ -226,6 +228,7 @@ impl StoppedProcess {
             stats: StopStats::default(),
             detached: false,
             pad: None,
+            pad_wait: crate::call::PAD_WAIT,
             _tracer_thread: PhantomData,
         };
         loop {
