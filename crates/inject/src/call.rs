@@ -137,8 +137,11 @@ impl FpState {
     fn save(tid: i32) -> FpState {
         let mut buf = vec![0u8; 64 * 1024];
         if let Ok(n) = sys::getregset(tid, sys::NT_X86_XSTATE, &mut buf) {
-            buf.truncate(n);
-            return FpState::Xsave(buf);
+            // At least the legacy area and the xsave header.
+            if n >= 576 {
+                buf.truncate(n);
+                return FpState::Xsave(buf);
+            }
         }
         buf.truncate(512);
         match sys::getregset(tid, sys::NT_PRFPREG, &mut buf) {
@@ -221,7 +224,7 @@ const MC_CS: u64 = MC + 18 * 8;
 const MC_SS: u64 = MC_CS + 6;
 const MC_FPSTATE: u64 = MC + 23 * 8;
 const UC_SIGMASK: u64 = MC + 256;
-const _: () = assert!(UC_SIGMASK + 8 + 128 <= FRAME_LEN && PAD_FP % 64 == 0);
+const _: () = assert!(UC_SIGMASK + 8 + 128 <= FRAME_LEN && PAD_FP.is_multiple_of(64));
 
 /// `FP_XSTATE_MAGIC1` in the software bytes of an `xsave` image, and
 /// `FP_XSTATE_MAGIC2` the kernel wants right after the state in a signal frame.
@@ -427,17 +430,35 @@ fn pad_data(
     if !image.is_empty() {
         put(&mut bytes, PAD_FP, image);
         put(&mut bytes, c + MC_FPSTATE, &(at + PAD_FP).to_le_bytes());
-        // An xsave image carries its size in the software bytes; the kernel wants
-        // FP_XSTATE_MAGIC2 right after it (else it restores only the fxsave part).
-        let u32_at = |o: usize| u32::from_le_bytes(image[o..o + 4].try_into().unwrap());
-        if image.len() >= 512 && u32_at(464) == FP_XSTATE_MAGIC1 {
-            let size = u32_at(480) as u64;
-            if size as usize <= image.len() {
-                put(&mut bytes, PAD_FP + size, &FP_XSTATE_MAGIC2.to_le_bytes());
-            }
+        if let FpState::Xsave(_) = fp {
+            put(&mut bytes, PAD_FP + SW_BYTES, &sigframe_sw_bytes(image));
+            let end = PAD_FP + image.len() as u64;
+            put(&mut bytes, end, &FP_XSTATE_MAGIC2.to_le_bytes());
         }
     }
     PadData { at, bytes }
+}
+
+/// Where the software bytes sit in an `xsave` image (in the fxsave area's
+/// reserved tail).
+const SW_BYTES: u64 = 464;
+
+/// The software bytes that make the kernel's `rt_sigreturn` restore a whole `xsave`
+/// image (`struct _fpx_sw_bytes`: magic1, extended size, features, state size).
+/// Without them it restores the fxsave part only and resets the rest (the upper
+/// halves of the ymm registers, ...) to their initial state. A ptrace image holds
+/// XCR0 (its features) in their first 8 bytes instead.
+fn sigframe_sw_bytes(image: &[u8]) -> [u8; 48] {
+    let xcr0 = u64::from_le_bytes(image[464..472].try_into().unwrap());
+    let xstate_bv = u64::from_le_bytes(image[512..520].try_into().unwrap());
+    let features = if xcr0 != 0 { xcr0 } else { xstate_bv | 3 };
+    let size = image.len() as u32;
+    let mut sw = [0u8; 48];
+    sw[0..4].copy_from_slice(&FP_XSTATE_MAGIC1.to_le_bytes());
+    sw[4..8].copy_from_slice(&(size + 4).to_le_bytes());
+    sw[8..16].copy_from_slice(&features.to_le_bytes());
+    sw[16..20].copy_from_slice(&size.to_le_bytes());
+    sw
 }
 
 /// The registers, in order rax rbx rcx rdx rsi rdi rbp r8-r15 rsp rflags rip, that
@@ -573,10 +594,10 @@ impl StoppedProcess {
             home_sp: original.rsp,
         };
         let result = self.run_call(tid, func, &regs, &original, &fp, landing, timeout);
-        if mask & segv != 0 {
-            // The thread may be gone (then so is its mask).
-            let _ = sys::setsigmask(tid, mask);
-        }
+        // Put the mask back: SIGSEGV was unblocked for the call, and a thread that
+        // went home by itself under single-steps had its mask juggled meanwhile. The
+        // thread may be gone (then so is its mask).
+        let _ = sys::setsigmask(tid, mask);
         // No thread comes back to the pad now (unless one was lost, still running
         // the function): give the padding its bytes back at once, so that a weft
         // killed between calls leaves nothing behind.
@@ -668,7 +689,12 @@ impl StoppedProcess {
             let event = match sys::try_wait(tid) {
                 Ok(Some(event)) => event,
                 Ok(None) => {
-                    match self.read_u32(pad.data + PAD_DONE) {
+                    let flag = if self.catch_leaving {
+                        PAD_LEAVING
+                    } else {
+                        PAD_DONE
+                    };
+                    match self.read_u32(pad.data + flag) {
                         Ok(0) => {}
                         Ok(_) => return self.stop_landed(tid, pad),
                         // The function exited the process: its memory is gone before
@@ -792,6 +818,13 @@ impl StoppedProcess {
     #[doc(hidden)]
     pub fn set_landing_pad_wait(&mut self, per_round: Duration) {
         self.pad_wait = per_round;
+    }
+
+    /// Tests of the pad's own way home: weft stops a thread only once its pad has
+    /// given up waiting, and so (most often) on its way.
+    #[doc(hidden)]
+    pub fn catch_pads_leaving(&mut self) {
+        self.catch_leaving = true;
     }
 
     fn read_u32(&self, addr: u64) -> Result<u32> {
@@ -1128,9 +1161,9 @@ mod tests {
     #[test]
     fn pad_data_sits_below_the_red_zone_and_chains_home() {
         let r = regs_at(0x7fff_0000_1238, 0x4000);
-        let mut fp = vec![7; 1024];
-        fp[464..468].copy_from_slice(&FP_XSTATE_MAGIC1.to_le_bytes());
-        fp[480..484].copy_from_slice(&1000u32.to_le_bytes());
+        // A ptrace xsave image: XCR0 in the software bytes.
+        let mut fp = vec![7; 1000];
+        fp[464..472].copy_from_slice(&0x207u64.to_le_bytes());
         let fp = FpState::Xsave(fp);
         let g = Gadgets {
             syscall_ret: 0x5000,
@@ -1146,6 +1179,13 @@ mod tests {
         assert_eq!(d.at % 64, 0);
         assert!(d.at + b.len() as u64 <= r.rsp - RED_ZONE);
         assert_eq!(&b[PAD_FP as usize..][..464], &[7; 464][..]);
+        // The signal frame's software bytes: magic1, extended size, XCR0, size.
+        let sw = &b[(PAD_FP + SW_BYTES) as usize..][..20];
+        assert_eq!(sw[0..4], FP_XSTATE_MAGIC1.to_le_bytes());
+        assert_eq!(sw[4..8], 1004u32.to_le_bytes());
+        assert_eq!(sw[8..16], 0x207u64.to_le_bytes());
+        assert_eq!(sw[16..20], 1000u32.to_le_bytes());
+        assert_eq!(&b[(PAD_FP + 512) as usize..][..8], &[7; 8][..]);
         assert_eq!(
             &b[(PAD_FP + 1000) as usize..][..4],
             FP_XSTATE_MAGIC2.to_le_bytes()

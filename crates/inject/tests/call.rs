@@ -464,11 +464,14 @@ int main(void) {
     fflush(stdout);
     double x = 1.0, y = 2.0;
     v4d va = {1, 2, 3, 4}, vb = {2, 4, 6, 8};
+    /* Never changes: upper halves reset to zero (a restore of the SSE part only)
+       show here whenever they happen. */
+    v4d vk = {5, 6, 7, 8};
     for (unsigned long i = 0;; i++) {
         x += 1.0; y += 2.0; va += 1.0; vb += 2.0;
-        __asm__ volatile("" : "+x"(x), "+x"(y), "+x"(va), "+x"(vb));
-        if (y != 2.0 * x || vb[0] != 2.0 * va[0] || vb[3] != 2.0 * va[3]) {
-            printf("CORRUPT x=%g y=%g va0=%g vb0=%g\n", x, y, va[0], vb[0]);
+        __asm__ volatile("" : "+x"(x), "+x"(y), "+x"(va), "+x"(vb), "+x"(vk));
+        if (y != 2.0 * x || vb[0] != 2.0 * va[0] || vb[3] != 2.0 * va[3] || vk[3] != 8.0) {
+            printf("CORRUPT x=%g y=%g va0=%g vb0=%g vk3=%g\n", x, y, va[0], vb[0], vk[3]);
             fflush(stdout);
             _exit(3);
         }
@@ -653,10 +656,21 @@ fn pad_that_stops_waiting_goes_home_by_itself() {
     let pid = target.pid();
     let clobber = target.symbol("clobber");
     let fds = common::open_fds(pid);
-    for _ in 0..30 {
+    for i in 0..60 {
         let mut stopped = StoppedProcess::stop(pid).unwrap();
-        stopped.set_landing_pad_wait(Duration::from_nanos(1));
-        stopped.call(pid, clobber, &[], &[]).unwrap();
+        // From "not at all" to about as long as weft takes to notice.
+        stopped.set_landing_pad_wait(Duration::from_nanos(1 + (i % 20) * 2_000));
+        if i % 2 == 0 {
+            stopped.catch_pads_leaving();
+        }
+        if let Err(e) = stopped.call(pid, clobber, &[], &[]) {
+            drop(stopped);
+            panic!(
+                "call {i}: {e}; target: {:?} {:?}",
+                target.child.wait(),
+                target.line()
+            );
+        }
         stopped.resume().unwrap();
         assert_eq!(common::code_differing_from_files(pid), Vec::<String>::new());
     }
@@ -671,9 +685,12 @@ fn pad_that_stops_waiting_goes_home_by_itself() {
     // And a thread blocked in read: the read restarts.
     let (_program, target) = reader();
     let add3 = target.symbol("add3");
-    for _ in 0..10 {
+    for i in 0..20 {
         let mut stopped = StoppedProcess::stop(target.pid()).unwrap();
-        stopped.set_landing_pad_wait(Duration::from_nanos(1));
+        stopped.set_landing_pad_wait(Duration::from_nanos(1 + (i % 20) * 2_000));
+        if i % 2 == 0 {
+            stopped.catch_pads_leaving();
+        }
         let r = stopped.call(target.pid(), add3, &[1.into(), 2.into(), 3.into()], &[]);
         assert_eq!(r.unwrap().ret, 6);
         stopped.resume().unwrap();
