@@ -593,16 +593,19 @@ impl StoppedProcess {
             home_pc: home[17],
             home_sp: original.rsp,
         };
-        let result = self.run_call(tid, func, &regs, &original, &fp, landing, timeout);
-        // Put the mask back: SIGSEGV was unblocked for the call, and a thread that
-        // went home by itself under single-steps had its mask juggled meanwhile. The
-        // thread may be gone (then so is its mask).
-        let _ = sys::setsigmask(tid, mask);
-        // No thread comes back to the pad now (unless one was lost, still running
-        // the function): give the padding its bytes back at once, so that a weft
-        // killed between calls leaves nothing behind.
-        if self.lost.is_empty() {
-            let _ = self.write_mem(pad.addr, &pad.saved);
+        let result = self.run_call(tid, func, &regs, &original, &fp, mask, landing, timeout);
+        match &result {
+            // The thread is back where it was (and the padding restored).
+            Ok(_)
+            | Err(InjectError::CallFaulted { .. })
+            | Err(InjectError::TargetExited { .. })
+            | Err(InjectError::CallTimedOut {
+                outcome: AbandonedCall::Restored { .. },
+                ..
+            }) => {}
+            // Still running, or in a state weft could not establish: the pad may
+            // yet be used.
+            Err(_) => self.forget_pad(),
         }
         let (ret, duration) = result?;
         Ok(RemoteCallResult {
@@ -622,6 +625,7 @@ impl StoppedProcess {
         regs: &user_regs_struct,
         original: &user_regs_struct,
         fp: &FpState,
+        mask: u64,
         pad: Landing,
         timeout: Duration,
     ) -> Result<(u64, Duration)> {
@@ -637,19 +641,22 @@ impl StoppedProcess {
             CallEnd::Returned { ret, self_restored } => {
                 let duration = started.elapsed();
                 if self_restored {
+                    // Single-stepping through rt_sigreturn juggled the mask.
+                    self.set_mask(tid, mask)?;
+                    self.give_pad_back();
                     let now = self.getregs(tid)?;
                     let thread = self.thread_mut(tid)?;
                     thread.regs = now;
                     thread.stop = StopKind::Interrupted;
                 } else {
-                    self.restore_after_call(tid, original, fp)?;
+                    self.restore_after_call(tid, original, fp, mask)?;
                 }
                 self.collect_new_threads()?;
                 Ok((ret, duration))
             }
             CallEnd::Faulted { signal, pc, addr } => {
                 self.settle_trap(tid, Deadline::after(GRACE))?;
-                self.restore_after_call(tid, original, fp)?;
+                self.restore_after_call(tid, original, fp, mask)?;
                 self.collect_new_threads()?;
                 Err(InjectError::CallFaulted {
                     tid,
@@ -662,6 +669,8 @@ impl StoppedProcess {
             CallEnd::TimedOut => {
                 let outcome = if let Some(pc) = self.interrupt_and_restore(tid, Some(original))? {
                     let _ = fp.restore(tid);
+                    let _ = sys::setsigmask(tid, mask);
+                    self.give_pad_back();
                     AbandonedCall::Restored { pc }
                 } else {
                     self.threads.retain(|t| t.tid != tid);
@@ -833,15 +842,22 @@ impl StoppedProcess {
         Ok(u32::from_le_bytes(b))
     }
 
+    /// Puts the thread's state back, in the order that leaves it whole should weft
+    /// die at any point: vector state and mask while it still sits in the pad
+    /// (whose way home restores everything anyway), then the registers that take
+    /// it out, then the padding's bytes.
     fn restore_after_call(
         &mut self,
         tid: i32,
         original: &user_regs_struct,
         fp: &FpState,
+        mask: u64,
     ) -> Result<()> {
-        sys::setregs(tid, original).map_err(|e| self.ptrace_failed("PTRACE_SETREGS", tid, e))?;
         fp.restore(tid)
             .map_err(|e| self.ptrace_failed("PTRACE_SETREGSET", tid, e))?;
+        self.set_mask(tid, mask)?;
+        sys::setregs(tid, original).map_err(|e| self.ptrace_failed("PTRACE_SETREGS", tid, e))?;
+        self.give_pad_back();
         let thread = self.thread_mut(tid)?;
         thread.regs = *original;
         thread.stop = StopKind::Trap;
@@ -1027,13 +1043,33 @@ impl StoppedProcess {
         out
     }
 
+    fn set_mask(&mut self, tid: i32, mask: u64) -> Result<()> {
+        sys::setsigmask(tid, mask).map_err(|e| self.ptrace_failed("PTRACE_SETSIGMASK", tid, e))
+    }
+
+    /// Gives the padding its bytes back: no thread is on its way to the pad.
+    fn give_pad_back(&mut self) {
+        if let Some(pad) = &self.pad {
+            if self.lost.is_empty() {
+                let _ = self.write_mem(pad.addr, &pad.saved);
+            }
+        }
+    }
+
+    /// A call ended with its thread in an unknown state (it may still come back to
+    /// the pad, which then restores the padding itself): never write the padding
+    /// again, and land later calls elsewhere.
+    fn forget_pad(&mut self) {
+        self.pad = None;
+    }
+
     /// Gives the padding its bytes back before the process is let go (unless a
     /// thread may still come back to the pad).
     pub(crate) fn release_pad(&mut self) {
-        let Some(pad) = self.pad.take() else { return };
         if self.lost.is_empty() {
-            let _ = self.write_mem(pad.addr, &pad.saved);
+            self.give_pad_back();
         }
+        self.pad = None;
     }
 
     /// The thread best suited to run a remote call: one blocked in a system call
