@@ -16,6 +16,9 @@ static void *spin(void *arg) {
   long seed = (long)arg;
   double a = (double)seed, b = 2.0 * (double)seed;
   v4d va = {1.0, 2.0, 3.0, 4.0}, vb = {2.0, 4.0, 6.0, 8.0};
+  /* Never changes: upper ymm halves reset to zero (a restore of the SSE part only)
+     show here wherever the thread was stopped. */
+  v4d vk = {5.0, 6.0, 7.0, 8.0};
   long x = seed * 5, y = seed * 10;
   for (long i = 0;; i++) {
     a += 1.0;
@@ -24,10 +27,12 @@ static void *spin(void *arg) {
     vb += 2.0;
     x += 1;
     y += 2;
-    __asm__ volatile("" : "+x"(a), "+x"(b), "+x"(va), "+x"(vb), "+r"(x), "+r"(y));
-    if (b != 2.0 * a || y != 2 * x || vb[0] != 2.0 * va[0] || vb[3] != 2.0 * va[3]) {
-      printf("CORRUPT thread %ld at %ld: a=%g b=%g x=%ld y=%ld va0=%g vb0=%g va3=%g vb3=%g\n",
-             seed, i, a, b, x, y, va[0], vb[0], va[3], vb[3]);
+    __asm__ volatile("" : "+x"(a), "+x"(b), "+x"(va), "+x"(vb), "+x"(vk), "+r"(x), "+r"(y));
+    if (b != 2.0 * a || y != 2 * x || vb[0] != 2.0 * va[0] || vb[3] != 2.0 * va[3] ||
+        vk[2] != 7.0 || vk[3] != 8.0) {
+      printf("CORRUPT thread %ld at %ld: a=%g b=%g x=%ld y=%ld va0=%g vb0=%g va3=%g vb3=%g "
+             "vk3=%g\n",
+             seed, i, a, b, x, y, va[0], vb[0], va[3], vb[3], vk[3]);
       fflush(stdout);
       _exit(3);
     }

@@ -306,7 +306,10 @@ fn weft_gone() {
             .store(SessionState::Ending as u32, Ordering::Release);
         patch::restore_all(&s.shm);
     }
-    threads::detach_all();
+    // Threads keep their slots: one may be inside advice (or return advice, through
+    // a hijacked return) right now, and would write through a slot pointer nulled
+    // under it. The session is leaked, so the slots stay valid; a later session has
+    // another generation, and threads claim new slots in it.
     if let Some(s) = session::take() {
         // Keep the mappings: the trap handler may still resume threads through the
         // relocated code of restored sites.

@@ -828,7 +828,10 @@ fn sigkill_of_weft_at_random_points() {
             continue;
         }
         if let Err(e) = target.makes_progress(Duration::from_secs(5)) {
-            tally.fail(format!("trial {trial}: {e}"));
+            tally.fail(format!(
+                "trial {trial} (killed {:?} after start, code patched: {woven}): {e}",
+                killed_at - started
+            ));
             t = None;
         }
     }

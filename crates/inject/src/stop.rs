@@ -197,6 +197,10 @@ pub struct StoppedProcess {
     detached: bool,
     /// Where remote calls land, once chosen (see `call`).
     pub(crate) pad: Option<crate::call::Pad>,
+    /// How long a landing pad waits for weft per round (tests shorten it).
+    pub(crate) pad_wait: Duration,
+    /// Tests: wait for pads to start leaving on their own before stopping them.
+    pub(crate) catch_leaving: bool,
     _tracer_thread: PhantomData<*const ()>,
 }
 
@@ -226,6 +230,8 @@ impl StoppedProcess {
             stats: StopStats::default(),
             detached: false,
             pad: None,
+            pad_wait: crate::call::PAD_WAIT,
+            catch_leaving: false,
             _tracer_thread: PhantomData,
         };
         loop {
@@ -537,12 +543,14 @@ impl StoppedProcess {
                 first_error.get_or_insert(e);
             }
         }
-        self.release_pad();
         for (tid, regs) in std::mem::take(&mut self.lost) {
             if let Err(e) = self.recover_lost(tid, regs) {
                 first_error.get_or_insert(e);
+                // Still running a remote call: it may come back to the pad.
+                self.lost.push((tid, regs));
             }
         }
+        self.release_pad();
         for thread in std::mem::take(&mut self.threads) {
             match detach_thread(self.pid, &thread) {
                 Ok(true) => {}

@@ -457,16 +457,21 @@ __attribute__((noipa)) long clobber(void) {
     return (long)(a[0] + d[1]) & 1;
 }
 
+long slow_clobber(void) { usleep(200000); return clobber(); }
+
 int main(void) {
     printf("ready\n");
     fflush(stdout);
     double x = 1.0, y = 2.0;
     v4d va = {1, 2, 3, 4}, vb = {2, 4, 6, 8};
+    /* Never changes: upper halves reset to zero (a restore of the SSE part only)
+       show here whenever they happen. */
+    v4d vk = {5, 6, 7, 8};
     for (unsigned long i = 0;; i++) {
         x += 1.0; y += 2.0; va += 1.0; vb += 2.0;
-        __asm__ volatile("" : "+x"(x), "+x"(y), "+x"(va), "+x"(vb));
-        if (y != 2.0 * x || vb[0] != 2.0 * va[0] || vb[3] != 2.0 * va[3]) {
-            printf("CORRUPT x=%g y=%g va0=%g vb0=%g\n", x, y, va[0], vb[0]);
+        __asm__ volatile("" : "+x"(x), "+x"(y), "+x"(va), "+x"(vb), "+x"(vk));
+        if (y != 2.0 * x || vb[0] != 2.0 * va[0] || vb[3] != 2.0 * va[3] || vk[3] != 8.0) {
+            printf("CORRUPT x=%g y=%g va0=%g vb0=%g vk3=%g\n", x, y, va[0], vb[0], vk[3]);
             fflush(stdout);
             _exit(3);
         }
@@ -544,6 +549,7 @@ fn tracer_killed_during_a_call_leaves_the_thread_as_it_was() {
     let pid = target.pid();
     wait_in_syscall(pid, pid, libc::SYS_read);
     let slow = target.symbol("slow");
+    let fds = common::open_fds(pid);
     let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -575,5 +581,119 @@ fn tracer_killed_during_a_call_leaves_the_thread_as_it_was() {
         target.peek_u64s(target.symbol("slow_calls"), 1)[0] == 1
     }));
     std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(common::code_differing_from_files(pid), Vec::<String>::new());
+    assert_eq!(common::open_fds(pid), fds);
     finish_with(target, "read hello calls=1");
+}
+
+/// Starts `tracer_helper` on `func` of `pid` and kills it `after` it said "calling".
+fn kill_tracer_during_call(pid: i32, func: u64, after: Duration) {
+    let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "tracer_helper",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, format!("{pid} {func:x}"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(helper.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "helper ended"
+        );
+        if line.contains("calling") {
+            break;
+        }
+    }
+    std::thread::sleep(after);
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+}
+
+/// weft killed during a call made on a thread computing in vector registers: the
+/// pad's way home (rt_sigreturn frames) restores every vector register, and the
+/// padding's bytes, and leaks no file descriptor.
+#[test]
+fn tracer_killed_during_a_call_restores_vectors_and_padding() {
+    let program = build("vectors", VECTORS, &["-O2", "-mavx"]);
+    let mut target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let slow = target.symbol("slow_clobber");
+    let fds = common::open_fds(pid);
+    for _ in 0..3 {
+        kill_tracer_during_call(pid, slow, Duration::from_millis(50));
+        // slow_clobber() ends after 200 ms, then the pad waits 300 ms.
+        assert!(
+            common::eventually(Duration::from_secs(2), || {
+                common::code_differing_from_files(pid).is_empty()
+            }),
+            "padding not restored: {:?}",
+            common::code_differing_from_files(pid)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            target.child.try_wait().unwrap().is_none(),
+            "the target found its registers changed: {:?}",
+            target.line()
+        );
+        assert_eq!(common::open_fds(pid), fds);
+    }
+}
+
+/// A weft slower than the pad's wait: the thread goes home by itself (weft finds it
+/// there, or single-steps it the rest of the way), with its vector registers, and
+/// the padding is given back.
+#[test]
+fn pad_that_stops_waiting_goes_home_by_itself() {
+    let program = build("vectors", VECTORS, &["-O2", "-mavx"]);
+    let mut target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let clobber = target.symbol("clobber");
+    let fds = common::open_fds(pid);
+    for i in 0..60 {
+        let mut stopped = StoppedProcess::stop(pid).unwrap();
+        // From "not at all" to about as long as weft takes to notice.
+        stopped.set_landing_pad_wait(Duration::from_nanos(1 + (i % 20) * 2_000));
+        if i % 2 == 0 {
+            stopped.catch_pads_leaving();
+        }
+        if let Err(e) = stopped.call(pid, clobber, &[], &[]) {
+            drop(stopped);
+            panic!(
+                "call {i}: {e}; target: {:?} {:?}",
+                target.child.wait(),
+                target.line()
+            );
+        }
+        stopped.resume().unwrap();
+        assert_eq!(common::code_differing_from_files(pid), Vec::<String>::new());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        target.child.try_wait().unwrap().is_none(),
+        "the target found its registers changed: {:?}",
+        target.line()
+    );
+    assert_eq!(common::open_fds(pid), fds);
+
+    // And a thread blocked in read: the read restarts.
+    let (_program, target) = reader();
+    let add3 = target.symbol("add3");
+    for i in 0..20 {
+        let mut stopped = StoppedProcess::stop(target.pid()).unwrap();
+        stopped.set_landing_pad_wait(Duration::from_nanos(1 + (i % 20) * 2_000));
+        if i % 2 == 0 {
+            stopped.catch_pads_leaving();
+        }
+        let r = stopped.call(target.pid(), add3, &[1.into(), 2.into(), 3.into()], &[]);
+        assert_eq!(r.unwrap().ret, 6);
+        stopped.resume().unwrap();
+    }
+    finish(target, 0);
 }
