@@ -4,8 +4,11 @@
 
 use weft_lang::{compile, parser::MAX_NESTING, Options};
 
+/// A program builder: the program nested `n` levels deep.
+type Builder = fn(usize) -> String;
+
 /// Each shape, built `n` levels deep.
-fn shapes() -> Vec<(&'static str, fn(usize) -> String)> {
+fn shapes() -> Vec<(&'static str, Builder)> {
     vec![
         ("parentheses", |n| {
             format!("BEGIN {{ @x = {}1{}; }}", "(".repeat(n), ")".repeat(n))
