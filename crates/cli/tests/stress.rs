@@ -490,6 +490,15 @@ fn clone_vm_child_while_woven() {
     tally.finish();
 }
 
+/// clone(CLONE_VM) children made one after another, some while weft stops the
+/// world (each must be held and armed too), each calling probed functions.
+#[test]
+fn clone_vm_children_created_while_weaving() {
+    let mut tally = Tally::new("clone(CLONE_VM) children created while weaving", "cycles");
+    churn_mode("clonevm-churn", &[], &mut tally);
+    tally.finish();
+}
+
 /// The woven process execs itself: the new image runs correctly and weft ends
 /// cleanly.
 #[test]
