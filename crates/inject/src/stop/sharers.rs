@@ -64,6 +64,15 @@ impl StoppedProcess {
             .map_or(self.pid, |&(_, g)| g)
     }
 
+    /// A held thread of the process itself, the reference for `kcmp` (a main thread
+    /// that exited has no mm any more).
+    fn own_thread(&self) -> Option<i32> {
+        self.threads
+            .iter()
+            .map(|t| t.tid)
+            .find(|&t| self.tgid_of(t) == self.pid)
+    }
+
     /// True if `tgid` is the process or one of the sharers we hold threads of.
     pub(crate) fn holds_process(&self, tgid: i32) -> bool {
         tgid == self.pid || self.sharing.procs.contains(&tgid)
@@ -72,7 +81,7 @@ impl StoppedProcess {
     /// A new process made by a held thread (a clone event): if it shares the memory,
     /// hold it as a sharer (rather than letting it go at its first stop).
     pub(crate) fn adopt_sharer(&mut self, tgid: i32) -> bool {
-        let shares = kcmp_vm(self.pid, tgid) == Ok(true);
+        let shares = shares_mm(self.own_thread().unwrap_or(self.pid), tgid);
         if shares && !self.sharing.procs.contains(&tgid) {
             self.sharing.procs.push(tgid);
         }
@@ -94,7 +103,10 @@ impl StoppedProcess {
         const WHAT: &str = "waiting for the processes sharing its memory to stop";
         loop {
             let mut seized = false;
-            for tgid in sharing_mm(self.pid) {
+            let Some(me) = self.own_thread() else {
+                return Ok(());
+            };
+            for tgid in sharing_mm(self.pid, me) {
                 let Ok(tids) = process::threads(tgid) else {
                     continue; // gone meanwhile
                 };
@@ -120,8 +132,9 @@ impl StoppedProcess {
             }
             self.await_stops(deadline, WHAT)?;
         }
+        let me = self.own_thread().unwrap_or(self.pid);
         for tgid in self.sharing.procs.clone() {
-            if kcmp_vm(self.pid, tgid) != Ok(true) {
+            if !shares_mm(me, tgid) {
                 self.release_process(tgid);
             }
         }
@@ -143,10 +156,10 @@ impl StoppedProcess {
     }
 }
 
-/// Processes other than `pid` (and weft) whose address space is `pid`'s. Empty if
-/// the kernel has no `kcmp` (then sharers are not seen).
-fn sharing_mm(pid: i32) -> Vec<i32> {
-    let me = std::process::id() as i32;
+/// Processes other than `pid` (and weft) whose address space is that of `pid`'s
+/// thread `me`. Empty if the kernel has no `kcmp` (then sharers are not seen).
+fn sharing_mm(pid: i32, me: i32) -> Vec<i32> {
+    let weft = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -159,12 +172,12 @@ fn sharing_mm(pid: i32) -> Vec<i32> {
         else {
             continue;
         };
-        if other == pid || other == me {
+        if other == pid || other == weft {
             continue;
         }
-        match kcmp_vm(pid, other) {
-            Ok(true) => out.push(other),
-            Ok(false) => {}
+        match kcmp_vm(me, other) {
+            Ok(true) if has_mm(other) => out.push(other),
+            Ok(_) => {}
             Err(Errno::ENOSYS) => return Vec::new(),
             // EPERM (not ours to inspect), ESRCH (gone): not a sharer we can hold.
             Err(_) => {}
@@ -174,7 +187,21 @@ fn sharing_mm(pid: i32) -> Vec<i32> {
     out
 }
 
-/// Whether processes `a` and `b` share one address space.
+/// Whether tasks `a` and `b` share one address space (and have one).
+fn shares_mm(a: i32, b: i32) -> bool {
+    kcmp_vm(a, b) == Ok(true) && has_mm(b)
+}
+
+/// False for a kernel thread or an exited task: no address space (their mm
+/// pointers are all null, so `kcmp` calls them equal).
+fn has_mm(tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{tid}/statm"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .is_some_and(|size| size > 0)
+}
+
+/// Whether tasks `a` and `b` have the same mm pointer.
 fn kcmp_vm(a: i32, b: i32) -> std::result::Result<bool, Errno> {
     // SAFETY: kcmp takes integers only.
     let r = unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_VM, 0, 0) };
