@@ -9,6 +9,9 @@
  *   clonevm   2 hammering threads, and a child made with clone(CLONE_VM | SIGCHLD)
  *             only (no CLONE_THREAD, no CLONE_SIGHAND, no new TLS) that calls the
  *             probed functions in a loop; progress = the child's rounds
+ *   clonevm-churn  2 hammering threads; the main thread makes clone(CLONE_VM | SIGCHLD)
+ *             children one after another (each does 2000 rounds and exits), so some
+ *             are made while weft weaves or unweaves; progress = children reaped
  *   exec      2 hammering threads; on SIGUSR1 the process execs itself in mode
  *             "after-exec", which prints "ready after exec" and hammers on
  * Every result is checked (CORRUPT + exit 3); a child's failure is reported by its
@@ -171,6 +174,33 @@ static void mode_clonevm(void) {
   _exit(3);
 }
 
+static int short_clone_child(void *arg) {
+  long seed = (long)arg;
+  for (long i = seed; i < seed + 2000; i++) {
+    if (hot_jump(i) != want_jump(i)) syscall(SYS_exit, 3);
+    if (hot_int3((i & 7) + 1) != want_int3((i & 7) + 1)) syscall(SYS_exit, 4);
+    if (hot_rec(i & 7) != want_rec(i & 7)) syscall(SYS_exit, 5);
+  }
+  syscall(SYS_exit, 0);
+  return 0;
+}
+
+static void mode_clonevm_churn(void) {
+  start_hammers();
+  size_t sz = 1 << 20;
+  char *stack = mmap(0, sz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  for (long k = 0;; k++) {
+    /* One child at a time: they all share the main thread's TLS and the stack. */
+    pid_t pid = clone(short_clone_child, stack + sz, CLONE_VM | SIGCHLD, (void *)k);
+    if (pid < 0) {
+      printf("CORRUPT clone failed\n");
+      fflush(stdout);
+      _exit(3);
+    }
+    reap(pid);
+  }
+}
+
 static volatile sig_atomic_t exec_now;
 static void on_usr1(int sig) { (void)sig; exec_now = 1; }
 
@@ -206,6 +236,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "fork")) mode_fork();
   if (!strcmp(mode, "vfork")) mode_vfork();
   if (!strcmp(mode, "clonevm")) mode_clonevm();
+  if (!strcmp(mode, "clonevm-churn")) mode_clonevm_churn();
   if (!strcmp(mode, "exec")) mode_exec(argv[0]);
   if (!strcmp(mode, "after-exec")) mode_after_exec();
   printf("CORRUPT unknown mode %s\n", mode);

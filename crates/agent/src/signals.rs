@@ -217,6 +217,56 @@ pub fn take_over() {
     });
 }
 
+/// Called by weft (through ptrace) in a thread of *another process sharing our
+/// memory*: a `clone(CLONE_VM)` child without `CLONE_SIGHAND` keeps the signal
+/// dispositions its parent had when it was made, so one made before the agent took
+/// the guarded signals would die of the first int3 site it runs (SIGTRAP, SIG_DFL)
+/// or of a faulting read of advice. Puts the agent's handlers in that process's
+/// kernel dispositions. What it had there is not recorded: signals that are not
+/// weft's go to the target's virtual dispositions, which were the same when the
+/// child was made (a sharer that changed its own SIGTRAP, SIGSEGV or SIGBUS handler
+/// since gets the target's instead).
+///
+/// Raw system calls only (no libc, no TLS, no lock): safe wherever the thread was
+/// stopped. Returns how many handlers it installed, or a negative errno.
+#[unsafe(no_mangle)]
+pub extern "C" fn weft_agent_guard_signals() -> i64 {
+    let mut installed = 0;
+    for &sig in &GUARDED {
+        let mut cur = KAction::default();
+        let r = raw_sigaction_nolibc(sig, None, Some(&mut cur));
+        if r < 0 {
+            return r;
+        }
+        if cur.handler == our_handler(sig) {
+            continue;
+        }
+        let r = raw_sigaction_nolibc(sig, Some(&our_action(sig)), None);
+        if r < 0 {
+            return r;
+        }
+        installed += 1;
+    }
+    installed
+}
+
+/// `rt_sigaction` without libc's wrapper (which writes `errno` through the thread
+/// pointer: a `clone(CLONE_VM)` child shares its parent's). Returns the kernel's
+/// result (a negative errno on failure).
+fn raw_sigaction_nolibc(sig: i32, act: Option<&KAction>, old: Option<&mut KAction>) -> i64 {
+    let a = act.map_or(core::ptr::null(), |a| a as *const KAction);
+    let o = old.map_or(core::ptr::null_mut(), |o| o as *mut KAction);
+    let ret: i64;
+    // SAFETY: rt_sigaction with kernel-layout structs (or null) and the kernel's
+    // sigset size; `syscall` clobbers rcx and r11 only.
+    unsafe {
+        core::arch::asm!("syscall", inlateout("rax") libc::SYS_rt_sigaction => ret,
+            in("rdi") sig as i64, in("rsi") a, in("rdx") o, in("r10") SIGSET_BYTES,
+            out("rcx") _, out("r11") _, options(nostack))
+    };
+    ret
+}
+
 /// The target's disposition of a guarded signal.
 pub fn app_action(sig: i32) -> KAction {
     guarded_index(sig).map_or(

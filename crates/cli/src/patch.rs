@@ -13,7 +13,9 @@ use anyhow::{anyhow, bail, Result};
 use weft_abi::{SITE_PATCHED, SITE_PATCHING, SITE_RESTORED};
 use weft_inject::StoppedProcess;
 use weft_runtime::shm::Shm;
+use weft_symbols::ProcMaps;
 
+use crate::target::{find_function, AGENT_FILE};
 use crate::weave::{Outcome, Planned};
 
 /// What patching did, for `-v` and the benchmarks.
@@ -40,6 +42,7 @@ pub fn apply_stepping_out_of(
     bodies: &[Range<u64>],
 ) -> Result<PatchReport> {
     let mut w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    guard_sharers(&mut w)?;
     let mut report = PatchReport {
         threads: w.threads().len(),
         ..PatchReport::default()
@@ -83,6 +86,47 @@ pub fn apply_stepping_out_of(
     }
     report.pause = w.resume().map_err(|e| anyhow!("{e}"))?;
     Ok(report)
+}
+
+/// Give every other process sharing the target's memory (a `clone(CLONE_VM)` child,
+/// held with the target's threads) the agent's handlers for SIGTRAP, SIGSEGV and
+/// SIGBUS, before any site can trap or any advice fault there: such a process has
+/// its own dispositions, copied when it was made, maybe before the agent came. One
+/// remote call of `weft_agent_guard_signals` in one of its threads (raw system
+/// calls, safe wherever the thread stopped); a process made while the agent held
+/// the signals inherits its handlers, and gets the call anyway (it does nothing).
+fn guard_sharers(w: &mut StoppedProcess) -> Result<()> {
+    let sharers = w.sharers();
+    if sharers.is_empty() {
+        return Ok(());
+    }
+    let pid = w.pid();
+    let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
+    let guard = find_function(&maps, "weft_agent_guard_signals", &[AGENT_FILE])
+        .ok_or_else(|| anyhow!("the agent in process {pid} exports no weft_agent_guard_signals"))?;
+    for tgid in sharers {
+        let Some(tid) = w
+            .threads()
+            .iter()
+            .map(|t| t.tid())
+            .find(|&t| w.tgid_of(t) == tgid)
+        else {
+            continue;
+        };
+        let what = || format!("process {tgid}, which shares the memory of {pid}");
+        let r = w
+            .call(tid, guard, &[], &[])
+            .map_err(|e| anyhow!("giving the agent's signal handlers to {}: {e}", what()))?;
+        let ret = r.ret as i64;
+        if ret < 0 {
+            bail!(
+                "giving the agent's signal handlers to {}: {}",
+                what(),
+                std::io::Error::from_raw_os_error(-ret as i32)
+            );
+        }
+    }
+    Ok(())
 }
 
 /// What [`unhijack`] needs: where a thread may be in the middle of a shadow-stack
@@ -234,7 +278,7 @@ pub fn restore_redirects(
         // to user space after a trap or fault stops before it dequeues the signal.
         let held = w.threads().iter().any(|t| {
             t.pending_signals().into_iter().any(guarded)
-                || queued_signals(pid, t.tid()).is_some_and(|m| {
+                || queued_signals(w.tgid_of(t.tid()), t.tid()).is_some_and(|m| {
                     [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS]
                         .iter()
                         .any(|&s| m & (1 << (s - 1)) != 0)

@@ -70,7 +70,9 @@ use libc::user_regs_struct;
 
 use crate::error::{AbandonedCall, InjectError, Result};
 use crate::process;
-use crate::stop::{is_fault, Deadline, PendingSignal, StopKind, StoppedProcess, GRACE};
+use crate::stop::{
+    is_fault, Deadline, PendingSignal, StopKind, StoppedProcess, StoppedThread, GRACE,
+};
 use crate::sys::{self, Backoff, WaitEvent};
 
 /// How long [`StoppedProcess::call`] lets a function run.
@@ -871,7 +873,7 @@ impl StoppedProcess {
             return Ok(pad.clone());
         }
         // The thread's view: a main thread that exited leaves /proc/PID/maps empty.
-        let path = format!("/proc/{}/task/{tid}/maps", self.pid);
+        let path = format!("/proc/{}/task/{tid}/maps", self.tgid_of(tid));
         let maps = std::fs::read_to_string(&path).map_err(|source| InjectError::Proc {
             path: path.clone().into(),
             source,
@@ -1074,7 +1076,8 @@ impl StoppedProcess {
 
     /// The thread best suited to run a remote call: one blocked in a system call
     /// other than `futex` (it holds no lock a `malloc` or `dlopen` could need, most
-    /// likely), else the main thread, else the first.
+    /// likely), else the main thread, else the first. Never a thread of another
+    /// process sharing the memory ([`sharers`](Self::sharers)).
     pub fn pick_call_thread(&self) -> i32 {
         let blocked = |tid: i32, regs: &user_regs_struct, in_syscall: bool| {
             let nr = process::thread_syscall(self.pid, tid).or_else(|| {
@@ -1083,7 +1086,11 @@ impl StoppedProcess {
             });
             in_syscall && nr.is_some_and(|nr| nr != libc::SYS_futex)
         };
-        let threads = self.threads();
+        let threads: Vec<&StoppedThread> = self
+            .threads()
+            .iter()
+            .filter(|t| self.tgid_of(t.tid()) == self.pid)
+            .collect();
         threads
             .iter()
             .find(|t| blocked(t.tid(), t.regs(), t.in_syscall()))

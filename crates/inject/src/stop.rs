@@ -31,6 +31,8 @@ use crate::error::{InjectError, MemOp, Result};
 use crate::process;
 use crate::sys::{self, ptrace_error, Backoff, WaitEvent};
 
+mod sharers;
+
 /// How long [`StoppedProcess::stop`] may take before giving up.
 pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long [`StoppedProcess::step_out`] may single-step one thread.
@@ -201,6 +203,8 @@ pub struct StoppedProcess {
     pub(crate) pad_wait: Duration,
     /// Tests: wait for pads to start leaving on their own before stopping them.
     pub(crate) catch_leaving: bool,
+    /// Other processes sharing the memory, whose threads are held too (`sharers`).
+    sharing: sharers::Sharing,
     _tracer_thread: PhantomData<*const ()>,
 }
 
@@ -232,6 +236,7 @@ impl StoppedProcess {
             pad: None,
             pad_wait: crate::call::PAD_WAIT,
             catch_leaving: false,
+            sharing: sharers::Sharing::default(),
             _tracer_thread: PhantomData,
         };
         loop {
@@ -259,6 +264,7 @@ impl StoppedProcess {
             }
             this.await_stops(deadline, "waiting for every thread to stop")?;
         }
+        this.stop_sharers(deadline, timeout)?;
         // A SIGKILL (or another thread's exit_group) wakes even stopped threads: keep
         // only threads still in a ptrace-stop (any request but a few fails with ESRCH
         // on a thread that is not, or that has a fatal signal pending).
@@ -552,7 +558,7 @@ impl StoppedProcess {
         }
         self.release_pad();
         for thread in std::mem::take(&mut self.threads) {
-            match detach_thread(self.pid, &thread) {
+            match detach_thread(self.tgid_of(thread.tid), &thread) {
                 Ok(true) => {}
                 // Not in a ptrace-stop any more: killed meanwhile.
                 Ok(false) => self.dying.push(thread.tid),
@@ -579,7 +585,8 @@ impl StoppedProcess {
             Ok(Some(_)) => {
                 let thread = self.threads.iter().find(|t| t.tid == tid).cloned();
                 self.threads.retain(|t| t.tid != tid);
-                thread.map_or(Ok(()), |t| detach_thread(self.pid, &t).map(drop))
+                let tgid = self.tgid_of(tid);
+                thread.map_or(Ok(()), |t| detach_thread(tgid, &t).map(drop))
             }
             Ok(None) => {
                 self.threads.retain(|t| t.tid != tid);
@@ -834,8 +841,12 @@ impl StoppedProcess {
         if self.knows(child) {
             return Ok(());
         }
-        if process::status(child).is_ok_and(|s| s.tgid != self.pid) {
-            self.foreign.push(child);
+        match process::status(child) {
+            Ok(s) if !self.holds_process(s.tgid) && !self.adopt_sharer(s.tgid) => {
+                self.foreign.push(child)
+            }
+            Ok(s) => self.note_sharer_task(child, s.tgid),
+            Err(_) => {}
         }
         self.awaiting.push(child);
         Ok(())
