@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -501,7 +501,9 @@ pub struct Hello {
     /// Address of `weft_agent_hijack(frame)`: push a shadow entry and replace the
     /// return address at `frame.regs.rsp` with the return trampoline.
     pub hijack: u64,
-    /// Agent text range (threads found here are not "inside advice").
+    /// The agent's executable mapping: a thread stopped with its PC here may be
+    /// using the session (signal handlers, attach slow path, return path), so weft
+    /// waits for it to leave before the session is freed.
     pub text_start: u64,
     pub text_end: u64,
     /// Nonzero when a previous session is still active (attach refused).
@@ -528,6 +530,10 @@ pub const MSG_FREE: u32 = 7;
 pub const MSG_OK: u32 = 8;
 /// agent → weft: payload is a UTF-8 message.
 pub const MSG_ERR: u32 = 9;
+/// weft → agent: glibc's `sigaction` now goes through the agent (the redirect is
+/// patched); make the kernel hold the agent's SIGTRAP/SIGSEGV/SIGBUS handlers, the
+/// target's becoming its virtual dispositions.
+pub const MSG_TAKE_SIGNALS: u32 = 10;
 
 /// Name of the environment variable that tells an `LD_PRELOAD`ed agent which
 /// abstract socket to connect to.
@@ -563,10 +569,16 @@ pub struct AgentThread {
     /// as stale (longjmp) or restored (exceptions).
     pub shadow_overflows: u64,
     pub shadow_discarded: u64,
-    /// Set while this thread runs the agent's own code (control thread, signal
-    /// handlers): advice does not run.
+    /// Nonzero while this thread holds a pointer into the session outside advice
+    /// (SIGTRAP handler, the trampolines' attach slow path): weft does not free the
+    /// session meanwhile.
     pub busy: u32,
     pub _pad: u32,
+    /// Nonzero while this thread compacts its shadow stack (moves entries).
+    pub shadow_gc: u32,
+    /// Other threads looking for a migrated frame's entry in this shadow stack
+    /// (coroutines resumed on another thread); compaction waits for none.
+    pub shadow_thieves: u32,
 }
 
 pub const AGENT_THREAD_SLOT_OFF: i32 = 0;

@@ -12,7 +12,7 @@ use weft_abi::*;
 use weft_runtime::proto;
 use weft_runtime::shm::Shm;
 
-use crate::{patch, profile, ret, session, threads, trap};
+use crate::{patch, profile, ret, session, signals, threads};
 
 static REQUEST: AtomicU32 = AtomicU32::new(0);
 /// The socket name of the latest connection request.
@@ -152,8 +152,29 @@ fn peer_allowed(fd: i32) -> bool {
     }
 }
 
+/// The agent's executable mapping (the one holding the return trampoline): a thread
+/// whose PC is anywhere in it may hold a pointer into the session (signal handlers,
+/// the trampolines' attach slow path, the return path), so weft does not free a
+/// session while one is there. Falls back to the return path alone.
+fn agent_text() -> (u64, u64) {
+    let at = ret::trampoline_addr();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    for l in maps.lines() {
+        let Some((a, b)) = l.split_whitespace().next().and_then(|r| r.split_once('-')) else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
+            continue;
+        };
+        if (a..b).contains(&at) {
+            return (a, b);
+        }
+    }
+    ret::trampoline_range()
+}
+
 fn hello() -> Vec<u8> {
-    let (text_start, text_end) = ret::trampoline_range();
+    let (text_start, text_end) = agent_text();
     let h = Hello {
         version: VERSION,
         // SAFETY: getpid has no preconditions.
@@ -172,6 +193,7 @@ fn hello() -> Vec<u8> {
     // SAFETY: Hello is repr(C) plain data.
     unsafe { (v.as_mut_ptr() as *mut Hello).write_unaligned(h) };
     v.extend_from_slice(&(ret::weft_agent_on_raise as *const () as u64).to_le_bytes());
+    v.extend_from_slice(&(signals::weft_agent_sigaction as *const () as u64).to_le_bytes());
     v
 }
 
@@ -256,6 +278,10 @@ fn serve(fd: OwnedFd) {
                 }
                 Ok(())
             }
+            MSG_TAKE_SIGNALS => {
+                signals::take_over();
+                Ok(())
+            }
             MSG_FREE => {
                 drop(ending.take());
                 Ok(())
@@ -280,7 +306,10 @@ fn weft_gone() {
             .store(SessionState::Ending as u32, Ordering::Release);
         patch::restore_all(&s.shm);
     }
-    threads::detach_all();
+    // Threads keep their slots: one may be inside advice (or return advice, through
+    // a hijacked return) right now, and would write through a slot pointer nulled
+    // under it. The session is leaked, so the slots stay valid; a later session has
+    // another generation, and threads claim new slots in it.
     if let Some(s) = session::take() {
         // Keep the mappings: the trap handler may still resume threads through the
         // relocated code of restored sites.
@@ -344,6 +373,12 @@ fn alloc_code(lo: u64, hi: u64, size: u64) -> Result<(u64, usize, OwnedFd), Stri
     }
     // SAFETY: raw is a fresh fd we own.
     let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // memfds are created 0777: make the code region private to its owner before it
+    // holds anything (its fd is visible in /proc/PID/fd and map_files).
+    // SAFETY: fchmod on our own fd.
+    if unsafe { libc::fchmod(raw, 0o600) } != 0 {
+        return Err(format!("fchmod: {}", std::io::Error::last_os_error()));
+    }
     // SAFETY: sizing our memfd.
     if unsafe { libc::ftruncate(raw, size as i64) } != 0 {
         return Err(format!("ftruncate: {}", std::io::Error::last_os_error()));
@@ -416,18 +451,14 @@ fn candidates(maps: &str, lo: u64, hi: u64, size: u64) -> Vec<u64> {
     out
 }
 
-/// The target may install its own SIGSEGV/SIGTRAP handlers after us; put ours back
-/// in front (they chain to whatever was there).
+/// The target may install its own SIGSEGV/SIGTRAP handlers with a raw system call,
+/// past the redirected `sigaction`: put ours back in front (the target's become its
+/// virtual dispositions, see `signals`).
 fn keep_handlers() {
     if session::current().is_none() {
         return;
     }
-    if !weft_runtime::safe::fault_handler_installed() {
-        weft_runtime::safe::reinstall_fault_handler();
-    }
-    if !trap::installed() {
-        let _ = trap::install();
-    }
+    signals::take_over();
 }
 
 #[cfg(test)]

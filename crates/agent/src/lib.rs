@@ -8,6 +8,8 @@
 //!   that gives a thread its slot in the session's shared segment;
 //! * [`ret`]: the return trampoline and shadow stacks for return probes;
 //! * [`trap`]: the SIGTRAP handler for int3 sites;
+//! * [`signals`]: SIGTRAP/SIGSEGV/SIGBUS stay the agent's; the target's own handlers
+//!   for them are kept and called for every signal that is not weft's;
 //! * [`control`]: the control thread that maps the segment and code regions weft
 //!   asks for, and restores every patch ([`patch`]) the moment weft goes away.
 //!
@@ -21,6 +23,7 @@ mod patch;
 mod profile;
 mod ret;
 mod session;
+mod signals;
 mod threads;
 mod trap;
 
@@ -39,8 +42,10 @@ fn init() {
         return;
     }
     patch::init();
-    let _ = weft_runtime::safe::install_fault_handler();
-    let _ = trap::install();
+    // Faults that are not weft's go to the target's (virtual) disposition.
+    let chain: fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = signals::chain;
+    weft_runtime::safe::CHAIN.store(chain as usize, core::sync::atomic::Ordering::Release);
+    let _ = signals::init();
     // SAFETY: registering a fork handler; it only touches our own state.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     let launch = launch_socket();
@@ -80,11 +85,20 @@ fn launch_socket() -> Option<OwnedFd> {
     weft_runtime::proto::connect(&name).ok()
 }
 
-/// In a child after fork(): the session belongs to the parent. The child keeps its
-/// copy of the patched code (and its pending return addresses work), but advice no
-/// longer runs in it.
+/// In a child after fork(): the child is unwoven. Its session belongs to the parent
+/// (weft neither reads its rings nor restores its code), so before anything else the
+/// child puts the original bytes back in its own copy of every patched site, while it
+/// has a single thread. Pending return addresses replaced by the parent's return
+/// probes still work (the return trampoline and the shadow stack are the child's own
+/// copies; no advice runs for them). Code regions stay mapped: the forking thread may
+/// return into a trampoline's relocated instructions. Children made without the
+/// `fork()` wrapper (a raw `clone` system call) do not run this handler.
 extern "C" fn after_fork_child() {
     threads::after_fork_child();
+    patch::after_fork_child();
+    if let Some(s) = session::current() {
+        patch::unweave_forked_child(&s.shm);
+    }
     threads::detach_all();
     if let Some(s) = session::take() {
         // The mappings are the parent's too (MAP_SHARED): never unmap them here.

@@ -17,6 +17,7 @@ use weft_runtime::shm::Shm;
 
 static MEM_FD: AtomicI32 = AtomicI32::new(-1);
 static SYNC_CORE: AtomicBool = AtomicBool::new(false);
+const INT3: u8 = 0xcc;
 
 const MEMBARRIER_CMD_QUERY: i32 = 0;
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: i32 = 1 << 3;
@@ -52,6 +53,69 @@ fn sync_core() {
         // An IPI to every core running our threads; interrupt return serializes.
         membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
     }
+}
+
+/// In the child of a fork(): the inherited `/proc/self/mem` descriptor still refers
+/// to the *parent's* address space (the kernel binds it to the mm at open time), so
+/// writing through it would patch the parent. Reopen it for the child's own memory.
+/// The child's new mm is not registered for `membarrier` either; it is single-threaded
+/// here, so nothing needs serializing.
+pub fn after_fork_child() {
+    // SAFETY: opening our own /proc/self/mem; closing the inherited descriptor, which
+    // only the agent uses.
+    unsafe {
+        let fd = libc::open(c"/proc/self/mem".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        let old = MEM_FD.swap(fd, Ordering::AcqRel);
+        if old >= 0 {
+            libc::close(old);
+        }
+    }
+    SYNC_CORE.store(false, Ordering::Release);
+}
+
+/// In the child of a fork(), while it has a single thread (this one, in the atfork
+/// child handler): put the original bytes back at every site of the session, in the
+/// child's own copy of the code. The child is thereby unwoven: its session belongs to
+/// the parent (weft neither drains its rings nor restores its code), and its int3
+/// sites would otherwise trap with no site table to resume from.
+///
+/// The site table is shared with the parent and weft, so nothing in it is written:
+/// a site counts as patched here when the child's bytes are its patch, or an `int3`
+/// followed by the patch's or the original's tail (the child was forked while the
+/// parent's agent was restoring it with the int3-first sequence). Returns the number
+/// of sites restored.
+pub fn unweave_forked_child(shm: &Shm) -> usize {
+    let n = shm
+        .header()
+        .site_count
+        .load(Ordering::Acquire)
+        .min(shm.header().max_sites);
+    let mut restored = 0;
+    for i in 0..n {
+        let s = shm.site(i);
+        let len = s.patch_len as usize;
+        let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
+        if len == 0 || len > cur.len() || s.orig_len as usize != len {
+            continue;
+        }
+        if !read_code(s.addr, &mut cur[..len]) || cur[..len] == s.orig[..len] {
+            continue;
+        }
+        let ours = cur[..len] == s.patch[..len]
+            || (cur[0] == INT3
+                && (cur[1..len] == s.patch[1..len] || cur[1..len] == s.orig[1..len]));
+        if !ours || !write_code(s.addr, &s.orig[..len]) {
+            continue;
+        }
+        restored += 1;
+        let sem = s.semaphore;
+        if sem != 0 {
+            // SAFETY: as in `restore_all`; the child's private copy of the semaphore.
+            let w = unsafe { &*(sem as *const core::sync::atomic::AtomicU16) };
+            let _ = w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+        }
+    }
+    restored
 }
 
 fn write_code(addr: u64, bytes: &[u8]) -> bool {
@@ -102,7 +166,7 @@ pub fn restore_all(shm: &Shm) -> usize {
     for &i in &todo {
         let s = shm.site(i);
         if s.kind != SiteKind::Int3 as u32 && s.patch_len > 1 {
-            write_code(s.addr, &[0xcc]);
+            write_code(s.addr, &[INT3]);
         }
     }
     sync_core();

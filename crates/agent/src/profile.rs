@@ -146,6 +146,8 @@ extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         let v = (*info).si_value();
         (v.sival_ptr as usize, &mut *(ctx as *mut libc::ucontext_t))
     };
+    // Marked before the session is loaded: weft frees no session while we hold it.
+    let _using = threads::using_session(threads::get_or_create());
     let Some(s) = session::current() else { return };
     let Some(p) = s.shm.header().profiles.get(index).copied() else {
         return;

@@ -11,13 +11,18 @@
 //!   matched (the topmost entry for a slot is always the latest hijack of it) and are
 //!   collected when the stack fills up (`gc`).
 //! * Coroutines (`swapcontext`): entries of several stacks interleave on one thread;
-//!   matching by slot address keeps them apart.
+//!   matching by slot address keeps them apart. A coroutine resumed on another
+//!   thread returns through entries of the thread that suspended it: they are
+//!   claimed from that thread's stack (`steal`).
 //! * C++ exceptions: the unwinder must see real return addresses, so
 //!   [`weft_agent_on_raise`] (run at the entry of `_Unwind_RaiseException` and
 //!   friends) writes them back first; those frames report no return event.
+//! * At unweave weft writes every pending return address back itself, with the
+//!   world stopped, and tombstones the entries: no trampoline address outlives a
+//!   session (the unwinder hooks do not either).
 
 use core::arch::global_asm;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use weft_abi::*;
 
 use crate::{session, threads};
@@ -98,6 +103,12 @@ global_asm!(
     "    mov rbp, rsp",
     "    sub rsp, {area}",
     "    and rsp, -16",
+    // The slot is read once: the control thread nulls it when the session ends,
+    // concurrently with this path (the session stays mapped while we are here).
+    "    mov rax, qword ptr [rcx + {tslot}]",
+    "    test rax, rax",
+    "    jz 9f",
+    "    mov qword ptr [rsp + {f_thread}], rax",
     "    mov rax, qword ptr [rbp + 32]",
     "    mov qword ptr [rsp + 0], rax",
     "    mov qword ptr [rsp + 8], rbx",
@@ -122,8 +133,6 @@ global_asm!(
     "    mov rax, qword ptr [rdx + {e_ret}]",
     "    mov qword ptr [rsp + 128], rax",
     "    mov qword ptr [rsp + 136], 0",
-    "    mov rax, qword ptr [rcx + {tslot}]",
-    "    mov qword ptr [rsp + {f_thread}], rax",
     "    mov rax, qword ptr [rdx + {e_shm}]",
     "    mov qword ptr [rsp + {f_shm}], rax",
     "    mov eax, dword ptr [rdx + {e_site}]",
@@ -181,7 +190,7 @@ global_asm!(
     "    mov r10, qword ptr [rsp + 80]",
     "    mov r11, qword ptr [rsp + 88]",
     "    mov rcx, qword ptr [rsp + {f_tstate}]",
-    "    mov rsp, rbp",
+    "9:  mov rsp, rbp",
     "    pop rbp",
     "4:  dec dword ptr [rcx + {nest}]",
     "    jmp 7f",
@@ -343,12 +352,38 @@ pub fn trampoline_range() -> (u64, u64) {
     })
 }
 
-/// A hijacked return arrived without a matching shadow entry.
+/// A hijacked return arrived without a matching shadow entry anywhere.
 pub static LOST_RETURNS: AtomicU64 = AtomicU64::new(0);
+/// Returns whose entry was found in another thread's shadow stack: a coroutine
+/// suspended inside a hijacked frame and resumed on another thread.
+pub static MIGRATED_RETURNS: AtomicU64 = AtomicU64::new(0);
 
-fn entries<'a>(t: &AgentThread) -> &'a mut [ShadowEntry] {
-    // SAFETY: the shadow stack has shadow_cap entries, owned by this thread.
-    unsafe { core::slice::from_raw_parts_mut(t.shadow, t.shadow_cap as usize) }
+// Shadow stacks are written by their own thread, except for one field: another
+// thread may claim an entry by swapping its `slot` to 0 (see `steal`). A slot of 0
+// is a tombstone: it never matches a return, and is dropped when it reaches the top
+// or when the stack is compacted. Entries are moved only by `gc`, which no thief may
+// overlap (`shadow_gc` / `shadow_thieves`, a Dekker-style handshake in which the
+// owner gives up rather than waits).
+
+fn entry(t: *const AgentThread, i: usize) -> *mut ShadowEntry {
+    // SAFETY: callers pass i < shadow_cap of a pool thread; shadow is its array.
+    unsafe { (*t).shadow.add(i) }
+}
+
+fn slot_of<'a>(e: *mut ShadowEntry) -> &'a AtomicU64 {
+    // SAFETY: e points into a shadow stack (pool memory, never unmapped); the slot
+    // field is 8-aligned and accessed atomically wherever threads may share it.
+    unsafe { AtomicU64::from_ptr(core::ptr::addr_of_mut!((*e).slot)) }
+}
+
+fn depth_of<'a>(t: *mut AgentThread) -> &'a AtomicU32 {
+    // SAFETY: t is a pool AgentThread (never unmapped); the field is 4-aligned.
+    unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*t).shadow_depth)) }
+}
+
+fn flag<'a>(p: *mut u32) -> &'a AtomicU32 {
+    // SAFETY: p is a 4-aligned field of a pool AgentThread (never unmapped).
+    unsafe { AtomicU32::from_ptr(p) }
 }
 
 /// Push a shadow entry for the function entered at `frame` and replace its return
@@ -358,14 +393,19 @@ fn entries<'a>(t: &AgentThread) -> &'a mut [ShadowEntry] {
 pub extern "C" fn weft_agent_hijack(frame: *mut Frame) {
     // SAFETY: called with a valid frame whose tstate is this thread's AgentThread.
     let f = unsafe { &mut *frame };
-    // SAFETY: as above.
-    let Some(t) = (unsafe { (f.tstate as *mut AgentThread).as_mut() }) else {
+    let t = f.tstate as *mut AgentThread;
+    if t.is_null() {
         return;
-    };
-    if t.shadow_depth >= t.shadow_cap {
+    }
+    // SAFETY: our own AgentThread (only shadow_depth and entry slots are shared,
+    // and those are accessed atomically below).
+    let (depth, cap) = unsafe { ((*t).shadow_depth, (*t).shadow_cap) };
+    if depth >= cap {
         gc(t);
-        if t.shadow_depth >= t.shadow_cap {
-            t.shadow_overflows += 1;
+        // SAFETY: as above.
+        if unsafe { (*t).shadow_depth } >= cap {
+            // SAFETY: as above.
+            unsafe { (*t).shadow_overflows += 1 };
             return;
         }
     }
@@ -386,71 +426,189 @@ pub extern "C" fn weft_agent_hijack(frame: *mut Frame) {
         }
         _ => (0, 0, 0, 0, 0),
     };
-    entries(t)[t.shadow_depth as usize] = ShadowEntry {
-        ret,
-        slot,
-        advice,
-        func: f.func,
-        site: f.site as u32,
-        session: generation,
-        probe,
-        _pad: 0,
-        stub,
-        shm,
+    // SAFETY: as above.
+    let depth = unsafe { (*t).shadow_depth };
+    // SAFETY: depth < cap: a free entry of our own stack, invisible to other threads
+    // until the depth store below publishes it.
+    unsafe {
+        entry(t, depth as usize).write(ShadowEntry {
+            ret,
+            slot,
+            advice,
+            func: f.func,
+            site: f.site as u32,
+            session: generation,
+            probe,
+            _pad: 0,
+            stub,
+            shm,
+        })
     };
-    t.shadow_depth += 1;
+    depth_of(t).store(depth + 1, Ordering::Release);
     // SAFETY: as above; the slot now returns into our trampoline.
     unsafe { (slot as *mut u64).write(trampoline_addr()) };
 }
 
-/// Drop entries that can no longer be returned through: their slot no longer holds
-/// the trampoline's address, or a later entry hijacked the same slot.
-fn gc(t: &mut AgentThread) {
+/// Drop entries that can no longer be returned through: tombstones, entries whose
+/// slot no longer holds the trampoline's address, or that a later entry hijacked
+/// again. Skipped (the stack stays full) while another thread searches it.
+fn gc(t: *mut AgentThread) {
+    // SAFETY: pool fields of our own AgentThread.
+    let (gcf, thieves) = unsafe {
+        (
+            flag(core::ptr::addr_of_mut!((*t).shadow_gc)),
+            flag(core::ptr::addr_of_mut!((*t).shadow_thieves)),
+        )
+    };
+    gcf.store(1, Ordering::SeqCst);
+    if thieves.load(Ordering::SeqCst) != 0 {
+        gcf.store(0, Ordering::Release);
+        return;
+    }
     let tramp = trampoline_addr();
-    let depth = t.shadow_depth as usize;
-    let e = entries(t);
+    let depth = depth_of(t).load(Ordering::Relaxed) as usize;
     let mut keep = 0;
     for i in 0..depth {
-        let live = weft_runtime::safe::load(e[i].slot, 8) == Some(tramp)
-            && !e[i + 1..depth].iter().any(|later| later.slot == e[i].slot);
+        let s = slot_of(entry(t, i)).load(Ordering::Relaxed);
+        let live = s != 0
+            && weft_runtime::safe::load(s, 8) == Some(tramp)
+            && !(i + 1..depth).any(|j| slot_of(entry(t, j)).load(Ordering::Relaxed) == s);
         if live {
-            e[keep] = e[i];
+            // SAFETY: both indices are below depth in our own stack; no thief is
+            // looking (handshake above).
+            unsafe { entry(t, keep).write(entry(t, i).read()) };
             keep += 1;
         }
     }
-    t.shadow_discarded += (depth - keep) as u64;
-    t.shadow_depth = keep as u32;
+    // SAFETY: our own AgentThread.
+    unsafe { (*t).shadow_discarded += (depth - keep) as u64 };
+    depth_of(t).store(keep as u32, Ordering::Release);
+    gcf.store(0, Ordering::Release);
+}
+
+/// Claim the entry for `slot` in another thread's shadow stack: a coroutine that
+/// was suspended inside hijacked frames on that thread returns through them here.
+/// The claim is a compare-and-swap of the entry's slot to 0, so exactly one thread
+/// gets it (another thief, or its owner's `restore_all`).
+fn steal(me: *mut AgentThread, slot: u64) -> Option<ShadowEntry> {
+    for other in threads::all() {
+        if other == me {
+            continue;
+        }
+        // SAFETY: pool fields (the pool is never unmapped).
+        let (gcf, thieves) = unsafe {
+            (
+                flag(core::ptr::addr_of_mut!((*other).shadow_gc)),
+                flag(core::ptr::addr_of_mut!((*other).shadow_thieves)),
+            )
+        };
+        loop {
+            thieves.fetch_add(1, Ordering::SeqCst);
+            if gcf.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            // The owner is compacting: wait for it (it never waits for us).
+            thieves.fetch_sub(1, Ordering::SeqCst);
+            while gcf.load(Ordering::Acquire) != 0 {
+                core::hint::spin_loop();
+            }
+        }
+        // SAFETY: pool fields; a thread not yet set up reads as zeros (no stack).
+        let (base, cap) = unsafe {
+            (
+                core::ptr::read_volatile(core::ptr::addr_of!((*other).shadow)),
+                core::ptr::read_volatile(core::ptr::addr_of!((*other).shadow_cap)),
+            )
+        };
+        let mut got = None;
+        if !base.is_null() {
+            let depth = depth_of(other).load(Ordering::Acquire).min(cap) as usize;
+            for i in (0..depth).rev() {
+                let e = entry(other, i);
+                if slot_of(e).load(Ordering::Acquire) != slot {
+                    continue;
+                }
+                // While the slot reads `slot` the owner does not rewrite the entry:
+                // it only pops or tombstones its own live slots, and `slot` is ours.
+                // SAFETY: an entry of a pool shadow stack.
+                let copy = unsafe { core::ptr::read_volatile(e) };
+                if slot_of(e)
+                    .compare_exchange(slot, 0, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    got = Some(ShadowEntry { slot, ..copy });
+                    break;
+                }
+            }
+        }
+        thieves.fetch_sub(1, Ordering::Release);
+        if got.is_some() {
+            MIGRATED_RETURNS.fetch_add(1, Ordering::Relaxed);
+            return got;
+        }
+    }
+    None
 }
 
 extern "C" fn on_return(frame: *mut Frame) -> u64 {
     // SAFETY: the return trampoline passes its frame area.
     let f = unsafe { &mut *frame };
-    let t = threads::current();
-    // SAFETY: a hijack happened on this thread, so its AgentThread exists.
-    let Some(t) = (unsafe { t.as_mut() }) else {
+    let tp = threads::get_or_create();
+    // SAFETY: this thread's AgentThread; a coroutine resumed on a thread that never
+    // hijacked anything may have none yet (then tp is still usable once created).
+    let Some(t) = (unsafe { tp.as_mut() }) else {
         fatal()
     };
     t.nest += 1;
     let slot = f.regs.rsp - 8;
     let depth = t.shadow_depth as usize;
-    let e = entries(t);
-    let Some(pos) = e[..depth].iter().rposition(|x| x.slot == slot) else {
-        LOST_RETURNS.fetch_add(1, Ordering::Relaxed);
-        fatal()
+    let pos = (0..depth)
+        .rev()
+        .find(|&i| slot_of(entry(tp, i)).load(Ordering::Relaxed) == slot);
+    let found = match pos {
+        Some(pos) => {
+            // SAFETY: an entry of our own stack, below depth.
+            let e = unsafe { entry(tp, pos).read() };
+            // Tombstone it, then pop the tombstones at the top (entries are never
+            // moved here: another thread may be searching this stack).
+            slot_of(entry(tp, pos)).store(0, Ordering::Release);
+            let mut d = depth;
+            while d > 0 && slot_of(entry(tp, d - 1)).load(Ordering::Relaxed) == 0 {
+                d -= 1;
+            }
+            depth_of(tp).store(d as u32, Ordering::Release);
+            Some(e)
+        }
+        None => steal(tp, slot),
     };
-    let entry = e[pos];
-    e.copy_within(pos + 1..depth, pos);
-    t.shadow_depth -= 1;
+    let Some(entry) = found else {
+        // No entry anywhere: if the slot no longer holds our address, someone gave
+        // the frame its real return address back after we left it (`restore_all`
+        // of the thread that hijacked it, or weft at unweave): return there.
+        match weft_runtime::safe::load(slot, 8) {
+            Some(v) if v != trampoline_addr() => {
+                t.nest -= 1;
+                return v;
+            }
+            _ => {
+                LOST_RETURNS.fetch_add(1, Ordering::Relaxed);
+                fatal()
+            }
+        }
+    };
     f.regs.rip = entry.ret;
     let live = session::CURRENT_GENERATION.load(Ordering::Acquire);
+    // Read once: the control thread nulls it when the session ends.
+    // SAFETY: a field of our own AgentThread.
+    let tslot = unsafe { core::ptr::read_volatile(core::ptr::addr_of!(t.slot)) };
     if entry.advice != 0
         && entry.session == live
         && live != 0
         && t.flags & THREAD_FLAG_IGNORE == 0
         && t.nest == 1
-        && !t.slot.is_null()
+        && !tslot.is_null()
     {
-        f.thread = t.slot;
+        f.thread = tslot;
         f.shm = entry.shm as *mut u8;
         f.site = u64::from(entry.site);
         f.func = entry.func;
@@ -481,25 +639,50 @@ fn fatal() -> ! {
 /// address back before the unwinder walks the stack.
 #[unsafe(no_mangle)]
 pub extern "C" fn weft_agent_on_raise(_frame: *mut Frame) {
+    // Called on every thread, with or without a session, without `nest` raised by
+    // the trampoline. A thread already inside the agent (`nest != 0`: a signal
+    // handler interrupted a push or pop, and throws) must not touch its stack.
     let t = threads::current();
     // SAFETY: our own AgentThread, if any.
-    let Some(t) = (unsafe { t.as_mut() }) else {
+    let Some(th) = (unsafe { t.as_mut() }) else {
         return;
     };
+    if th.nest != 0 {
+        return;
+    }
+    th.nest += 1;
     restore_all(t);
+    // SAFETY: as above (restore_all does not keep a reference).
+    unsafe { (*t).nest -= 1 };
 }
 
-/// Write back every pending return address of `t` and empty its shadow stack.
-pub fn restore_all(t: &mut AgentThread) {
+/// Write back every pending return address of `t` (this thread's) and empty its
+/// shadow stack. Each entry is claimed (slot → 0) after its address is written
+/// back, so a thread that took it first returns to the same address.
+pub fn restore_all(t: *mut AgentThread) {
     let tramp = trampoline_addr();
-    let depth = t.shadow_depth as usize;
-    let e = entries(t);
+    let depth = depth_of(t).load(Ordering::Relaxed) as usize;
+    let mut n = 0;
     // Newest first, so a slot hijacked twice ends with its oldest real value.
-    for x in e[..depth].iter().rev() {
-        if weft_runtime::safe::load(x.slot, 8) == Some(tramp) {
-            weft_runtime::safe::store(x.slot, x.ret, 8);
+    for i in (0..depth).rev() {
+        let e = entry(t, i);
+        let s = slot_of(e).load(Ordering::Acquire);
+        if s == 0 {
+            continue;
+        }
+        // SAFETY: an entry of our own stack; `ret` is not written by others.
+        let ret = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*e).ret)) };
+        if weft_runtime::safe::load(s, 8) == Some(tramp) {
+            weft_runtime::safe::store(s, ret, 8);
+        }
+        if slot_of(e)
+            .compare_exchange(s, 0, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+        {
+            n += 1;
         }
     }
-    t.shadow_discarded += depth as u64;
-    t.shadow_depth = 0;
+    // SAFETY: our own AgentThread.
+    unsafe { (*t).shadow_discarded += n };
+    depth_of(t).store(0, Ordering::Release);
 }

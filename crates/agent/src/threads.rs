@@ -78,6 +78,11 @@ pub fn init() -> std::io::Result<()> {
     Ok(())
 }
 
+/// The pid the agent's state belongs to (updated in the child of a fork()).
+pub fn pid() -> u32 {
+    PID.load(Ordering::Relaxed)
+}
+
 /// After fork() in the child: the pid changed and no session is ours.
 pub fn after_fork_child() {
     // SAFETY: getpid has no preconditions.
@@ -100,6 +105,22 @@ fn map_anon(size: usize) -> std::io::Result<*mut u8> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(p as *mut u8)
+}
+
+/// A system call made from the agent's own text, not through libc: these run with
+/// a pointer into the session held (trap handler, attach slow path), and weft only
+/// waits for threads whose PC is inside the agent (see `Hello::text_start`).
+///
+/// # Safety
+/// The caller passes a system call whose arguments are valid for it.
+pub unsafe fn raw_syscall(nr: i64, a0: u64, a1: u64) -> i64 {
+    let ret: i64;
+    // SAFETY: per the caller; `syscall` clobbers rcx and r11 only.
+    unsafe {
+        asm!("syscall", inlateout("rax") nr => ret, in("rdi") a0, in("rsi") a1,
+             out("rcx") _, out("r11") _, options(nostack))
+    };
+    ret
 }
 
 /// Every `AgentThread` handed out so far.
@@ -133,7 +154,7 @@ pub fn get_or_create() -> *mut AgentThread {
             slot: core::ptr::null_mut(),
             nest: 0,
             flags: 0,
-            tid: libc::gettid() as u32,
+            tid: raw_syscall(libc::SYS_gettid, 0, 0) as u32,
             pid: PID.load(Ordering::Relaxed),
             session: 0,
             shadow_depth: 0,
@@ -144,6 +165,8 @@ pub fn get_or_create() -> *mut AgentThread {
             shadow_discarded: 0,
             busy: 0,
             _pad: 0,
+            shadow_gc: 0,
+            shadow_thieves: 0,
         });
         set_current(t);
         t
@@ -156,6 +179,37 @@ pub fn mark_ignored() {
     if !t.is_null() {
         // SAFETY: our own AgentThread.
         unsafe { (*t).flags |= THREAD_FLAG_IGNORE };
+    }
+}
+
+/// Marks the thread as holding a pointer into the session (`AgentThread::busy`)
+/// until dropped. weft does not free a session while any thread is marked: code the
+/// compiler emits here may call libc (memcpy...), so "PC inside the agent" alone
+/// does not show it. Mark before loading the session pointer.
+pub struct UsingSession(*mut AgentThread);
+
+pub fn using_session(t: *mut AgentThread) -> UsingSession {
+    if !t.is_null() {
+        // SAFETY: our own pool AgentThread; weft reads `busy` with the world stopped.
+        unsafe {
+            let p = core::ptr::addr_of_mut!((*t).busy);
+            p.write_volatile(p.read_volatile() + 1);
+        }
+        core::sync::atomic::fence(Ordering::SeqCst);
+    }
+    UsingSession(t)
+}
+
+impl Drop for UsingSession {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            core::sync::atomic::fence(Ordering::SeqCst);
+            // SAFETY: as in `using_session`.
+            unsafe {
+                let p = core::ptr::addr_of_mut!((*self.0).busy);
+                p.write_volatile(p.read_volatile() - 1);
+            }
+        }
     }
 }
 
@@ -177,7 +231,9 @@ pub extern "C" fn weft_agent_thread_attach(_frame: *mut weft_abi::Frame) -> Thre
     if th.flags & THREAD_FLAG_IGNORE != 0 || th.nest != 0 {
         return none;
     }
-    let slot = attach_slot(th);
+    let _using = using_session(t);
+    // SAFETY: as above.
+    let slot = attach_slot(unsafe { &mut *t });
     ThreadAttach { thread: t, slot }
 }
 
@@ -201,12 +257,10 @@ pub fn attach_slot(th: &mut AgentThread) -> *mut ThreadSlot {
         let sl = &mut *slot;
         sl.tid = th.tid;
         let mut name = [0u8; 16];
-        libc::prctl(
-            libc::PR_GET_NAME,
-            name.as_mut_ptr() as libc::c_ulong,
-            0,
-            0,
-            0,
+        raw_syscall(
+            libc::SYS_prctl,
+            libc::PR_GET_NAME as u64,
+            name.as_mut_ptr() as u64,
         );
         sl.comm = name;
         sl.state.store(THREAD_LIVE, Ordering::Release);

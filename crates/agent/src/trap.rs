@@ -3,58 +3,38 @@
 //!
 //! A trap at an address that is no longer an `int3` (the site was restored between
 //! the trap and this handler) restarts the original instruction. Traps that are not
-//! ours go to the handler installed before us, or get the default action.
+//! ours go to the target's own disposition ([`signals::chain`]).
 
 use core::sync::atomic::Ordering;
-use std::cell::UnsafeCell;
-use std::mem::MaybeUninit;
 use weft_abi::{Frame, Regs, SiteKind, SITE_PATCHED, THREAD_FLAG_IGNORE};
 
-use crate::{ret, session, threads};
-
-/// The SIGTRAP disposition we replaced, written once before our handler can run.
-struct OldAction(UnsafeCell<MaybeUninit<libc::sigaction>>);
-// SAFETY: written only by `install` (before the handler is active), then only read.
-unsafe impl Sync for OldAction {}
-static OLD_TRAP: OldAction = OldAction(UnsafeCell::new(MaybeUninit::uninit()));
-
-pub fn install() -> std::io::Result<()> {
-    // SAFETY: installing a handler; OLD_TRAP is written before the handler can run.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_trap as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER | libc::SA_RESTART;
-        libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(libc::SIGTRAP, &sa, (*OLD_TRAP.0.get()).as_mut_ptr()) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-pub fn installed() -> bool {
-    // SAFETY: query only.
-    unsafe {
-        let mut cur: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(libc::SIGTRAP, std::ptr::null(), &mut cur) == 0
-            && cur.sa_sigaction == on_trap as *const () as usize
-    }
-}
+use crate::{ret, session, signals, threads};
 
 const SI_KERNEL: i32 = 0x80;
 
-extern "C" fn on_trap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+pub(crate) extern "C" fn on_trap(
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+) {
     // SAFETY: SA_SIGINFO handlers get valid siginfo and ucontext.
     let (si, uc) = unsafe { (&*info, &mut *(ctx as *mut libc::ucontext_t)) };
     let g = &mut uc.uc_mcontext.gregs;
     let ip = (g[libc::REG_RIP as usize] as u64).wrapping_sub(1);
     if si.si_code == SI_KERNEL {
+        // Marked before the session is loaded: weft frees no session while we hold it.
+        let _using = threads::using_session(threads::get_or_create());
         if let Some(s) = session::current() {
             if let Some(idx) = s.shm.site_by_addr(ip) {
                 let site = s.shm.site(idx);
                 if site.resume != 0 {
                     let patched = site.state.load(Ordering::Acquire) == SITE_PATCHED;
-                    if patched && site.kind == SiteKind::Int3 as u32 {
+                    // A redirect (weft's own, e.g. glibc's sigaction) has no advice:
+                    // it resumes at its replacement.
+                    if patched
+                        && site.kind == SiteKind::Int3 as u32
+                        && (site.entry_advice != 0 || site.return_advice != 0)
+                    {
                         run_advice(uc, s, idx, ip);
                     }
                     uc.uc_mcontext.gregs[libc::REG_RIP as usize] = site.resume as i64;
@@ -69,37 +49,7 @@ extern "C" fn on_trap(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
             return;
         }
     }
-    chain(sig, info, ctx);
-}
-
-fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: OLD_TRAP was initialised by install().
-    let old = unsafe { (*OLD_TRAP.0.get()).assume_init_ref() };
-    let h = old.sa_sigaction;
-    if h == libc::SIG_IGN {
-        return;
-    }
-    if h == libc::SIG_DFL {
-        // Default action for SIGTRAP: terminate with a core dump, as without weft.
-        // SAFETY: reset and re-raise; SIGTRAP is not blocked (SA_NODEFER).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-            libc::raise(sig);
-        }
-        return;
-    }
-    if old.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the previous handler was installed with SA_SIGINFO.
-        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-            unsafe { core::mem::transmute(h) };
-        f(sig, info, ctx);
-    } else {
-        // SAFETY: a plain handler.
-        let f: extern "C" fn(libc::c_int) = unsafe { core::mem::transmute(h) };
-        f(sig);
-    }
+    signals::chain(sig, info, ctx);
 }
 
 fn run_advice(uc: &mut libc::ucontext_t, s: &session::Session, idx: u32, ip: u64) {

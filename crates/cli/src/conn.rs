@@ -103,6 +103,9 @@ pub struct Agent {
     pub hello: Hello,
     /// Address of `weft_agent_on_raise`.
     pub on_raise: u64,
+    /// Address of `weft_agent_sigaction` (glibc's `__libc_sigaction` is redirected
+    /// there while woven); 0 from an agent without it.
+    pub sigaction: u64,
 }
 
 impl Agent {
@@ -125,14 +128,16 @@ impl Agent {
             bail!("another weft session is active in this process");
         }
         let off = std::mem::size_of::<Hello>();
-        let on_raise = m
-            .payload
-            .get(off..off + 8)
-            .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()));
+        let extra = |k: usize| {
+            m.payload
+                .get(off + 8 * k..off + 8 * k + 8)
+                .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
+        };
         Ok(Agent {
             fd,
             hello,
-            on_raise,
+            on_raise: extra(0),
+            sigaction: extra(1),
         })
     }
 
@@ -170,6 +175,12 @@ impl Agent {
 
     pub fn go(&self) -> Result<()> {
         self.request(MSG_GO, &[], None).map(drop)
+    }
+
+    /// The sigaction redirect is patched: the agent puts its signal handlers back in
+    /// front, with the target's as its virtual dispositions.
+    pub fn take_signals(&self) -> Result<()> {
+        self.request(MSG_TAKE_SIGNALS, &[], None).map(drop)
     }
 
     pub fn end(&self) -> Result<()> {

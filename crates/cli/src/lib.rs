@@ -54,8 +54,8 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
     let (text, file, params) = match (&t.program, t.args.split_first()) {
         (Some(p), _) => (p.clone(), "-e".to_string(), t.args.clone()),
         (None, Some((file, rest))) => {
-            let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
-            (text, file.clone(), rest.to_vec())
+            let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
+            (program_text(file, bytes)?, file.clone(), rest.to_vec())
         }
         (None, None) => bail!("no program: give -e 'PROGRAM' or a program file"),
     };
@@ -89,7 +89,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         args_resolver: Some(std::sync::Arc::new(resolver)),
         dump,
     };
-    let out = weft_lang::compile(&text, &file, &opts);
+    let out = front_end(&text, &file, &opts)?;
     for (stage, d) in &out.dumps {
         eprintln!("=== {} ===\n{d}", stage.name());
     }
@@ -123,6 +123,60 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         inline: !t.no_inline,
     };
     session::trace(&prog, &opts)
+}
+
+/// The stack the front end runs on. Its stages recurse over the program's tree,
+/// whose depth the parser bounds (`weft_lang::parser::MAX_NESTING`); this leaves a
+/// wide margin for that even in debug builds and whatever `ulimit -s` says. Pages
+/// are only committed when touched.
+const FRONT_END_STACK: usize = 64 << 20;
+
+/// `weft_lang::compile` on a thread with [`FRONT_END_STACK`].
+fn front_end(text: &str, file: &str, opts: &weft_lang::Options) -> Result<weft_lang::Output> {
+    std::thread::scope(|s| {
+        let worker = std::thread::Builder::new()
+            .name("front-end".into())
+            .stack_size(FRONT_END_STACK)
+            .spawn_scoped(s, || weft_lang::compile(text, file, opts))
+            .context("starting the front end's thread")?;
+        match worker.join() {
+            Ok(out) => Ok(out),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+/// A program file's text: UTF-8 without NUL bytes, or a one-line error saying
+/// where it is not.
+fn program_text(file: &str, bytes: Vec<u8>) -> Result<String> {
+    let located = |at: usize, what: String| {
+        let before = &bytes[..at];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        // Columns count characters; the prefix is valid UTF-8 up to `at`.
+        let col = String::from_utf8_lossy(&bytes[line_start..at])
+            .chars()
+            .count()
+            + 1;
+        anyhow!("{file}:{line}:{col}: {what}; a program is UTF-8 text")
+    };
+    let text = match std::str::from_utf8(&bytes) {
+        Ok(t) => t.to_string(),
+        Err(e) => {
+            let at = e.valid_up_to();
+            return Err(located(
+                at,
+                format!("invalid UTF-8 (byte 0x{:02x})", bytes[at]),
+            ));
+        }
+    };
+    if let Some(at) = bytes.iter().position(|&b| b == 0) {
+        return Err(located(at, "NUL byte in the program".to_string()));
+    }
+    Ok(text)
 }
 
 fn list(l: ListArgs) -> Result<i32> {

@@ -13,7 +13,9 @@ use anyhow::{anyhow, bail, Result};
 use weft_abi::{SITE_PATCHED, SITE_PATCHING, SITE_RESTORED};
 use weft_inject::StoppedProcess;
 use weft_runtime::shm::Shm;
+use weft_symbols::ProcMaps;
 
+use crate::target::{find_function, AGENT_FILE};
 use crate::weave::{Outcome, Planned};
 
 /// What patching did, for `-v` and the benchmarks.
@@ -28,19 +30,34 @@ pub struct PatchReport {
 /// Patch every planned site. Sites whose memory no longer holds the original bytes
 /// are marked `Skipped`.
 pub fn apply(pid: i32, sites: &mut [Planned], shm: &Shm) -> Result<PatchReport> {
+    apply_stepping_out_of(pid, sites, shm, &[])
+}
+
+/// As [`apply`], and first step every thread out of `bodies` too (whole functions
+/// that are redirected: a thread inside one would finish the original).
+pub fn apply_stepping_out_of(
+    pid: i32,
+    sites: &mut [Planned],
+    shm: &Shm,
+    bodies: &[Range<u64>],
+) -> Result<PatchReport> {
     let mut w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    guard_sharers(&mut w)?;
     let mut report = PatchReport {
         threads: w.threads().len(),
         ..PatchReport::default()
     };
-    let inside: Vec<Range<u64>> = sites
+    let mut inside: Vec<Range<u64>> = sites
         .iter()
         .filter(|s| !s.patch.is_empty())
         .map(|s| s.addr + 1..s.addr + s.patch.len() as u64)
         .filter(|r| !r.is_empty())
         .collect();
+    inside.extend(bodies.iter().cloned());
+    let max_steps = if bodies.is_empty() { 64 } else { 1024 };
     for tid in w.threads_in(&inside) {
-        w.step_out(tid, &inside, 64).map_err(|e| anyhow!("{e}"))?;
+        w.step_out(tid, &inside, max_steps)
+            .map_err(|e| anyhow!("{e}"))?;
         report.stepped_threads += 1;
     }
     let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
@@ -71,9 +88,68 @@ pub fn apply(pid: i32, sites: &mut [Planned], shm: &Shm) -> Result<PatchReport> 
     Ok(report)
 }
 
-/// Put the original bytes back at every patched site.
-pub fn restore(pid: i32, sites: &[Planned], shm: &Shm) -> Result<Duration> {
+/// Give every other process sharing the target's memory (a `clone(CLONE_VM)` child,
+/// held with the target's threads) the agent's handlers for SIGTRAP, SIGSEGV and
+/// SIGBUS, before any site can trap or any advice fault there: such a process has
+/// its own dispositions, copied when it was made, maybe before the agent came. One
+/// remote call of `weft_agent_guard_signals` in one of its threads (raw system
+/// calls, safe wherever the thread stopped); a process made while the agent held
+/// the signals inherits its handlers, and gets the call anyway (it does nothing).
+fn guard_sharers(w: &mut StoppedProcess) -> Result<()> {
+    let sharers = w.sharers();
+    if sharers.is_empty() {
+        return Ok(());
+    }
+    let pid = w.pid();
+    let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
+    let guard = find_function(&maps, "weft_agent_guard_signals", &[AGENT_FILE])
+        .ok_or_else(|| anyhow!("the agent in process {pid} exports no weft_agent_guard_signals"))?;
+    for tgid in sharers {
+        let Some(tid) = w
+            .threads()
+            .iter()
+            .map(|t| t.tid())
+            .find(|&t| w.tgid_of(t) == tgid)
+        else {
+            continue;
+        };
+        let what = || format!("process {tgid}, which shares the memory of {pid}");
+        let r = w
+            .call(tid, guard, &[], &[])
+            .map_err(|e| anyhow!("giving the agent's signal handlers to {}: {e}", what()))?;
+        let ret = r.ret as i64;
+        if ret < 0 {
+            bail!(
+                "giving the agent's signal handlers to {}: {}",
+                what(),
+                std::io::Error::from_raw_os_error(-ret as i32)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What [`unhijack`] needs: where a thread may be in the middle of a shadow-stack
+/// operation (code regions, the agent's text), where thread states are, and the
+/// return trampoline's address.
+pub struct Shadows<'a> {
+    pub busy_code: &'a [Range<u64>],
+    pub tls_offset: i64,
+    pub return_trampoline: u64,
+}
+
+/// Put the original bytes back at every patched site, and give every hijacked
+/// frame of every thread not in the middle of a shadow-stack operation its real
+/// return address back (see [`unhijack`]).
+pub fn restore(pid: i32, sites: &[Planned], shm: &Shm, shadows: &Shadows) -> Result<Duration> {
     let w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    unhijack(&w, shadows, false);
+    restore_stopped(&w, sites, shm)?;
+    w.resume().map_err(|e| anyhow!("{e}"))
+}
+
+/// Put the original bytes back at `sites`, with every thread stopped.
+fn restore_stopped(w: &StoppedProcess, sites: &[Planned], shm: &Shm) -> Result<()> {
     let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
     for s in sites {
         if s.index == u32::MAX || matches!(s.outcome, Outcome::Skipped(_)) {
@@ -91,10 +167,138 @@ pub fn restore(pid: i32, sites: &[Planned], shm: &Shm) -> Result<Duration> {
         }
         d.state.store(SITE_RESTORED, Ordering::Release);
         if let Some(sem) = s.semaphore {
-            bump_semaphore(&w, sem, -1)?;
+            bump_semaphore(w, sem, -1)?;
         }
     }
-    w.resume().map_err(|e| anyhow!("{e}"))
+    Ok(())
+}
+
+/// True if the agent thread state at `at` is inside advice (`nest`) or holds a
+/// pointer into the session (`busy`: signal handlers, the attach slow path).
+fn agent_busy(w: &StoppedProcess, at: u64) -> bool {
+    let busy_off = core::mem::offset_of!(weft_abi::AgentThread, busy) as u64;
+    [weft_abi::AGENT_THREAD_NEST_OFF as u64, busy_off]
+        .iter()
+        .any(|&off| {
+            let mut v = [0u8; 4];
+            w.read_mem(at + off, &mut v).is_ok() && u32::from_le_bytes(v) != 0
+        })
+}
+
+/// The agent's state of thread `t` (its TLS slot), or 0.
+fn agent_thread(w: &StoppedProcess, t: &weft_inject::StoppedThread, tls_offset: i64) -> u64 {
+    let tls = t.regs().fs_base.wrapping_add(tls_offset as u64);
+    let mut p = [0u8; 8];
+    if w.read_mem(tls, &mut p).is_err() {
+        return 0;
+    }
+    u64::from_le_bytes(p)
+}
+
+/// With every thread stopped: write the real return address back into every slot
+/// that still returns into the agent's return trampoline, and tombstone the entries
+/// (slot = 0; the owner drops them). After an unweave no hijacked frame is left:
+/// the unwinder hooks (`_Unwind_RaiseException`...) are gone with the session, and a
+/// C++ exception must never meet the trampoline's address on a stack.
+///
+/// A thread whose PC is in `busy_code` or that is inside advice may be in the middle
+/// of pushing or popping; it is skipped unless `all` (the caller has checked that
+/// no thread is). Threads that exited are not visited (their stacks are gone, but a
+/// coroutine they suspended may still be resumed elsewhere: the entries stay and
+/// can be claimed there).
+pub fn unhijack(w: &StoppedProcess, sh: &Shadows, all: bool) -> usize {
+    use weft_abi::{AgentThread, ShadowEntry, SHADOW_SLOT_OFF};
+    let depth_off = core::mem::offset_of!(AgentThread, shadow_depth) as u64;
+    let shadow_off = core::mem::offset_of!(AgentThread, shadow) as u64;
+    let size = core::mem::size_of::<ShadowEntry>();
+    let busy: Vec<i32> = w.threads_in(sh.busy_code);
+    let mut restored = 0;
+    for t in w.threads() {
+        let at = agent_thread(w, t, sh.tls_offset);
+        if at == 0 || (!all && busy.contains(&t.tid())) {
+            continue;
+        }
+        let mut b4 = [0u8; 4];
+        let mut b8 = [0u8; 8];
+        if (!all && agent_busy(w, at))
+            || w.read_mem(at + depth_off, &mut b4).is_err()
+            || w.read_mem(at + shadow_off, &mut b8).is_err()
+        {
+            continue;
+        }
+        let depth = (u32::from_le_bytes(b4) as usize).min(1 << 16);
+        let base = u64::from_le_bytes(b8);
+        if depth == 0 || base == 0 {
+            continue;
+        }
+        let mut ents = vec![0u8; depth * size];
+        if w.read_mem(base, &mut ents).is_err() {
+            continue;
+        }
+        // Newest first, as the agent's restore_all: a slot hijacked twice (a tail
+        // call between two return-probed functions) ends with its oldest address.
+        for i in (0..depth).rev() {
+            let e = &ents[i * size..(i + 1) * size];
+            let ret = u64::from_le_bytes(e[0..8].try_into().unwrap());
+            let slot = u64::from_le_bytes(e[8..16].try_into().unwrap());
+            if slot == 0 {
+                continue;
+            }
+            if w.read_mem(slot, &mut b8).is_ok()
+                && u64::from_le_bytes(b8) == sh.return_trampoline
+                && w.write_mem(slot, &ret.to_le_bytes()).is_ok()
+            {
+                restored += 1;
+            }
+            let at_slot = base + (i * size) as u64 + SHADOW_SLOT_OFF as u64;
+            let _ = w.write_mem(at_slot, &0u64.to_le_bytes());
+        }
+    }
+    restored
+}
+
+/// Restore redirects (the sigaction redirect) once no thread holds a SIGTRAP, SIGSEGV
+/// or SIGBUS that a stop kept from it: such a signal may be weft's (an int3 site hit,
+/// a fault of advice just before the sites were restored) and is delivered again on
+/// resume; while the redirect is in, the target cannot have displaced the agent's
+/// handler, which must be the one to get it. Tries for up to `patience`, then
+/// restores anyway.
+pub fn restore_redirects(
+    pid: i32,
+    sites: &[Planned],
+    shm: &Shm,
+    shadows: &Shadows<'_>,
+    patience: Duration,
+) -> Result<Duration> {
+    let start = Instant::now();
+    loop {
+        let w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+        let guarded = |s: i32| matches!(s, libc::SIGTRAP | libc::SIGSEGV | libc::SIGBUS);
+        // Kept by the stop, or still queued: a thread interrupted on its way back
+        // to user space after a trap or fault stops before it dequeues the signal.
+        let held = w.threads().iter().any(|t| {
+            t.pending_signals().into_iter().any(guarded)
+                || queued_signals(w.tgid_of(t.tid()), t.tid()).is_some_and(|m| {
+                    [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS]
+                        .iter()
+                        .any(|&s| m & (1 << (s - 1)) != 0)
+                })
+        });
+        if held && start.elapsed() < patience {
+            w.resume().map_err(|e| anyhow!("{e}"))?;
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
+        drop(w);
+        return restore(pid, sites, shm, shadows);
+    }
+}
+
+/// The signals queued for one thread (`SigPnd` in its `/proc` status).
+fn queued_signals(pid: i32, tid: i32) -> Option<u64> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?;
+    let l = st.lines().find(|l| l.starts_with("SigPnd:"))?;
+    u64::from_str_radix(l.split_whitespace().nth(1)?, 16).ok()
 }
 
 /// Add `by` to a USDT semaphore (an `unsigned short`), with every thread stopped.
@@ -107,18 +311,46 @@ fn bump_semaphore(w: &StoppedProcess, addr: u64, by: i32) -> Result<()> {
         .map_err(|e| anyhow!("writing a USDT semaphore: {e}"))
 }
 
+/// glibc's signal return trampoline (`__restore_rt`): `mov rax, 15; syscall`.
+const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05];
+
+/// True if `t` is about to return from a signal handler: the context it returns to
+/// may be inside a trampoline (the SIGTRAP handler resumes int3 sites at their
+/// relocated instructions in a code region), so the code must stay mapped.
+fn about_to_sigreturn(w: &StoppedProcess, t: &weft_inject::StoppedThread) -> bool {
+    let pc = t.pc();
+    let mut b = [0u8; 9];
+    if w.read_mem(pc, &mut b).is_ok() && b == SIGRETURN {
+        return true;
+    }
+    // At the `syscall` with rax = 15, or stopped inside rt_sigreturn itself.
+    let mut s = [0u8; 2];
+    (w.read_mem(pc, &mut s).is_ok() && s == [0x0f, 0x05] && t.regs().rax == 15)
+        || (t.regs().orig_rax == 15
+            && w.read_mem(pc.wrapping_sub(2), &mut s).is_ok()
+            && s == [0x0f, 0x05])
+}
+
 /// Wait until no thread is inside advice (`AgentThread::nest`), a trampoline or a
 /// code region, or the agent's return trampoline, checking with the world stopped.
+///
+/// At that moment, also restore `late` sites (the unwinder hooks) and every
+/// hijacked frame left ([`unhijack`]). If the wait times out, `late` sites are
+/// restored anyway.
 pub fn wait_quiescent(
     pid: i32,
-    code: &[Range<u64>],
-    tls_offset: i64,
+    sh: &Shadows,
+    late: &[Planned],
+    shm: &Shm,
     timeout: Duration,
 ) -> Result<()> {
+    let code = sh.busy_code;
+    let tls_offset = sh.tls_offset;
     let start = Instant::now();
     loop {
         let w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
-        let mut busy = !w.threads_in(code).is_empty();
+        let mut busy =
+            !w.threads_in(code).is_empty() || w.threads().iter().any(|t| about_to_sigreturn(&w, t));
         if !busy {
             for t in w.threads() {
                 let tls = t.regs().fs_base.wrapping_add(tls_offset as u64);
@@ -130,21 +362,26 @@ pub fn wait_quiescent(
                 if at == 0 {
                     continue;
                 }
-                let mut nest = [0u8; 4];
-                if w.read_mem(at + weft_abi::AGENT_THREAD_NEST_OFF as u64, &mut nest)
-                    .is_ok()
-                    && u32::from_le_bytes(nest) != 0
-                {
+                if agent_busy(&w, at) {
                     busy = true;
                     break;
                 }
             }
         }
+        let give_up = busy && start.elapsed() > timeout;
+        if !busy {
+            // Hijacks made after the sites were restored, by threads that were in a
+            // trampoline then, and those of threads skipped at the restore.
+            unhijack(&w, sh, true);
+        }
+        if !busy || give_up {
+            restore_stopped(&w, late, shm)?;
+        }
         w.resume().map_err(|e| anyhow!("{e}"))?;
         if !busy {
             return Ok(());
         }
-        if start.elapsed() > timeout {
+        if give_up {
             bail!(
                 "a thread of {pid} stayed inside advice for {} s; leaving its code mapped",
                 timeout.as_secs()

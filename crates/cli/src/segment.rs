@@ -81,10 +81,16 @@ impl Segment {
         }
         // SAFETY: raw is a fresh fd.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // Private to this user: the fd is only ever passed to the agent.
+        // Private to this user (memfds are created 0777): the fd is only ever passed
+        // to the agent.
         // SAFETY: fchmod/ftruncate on our fd.
         unsafe {
-            libc::fchmod(raw, 0o600);
+            if libc::fchmod(raw, 0o600) != 0 {
+                bail!(
+                    "making the shared segment private: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
             if libc::ftruncate(raw, layout.total_size as i64) != 0 {
                 bail!(
                     "sizing the shared segment ({} bytes): {}",

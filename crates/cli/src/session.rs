@@ -212,6 +212,8 @@ fn run(
     // 4. Sites in the target.
     let t_sites = Instant::now();
     let mut planned: Vec<Planned> = Vec::new();
+    let mut redirects: Vec<Planned> = Vec::new();
+    let mut redirect_bodies: Vec<Range<u64>> = Vec::new();
     let mut code_ranges: Vec<Range<u64>> = Vec::new();
     let mut symbolizer = None;
     let mut site_probes = 0usize;
@@ -267,6 +269,19 @@ fn run(
                 eprintln!("weft: {} at {:#x}: {}", p.label, p.addr, p.outcome);
             }
             planned.push(p);
+        }
+        // The target's sigaction goes through the agent while woven, so its own
+        // SIGTRAP/SIGSEGV/SIGBUS handlers never displace weft's (see the agent's
+        // `signals`).
+        if agent.sigaction != 0 {
+            if let Some(spec) = sigaction_redirect(&maps) {
+                let p = weaver.redirect_site(&spec, agent.sigaction)?;
+                if opts.verbose {
+                    eprintln!("weft: {} at {:#x}: {}", p.label, p.addr, p.outcome);
+                }
+                redirect_bodies.push(spec.func.addr..spec.func.end());
+                redirects.push(p);
+            }
         }
         // profile:hz:N probes: advice in a code region, sampled by the agent's timers.
         let mut n_profiles = 0usize;
@@ -351,6 +366,17 @@ fn run(
     let mut target_alive = conn.is_some();
     if let Some((agent, pid)) = conn {
         if !printer.exited {
+            // The sigaction redirect first, alone: once it is in, the agent can put
+            // its handlers in front for good, before any int3 site can trap.
+            if !redirects.is_empty() {
+                patch::apply_stepping_out_of(*pid, &mut redirects, &seg.shm, &redirect_bodies)?;
+                if redirects
+                    .iter()
+                    .any(|p| !matches!(p.outcome, Outcome::Skipped(_)))
+                {
+                    agent.take_signals()?;
+                }
+            }
             let report = patch::apply(*pid, &mut planned, &seg.shm)?;
             if opts.verbose {
                 eprintln!(
@@ -368,7 +394,7 @@ fn run(
                     }
                 );
             }
-            for p in &planned {
+            for p in planned.iter().chain(&redirects) {
                 if let Outcome::Skipped(r) = &p.outcome {
                     eprintln!("weft: {} not woven: {r}", p.label);
                 }
@@ -449,7 +475,7 @@ fn run(
 
     // 7. Unweave while the target lives.
     if let (Some((agent, pid)), true) = (conn, target_alive) {
-        if let Err(e) = unweave(agent, *pid, &planned, &seg, &code_ranges) {
+        if let Err(e) = unweave(agent, *pid, &planned, &redirects, &seg, &code_ranges) {
             eprintln!("weft: {e:#}");
         }
     }
@@ -477,16 +503,42 @@ fn unweave(
     agent: &Agent,
     pid: i32,
     planned: &[Planned],
+    redirects: &[Planned],
     seg: &Segment,
     code: &[Range<u64>],
 ) -> Result<()> {
-    if !planned.is_empty() {
-        patch::restore(pid, planned, &seg.shm)?;
-    }
-    agent.end()?;
     let mut ranges = code.to_vec();
     ranges.push(agent.hello.text_start..agent.hello.text_end);
-    patch::wait_quiescent(pid, &ranges, agent.hello.tls_offset, Duration::from_secs(5))?;
+    let shadows = patch::Shadows {
+        busy_code: &ranges,
+        tls_offset: agent.hello.tls_offset,
+        return_trampoline: agent.hello.return_trampoline,
+    };
+    // The unwinder hooks (jump sites) stay until the last hijacked frame is gone:
+    // a thread inside an entry trampoline at the restore may still hijack its
+    // return address, then throw. An int3 hook cannot stay: without a session the
+    // trap handler would no longer know it.
+    let (late, early): (Vec<Planned>, Vec<Planned>) = planned.iter().cloned().partition(|p| {
+        crate::weave::is_internal(&p.label)
+            && matches!(p.outcome, Outcome::Jump | Outcome::JumpInline)
+    });
+    if !early.is_empty() || !late.is_empty() {
+        patch::restore(pid, &early, &seg.shm, &shadows)?;
+    }
+    // The sigaction redirect after the sites, once weft's last traps and faults (kept
+    // from their threads by the stop above, delivered on resume) reached the agent's
+    // handlers.
+    if !redirects.is_empty() {
+        patch::restore_redirects(
+            pid,
+            redirects,
+            &seg.shm,
+            &shadows,
+            Duration::from_millis(500),
+        )?;
+    }
+    agent.end()?;
+    patch::wait_quiescent(pid, &shadows, &late, &seg.shm, Duration::from_secs(5))?;
     agent.free()
 }
 
@@ -890,7 +942,7 @@ fn unwind_hooks(maps: &ProcMaps, on_raise: u64) -> Vec<SiteSpec> {
                         body: None,
                     }],
                     ret: Vec::new(),
-                    label: format!("(internal) {}:{}", m.path.display(), f.name),
+                    label: format!("{}{}:{}", crate::weave::INTERNAL, m.path.display(), f.name),
                     usdt_args: None,
                     semaphore: None,
                 });
@@ -898,4 +950,42 @@ fn unwind_hooks(maps: &ProcMaps, on_raise: u64) -> Vec<SiteSpec> {
         }
     }
     out
+}
+
+/// The redirect of glibc's `__libc_sigaction` (which `sigaction`, `signal` and glibc
+/// itself call) to the agent's `weft_agent_sigaction`; `__sigaction` where the former
+/// is not exported.
+fn sigaction_redirect(maps: &ProcMaps) -> Option<SiteSpec> {
+    for m in maps.modules() {
+        if !m.file_name().starts_with("libc.so") {
+            continue;
+        }
+        for name in ["__libc_sigaction", "__sigaction"] {
+            let Ok(funcs) = weft_symbols::resolve_in_module(&m, name) else {
+                continue;
+            };
+            for f in funcs {
+                let Some(addr) = f.runtime_addr else { continue };
+                if f.ifunc || f.size == 0 {
+                    continue;
+                }
+                return Some(SiteSpec {
+                    func: weft_x86::FunctionCode {
+                        addr,
+                        bytes: f.bytes.clone(),
+                        size_known: true,
+                        padding: f.padding.clone(),
+                    },
+                    name: f.name.clone(),
+                    site_addr: addr,
+                    entry: Vec::new(),
+                    ret: Vec::new(),
+                    label: format!("(internal) {}:{}", m.path.display(), f.name),
+                    usdt_args: None,
+                    semaphore: None,
+                });
+            }
+        }
+    }
+    None
 }

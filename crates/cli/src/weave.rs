@@ -111,6 +111,15 @@ pub struct SiteSpec {
     pub semaphore: Option<u64>,
 }
 
+/// Label prefix of the agent's internal sites (the unwinder hooks).
+pub const INTERNAL: &str = "(internal) ";
+
+/// True for the agent's internal sites: their advice runs on every thread, with or
+/// without a session, and they stay woven until no hijacked frame is left.
+pub fn is_internal(label: &str) -> bool {
+    label.starts_with(INTERNAL)
+}
+
 /// How a site was woven, for `-v` and for patching.
 #[derive(Clone, Debug)]
 pub enum Outcome {
@@ -330,6 +339,7 @@ impl<'a> Weaver<'a> {
                     shm_base,
                     tls_offset,
                     thread_attach,
+                    unconditional: is_internal(&spec.label),
                 })?;
                 let reloc = weft_x86::relocate(&plan, generic_at + head.len() as u64, true)
                     .with_context(|| format!("{}: relocating the prologue", spec.label))?;
@@ -465,6 +475,100 @@ impl<'a> Weaver<'a> {
             label: spec.label.clone(),
             outcome,
             semaphore: spec.semaphore,
+        })
+    }
+
+    /// Plan a *redirect*: every call of `spec`'s function goes to `target` (an agent
+    /// function with the same signature) instead, and the original never runs. A jump
+    /// site jumps to a stub (`jmp [rip]` to `target`); an int3 site resumes at
+    /// `target` (`resume` is the target in both cases, so the agent's trap handler
+    /// also sends a thread that meets the int3-first restore there). No advice.
+    pub fn redirect_site(&mut self, spec: &SiteSpec, target: u64) -> Result<Planned> {
+        let plan = weft_x86::plan_site(&spec.func, spec.site_addr);
+        let index = self.shm.header().site_count.load(Ordering::Acquire);
+        if index >= self.shm.header().max_sites {
+            bail!(
+                "too many probe sites (limit {})",
+                self.shm.header().max_sites
+            );
+        }
+        let (kind, patch_addr, patch, orig, outcome) = match &plan {
+            SitePlan::Refused { reason } => {
+                return Ok(Planned {
+                    index: u32::MAX,
+                    addr: spec.site_addr,
+                    orig: vec![],
+                    patch: vec![],
+                    label: spec.label.clone(),
+                    outcome: Outcome::Skipped(reason.to_string()),
+                    semaphore: None,
+                })
+            }
+            SitePlan::Jump { patch_addr, .. } => {
+                let ri = self.region_for(*patch_addr, 16)?;
+                let mut stub = vec![0xff, 0x25, 0, 0, 0, 0];
+                stub.extend_from_slice(&target.to_le_bytes());
+                let at = self.regions[ri]
+                    .put(&stub)
+                    .ok_or_else(|| anyhow!("code region full"))?;
+                (
+                    SiteKind::Jump,
+                    *patch_addr,
+                    weft_x86::patch_bytes(&plan, at)?,
+                    plan.original_bytes().to_vec(),
+                    Outcome::Jump,
+                )
+            }
+            SitePlan::Int3 {
+                patch_addr, reason, ..
+            } => (
+                SiteKind::Int3,
+                *patch_addr,
+                vec![weft_x86::INT3],
+                plan.original_bytes()[..1].to_vec(),
+                Outcome::Int3(reason.to_string()),
+            ),
+        };
+        if patch.len() > SITE_MAX_BYTES || orig.len() != patch.len() {
+            bail!(
+                "{}: patch of {} bytes over {} original bytes",
+                spec.label,
+                patch.len(),
+                orig.len()
+            );
+        }
+        // SAFETY: site `index` is unused and ours to fill (site_count not yet bumped).
+        let d = unsafe { &mut *self.shm.site_mut(index) };
+        d.addr = patch_addr;
+        d.func = spec.func.addr;
+        d.kind = kind as u32;
+        d.orig_len = orig.len() as u32;
+        d.patch_len = patch.len() as u32;
+        d.orig[..orig.len()].copy_from_slice(&orig);
+        d.patch[..patch.len()].copy_from_slice(&patch);
+        d.entry_advice = 0;
+        d.return_advice = 0;
+        d.return_stub = 0;
+        d.resume = target;
+        d.entry_probe = 0;
+        d.return_probe = 0;
+        let n = spec.name.len().min(SITE_NAME_LEN - 1);
+        d.name[..n].copy_from_slice(&spec.name.as_bytes()[..n]);
+        d.semaphore = 0;
+        d.state.store(SITE_UNUSED, Ordering::Release);
+        self.shm.site_hash_insert(index);
+        self.shm
+            .header()
+            .site_count
+            .store(index + 1, Ordering::Release);
+        Ok(Planned {
+            index,
+            addr: patch_addr,
+            orig,
+            patch,
+            label: spec.label.clone(),
+            outcome,
+            semaphore: None,
         })
     }
 

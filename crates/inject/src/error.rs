@@ -61,6 +61,11 @@ pub enum InjectError {
     #[error("cannot read {}: {source}", .path.display())]
     Proc { path: PathBuf, source: io::Error },
 
+    /// No library of the target has room after its code for a remote call's
+    /// landing pad.
+    #[error("process {pid} has no padding after its code to return remote calls to")]
+    NoLandingPad { pid: i32 },
+
     #[error("a remote call takes at most 6 arguments, got {count}")]
     TooManyArguments { count: usize },
 

@@ -1,7 +1,9 @@
 //! The only code in weft that touches another process from outside: ptrace and
 //! `/proc`.
 //!
-//! * [`StoppedProcess`]: stop every thread of a process ([`StoppedProcess::stop`]),
+//! * [`StoppedProcess`]: stop every thread of a process, and of every other process
+//!   sharing its memory (`clone(CLONE_VM)` children, [`StoppedProcess::sharers`])
+//!   ([`StoppedProcess::stop`]),
 //!   read and write its memory through `/proc/PID/mem`, check where its threads are
 //!   ([`StoppedProcess::threads_in`]), single-step a thread out of bytes about to be
 //!   replaced ([`StoppedProcess::step_out`]), call a function in it

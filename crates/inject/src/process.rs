@@ -50,6 +50,12 @@ pub fn exe(pid: i32) -> Result<PathBuf> {
     fs::read_link(&path).map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound && !proc_path(pid, "").exists() {
             InjectError::NoSuchProcess { pid }
+        } else if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) {
+            // The kernel checks ptrace access for this link: say why it refused.
+            InjectError::PermissionDenied {
+                pid,
+                reason: permission_reason(pid),
+            }
         } else {
             InjectError::Proc { path, source: e }
         }

@@ -31,6 +31,8 @@ use crate::error::{InjectError, MemOp, Result};
 use crate::process;
 use crate::sys::{self, ptrace_error, Backoff, WaitEvent};
 
+mod sharers;
+
 /// How long [`StoppedProcess::stop`] may take before giving up.
 pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long [`StoppedProcess::step_out`] may single-step one thread.
@@ -57,7 +59,8 @@ pub enum StopKind {
     /// The thread was about to receive `signal`; it receives it on resume.
     Signal { signal: i32 },
     /// weft's own trap: the end of a single step or of a remote call. Nothing is
-    /// delivered for it.
+    /// delivered for it; the thread is held in an interrupt stop (signals kept for it
+    /// are sent again on resume).
     Trap,
 }
 
@@ -194,6 +197,14 @@ pub struct StoppedProcess {
     first_interrupt: Option<Instant>,
     stats: StopStats,
     detached: bool,
+    /// Where remote calls land, once chosen (see `call`).
+    pub(crate) pad: Option<crate::call::Pad>,
+    /// How long a landing pad waits for weft per round (tests shorten it).
+    pub(crate) pad_wait: Duration,
+    /// Tests: wait for pads to start leaving on their own before stopping them.
+    pub(crate) catch_leaving: bool,
+    /// Other processes sharing the memory, whose threads are held too (`sharers`).
+    sharing: sharers::Sharing,
     _tracer_thread: PhantomData<*const ()>,
 }
 
@@ -222,6 +233,10 @@ impl StoppedProcess {
             first_interrupt: None,
             stats: StopStats::default(),
             detached: false,
+            pad: None,
+            pad_wait: crate::call::PAD_WAIT,
+            catch_leaving: false,
+            sharing: sharers::Sharing::default(),
             _tracer_thread: PhantomData,
         };
         loop {
@@ -249,6 +264,7 @@ impl StoppedProcess {
             }
             this.await_stops(deadline, "waiting for every thread to stop")?;
         }
+        this.stop_sharers(deadline, timeout)?;
         // A SIGKILL (or another thread's exit_group) wakes even stopped threads: keep
         // only threads still in a ptrace-stop (any request but a few fails with ESRCH
         // on a thread that is not, or that has a fatal signal pending).
@@ -407,7 +423,27 @@ impl StoppedProcess {
         }
     }
 
-    fn single_step(&mut self, tid: i32, deadline: Deadline) -> Result<()> {
+    /// One single step of `tid`. A thread that blocks SIGTRAP has it unblocked for
+    /// the step (and the mask put back after): the kernel resets the handler of a
+    /// trap signal that is blocked when the step raises it, which would silently
+    /// remove the target's (or weft's agent's) SIGTRAP handler and unblock it.
+    pub(crate) fn single_step(&mut self, tid: i32, deadline: Deadline) -> Result<()> {
+        let mask =
+            sys::getsigmask(tid).map_err(|e| self.ptrace_failed("PTRACE_GETSIGMASK", tid, e))?;
+        let trap = 1u64 << (libc::SIGTRAP - 1);
+        if mask & trap != 0 {
+            sys::setsigmask(tid, mask & !trap)
+                .map_err(|e| self.ptrace_failed("PTRACE_SETSIGMASK", tid, e))?;
+        }
+        let result = self.single_step_unmasked(tid, deadline);
+        if mask & trap != 0 {
+            // The thread may be gone (then so is its mask).
+            let _ = sys::setsigmask(tid, mask);
+        }
+        result
+    }
+
+    fn single_step_unmasked(&mut self, tid: i32, deadline: Deadline) -> Result<()> {
         sys::singlestep(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_SINGLESTEP", tid, e))?;
         loop {
             let Some(event) = self.wait_event(tid, deadline)? else {
@@ -447,11 +483,52 @@ impl StoppedProcess {
             // The step has not completed: ask again.
             sys::singlestep(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_SINGLESTEP", tid, e))?;
         }
+        self.settle_trap(tid, deadline)?;
         let regs = self.getregs(tid)?;
         let thread = self.thread_mut(tid)?;
         thread.regs = regs;
         thread.stop = StopKind::Trap;
         Ok(())
+    }
+
+    /// `tid` sits in a signal-delivery-stop weft caused (the SIGTRAP of a completed
+    /// step, a fault of a remote call). Should weft die now, the kernel would let it
+    /// go *with* that signal, which kills the target: trade the stop for an
+    /// interrupt stop, which carries no signal (resuming with no signal and an
+    /// interrupt pending stops the thread again before it runs any instruction).
+    pub(crate) fn settle_trap(&mut self, tid: i32, deadline: Deadline) -> Result<()> {
+        sys::interrupt(tid).map_err(|e| self.ptrace_failed("PTRACE_INTERRUPT", tid, e))?;
+        sys::cont(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_CONT", tid, e))?;
+        loop {
+            let Some(event) = self.wait_event(tid, deadline)? else {
+                return Err(InjectError::Timeout {
+                    pid: self.pid,
+                    what: "stopping a thread after a single step",
+                    after: deadline.total,
+                });
+            };
+            match event {
+                WaitEvent::EventStop { .. } => return Ok(()),
+                WaitEvent::SignalStop { signal } => {
+                    // A signal that was queued meanwhile: keep it for resume and ask
+                    // again (this stop consumed nothing of the interrupt).
+                    let info = sys::getsiginfo(tid).ok();
+                    self.thread_mut(tid)?
+                        .pending
+                        .push(PendingSignal { signal, info });
+                    sys::cont(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_CONT", tid, e))?;
+                }
+                WaitEvent::Clone | WaitEvent::OtherEvent => {
+                    if event == WaitEvent::Clone {
+                        self.note_clone(tid)?;
+                    }
+                    sys::cont(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_CONT", tid, e))?;
+                    sys::interrupt(tid)
+                        .map_err(|e| self.ptrace_failed("PTRACE_INTERRUPT", tid, e))?;
+                }
+                WaitEvent::Exited | WaitEvent::Killed => return Err(self.thread_exited(tid)),
+            }
+        }
     }
 
     /// Detaches every thread, delivering again the signals that arrived during the
@@ -475,10 +552,13 @@ impl StoppedProcess {
         for (tid, regs) in std::mem::take(&mut self.lost) {
             if let Err(e) = self.recover_lost(tid, regs) {
                 first_error.get_or_insert(e);
+                // Still running a remote call: it may come back to the pad.
+                self.lost.push((tid, regs));
             }
         }
+        self.release_pad();
         for thread in std::mem::take(&mut self.threads) {
-            match detach_thread(self.pid, &thread) {
+            match detach_thread(self.tgid_of(thread.tid), &thread) {
                 Ok(true) => {}
                 // Not in a ptrace-stop any more: killed meanwhile.
                 Ok(false) => self.dying.push(thread.tid),
@@ -505,7 +585,8 @@ impl StoppedProcess {
             Ok(Some(_)) => {
                 let thread = self.threads.iter().find(|t| t.tid == tid).cloned();
                 self.threads.retain(|t| t.tid != tid);
-                thread.map_or(Ok(()), |t| detach_thread(self.pid, &t).map(drop))
+                let tgid = self.tgid_of(tid);
+                thread.map_or(Ok(()), |t| detach_thread(tgid, &t).map(drop))
             }
             Ok(None) => {
                 self.threads.retain(|t| t.tid != tid);
@@ -545,6 +626,7 @@ impl StoppedProcess {
                     let info = sys::getsiginfo(tid).ok();
                     let step = signal == libc::SIGTRAP && info.is_some_and(|i| is_step_trap(&i));
                     if step || (restore.is_some() && is_fault(signal, info.as_ref())) {
+                        self.settle_trap(tid, Deadline::after(GRACE))?;
                         break StopKind::Trap;
                     }
                     self.thread_mut(tid)?
@@ -759,8 +841,12 @@ impl StoppedProcess {
         if self.knows(child) {
             return Ok(());
         }
-        if process::status(child).is_ok_and(|s| s.tgid != self.pid) {
-            self.foreign.push(child);
+        match process::status(child) {
+            Ok(s) if !self.holds_process(s.tgid) && !self.adopt_sharer(s.tgid) => {
+                self.foreign.push(child)
+            }
+            Ok(s) => self.note_sharer_task(child, s.tgid),
+            Err(_) => {}
         }
         self.awaiting.push(child);
         Ok(())
@@ -978,11 +1064,18 @@ fn detach_thread(pid: i32, thread: &StoppedThread) -> Result<bool> {
     let signal = match (thread.stop, first) {
         // In a signal-delivery-stop the detach delivers the signal; restoring its
         // siginfo first keeps the sender, address and code the target would have seen.
-        (StopKind::Signal { .. } | StopKind::Trap, Some(first)) => {
+        (StopKind::Signal { .. }, Some(first)) => {
             if let Some(info) = &first.info {
                 let _ = sys::setsiginfo(tid, info);
             }
             first.signal
+        }
+        // Held in an interrupt stop by weft's own step or call: queue the signal,
+        // let the thread take it into a signal-delivery-stop, and deliver it there
+        // with its original siginfo.
+        (StopKind::Trap, Some(first)) => {
+            let _ = sys::tgkill(pid, tid, first.signal);
+            redeliver(tid, &thread.pending)
         }
         (_, Some(first)) => {
             let _ = sys::tgkill(pid, tid, first.signal);
@@ -994,6 +1087,53 @@ fn detach_thread(pid: i32, thread: &StoppedThread) -> Result<bool> {
         Ok(()) => Ok(true),
         Err(Errno::ESRCH) => Ok(false),
         Err(e) => Err(ptrace_error("PTRACE_DETACH", tid, e)),
+    }
+}
+
+/// After `tgkill`s to a thread held in an interrupt stop: resume it until it stops
+/// to take one of them, restore that signal's siginfo, and return the signal for
+/// the detach to deliver (0 if it did not stop in time: the queued signals are
+/// then delivered by the kernel, with weft as their sender).
+fn redeliver(tid: i32, pending: &[PendingSignal]) -> i32 {
+    // A blocked signal would not stop the thread: leave it queued.
+    let blocked = sys::getsigmask(tid).unwrap_or(u64::MAX);
+    if pending
+        .iter()
+        .any(|p| p.signal <= 64 && blocked & (1u64 << (p.signal - 1)) != 0)
+    {
+        return 0;
+    }
+    if sys::cont(tid, 0).is_err() {
+        return 0;
+    }
+    let deadline = Instant::now() + GRACE;
+    loop {
+        match sys::wait_until(tid, deadline) {
+            Ok(Some(WaitEvent::SignalStop { signal })) => {
+                if let Some(info) = pending
+                    .iter()
+                    .find(|p| p.signal == signal)
+                    .and_then(|p| p.info.as_ref())
+                {
+                    let _ = sys::setsiginfo(tid, info);
+                }
+                return signal;
+            }
+            // A stale interrupt: go on.
+            Ok(Some(WaitEvent::EventStop { .. } | WaitEvent::OtherEvent | WaitEvent::Clone)) => {
+                if sys::cont(tid, 0).is_err() {
+                    return 0;
+                }
+            }
+            Ok(None) => {
+                // Running, and not stopping for the signal: stop it again so it can
+                // be detached (the signal stays queued).
+                let _ = sys::interrupt(tid);
+                let _ = sys::wait_until(tid, Instant::now() + GRACE);
+                return 0;
+            }
+            _ => return 0,
+        }
     }
 }
 

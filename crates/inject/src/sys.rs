@@ -76,6 +76,48 @@ pub(crate) fn setregs(tid: pid_t, regs: &user_regs_struct) -> Result<(), Errno> 
     unsafe { ptrace(libc::PTRACE_SETREGS, tid, 0, regs as *const _ as usize) }
 }
 
+/// `NT_PRFPREG`: the x87/SSE state in `fxsave` layout (512 bytes).
+pub(crate) const NT_PRFPREG: usize = 2;
+/// `NT_X86_XSTATE`: the whole user state in standard `xsave` layout (AVX, AVX-512,
+/// PKRU, ...), as large as the CPU needs.
+pub(crate) const NT_X86_XSTATE: usize = 0x202;
+
+/// Reads register set `note` into `buf`; returns how many bytes the kernel wrote.
+pub(crate) fn getregset(tid: pid_t, note: usize, buf: &mut [u8]) -> Result<usize, Errno> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: PTRACE_GETREGSET writes at most iov_len bytes to iov_base and updates
+    // iov_len; both outlive the call.
+    unsafe {
+        ptrace(
+            libc::PTRACE_GETREGSET,
+            tid,
+            note,
+            &mut iov as *mut libc::iovec as usize,
+        )?
+    };
+    Ok(iov.iov_len)
+}
+
+/// Writes register set `note` from `buf`.
+pub(crate) fn setregset(tid: pid_t, note: usize, buf: &[u8]) -> Result<(), Errno> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_ptr() as *mut c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: PTRACE_SETREGSET reads iov_len bytes from iov_base (not written).
+    unsafe {
+        ptrace(
+            libc::PTRACE_SETREGSET,
+            tid,
+            note,
+            &mut iov as *mut libc::iovec as usize,
+        )
+    }
+}
+
 pub(crate) fn getsiginfo(tid: pid_t) -> Result<siginfo_t, Errno> {
     let mut info = MaybeUninit::<siginfo_t>::zeroed();
     // SAFETY: PTRACE_GETSIGINFO writes one siginfo_t through `data`.

@@ -437,3 +437,263 @@ fn call_in_a_thread_blocking_sigsegv_keeps_the_targets_handler() {
     assert_eq!(target.line(), "read 4 handler 1");
     assert_eq!(blocked_mask(pid), mask);
 }
+
+/// Computes in vector registers without ever making a system call, and checks them.
+const VECTORS: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef double v4d __attribute__((vector_size(32)));
+
+/* Uses (and leaves garbage in) every xmm/ymm register. */
+__attribute__((noipa)) long clobber(void) {
+    volatile v4d junk = {1e300, -1e300, 3.0, 4.0};
+    v4d a = junk, b = junk * 2.0, c = a + b, d = c * a;
+    __asm__ volatile("vzeroall" ::: "memory");
+    char buf[4096];
+    memset(buf, 0x5a, sizeof buf);
+    __asm__ volatile("" : "+x"(a), "+x"(b), "+x"(c), "+x"(d) : "r"(buf) : "memory");
+    return (long)(a[0] + d[1]) & 1;
+}
+
+long slow_clobber(void) { usleep(200000); return clobber(); }
+
+int main(void) {
+    printf("ready\n");
+    fflush(stdout);
+    double x = 1.0, y = 2.0;
+    v4d va = {1, 2, 3, 4}, vb = {2, 4, 6, 8};
+    /* Never changes: upper halves reset to zero (a restore of the SSE part only)
+       show here whenever they happen. */
+    v4d vk = {5, 6, 7, 8};
+    for (unsigned long i = 0;; i++) {
+        x += 1.0; y += 2.0; va += 1.0; vb += 2.0;
+        __asm__ volatile("" : "+x"(x), "+x"(y), "+x"(va), "+x"(vb), "+x"(vk));
+        if (y != 2.0 * x || vb[0] != 2.0 * va[0] || vb[3] != 2.0 * va[3] || vk[3] != 8.0) {
+            printf("CORRUPT x=%g y=%g va0=%g vb0=%g vk3=%g\n", x, y, va[0], vb[0], vk[3]);
+            fflush(stdout);
+            _exit(3);
+        }
+        if ((i & 0xfffff) == 0) { x = 1.0; y = 2.0; va = (v4d){1, 2, 3, 4}; vb = va * 2.0; }
+    }
+}
+"#;
+
+#[test]
+fn call_preserves_the_vector_registers_of_a_computing_thread() {
+    let program = build("vectors", VECTORS, &["-O2", "-mavx"]);
+    let mut target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let clobber = target.symbol("clobber");
+    for _ in 0..20 {
+        let mut stopped = StoppedProcess::stop(pid).unwrap();
+        stopped.call(pid, clobber, &[], &[]).unwrap();
+        stopped.resume().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        target.child.try_wait().unwrap().is_none(),
+        "the target found its registers changed: {:?}",
+        target.line()
+    );
+}
+
+/// When set, `tracer_helper` is the tracer of `tracer_killed_during_a_call...`:
+/// "PID FUNC" in hex.
+const HELPER_ENV: &str = "WEFT_INJECT_TEST_TRACER";
+
+/// Not a test of its own: the tracer process that the test below kills.
+#[test]
+fn tracer_helper() {
+    let Ok(spec) = std::env::var(HELPER_ENV) else {
+        return;
+    };
+    let mut parts = spec.split_whitespace();
+    let pid: i32 = parts.next().unwrap().parse().unwrap();
+    let func = u64::from_str_radix(parts.next().unwrap(), 16).unwrap();
+    let mut stopped = StoppedProcess::stop(pid).unwrap();
+    println!("calling");
+    let _ = stopped.call_with_timeout(pid, func, &[], &[], Duration::from_secs(30));
+    println!("returned");
+}
+
+const SLOW: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+volatile long slow_calls;
+
+long slow(void) { usleep(300000); slow_calls++; return 42; }
+
+int main(void) {
+    printf("ready\n");
+    fflush(stdout);
+    char buf[64];
+    ssize_t n = read(0, buf, sizeof buf);
+    printf("read %.*s calls=%ld\n", (int)(n > 0 ? n : 0), buf, slow_calls);
+    fflush(stdout);
+    return 0;
+}
+"#;
+
+/// weft killed (SIGKILL) in the middle of a remote call: the thread finishes the
+/// function, comes back to the landing pad, restores its own registers after the
+/// pad's wait, and its interrupted read restarts as if nothing happened.
+#[test]
+fn tracer_killed_during_a_call_leaves_the_thread_as_it_was() {
+    let program = build("slow", SLOW, &[]);
+    let target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    wait_in_syscall(pid, pid, libc::SYS_read);
+    let slow = target.symbol("slow");
+    let fds = common::open_fds(pid);
+    let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "tracer_helper",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, format!("{pid} {slow:x}"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(helper.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "helper ended"
+        );
+        if line.contains("calling") {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+    // slow() ends after 300 ms, then the pad waits about a second for a tracer.
+    assert!(common::eventually(Duration::from_secs(3), || {
+        target.peek_u64s(target.symbol("slow_calls"), 1)[0] == 1
+    }));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(common::code_differing_from_files(pid), Vec::<String>::new());
+    assert_eq!(common::open_fds(pid), fds);
+    finish_with(target, "read hello calls=1");
+}
+
+/// Starts `tracer_helper` on `func` of `pid` and kills it `after` it said "calling".
+fn kill_tracer_during_call(pid: i32, func: u64, after: Duration) {
+    let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "tracer_helper",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, format!("{pid} {func:x}"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(helper.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+            "helper ended"
+        );
+        if line.contains("calling") {
+            break;
+        }
+    }
+    std::thread::sleep(after);
+    helper.kill().unwrap();
+    helper.wait().unwrap();
+}
+
+/// weft killed during a call made on a thread computing in vector registers: the
+/// pad's way home (rt_sigreturn frames) restores every vector register, and the
+/// padding's bytes, and leaks no file descriptor.
+#[test]
+fn tracer_killed_during_a_call_restores_vectors_and_padding() {
+    let program = build("vectors", VECTORS, &["-O2", "-mavx"]);
+    let mut target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let slow = target.symbol("slow_clobber");
+    let fds = common::open_fds(pid);
+    for _ in 0..3 {
+        kill_tracer_during_call(pid, slow, Duration::from_millis(50));
+        // slow_clobber() ends after 200 ms, then the pad waits 300 ms.
+        assert!(
+            common::eventually(Duration::from_secs(2), || {
+                common::code_differing_from_files(pid).is_empty()
+            }),
+            "padding not restored: {:?}",
+            common::code_differing_from_files(pid)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            target.child.try_wait().unwrap().is_none(),
+            "the target found its registers changed: {:?}",
+            target.line()
+        );
+        assert_eq!(common::open_fds(pid), fds);
+    }
+}
+
+/// A weft slower than the pad's wait: the thread goes home by itself (weft finds it
+/// there, or single-steps it the rest of the way), with its vector registers, and
+/// the padding is given back.
+#[test]
+fn pad_that_stops_waiting_goes_home_by_itself() {
+    let program = build("vectors", VECTORS, &["-O2", "-mavx"]);
+    let mut target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let clobber = target.symbol("clobber");
+    let fds = common::open_fds(pid);
+    for i in 0..60 {
+        let mut stopped = StoppedProcess::stop(pid).unwrap();
+        // From "not at all" to about as long as weft takes to notice.
+        stopped.set_landing_pad_wait(Duration::from_nanos(1 + (i % 20) * 2_000));
+        if i % 2 == 0 {
+            stopped.catch_pads_leaving();
+        }
+        if let Err(e) = stopped.call(pid, clobber, &[], &[]) {
+            drop(stopped);
+            panic!(
+                "call {i}: {e}; target: {:?} {:?}",
+                target.child.wait(),
+                target.line()
+            );
+        }
+        stopped.resume().unwrap();
+        assert_eq!(common::code_differing_from_files(pid), Vec::<String>::new());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        target.child.try_wait().unwrap().is_none(),
+        "the target found its registers changed: {:?}",
+        target.line()
+    );
+    assert_eq!(common::open_fds(pid), fds);
+
+    // And a thread blocked in read: the read restarts.
+    let (_program, target) = reader();
+    let add3 = target.symbol("add3");
+    for i in 0..20 {
+        let mut stopped = StoppedProcess::stop(target.pid()).unwrap();
+        stopped.set_landing_pad_wait(Duration::from_nanos(1 + (i % 20) * 2_000));
+        if i % 2 == 0 {
+            stopped.catch_pads_leaving();
+        }
+        let r = stopped.call(target.pid(), add3, &[1.into(), 2.into(), 3.into()], &[]);
+        assert_eq!(r.unwrap().ret, 6);
+        stopped.resume().unwrap();
+    }
+    finish(target, 0);
+}

@@ -469,3 +469,64 @@ fn other_user_is_permission_denied() {
         format!("cannot attach to process {pid}: permission denied: target runs as uid 0 and weft as uid 65534, without CAP_SYS_PTRACE")
     );
 }
+
+const CLONE_VM_CHILD: &str = r#"
+#define _GNU_SOURCE
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+volatile unsigned long counters[4];
+volatile int child_pid;
+
+static int child(void *arg) {
+    (void)arg;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    for (;;) counters[1]++;
+    return 0;
+}
+
+int main(void) {
+    char *stack = mmap(0, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    child_pid = clone(child, stack + (1 << 16), CLONE_VM, 0);
+    while (counters[1] == 0) usleep(100);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) { counters[0]++; usleep(100); }
+}
+"#;
+
+#[test]
+fn stop_holds_a_clone_vm_child_sharing_the_memory() {
+    let program = build("clone_vm_child", CLONE_VM_CHILD, &[]);
+    let target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let counters = target.symbol("counters");
+    let child = target.peek_u64s(target.symbol("child_pid"), 1)[0] as u32 as i32;
+    assert!(child > 0 && child != pid);
+
+    let stopped = StoppedProcess::stop(pid).unwrap();
+    assert_eq!(stopped.sharers(), vec![child]);
+    assert!(stopped.threads().iter().any(|t| t.tid() == child));
+    assert_eq!(stopped.tgid_of(child), child);
+    assert_eq!(stopped.tgid_of(pid), pid);
+    assert_ne!(stopped.pick_call_thread(), child);
+    assert_eq!(task_state(child, child), Some('t'));
+    let before = read_counters(&stopped, counters);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(before, read_counters(&stopped, counters));
+    stopped.resume().unwrap();
+
+    let moved = eventually(Duration::from_secs(2), || {
+        target.peek_u64s(counters, 2)[1] > before[1]
+    });
+    assert!(
+        moved,
+        "the clone(CLONE_VM) child does not run again after resume"
+    );
+    // SAFETY: killing the child we made the target make.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+}

@@ -804,7 +804,11 @@ pub fn return_stub(
         g.a.cmp(dword_ptr(r11), ENTRY_LIVE)?;
         g.a.jne(fallback)?;
     }
+    // The control thread detaches every thread at the end of a session (slot =
+    // null) concurrently with this stub: read the slot once, and check it.
     g.a.mov(r11, qword_ptr(rcx + AGENT_THREAD_SLOT_OFF))?;
+    g.a.test(r11, r11)?;
+    g.a.jz(fallback)?;
     if cells > 0 {
         g.a.sub(rsp, cells)?;
     }

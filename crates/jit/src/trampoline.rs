@@ -57,6 +57,10 @@ pub struct EntryTrampoline {
     pub shm_base: u64,
     pub tls_offset: i64,
     pub thread_attach: u64,
+    /// Call the advice on every thread, with or without a session or a thread slot,
+    /// and without raising `nest` (the agent's internal unwinder hooks, which must
+    /// work until the last hijacked frame is gone; the callee guards itself).
+    pub unconditional: bool,
 }
 
 const OFF_P: i32 = FRAME_SIZE as i32;
@@ -118,6 +122,7 @@ pub fn entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
         shm_base: t.shm_base,
         tls_offset: t.tls_offset,
         thread_attach: t.thread_attach,
+        unconditional: t.unconditional,
     };
     let cached = TEMPLATES.with(|c| c.borrow().get(&shape).cloned());
     let template = match cached {
@@ -142,6 +147,7 @@ struct Shape {
     shm_base: u64,
     tls_offset: i64,
     thread_attach: u64,
+    unconditional: bool,
 }
 
 /// Byte offsets of the per-site constants in an assembled head.
@@ -190,6 +196,7 @@ impl Template {
             shm_base: shape.shm_base,
             tls_offset: shape.tls_offset,
             thread_attach: shape.thread_attach,
+            unconditional: shape.unconditional,
         };
         let bytes = assemble_entry_head(&spec)?;
         let q = |v: u64| find_once(&bytes, &v.to_le_bytes());
@@ -264,6 +271,16 @@ pub fn assemble_entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
     }
     a.mov(rax, t.site_addr)?;
     a.mov(qword_ptr(rsp + reg_off(RIP)), rax)?;
+    if t.unconditional {
+        for &(advice, probe) in &t.calls {
+            a.mov(qword_ptr(rsp + FRAME_PROBE_OFF as i32), probe as i32)?;
+            a.mov(qword_ptr(rsp + FRAME_TSTATE_OFF as i32), 0)?;
+            a.mov(rdi, rsp)?;
+            a.mov(rax, advice)?;
+            a.call(rax)?;
+        }
+        a.jmp(skip)?;
+    }
     // Thread state.
     let tls = i32::try_from(t.tls_offset).map_err(|_| JitError::BadProgram("TLS offset".into()))?;
     a.mov(rax, qword_ptr(tls).fs())?;

@@ -163,6 +163,7 @@ fn patched_function_runs_advice_and_keeps_its_result() {
         shm_base: shm.base() as u64,
         tls_offset: tls_offset(),
         thread_attach: attach as *const () as u64,
+        unconditional: false,
     })
     .unwrap();
     let reloc = weft_x86::relocate(&plan, tramp_addr + head.len() as u64, true).unwrap();
@@ -237,6 +238,7 @@ fn templated_heads_equal_directly_assembled_ones() {
                         shm_base: 0x7fee_0000_0000,
                         tls_offset: -200,
                         thread_attach: 0x7f55_0000_0000,
+                        unconditional: false,
                     };
                     let a = entry_head(&t).unwrap();
                     let b = weft_jit::trampoline::assemble_entry_head(&t).unwrap();

@@ -148,7 +148,8 @@ fn digits(n: usize) -> usize {
 }
 
 /// ` --> file:line:col`, the source line and a caret line under the span (only the
-/// first line of a multi-line span is shown).
+/// first line of a multi-line span is shown). A very long line is shown as a window
+/// around the span; control characters are shown as their Unicode pictures (`␀`).
 fn snippet(out: &mut String, source: &str, file: &str, span: Span, width: usize) {
     let (line, col) = line_col(source, span.start);
     let pad = " ".repeat(width);
@@ -156,22 +157,51 @@ fn snippet(out: &mut String, source: &str, file: &str, span: Span, width: usize)
     out.push_str(&format!("{pad} |\n"));
     let text = source.lines().nth(line - 1).unwrap_or("");
     let text = text.trim_end_matches('\r');
-    out.push_str(&format!("{line:>width$} | {text}\n"));
-    let line_chars = text.chars().count();
+    let chars: Vec<char> = text.chars().map(visible).collect();
     let start = col - 1;
     let span_chars = {
         let s = floor_char_boundary(source, (span.start as usize).min(source.len()));
         let e = floor_char_boundary(source, (span.end as usize).min(source.len()).max(s));
         source[s..e].chars().take_while(|c| *c != '\n').count()
     };
-    let len = span_chars.min(line_chars.saturating_sub(start)).max(1);
+    let len = span_chars.min(chars.len().saturating_sub(start)).max(1);
+    // The window shown: the whole line unless it is long.
+    let (from, to) = if chars.len() <= MAX_SHOWN {
+        (0, chars.len())
+    } else {
+        let from = start.saturating_sub(MAX_SHOWN / 3).min(chars.len());
+        (from, (from + MAX_SHOWN).min(chars.len()))
+    };
+    let before = if from > 0 { "…" } else { "" };
+    let after = if to < chars.len() { "…" } else { "" };
+    let shown: String = chars[from..to].iter().collect();
+    out.push_str(&format!("{line:>width$} | {before}{shown}{after}\n"));
+    let len = len.min(to.saturating_sub(start)).max(1);
     // Tabs in the source line are kept in the caret line so columns line up.
-    let lead: String = text
+    let lead: String = before
         .chars()
-        .take(start)
-        .map(|c| if c == '\t' { '\t' } else { ' ' })
+        .map(|_| ' ')
+        .chain(
+            chars[from..start.clamp(from, to)]
+                .iter()
+                .map(|&c| if c == '\t' { '\t' } else { ' ' }),
+        )
         .collect();
     out.push_str(&format!("{pad} | {lead}{}\n", "^".repeat(len)));
+}
+
+/// The longest part of a source line a snippet shows, in characters.
+const MAX_SHOWN: usize = 400;
+
+/// A control character's Unicode picture (`␀`, `␛`, `␡`), so snippets never send
+/// control codes to the terminal; other characters as they are.
+fn visible(c: char) -> char {
+    match c {
+        '\t' => c,
+        '\0'..='\x1f' => char::from_u32(0x2400 + c as u32).unwrap_or('?'),
+        '\x7f' => '\u{2421}',
+        _ => c,
+    }
 }
 
 /// Edit distance counting insertions, deletions, substitutions and transpositions
@@ -211,6 +241,11 @@ pub fn suggest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) ->
         if c == name {
             continue;
         }
+        // The distance is at least the difference in length: skip the quadratic
+        // computation when that alone is too far (names can be megabytes long).
+        if c.chars().count().abs_diff(len) > limit {
+            continue;
+        }
         let score = (edit_distance(name, c), c.chars().count().abs_diff(len));
         if score.0 <= limit && best.is_none_or(|(b, _)| score < b) {
             best = Some((score, c));
@@ -232,6 +267,18 @@ mod tests {
         );
         assert_eq!(suggest("cuont", ["count", "sum"]), Some("count"));
         assert_eq!(suggest("zzzzzz", ["count", "sum"]), None);
+    }
+
+    #[test]
+    fn long_lines_and_control_characters() {
+        let src = format!("{}\u{1}{}", "a".repeat(1000), "b".repeat(1000));
+        let r = render(&[Diagnostic::error(Span::new(1000, 1001), "x")], &src, "f");
+        assert!(r.lines().all(|l| l.chars().count() < MAX_SHOWN + 10), "{r}");
+        let lines: Vec<&str> = r.lines().collect();
+        let picture = lines[3].chars().position(|c| c == '\u{2401}');
+        let caret = lines[4].chars().position(|c| c == '^');
+        assert!(picture.is_some() && picture == caret, "{r}");
+        assert!(!r.contains('\u{1}'));
     }
 
     #[test]

@@ -14,6 +14,12 @@ use crate::diag::{Diagnostic, Diags};
 
 const MAX_DEPTH: u32 = 32;
 
+/// How tall (in expressions and blocks) a probe may be after expansion. The parser
+/// keeps what is written within [`crate::parser::MAX_NESTING`] levels; nested macro
+/// calls can stack bodies deeper, and every later stage walks the tree
+/// recursively, so a taller tree is refused here instead of overflowing a stack.
+pub const MAX_HEIGHT: u32 = 4 * crate::parser::MAX_NESTING;
+
 pub fn expand(program: &mut Program) -> Vec<Diagnostic> {
     let mut macros = HashMap::new();
     let mut diags = Diags::default();
@@ -79,7 +85,64 @@ pub fn expand(program: &mut Program) -> Vec<Diagnostic> {
             _ => {}
         }
     }
+    let mut height = Height {
+        depth: 0,
+        found: None,
+    };
+    for item in &mut program.items {
+        if let Item::Probe(p) = item {
+            if let Some(pred) = &mut p.predicate {
+                height.expr(pred);
+            }
+            height.block(&mut p.body);
+        }
+        if let Some(at) = height.found.take() {
+            ex.diags.error(
+                at,
+                format!(
+                    "expanding macros here nests the program too deeply (more than \
+                     {MAX_HEIGHT} levels of expressions and blocks)"
+                ),
+            );
+            break;
+        }
+    }
     ex.diags.list
+}
+
+/// Finds the first node deeper than [`MAX_HEIGHT`] without going deeper itself.
+struct Height {
+    depth: u32,
+    found: Option<Span>,
+}
+
+impl Height {
+    fn enter(&mut self, span: Span) -> bool {
+        if self.found.is_some() {
+            return false;
+        }
+        if self.depth >= MAX_HEIGHT {
+            self.found = Some(span);
+            return false;
+        }
+        self.depth += 1;
+        true
+    }
+}
+
+impl VisitMut for Height {
+    fn expr(&mut self, e: &mut Expr) {
+        if self.enter(e.span) {
+            walk_expr(self, e);
+            self.depth -= 1;
+        }
+    }
+    fn block(&mut self, b: &mut Block) {
+        if self.enter(b.span) {
+            walk_block(self, b);
+            self.depth -= 1;
+        }
+    }
 }
 
 struct MapCollector {

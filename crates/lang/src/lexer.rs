@@ -163,6 +163,11 @@ impl<'a> Lexer<'a> {
         }
     }
 
+    /// Length of the text in bytes.
+    pub fn src_len(&self) -> usize {
+        self.bytes.len()
+    }
+
     fn peek_byte(&self, ahead: usize) -> u8 {
         *self.bytes.get(self.pos + ahead).unwrap_or(&0)
     }

@@ -12,13 +12,38 @@ use crate::lexer::{Lexer, Tok, Token};
 /// Parse a whole script. Always returns a program (possibly partial) and the
 /// diagnostics found on the way.
 pub fn parse(source: &str) -> (Program, Vec<Diagnostic>) {
+    if let Some(at) = source.find('\0') {
+        // The lexer reads a NUL as the end of the text; a program never holds one
+        // (argv cannot carry it, so it comes from a binary or corrupt file).
+        let d = Diagnostic::error(
+            Span::new(at, at + 1),
+            "the program contains a NUL byte: a program is UTF-8 text",
+        );
+        return (Program { items: Vec::new() }, vec![d]);
+    }
     let mut p = Parser::new(source);
     let program = p.program();
+    if let Some(i) = p
+        .diags
+        .list
+        .iter()
+        .position(|d| p.abandoned && d.message.starts_with("the program nests too deeply"))
+    {
+        // What was reported after giving up is about the text cut short.
+        p.diags.list.truncate(i + 1);
+    }
     let mut diags = p.lx.diags.list;
     diags.extend(p.diags.list);
     diags.sort_by_key(|d| d.span.start);
     (program, diags)
 }
+
+/// How deeply expressions, statements and blocks may nest (counting each level of
+/// parentheses, unary operator, block, `else if`, call, index, and each operator of
+/// a chain such as `a + b + c`, which nests to the left). Deeper programs would
+/// overflow the stack of this recursive parser and of every stage after it (each
+/// walks the tree recursively); no real program comes near it.
+pub const MAX_NESTING: u32 = 100;
 
 /// An error was reported; the caller recovers.
 struct Stop;
@@ -34,6 +59,15 @@ struct Parser<'a> {
     /// predicate instead of dividing.
     in_predicate: bool,
     prev_end: u32,
+    /// Nesting of the node being parsed (see [`MAX_NESTING`]).
+    depth: u32,
+    /// The deepest nesting reached by the tree being built (an upper bound of
+    /// `depth` + the height of the subtree parsed so far), so the left-nested
+    /// chains built by loops (`a + b + c`, `x.a.b`, `x[1][2]`) count too.
+    reached: u32,
+    /// Set when the nesting limit was hit: the parser reports that once and reads
+    /// the rest of the text as the end of input (no cascade of errors).
+    abandoned: bool,
 }
 
 const BINOPS: &[(Tok, BinOp, u8)] = &[
@@ -106,12 +140,91 @@ impl<'a> Parser<'a> {
             diags: Diags::default(),
             in_predicate: false,
             prev_end: 0,
+            depth: 0,
+            reached: 0,
+            abandoned: false,
         }
+    }
+
+    // ---- nesting ----------------------------------------------------------------
+
+    /// Report that the program nests too deeply at `span`, once, and stop reading.
+    fn too_deep(&mut self, span: Span, chain: bool) -> Stop {
+        if !self.abandoned {
+            let mut d = Diagnostic::error(
+                span,
+                format!(
+                    "the program nests too deeply (more than {MAX_NESTING} levels of \
+                     expressions, blocks and parentheses)"
+                ),
+            );
+            if chain {
+                d = d.with_help(
+                    "each operator of a chain such as `a + b + c` or `x.a.b` nests one \
+                     level: split it with scratch variables",
+                );
+            }
+            self.diags.push(d);
+            self.abandoned = true;
+            let end = self.lx.src_len();
+            self.buf.clear();
+            self.buf.push_back((
+                Token {
+                    tok: Tok::Eof,
+                    span: Span::new(end, end),
+                },
+                self.lx.diags.list.len(),
+            ));
+        }
+        Stop
+    }
+
+    /// Run `f` one level deeper.
+    fn deeper<T>(&mut self, f: impl FnOnce(&mut Self) -> PResult<T>) -> PResult<T> {
+        if self.abandoned {
+            return Err(Stop);
+        }
+        if self.depth >= MAX_NESTING {
+            let at = self.peek_span();
+            return Err(self.too_deep(at, false));
+        }
+        self.depth += 1;
+        self.reached = self.reached.max(self.depth);
+        let r = f(self);
+        self.depth -= 1;
+        r
+    }
+
+    /// Start measuring the height of a subtree built by a loop: returns the mark
+    /// to give [`Self::end_chain`].
+    fn begin_chain(&mut self) -> u32 {
+        std::mem::replace(&mut self.reached, self.depth)
+    }
+
+    /// The loop wrapped its subtree in one more node (at `span`).
+    fn chain_link(&mut self, span: Span) -> PResult<()> {
+        self.reached += 1;
+        if self.reached > MAX_NESTING {
+            return Err(self.too_deep(span, true));
+        }
+        Ok(())
+    }
+
+    fn end_chain(&mut self, mark: u32) {
+        self.reached = self.reached.max(mark);
     }
 
     // ---- token plumbing ------------------------------------------------------
 
     fn peek_at(&mut self, n: usize) -> &Token {
+        if self.abandoned {
+            // Only the end of input is left (see `too_deep`).
+            let eof = self.buf.back().expect("too_deep leaves an Eof").clone();
+            while self.buf.len() <= n {
+                self.buf.push_back(eof.clone());
+            }
+            return &self.buf[n].0;
+        }
         while self.buf.len() <= n {
             // Trivia errors (`#define`) are kept when the token is re-read.
             self.lx.skip_trivia();
@@ -154,6 +267,9 @@ impl<'a> Parser<'a> {
     }
     /// Forget lookahead so the lexer can be switched to attach-point mode.
     fn reset_lookahead(&mut self) {
+        if self.abandoned {
+            return;
+        }
         if let Some((t, diags_before)) = self.buf.front() {
             self.lx.pos = t.span.start as usize;
             self.lx.diags.list.truncate(*diags_before);
@@ -546,6 +662,10 @@ impl<'a> Parser<'a> {
     }
 
     fn reserved_block(&mut self) -> PResult<ReservedBlock> {
+        self.deeper(|p| p.reserved_block_inner())
+    }
+
+    fn reserved_block_inner(&mut self) -> PResult<ReservedBlock> {
         let kw = self.bump();
         let Tok::Ident(keyword) = kw.tok else {
             unreachable!("checked by item()")
@@ -601,6 +721,10 @@ impl<'a> Parser<'a> {
     /// A block, and whether its last statement is an expression without `;`.
     /// Statement errors are recovered inside.
     fn block_inner(&mut self) -> PResult<(Block, bool)> {
+        self.deeper(|p| p.block_inner_at_depth())
+    }
+
+    fn block_inner_at_depth(&mut self) -> PResult<(Block, bool)> {
         let start = self.expect(&Tok::LBrace)?.span;
         let mut stmts = Vec::new();
         let mut value_candidate = false;
@@ -802,7 +926,7 @@ impl<'a> Parser<'a> {
             self.bump();
             if self.at_ident("if") {
                 let s = self.peek_span();
-                let (nested, _) = self.if_stmt()?;
+                let (nested, _) = self.deeper(|p| p.if_stmt())?;
                 Some(Block {
                     stmts: vec![nested],
                     value: None,
@@ -885,6 +1009,10 @@ impl<'a> Parser<'a> {
     }
 
     pub(crate) fn expr(&mut self) -> PResult<Expr> {
+        self.deeper(|p| p.expr_inner())
+    }
+
+    fn expr_inner(&mut self) -> PResult<Expr> {
         let cond = self.binary(1)?;
         if !self.at(&Tok::Question) {
             return Ok(cond);
@@ -905,6 +1033,13 @@ impl<'a> Parser<'a> {
     }
 
     fn binary(&mut self, min_prec: u8) -> PResult<Expr> {
+        let mark = self.begin_chain();
+        let r = self.binary_chain(min_prec);
+        self.end_chain(mark);
+        r
+    }
+
+    fn binary_chain(&mut self, min_prec: u8) -> PResult<Expr> {
         let mut lhs = self.unary()?;
         loop {
             let tok = self.peek_tok(0);
@@ -917,8 +1052,9 @@ impl<'a> Parser<'a> {
             if op == BinOp::Div && self.in_predicate && self.peek_tok(1) == Tok::LBrace {
                 break; // the `/` closing a predicate
             }
-            self.bump();
+            let op_span = self.bump().span;
             let rhs = self.binary(prec + 1)?;
+            self.chain_link(op_span)?;
             let span = lhs.span.to(rhs.span);
             lhs = Expr::new(
                 ExprKind::Binary {
@@ -930,6 +1066,11 @@ impl<'a> Parser<'a> {
             );
         }
         Ok(lhs)
+    }
+
+    /// The operand of a prefix operator or cast, one level deeper.
+    fn operand(&mut self) -> PResult<Expr> {
+        self.deeper(|p| p.unary())
     }
 
     fn unary(&mut self) -> PResult<Expr> {
@@ -945,7 +1086,7 @@ impl<'a> Parser<'a> {
         };
         if let Some(op) = op {
             self.bump();
-            let e = self.unary()?;
+            let e = self.operand()?;
             let span = start.to(e.span);
             return Ok(Expr::new(
                 ExprKind::Unary {
@@ -957,7 +1098,7 @@ impl<'a> Parser<'a> {
         }
         if matches!(self.peek(), Tok::PlusPlus | Tok::MinusMinus) {
             let increment = self.bump().tok == Tok::PlusPlus;
-            let e = self.unary()?;
+            let e = self.operand()?;
             let span = start.to(e.span);
             let target = self.inc_target(e)?;
             return Ok(Expr::new(
@@ -973,7 +1114,7 @@ impl<'a> Parser<'a> {
             self.bump();
             let ty = self.type_expr()?;
             self.expect(&Tok::RParen)?;
-            let e = self.unary()?;
+            let e = self.operand()?;
             let span = start.to(e.span);
             return Ok(Expr::new(
                 ExprKind::Cast {
@@ -1081,8 +1222,22 @@ impl<'a> Parser<'a> {
     }
 
     fn postfix(&mut self) -> PResult<Expr> {
+        let mark = self.begin_chain();
+        let r = self.postfix_chain();
+        self.end_chain(mark);
+        r
+    }
+
+    fn postfix_chain(&mut self) -> PResult<Expr> {
         let mut e = self.primary()?;
         loop {
+            let at = self.peek_span();
+            match self.peek_tok(0) {
+                Tok::Dot | Tok::Arrow | Tok::LBracket | Tok::PlusPlus | Tok::MinusMinus => {
+                    self.chain_link(at)?
+                }
+                _ => return Ok(e),
+            }
             match self.peek_tok(0) {
                 Tok::Dot | Tok::Arrow => {
                     let arrow = self.bump().tok == Tok::Arrow;

@@ -12,7 +12,7 @@
 //! Each routine keeps its progress in `rax`, so the fixup can report how far it got.
 
 use core::arch::global_asm;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::mem::MaybeUninit;
 
 global_asm!(
@@ -294,6 +294,10 @@ pub fn fixup_for(ip: u64) -> Option<u64> {
 // ---------------------------------------------------------------------------------
 
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Where faults that are not ours go instead of the handler replaced by
+/// [`install_fault_handler`]: a `fn(sig, info, ctx)` set by the agent, which keeps the
+/// target's dispositions itself (0: use the replaced handler).
+pub static CHAIN: AtomicUsize = AtomicUsize::new(0);
 static mut OLD_SEGV: MaybeUninit<libc::sigaction> = MaybeUninit::uninit();
 static mut OLD_BUS: MaybeUninit<libc::sigaction> = MaybeUninit::uninit();
 
@@ -342,7 +346,9 @@ pub fn fault_handler_installed() -> bool {
     }
 }
 
-extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+/// The SIGSEGV/SIGBUS handler: faults at the routines above resume at their fixup;
+/// others go to [`CHAIN`] or the handler this one replaced.
+pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid ucontext_t for SA_SIGINFO handlers.
     let uc = unsafe { &mut *(ctx as *mut libc::ucontext_t) };
     let ip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
@@ -350,7 +356,15 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
         uc.uc_mcontext.gregs[libc::REG_RIP as usize] = fix as i64;
         return;
     }
-    // Not ours: hand over to the previous disposition.
+    // Not ours: hand over to the target's disposition.
+    let chain = CHAIN.load(Ordering::Acquire);
+    if chain != 0 {
+        // SAFETY: CHAIN holds a function of this signature (see its doc).
+        let f: fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(chain) };
+        f(sig, info, ctx);
+        return;
+    }
     let old = if sig == libc::SIGBUS {
         &raw const OLD_BUS
     } else {

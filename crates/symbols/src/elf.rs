@@ -187,13 +187,25 @@ impl std::fmt::Debug for ElfFile {
 impl ElfFile {
     /// Maps and parses the file at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<ElfFile> {
-        let path = path.as_ref();
+        ElfFile::open_identified(path.as_ref(), None)
+    }
+
+    /// Maps and parses the file at `path` if it is (still) the file with this
+    /// `(st_dev, st_ino)`: checked on the opened file, so a path swapped meanwhile
+    /// cannot substitute another file.
+    pub fn open_identified(path: &Path, identity: Option<(u64, u64)>) -> Result<ElfFile> {
+        use std::os::unix::fs::MetadataExt;
         let io = |source| Error::Io {
             path: path.to_path_buf(),
             source,
         };
         let file = File::open(path).map_err(io)?;
         let meta = file.metadata().map_err(io)?;
+        if identity.is_some_and(|id| id != (meta.dev(), meta.ino())) {
+            return Err(io(std::io::Error::other(
+                "no longer the file the process mapped",
+            )));
+        }
         if meta.is_dir() {
             return Err(io(std::io::Error::from(std::io::ErrorKind::IsADirectory)));
         }

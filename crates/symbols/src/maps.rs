@@ -12,11 +12,26 @@
 //! (old, non-`-z separate-code` layouts), every mapping votes and the bias most
 //! mappings agree on wins.
 //!
-//! **Opening mapped files.** A module's file is read from its path when the process
-//! shares our mount namespace, else through `/proc/PID/root/PATH` (the kernel lets us
-//! open that only if we may ptrace-read the process), and a deleted file (`PATH
-//! (deleted)`) through `/proc/PID/map_files/START-END`. Nothing is opened with more
-//! rights than the caller has.
+//! **Opening mapped files.** What weft reads must be the file the process mapped,
+//! never whatever its path leads to now: the process may have replaced the path with
+//! a symlink, and a symlink met under `/proc/PID/root` is resolved in *weft's* mount
+//! namespace, so a process in a container could make a root weft read files its
+//! owner cannot (a root-only file named by an absolute symlink). So:
+//!
+//! 1. `/proc/PID/map_files/START-END` when the kernel lets us open it: the mapped file
+//!    itself, no path resolved. Opening it needs `CAP_SYS_ADMIN` (or
+//!    `CAP_CHECKPOINT_RESTORE`) in the initial user namespace: exactly when weft may
+//!    have more rights than the process's owner. (When the path leads to the very
+//!    same file, the path is kept, so the file stays readable after the process
+//!    exits; its `(st_dev, st_ino)` is checked again on every open.)
+//! 2. Otherwise (weft has no such rights), the path (through `/proc/PID/root/PATH`
+//!    when the process has its own mount namespace; the kernel allows that only if we
+//!    may ptrace-read it), used only if the file there is the mapped one: the same
+//!    inode number as in the maps line. (Only the inode: the device maps shows
+//!    differs from `stat`'s on btrfs subvolumes and overlayfs.) A deleted file, or a
+//!    path now leading to another file, leaves the module out.
+//!
+//! Nothing is opened with more rights than the caller has.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -132,19 +147,16 @@ impl ProcMaps {
             .into_iter()
             .filter_map(|f| {
                 let first = f.mappings.first()?;
-                let open_path = match self.pid {
-                    Some(pid) if f.deleted => PathBuf::from(format!(
-                        "/proc/{pid}/map_files/{:x}-{:x}",
-                        first.start, first.end
-                    )),
-                    Some(pid) if !same_ns => PathBuf::from(format!("/proc/{pid}/root{}", f.path)),
-                    _ => PathBuf::from(f.path),
+                let (open_path, identity) = match self.pid {
+                    Some(pid) => mapped_file_path(pid, &f, first, same_ns)?,
+                    None => (PathBuf::from(f.path), None),
                 };
                 let segments = crate::elf::read_segments(&open_path).ok()?;
                 let load_bias = load_bias(&f.mappings, &segments)?;
                 Some(Module {
                     path: PathBuf::from(f.path),
                     open_path,
+                    identity,
                     load_bias,
                     ranges: f.mappings.iter().map(|m| m.start..m.end).collect(),
                     deleted: f.deleted,
@@ -169,6 +181,9 @@ pub struct Module {
     pub path: PathBuf,
     /// Where weft reads the file from (see the module docs).
     pub open_path: PathBuf,
+    /// `(st_dev, st_ino)` the file at `open_path` must have when it is opened (when
+    /// `open_path` is a path that was checked to lead to the mapped file).
+    pub identity: Option<(u64, u64)>,
     /// `runtime address = file vaddr + load_bias` (wrapping).
     pub load_bias: u64,
     /// The address ranges mapped from the file.
@@ -197,7 +212,7 @@ impl Module {
     /// Opens the module's ELF file (from [`Module::open_path`]); the result's
     /// [`ElfFile::path`] is [`Module::path`].
     pub fn open(&self) -> Result<ElfFile> {
-        Ok(ElfFile::open(&self.open_path)?.with_path(&self.path))
+        Ok(ElfFile::open_identified(&self.open_path, self.identity)?.with_path(&self.path))
     }
 }
 
@@ -274,6 +289,47 @@ fn parse_line(line: &str) -> Option<Mapping> {
         name,
         deleted,
     })
+}
+
+/// Where to read the file `f` of process `pid` from (see the module docs), and the
+/// identity the file there must have when opened: `None` when the file it mapped
+/// cannot be read without resolving a path that now leads elsewhere.
+///
+/// When map_files can be opened but the path leads to the very same file, the path
+/// is used (with its identity checked at each open): it stays readable after the
+/// process exits, for symbolizing what it left behind.
+fn mapped_file_path(
+    pid: u32,
+    f: &MappedFile<'_>,
+    first: &Mapping,
+    same_ns: bool,
+) -> Option<(PathBuf, Option<(u64, u64)>)> {
+    use std::os::unix::fs::MetadataExt;
+    let map_file = PathBuf::from(format!(
+        "/proc/{pid}/map_files/{:x}-{:x}",
+        first.start, first.end
+    ));
+    let path = if same_ns {
+        PathBuf::from(f.path)
+    } else {
+        PathBuf::from(format!("/proc/{pid}/root{}", f.path))
+    };
+    let at_path = if f.deleted {
+        None
+    } else {
+        std::fs::metadata(&path).ok()
+    };
+    let at_path_id = at_path.as_ref().map(|m| (m.dev(), m.ino()));
+    if let Ok(mapped) = std::fs::File::open(&map_file).and_then(|f| f.metadata()) {
+        let mapped_id = (mapped.dev(), mapped.ino());
+        return Some(if at_path_id == Some(mapped_id) {
+            (path, Some(mapped_id))
+        } else {
+            (map_file, None)
+        });
+    }
+    let id = at_path_id?;
+    (id.1 == first.inode).then_some((path, Some(id)))
 }
 
 fn same_mount_namespace(pid: u32) -> bool {

@@ -285,3 +285,40 @@ pub fn wait_in_syscall(pid: i32, tid: i32, nr: i64) {
     });
     assert!(blocked, "thread {tid} never blocked in system call {nr}");
 }
+
+/// The executable file mappings of `pid` whose bytes differ from their file's (the
+/// whole mapping, padding after the code included): "path differs at ADDR".
+#[allow(dead_code)]
+pub fn code_differing_from_files(pid: i32) -> Vec<String> {
+    let mut bad = Vec::new();
+    for m in maps(pid) {
+        if !m.perms.contains('x') || !m.path.starts_with('/') {
+            continue;
+        }
+        let Ok(file) = fs::read(&m.path) else {
+            continue;
+        };
+        let off = m.offset as usize;
+        if off >= file.len() {
+            continue;
+        }
+        let len = ((m.end - m.start) as usize).min(file.len() - off);
+        let mut live = vec![0u8; len];
+        let mem = fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+        mem.read_exact_at(&mut live, m.start).unwrap();
+        if let Some(at) = live
+            .iter()
+            .zip(&file[off..off + len])
+            .position(|(a, b)| a != b)
+        {
+            bad.push(format!("{} differs at {:#x}", m.path, m.start + at as u64));
+        }
+    }
+    bad
+}
+
+/// How many file descriptors `pid` has open.
+#[allow(dead_code)]
+pub fn open_fds(pid: i32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd")).unwrap().count()
+}

@@ -1,0 +1,1794 @@
+//! The stress suite (issue 5): try hard to harm a target and check it is never
+//! harmed. Each test counts what it did (cycles, kills, faults, inputs) and every
+//! failure, records the counts for `tests/stress/RESULTS.md`, then asserts zero
+//! failures, listing each one.
+//!
+//! CI runs the bounded version (the whole file in well under 10 minutes);
+//! `tests/stress/soak --long` sets `WEFT_STRESS=long` for the long soak (1,000 storm
+//! cycles, 100 kills, ...). `WEFT_STRESS_SEED` replays a run's random choices.
+//!
+//! Targets are C programs in `tests/stress/`; they check their own results and print
+//! `CORRUPT ...` (and exit non-zero) on any wrong one.
+//!
+//! Failing reproducers of bugs outside `crates/inject` live in `stress_known.rs`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const T: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------------
+// Harness: scale, tallies, watched targets.
+// ---------------------------------------------------------------------------------
+
+/// True for the soak run (`tests/stress/soak --long`).
+fn long() -> bool {
+    std::env::var("WEFT_STRESS").is_ok_and(|v| v == "long")
+}
+
+fn scale(ci: u64, soak: u64) -> u64 {
+    if long() {
+        soak
+    } else {
+        ci
+    }
+}
+
+fn b(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn stress(src: &str) -> PathBuf {
+    build_in("tests/stress", src, Variant::O2_PIE, &[])
+}
+
+fn stress_v(src: &str, v: Variant, extra: &[&str]) -> PathBuf {
+    build_in("tests/stress", src, v, extra)
+}
+
+const O0_NOPIE: Variant = Variant {
+    opt: "-O0",
+    pie: false,
+    cet: false,
+};
+
+/// What one test did and what went wrong, recorded for RESULTS.md.
+struct Tally {
+    row: &'static str,
+    unit: &'static str,
+    count: u64,
+    failures: Vec<String>,
+}
+
+impl Tally {
+    fn new(row: &'static str, unit: &'static str) -> Tally {
+        Tally {
+            row,
+            unit,
+            count: 0,
+            failures: Vec::new(),
+        }
+    }
+
+    fn fail(&mut self, what: impl Into<String>) {
+        let what = what.into();
+        eprintln!("FAILURE [{}]: {what}", self.row);
+        self.failures.push(what);
+    }
+
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.fail(what());
+        }
+    }
+
+    /// Record the counts (for the soak script's table), then fail if anything failed.
+    fn finish(self) {
+        let dir = std::env::var_os("WEFT_STRESS_RESULTS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("stress-results"));
+        let _ = std::fs::create_dir_all(&dir);
+        let line = format!(
+            "{}\t{}\t{}\t{}\n",
+            self.row,
+            self.count,
+            self.unit,
+            self.failures.len()
+        );
+        let file = dir.join(format!("{}.tsv", self.row.replace([' ', '/', ','], "_")));
+        let _ = std::fs::write(file, line);
+        assert!(
+            self.failures.is_empty(),
+            "{}: {} failures in {} {}:\n{}",
+            self.row,
+            self.failures.len(),
+            self.count,
+            self.unit,
+            self.failures.join("\n")
+        );
+    }
+}
+
+/// A running target that prints `ready`, `progress N` and `CORRUPT ...` lines.
+struct Watched {
+    t: Spawned,
+    bin: PathBuf,
+    progress: i64,
+    last_progress_at: Instant,
+    log: Vec<String>,
+}
+
+impl Watched {
+    fn start(bin: &Path, args: &[&str]) -> Watched {
+        let t = Spawned::start(bin, args);
+        t.wait_line("ready", T);
+        Watched {
+            t,
+            bin: bin.to_path_buf(),
+            progress: 0,
+            last_progress_at: Instant::now(),
+            log: Vec::new(),
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.t.pid()
+    }
+
+    /// Read what the target printed; `Err` if it reported a wrong result or exited.
+    fn health(&mut self) -> Result<(), String> {
+        while let Ok(l) = self.t.lines.try_recv() {
+            if let Some(n) = l.strip_prefix("progress ") {
+                let n: i64 = n.trim().parse().unwrap_or(0);
+                if n > self.progress {
+                    self.progress = n;
+                    self.last_progress_at = Instant::now();
+                }
+            } else {
+                self.log.push(l.clone());
+            }
+            if l.contains("CORRUPT") {
+                return Err(format!("target reported: {l}"));
+            }
+        }
+        if let Some(st) = self.t.child.try_wait().unwrap() {
+            return Err(format!(
+                "target exited ({st}); its last lines: {:?}",
+                self.log.iter().rev().take(5).collect::<Vec<_>>()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Health, plus: the program's code equals its file, and (if `all_modules`)
+    /// so does every library's.
+    fn intact(&mut self, all_modules: bool) -> Result<(), String> {
+        self.health()?;
+        if !code_matches_file(self.pid(), &self.bin) {
+            return Err(format!(
+                "code of {} differs from the file",
+                self.bin.display()
+            ));
+        }
+        if all_modules {
+            let bad = modules_differing_from_files(self.pid());
+            if !bad.is_empty() {
+                return Err(format!("modules differ from their files: {bad:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait until the target reports progress beyond what it reported so far.
+    fn makes_progress(&mut self, within: Duration) -> Result<(), String> {
+        let before = self.progress;
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            self.health()?;
+            if self.progress > before {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!(
+            "target made no progress for {within:?} (stuck at {before})"
+        ))
+    }
+}
+
+/// Start weft with `args`, stdout and stderr piped.
+fn spawn_weft(args: &[&str]) -> std::process::Child {
+    Command::new(weft_bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting weft")
+}
+
+/// Run weft to completion; `Err` (after killing it) if it runs past `timeout`.
+fn run_weft(args: &[&str], timeout: Duration) -> Result<std::process::Output, String> {
+    run_cmd(Command::new(weft_bin()).args(args), timeout)
+}
+
+fn run_cmd(cmd: &mut Command, timeout: Duration) -> Result<std::process::Output, String> {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("starting {cmd:?}: {e}"))?;
+    let pid = child.id() as i32;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => {
+            // SAFETY: killing the child we started (it has not been reaped: the
+            // waiting thread still holds it).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let _ = rx.recv_timeout(Duration::from_secs(5));
+            Err(format!("timed out after {timeout:?}"))
+        }
+    }
+}
+
+/// weft's stderr minus the lines every run prints.
+fn unexpected_stderr(err: &str) -> Vec<&str> {
+    err.lines()
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with("Attaching ")
+                && !l.starts_with("Lost ")
+                && !l.contains("events were dropped")
+        })
+        .collect()
+}
+
+fn first_lines(s: &str, n: usize) -> String {
+    s.lines().take(n).collect::<Vec<_>>().join("\n")
+}
+
+// ---------------------------------------------------------------------------------
+// 1. Weave/unweave storms.
+// ---------------------------------------------------------------------------------
+
+/// The programs a storm cycles through: (extra flags, program, map that must count).
+fn storm_programs(bin: &str) -> Vec<(Vec<&'static str>, String, Option<&'static str>)> {
+    let exit = "interval:ms:50 { exit(); }";
+    vec![
+        (
+            vec![],
+            format!("uprobe:{bin}:fn_* {{ @c = count(); }} uretprobe:{bin}:fn_* {{ @r = count(); }} {exit}"),
+            Some("@c"),
+        ),
+        (
+            vec![],
+            format!("uprobe:{bin}:fn_* {{ @c = count(); }} {exit}"),
+            Some("@c"),
+        ),
+        (
+            vec!["--no-inline"],
+            format!("uprobe:{bin}:fn_* {{ @c = count(); }} uretprobe:{bin}:fn_* {{ @r = count(); }} {exit}"),
+            Some("@c"),
+        ),
+        // Only the int3 sites (kind 2: indices ending in 2 and 7), entry and return.
+        (
+            vec![],
+            format!(
+                "uprobe:{bin}:fn_?2,uprobe:{bin}:fn_?7 {{ @c = count(); @k[func] = count(); @s = sum(arg0); }} \
+                 uretprobe:{bin}:fn_?2,uretprobe:{bin}:fn_?7 {{ @h = hist(retval); }} {exit}"
+            ),
+            Some("@c"),
+        ),
+        // Return probes only, general advice with maps keyed by thread.
+        (
+            vec![],
+            format!("uretprobe:{bin}:fn_* {{ @c = count(); @t[tid] = count(); @m = max(retval); }} {exit}"),
+            Some("@c"),
+        ),
+        // Recursive functions (kind 4) with both, and printf on the sleepy one.
+        (
+            vec!["--no-inline"],
+            format!(
+                "uprobe:{bin}:fn_?4,uprobe:{bin}:fn_?9 {{ @c = count(); }} \
+                 uretprobe:{bin}:fn_?4,uretprobe:{bin}:fn_?9,uretprobe:{bin}:fn_sleepy {{ @r = count(); }} \
+                 uprobe:{bin}:fn_sleepy {{ printf(\"sleepy %d\\n\", arg0); }} {exit}"
+            ),
+            Some("@c"),
+        ),
+    ]
+}
+
+/// Weave and unweave 100 functions of an 8-thread target that checks its results,
+/// over and over; after every cycle the target is alive, reported no wrong result,
+/// and its code equals the file.
+#[test]
+fn storm_weave_unweave_cycles() {
+    let budget = Duration::from_secs(scale(110, 3600));
+    let want_cycles = scale(u64::MAX, 1000);
+    let mut tally = Tally::new("weave/unweave cycles (100 functions, 8 threads)", "cycles");
+    let variants = [stress("storm.c"), stress_v("storm.c", O0_NOPIE, &[])];
+    let start = Instant::now();
+    let mut cycle = 0u64;
+    'outer: for (vi, bin) in variants.iter().enumerate() {
+        let mut t = Watched::start(bin, &["8"]);
+        let progs = storm_programs(b(bin));
+        let share = budget / variants.len() as u32;
+        let vstart = Instant::now();
+        let pid = t.pid().to_string();
+        while vstart.elapsed() < share && tally.count < want_cycles {
+            let (flags, prog, counter) = &progs[(cycle as usize + vi) % progs.len()];
+            let mut args: Vec<&str> = flags.clone();
+            args.extend(["-e", prog.as_str(), "-p", pid.as_str()]);
+            let o = wait_output(spawn_weft(&args), T);
+            cycle += 1;
+            tally.count += 1;
+            let out = text(&o.stdout);
+            let err = text(&o.stderr);
+            if !o.status.success() {
+                tally.fail(format!(
+                    "cycle {cycle} ({}): weft failed ({}): {}",
+                    bin.display(),
+                    o.status,
+                    first_lines(&err, 5)
+                ));
+            } else if let Some(c) = counter {
+                tally.check(map_value(&out, c).is_some_and(|n| n > 0), || {
+                    format!("cycle {cycle}: {c} not counted: {}", first_lines(&out, 5))
+                });
+            }
+            let odd = unexpected_stderr(&err);
+            tally.check(odd.is_empty() || !o.status.success(), || {
+                format!("cycle {cycle}: unexpected stderr: {odd:?}")
+            });
+            if let Err(e) = t.intact(true) {
+                tally.fail(format!("cycle {cycle} ({}): {e}", bin.display()));
+                break 'outer;
+            }
+            if cycle.is_multiple_of(25) {
+                if let Err(e) = t.makes_progress(Duration::from_secs(5)) {
+                    tally.fail(format!("cycle {cycle}: {e}"));
+                    break 'outer;
+                }
+            }
+            if tally.failures.len() > 20 {
+                break 'outer;
+            }
+        }
+        if let Err(e) = t.makes_progress(Duration::from_secs(5)) {
+            tally.fail(format!("after the storm on {}: {e}", bin.display()));
+        }
+    }
+    eprintln!(
+        "storm: {} cycles in {:.1} s",
+        tally.count,
+        start.elapsed().as_secs_f64()
+    );
+    tally.finish();
+}
+
+/// One weave/unweave cycle of `prog` (with `flags`) on `t`: weft must succeed, count
+/// with `counter` (if given), and leave the target running with every module's code
+/// equal to its file. Returns false once the target is gone.
+fn cycle(
+    t: &mut Watched,
+    flags: &[&str],
+    prog: &str,
+    counter: Option<&str>,
+    tally: &mut Tally,
+    what: &str,
+) -> bool {
+    let pid = t.pid().to_string();
+    let mut args: Vec<&str> = flags.to_vec();
+    args.extend(["-e", prog, "-p", &pid]);
+    tally.count += 1;
+    let n = tally.count;
+    match run_weft(&args, T) {
+        Err(e) => tally.fail(format!("{what}, cycle {n}: weft {e}")),
+        Ok(o) => {
+            let out = text(&o.stdout);
+            let err = text(&o.stderr);
+            if !o.status.success() {
+                tally.fail(format!(
+                    "{what}, cycle {n}: weft failed ({}): {}",
+                    o.status,
+                    first_lines(&err, 4)
+                ));
+            } else if let Some(c) = counter {
+                tally.check(map_value(&out, c).is_some_and(|v| v > 0), || {
+                    format!(
+                        "{what}, cycle {n}: {c} not counted: {}",
+                        first_lines(&out, 4)
+                    )
+                });
+            }
+        }
+    }
+    match t.intact(true) {
+        Ok(()) => true,
+        Err(e) => {
+            tally.fail(format!("{what}, cycle {n}: {e}"));
+            false
+        }
+    }
+}
+
+/// Entry and return probes on every function of `probed.h` (and `extra` names).
+fn hot_program(bin: &str, extra: &[&str], interval_ms: u32) -> String {
+    let mut sites = vec![format!("{bin}:hot_*")];
+    sites.extend(extra.iter().map(|f| format!("{bin}:{f}")));
+    let entry: Vec<String> = sites.iter().map(|s| format!("uprobe:{s}")).collect();
+    let ret: Vec<String> = sites.iter().map(|s| format!("uretprobe:{s}")).collect();
+    format!(
+        "{} {{ @c = count(); }} {} {{ @r = count(); }} interval:ms:{interval_ms} {{ exit(); }}",
+        entry.join(","),
+        ret.join(",")
+    )
+}
+
+// ---------------------------------------------------------------------------------
+// 2. Threads and processes in flight.
+// ---------------------------------------------------------------------------------
+
+fn churn_mode(mode: &str, extra: &[&str], tally: &mut Tally) {
+    let bin = stress("churn.c");
+    let mut t = Watched::start(&bin, &[mode]);
+    let prog = hot_program(b(&bin), extra, 60);
+    let n = scale(12, 200);
+    for i in 0..n {
+        let flags: &[&str] = if i % 3 == 2 { &["--no-inline"] } else { &[] };
+        if !cycle(&mut t, flags, &prog, Some("@c"), tally, mode) {
+            return;
+        }
+    }
+    if let Err(e) = t.makes_progress(Duration::from_secs(5)) {
+        tally.fail(format!("{mode}: {e}"));
+    }
+}
+
+/// Threads created and exiting constantly while weft weaves and unweaves.
+#[test]
+fn threads_created_and_exiting_during_weaving() {
+    let mut tally = Tally::new("threads created/exiting during weaving", "cycles");
+    churn_mode("threads", &[], &mut tally);
+    tally.finish();
+}
+
+/// fork() while woven, also from inside a probed function with a return probe
+/// pending: every child must run correctly. Observed: advice does not run in the
+/// child (its session belongs to the parent); the child keeps its copy of the
+/// patched code.
+#[test]
+fn fork_while_woven() {
+    let mut tally = Tally::new("fork while woven", "cycles");
+    churn_mode("fork", &["fork_inside"], &mut tally);
+    tally.finish();
+}
+
+/// vfork() while woven: the child calls a probed function (on the parent's stack
+/// and thread state) then exits, or execs /bin/true.
+#[test]
+fn vfork_while_woven() {
+    let mut tally = Tally::new("vfork while woven", "cycles");
+    churn_mode("vfork", &[], &mut tally);
+    tally.finish();
+}
+
+/// A child made with clone(CLONE_VM) only (another process sharing the memory, its
+/// own signal handlers, the parent's TLS) calls probed functions all along.
+#[test]
+fn clone_vm_child_while_woven() {
+    let mut tally = Tally::new("clone(CLONE_VM) child while woven", "cycles");
+    churn_mode("clonevm", &[], &mut tally);
+    tally.finish();
+}
+
+/// clone(CLONE_VM) children made one after another, some while weft stops the
+/// world (each must be held and armed too), each calling probed functions.
+#[test]
+fn clone_vm_children_created_while_weaving() {
+    let mut tally = Tally::new("clone(CLONE_VM) children created while weaving", "cycles");
+    churn_mode("clonevm-churn", &[], &mut tally);
+    tally.finish();
+}
+
+/// The woven process execs itself: the new image runs correctly and weft ends
+/// cleanly.
+#[test]
+fn exec_while_woven() {
+    let mut tally = Tally::new("exec while woven", "trials");
+    let bin = stress("churn.c");
+    for trial in 0..scale(3, 30) {
+        tally.count += 1;
+        let mut t = Watched::start(&bin, &["exec"]);
+        let prog = hot_program(b(&bin), &[], 800);
+        let w = spawn_weft(&["-e", &prog, "-p", &t.pid().to_string()]);
+        // Wait until the probes are in, then exec.
+        let start = Instant::now();
+        while code_matches_file(t.pid(), &bin) && start.elapsed() < T {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        // SAFETY: signalling the target we started.
+        unsafe { libc::kill(t.pid(), libc::SIGUSR1) };
+        let o = wait_output(w, T);
+        let err = text(&o.stderr);
+        tally.check(o.status.success(), || {
+            format!("trial {trial}: weft failed ({}): {err}", o.status)
+        });
+        let after = Instant::now();
+        let mut saw = false;
+        while after.elapsed() < Duration::from_secs(5) && !saw {
+            if let Err(e) = t.health() {
+                tally.fail(format!("trial {trial}: {e}"));
+                break;
+            }
+            saw = t.log.iter().any(|l| l == "ready after exec");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        tally.check(saw, || {
+            format!("trial {trial}: the new image never started")
+        });
+        if let Err(e) = t
+            .makes_progress(Duration::from_secs(5))
+            .and_then(|()| t.intact(true))
+        {
+            tally.fail(format!("trial {trial}: after exec: {e}"));
+        }
+    }
+    tally.finish();
+}
+
+// ---------------------------------------------------------------------------------
+// 3. Signals.
+// ---------------------------------------------------------------------------------
+
+fn signals_mode(mode: &str, prog_extra: &str, tally: &mut Tally) {
+    let bin = stress("signals.c");
+    let mut t = Watched::start(&bin, &[mode]);
+    let bs = b(&bin);
+    let prog = format!("{} {prog_extra}", hot_program(bs, &[], 60));
+    for i in 0..scale(12, 200) {
+        let flags: &[&str] = if i % 3 == 2 { &["--no-inline"] } else { &[] };
+        if !cycle(&mut t, flags, &prog, Some("@c"), tally, mode) {
+            return;
+        }
+    }
+    if let Err(e) = t.makes_progress(Duration::from_secs(5)) {
+        tally.fail(format!("{mode}: {e}"));
+    }
+}
+
+/// Probed functions called from signal handlers that interrupt the same functions
+/// (nested, SA_NODEFER), at a high rate.
+#[test]
+fn signal_handlers_reenter_probed_functions() {
+    let mut tally = Tally::new("signal handlers re-entering probed functions", "cycles");
+    signals_mode("reenter", "", &mut tally);
+    tally.finish();
+}
+
+/// The same from handlers running on an alternate signal stack.
+#[test]
+fn signal_handlers_on_sigaltstack() {
+    let mut tally = Tally::new("handlers on sigaltstack", "cycles");
+    signals_mode("altstack", "", &mut tally);
+    tally.finish();
+}
+
+/// The target's own SIGSEGV (deliberate faults, recovered with siglongjmp) and
+/// SIGTRAP (its own int3) handlers keep seeing exactly their own signals while
+/// advice reads through bad pointers and int3 sites trap.
+#[test]
+fn targets_own_sigsegv_and_sigtrap_handlers() {
+    let mut tally = Tally::new("target's own SIGSEGV/SIGTRAP handlers", "cycles");
+    let bin = stress("signals.c");
+    let bs = b(&bin);
+    let extra = format!(
+        "uprobe:{bs}:take_ptr {{ @s[str(arg0)] = count(); @v = sum(*(int64*)arg0); @b[buf(arg0, 8)] = count(); }}"
+    );
+    signals_mode("faults", &extra, &mut tally);
+    tally.finish();
+}
+
+/// As above, with a target that re-installs its handlers all the time (as programs
+/// that set handlers lazily, after weft's agent, do).
+#[test]
+fn target_reinstalling_its_handlers() {
+    let mut tally = Tally::new(
+        "target re-installing its SIGSEGV/SIGTRAP handlers",
+        "cycles",
+    );
+    let bin = stress("signals.c");
+    let bs = b(&bin);
+    let extra = format!("uprobe:{bs}:take_ptr {{ @s[str(arg0)] = count(); }}");
+    signals_mode("reinstall", &extra, &mut tally);
+    tally.finish();
+}
+
+/// SIGSTOP and SIGCONT sent to the target at random moments while weft attaches,
+/// weaves, runs and unweaves.
+#[test]
+fn sigstop_sigcont_during_weaving() {
+    let mut tally = Tally::new("SIGSTOP/SIGCONT during weaving", "cycles");
+    let bin = stress("hammer.c");
+    let mut t = Watched::start(&bin, &["4"]);
+    let pid = t.pid();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signals = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let toggler = {
+        let (stop, signals) = (stop.clone(), signals.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng::from_env();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5 + rng.below(40)));
+                let sig = if rng.below(2) == 0 {
+                    libc::SIGSTOP
+                } else {
+                    libc::SIGCONT
+                };
+                // SAFETY: signalling the target we started.
+                unsafe { libc::kill(pid, sig) };
+                signals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        })
+    };
+    let prog = hot_program(b(&bin), &[], 50);
+    for i in 0..scale(15, 200) {
+        let flags: &[&str] = if i % 2 == 1 { &["--no-inline"] } else { &[] };
+        // The target may be stopped when a cycle ends: check once it runs.
+        let pid_s = pid.to_string();
+        let mut args: Vec<&str> = flags.to_vec();
+        args.extend(["-e", &prog, "-p", &pid_s]);
+        tally.count += 1;
+        match run_weft(&args, T) {
+            Err(e) => tally.fail(format!("cycle {i}: weft {e}")),
+            Ok(o) if !o.status.success() => tally.fail(format!(
+                "cycle {i}: weft failed ({}): {}",
+                o.status,
+                first_lines(&text(&o.stderr), 3)
+            )),
+            Ok(_) => {}
+        }
+        if let Err(e) = t.intact(true) {
+            tally.fail(format!("cycle {i}: {e}"));
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    toggler.join().unwrap();
+    eprintln!(
+        "sent {} SIGSTOP/SIGCONT",
+        signals.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    if let Err(e) = t
+        .makes_progress(Duration::from_secs(5))
+        .and_then(|()| t.intact(true))
+    {
+        tally.fail(format!("after SIGCONT: {e}"));
+    }
+    tally.finish();
+}
+
+// ---------------------------------------------------------------------------------
+// 4. Non-local exits.
+// ---------------------------------------------------------------------------------
+
+fn nonlocal_mode(mode: &str, tally: &mut Tally) {
+    let bin = stress("nonlocal.c");
+    let mut t = Watched::start(&bin, &[mode]);
+    let prog = hot_program(b(&bin), &["co_rec"], 60);
+    for i in 0..scale(12, 200) {
+        let flags: &[&str] = if i % 3 == 2 { &["--no-inline"] } else { &[] };
+        if !cycle(&mut t, flags, &prog, Some("@c"), tally, mode) {
+            return;
+        }
+    }
+    if let Err(e) = t.makes_progress(Duration::from_secs(5)) {
+        tally.fail(format!("{mode}: {e}"));
+    }
+}
+
+/// longjmp out of up to 9 hijacked frames at a time, in 3 threads (stale shadow
+/// entries pile up far beyond the shadow stack's capacity and are collected).
+#[test]
+fn longjmp_out_of_probed_frames_in_threads() {
+    let mut tally = Tally::new("longjmp out of probed frames", "cycles");
+    nonlocal_mode("longjmp", &mut tally);
+    tally.finish();
+}
+
+/// swapcontext coroutines on one thread, each suspended inside probed recursion.
+#[test]
+fn coroutines_with_return_probes() {
+    let mut tally = Tally::new("swapcontext coroutines (one thread)", "cycles");
+    nonlocal_mode("coro", &mut tally);
+    tally.finish();
+}
+
+/// Coroutines suspended inside probed frames and abandoned, their stacks reused.
+#[test]
+fn abandoned_coroutines_with_return_probes() {
+    let mut tally = Tally::new("abandoned coroutines", "cycles");
+    nonlocal_mode("abandon", &mut tally);
+    tally.finish();
+}
+
+/// Coroutines resumed on another thread than the one that suspended them.
+#[test]
+fn coroutines_migrating_between_threads() {
+    let mut tally = Tally::new("coroutines migrating between threads", "cycles");
+    nonlocal_mode("migrate", &mut tally);
+    tally.finish();
+}
+
+/// C++ exceptions thrown through probed frames, caught inside probed frames and
+/// rethrown, in 3 threads.
+#[test]
+fn cxx_exceptions_through_probed_frames_in_threads() {
+    let mut tally = Tally::new("C++ exceptions through probed frames", "cycles");
+    let bin = stress("throw.cc");
+    let mut t = Watched::start(&bin, &[]);
+    let prog = hot_program(
+        b(&bin),
+        &["_Z7throwerl", "_Z7catcherl", "_Z9rethrowerl"],
+        60,
+    );
+    for i in 0..scale(12, 200) {
+        let flags: &[&str] = if i % 3 == 2 { &["--no-inline"] } else { &[] };
+        if !cycle(&mut t, flags, &prog, Some("@c"), &mut tally, "throw") {
+            break;
+        }
+    }
+    tally.finish();
+}
+
+// ---------------------------------------------------------------------------------
+// 5. Controller failure: SIGKILL of weft at random points.
+// ---------------------------------------------------------------------------------
+
+/// Kill weft with SIGKILL at a random moment of attach (remote dlopen, connect),
+/// weave, run or detach; within a second the target's code must equal its files,
+/// and it must keep running correctly. Every third trial uses a fresh target, so
+/// the agent is loaded (a remote dlopen) again.
+#[test]
+fn sigkill_of_weft_at_random_points() {
+    let mut tally = Tally::new("SIGKILL of weft at random points", "kills");
+    let mut rng = Rng::from_env();
+    let bin = stress("hammer.c");
+    let bs = b(&bin);
+    let progs = [
+        (vec![], hot_program(bs, &[], 40)),
+        (vec!["--no-inline"], hot_program(bs, &[], 40)),
+        (
+            vec![],
+            format!("uprobe:{bs}:hot_* {{ @c[tid] = count(); printf(\"%d\\n\", arg0); }} interval:ms:40 {{ exit(); }}"),
+        ),
+    ];
+    let mut t: Option<Watched> = None;
+    let mut phases = [0u64; 3];
+    for trial in 0..scale(30, 100) {
+        if trial % 3 == 0 || t.is_none() {
+            t = Some(Watched::start(&bin, &["4"]));
+        }
+        let target = t.as_mut().unwrap();
+        let (flags, prog) = &progs[rng.below(progs.len() as u64) as usize];
+        let pid = target.pid().to_string();
+        let mut args: Vec<&str> = flags.clone();
+        args.extend(["-e", prog.as_str(), "-p", pid.as_str()]);
+        let mut w = Command::new(weft_bin())
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Half the trials kill at a uniformly random time in the first 80 ms (attach,
+        // weave, run, detach); the other half once the code is patched.
+        let started = Instant::now();
+        if rng.below(2) == 0 {
+            std::thread::sleep(Duration::from_micros(rng.below(80_000)));
+        } else {
+            while code_matches_file(target.pid(), &bin)
+                && started.elapsed() < Duration::from_secs(5)
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            std::thread::sleep(Duration::from_micros(rng.below(40_000)));
+        }
+        let woven = !code_matches_file(target.pid(), &bin);
+        phases[if woven {
+            1
+        } else if started.elapsed() < Duration::from_millis(20) {
+            0
+        } else {
+            2
+        }] += 1;
+        w.kill().unwrap();
+        w.wait().unwrap();
+        tally.count += 1;
+        let killed_at = Instant::now();
+        let mut restored = false;
+        while killed_at.elapsed() < Duration::from_secs(1) {
+            if target.intact(true).is_ok() {
+                restored = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if !restored {
+            let why = target.intact(true).err().unwrap_or_default();
+            tally.fail(format!(
+                "trial {trial} (killed {:?} after start, code patched: {woven}): not intact 1 s later: {why}",
+                killed_at - started
+            ));
+            if target.health().is_err() {
+                t = None;
+            }
+            continue;
+        }
+        if let Err(e) = target.makes_progress(Duration::from_secs(5)) {
+            tally.fail(format!(
+                "trial {trial} (killed {:?} after start, code patched: {woven}): {e}",
+                killed_at - started
+            ));
+            t = None;
+        }
+    }
+    eprintln!(
+        "kills: early {}, while woven {}, other {}",
+        phases[0], phases[1], phases[2]
+    );
+    // And a last session works normally.
+    if let Some(target) = t.as_mut() {
+        let prog = hot_program(bs, &[], 40);
+        cycle(
+            target,
+            &[],
+            &prog,
+            Some("@c"),
+            &mut Tally::new("after kills", "cycles"),
+            "after the kills",
+        );
+    }
+    tally.finish();
+}
+
+/// Remote calls borrow a thread that may be computing in vector registers (no thread
+/// of this target ever blocks in a system call): its x87/SSE/AVX state must survive
+/// the agent's remote dlopen.
+#[test]
+fn attach_preserves_vector_registers_of_the_borrowed_thread() {
+    let mut tally = Tally::new(
+        "attach to threads computing in vector registers",
+        "attaches",
+    );
+    let bin = stress_v("spinfp.c", Variant::O2_PIE, &["-mavx"]);
+    for _ in 0..scale(5, 50) {
+        let mut t = Watched::start(&bin, &["2"]);
+        let prog = format!(
+            "uprobe:{}:hot_jump {{ @c = count(); }} interval:ms:50 {{ exit(); }}",
+            b(&bin)
+        );
+        tally.count += 1;
+        match run_weft(&["-e", &prog, "-p", &t.pid().to_string()], T) {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => tally.fail(format!("weft failed: {}", text(&o.stderr))),
+            Err(e) => tally.fail(format!("weft {e}")),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        if let Err(e) = t.intact(true) {
+            tally.fail(e);
+        }
+    }
+    tally.finish();
+}
+
+// ---------------------------------------------------------------------------------
+// 6. Advice faults.
+// ---------------------------------------------------------------------------------
+
+/// Bad pointers to str(), buf(), pointer and struct field reads, divisions by zero,
+/// a full map and strings longer than their capacity: the target's output is
+/// unchanged, and weft reports each count exactly.
+#[test]
+fn advice_faults_are_counted_and_harmless() {
+    let mut tally = Tally::new("advice faults injected", "faults");
+    let bin = stress("faults.c");
+    let bs = b(&bin);
+    let n = scale(1000, 20000);
+    let prog = format!(
+        "config = {{ max_map_keys = 10 }}
+         uprobe:{bs}:bad_ptr {{ @s[str(arg0)] = count(); @v = sum(*(int64*)arg0); @u[buf(arg0, 8)] = count(); }}
+         uprobe:{bs}:bad_struct {{ @x = sum(args.p->x); @n[str(args.p->name)] = count(); }}
+         uprobe:{bs}:divide {{ @q = sum(arg0 / arg1); @m = sum(arg0 % arg1); }}
+         uprobe:{bs}:key {{ @k[arg0] = count(); }}
+         uprobe:{bs}:long_string {{ @l[str(arg0)] = count(); printf(\"%s\\n\", str(arg0)); }}"
+    );
+    let native = text(
+        &Command::new(&bin)
+            .arg(n.to_string())
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    let o = weft(&["-e", &prog, "-c", &format!("{bs} {n}")], T);
+    let out = text(&o.stdout);
+    let err = text(&o.stderr);
+    tally.count = 3 * n + 3 * n + 2 * n + (n - 10) + n;
+    tally.check(o.status.success(), || format!("weft failed: {err}"));
+    tally.check(out.contains(native.trim()), || {
+        format!("target output changed: want {native}")
+    });
+    let want = [
+        format!("weft: {} reads of target memory faulted", 6 * n),
+        format!("weft: {} divisions by zero", 2 * n),
+        format!("weft: map @k is full: {} updates dropped", n - 10),
+    ];
+    for w in &want {
+        tally.check(err.contains(w.as_str()), || {
+            format!("stderr lacks {w:?}:\n{err}")
+        });
+    }
+    let long_line = "a".repeat(63);
+    tally.check(
+        out.lines().filter(|l| *l == long_line).count() as u64 == n,
+        || "long strings not truncated to 63 bytes + NUL".to_string(),
+    );
+    tally.finish();
+}
+
+// ---------------------------------------------------------------------------------
+// 7. Lost nothing.
+// ---------------------------------------------------------------------------------
+
+/// A target calls a function far faster than weft drains printf events: every event
+/// is either printed or counted in "Lost N events", exactly.
+#[test]
+fn delivered_plus_lost_equals_produced() {
+    let mut tally = Tally::new("events produced faster than drained", "events");
+    let bin = stress("lost.c");
+    let bs = b(&bin);
+    for (n, threads) in [
+        (scale(1_000_000, 5_000_000), 1),
+        (scale(300_000, 2_000_000), 4),
+    ] {
+        let prog = format!("uprobe:{bs}:emit {{ printf(\"e %d %d\\n\", arg0, arg1); }}");
+        let o = weft(&["-e", &prog, "-c", &format!("{bs} {n} {threads}")], T);
+        let out = text(&o.stdout);
+        let err = text(&o.stderr);
+        let delivered = out.lines().filter(|l| l.starts_with("e ")).count() as u64;
+        let produced: u64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("produced "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        let lost: u64 = err
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("Lost ")
+                    .and_then(|r| r.strip_suffix(" events"))
+            })
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        tally.count += produced;
+        tally.check(produced == n * threads, || {
+            format!("target produced {produced}")
+        });
+        tally.check(delivered + lost == produced, || {
+            format!("{threads} threads: delivered {delivered} + lost {lost} != produced {produced}")
+        });
+    }
+    tally.finish();
+}
+
+// ---------------------------------------------------------------------------------
+// 8. Hostile input.
+// ---------------------------------------------------------------------------------
+
+/// A run that must end with a clear error or success: never a panic, a crash or a
+/// hang.
+fn no_panic(r: &Result<std::process::Output, String>) -> Result<(), String> {
+    let o = r.as_ref().map_err(|e| e.clone())?;
+    let err = text(&o.stderr);
+    if err.contains("panicked") || o.status.code() == Some(101) || o.status.code().is_none() {
+        return Err(format!("{}: {}", o.status, first_lines(&err, 6)));
+    }
+    Ok(())
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+fn le_u16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes(b[at..at + 2].try_into().unwrap())
+}
+
+/// Malformed copies of a real ELF file: truncations, and header fields that lie.
+fn malformed_elves(elf: &[u8], rng: &mut Rng, extra_random: usize) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+    let shoff = le_u64(elf, 0x28) as usize;
+    let phoff = le_u64(elf, 0x20) as usize;
+    let shnum = le_u16(elf, 0x3c) as usize;
+    let mut cuts = vec![
+        0,
+        1,
+        4,
+        16,
+        52,
+        63,
+        64,
+        65,
+        phoff + 56,
+        phoff + 60,
+        shoff,
+        shoff + 64,
+        elf.len() - 1,
+    ];
+    let slices = scale(12, 200) as usize;
+    for k in 1..slices {
+        cuts.push(elf.len() * k / slices);
+    }
+    // Section names, to pick the sections parsers read.
+    let shstrndx = le_u16(elf, 0x3e) as usize;
+    let strtab_off = le_u64(elf, shoff + shstrndx * 64 + 0x18) as usize;
+    let name_of = |i: usize| -> String {
+        let at = strtab_off
+            + u32::from_le_bytes(elf[shoff + i * 64..shoff + i * 64 + 4].try_into().unwrap())
+                as usize;
+        let end = elf[at..]
+            .iter()
+            .position(|&c| c == 0)
+            .map_or(at, |n| at + n);
+        String::from_utf8_lossy(&elf[at..end]).into_owned()
+    };
+    const READ: &[&str] = &[
+        ".symtab",
+        ".strtab",
+        ".dynsym",
+        ".dynstr",
+        ".text",
+        ".debug_info",
+        ".debug_abbrev",
+        ".debug_line",
+        ".debug_str",
+        ".shstrtab",
+        ".eh_frame_hdr",
+        ".note.gnu.build-id",
+    ];
+    for c in cuts {
+        let c = c.min(elf.len());
+        out.push((format!("truncated to {c} bytes"), elf[..c].to_vec()));
+    }
+    let mut patch = |name: &str, at: usize, bytes: &[u8]| {
+        if at + bytes.len() <= elf.len() {
+            let mut v = elf.to_vec();
+            v[at..at + bytes.len()].copy_from_slice(bytes);
+            out.push((name.to_string(), v));
+        }
+    };
+    patch("e_shoff beyond the file", 0x28, &(1u64 << 40).to_le_bytes());
+    patch("e_shoff near u64::MAX", 0x28, &(u64::MAX - 8).to_le_bytes());
+    patch("e_shnum 0xffff", 0x3c, &0xffffu16.to_le_bytes());
+    patch("e_shstrndx out of range", 0x3e, &0xfff0u16.to_le_bytes());
+    patch("e_phoff beyond the file", 0x20, &(1u64 << 40).to_le_bytes());
+    patch("e_phnum 0xffff", 0x38, &0xffffu16.to_le_bytes());
+    patch("e_shentsize 1", 0x3a, &1u16.to_le_bytes());
+    patch("e_phentsize 0", 0x36, &0u16.to_le_bytes());
+    patch("32-bit class", 4, &[1]);
+    patch("big endian", 5, &[2]);
+    patch("e_machine aarch64", 0x12, &183u16.to_le_bytes());
+    // Each section header's offset and size, lying.
+    for i in 0..shnum {
+        let name = name_of(i);
+        if !long() && !READ.contains(&name.as_str()) {
+            continue;
+        }
+        let sh = shoff + i * 64;
+        patch(
+            &format!("{name}: sh_offset huge"),
+            sh + 0x18,
+            &(u64::MAX / 2).to_le_bytes(),
+        );
+        patch(
+            &format!("{name}: sh_size huge"),
+            sh + 0x20,
+            &(u64::MAX / 2).to_le_bytes(),
+        );
+        patch(
+            &format!("{name}: sh_size past the end"),
+            sh + 0x20,
+            &(elf.len() as u64).to_le_bytes(),
+        );
+        patch(
+            &format!("{name}: sh_link bad"),
+            sh + 0x28,
+            &0xffffu32.to_le_bytes(),
+        );
+        if long() {
+            patch(
+                &format!("{name}: sh_entsize 0"),
+                sh + 0x38,
+                &0u64.to_le_bytes(),
+            );
+            patch(
+                &format!("{name}: sh_entsize 3"),
+                sh + 0x38,
+                &3u64.to_le_bytes(),
+            );
+        }
+    }
+    for _ in 0..extra_random {
+        let mut v = elf.to_vec();
+        let flips = 1 + rng.below(16);
+        // In the headers, the section header table, and the tail of the file where
+        // the symbol and string tables are; never in the code, so that launching a
+        // copy still ends.
+        let tail = shoff.saturating_sub(8192).max(elf.len() / 2);
+        for _ in 0..flips {
+            let at = match rng.below(3) {
+                0 => rng.below(64 + 56 * 13) as usize,
+                1 => shoff + rng.below((shnum * 64) as u64) as usize,
+                _ => tail + rng.below((elf.len() - tail) as u64) as usize,
+            };
+            if at < v.len() {
+                v[at] = rng.next() as u8;
+            }
+        }
+        out.push((format!("random bytes changed ({flips})"), v));
+    }
+    out
+}
+
+/// weft reads malformed ELF files (as a probe's binary, with `list`, and as modules
+/// mapped by a running target) and says so in one line, never panicking or hanging.
+#[test]
+fn malformed_elf_inputs_give_errors_not_panics() {
+    let mut tally = Tally::new("malformed ELF inputs", "inputs");
+    let mut rng = Rng::from_env();
+    // A program that exits at once when launched (its copies are launched too).
+    let real = stress("lost.c");
+    let elf = std::fs::read(&real).unwrap();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("elves-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let inputs = malformed_elves(&elf, &mut rng, scale(20, 2000) as usize);
+    let mut paths = Vec::new();
+    for (i, (_, bytes)) in inputs.iter().enumerate() {
+        let p = dir.join(format!("elf{i}"));
+        std::fs::write(&p, bytes).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        paths.push(p);
+    }
+    // One process maps every input as if it were code.
+    let hostile = stress("hostile.c");
+    let mut args = vec!["map".to_string()];
+    args.extend(paths.iter().map(|p| p.display().to_string()));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut t = Watched::start(&hostile, &argv);
+    let pid = t.pid().to_string();
+    let short = Duration::from_secs(20);
+    for (i, ((what, _), p)) in inputs.iter().zip(&paths).enumerate() {
+        tally.count += 1;
+        let ps = b(p);
+        // Every input as a probe's binary in a launch; in turn, listed, or a module of
+        // the running process.
+        let mut runs = vec![run_weft(
+            &[
+                "-e",
+                &format!("uprobe:{ps}:emit {{ @c = count(); }}"),
+                "-c",
+                &format!("{ps} 10"),
+            ],
+            short,
+        )];
+        if i % 2 == 0 || long() {
+            runs.push(run_weft(&["list", "--binary", ps], short));
+        }
+        if i % 2 == 1 || long() {
+            runs.push(run_weft(
+                &[
+                    "-e",
+                    &format!("uprobe:{ps}:* {{ @c = count(); }} interval:ms:10 {{ exit(); }}"),
+                    "-p",
+                    &pid,
+                ],
+                short,
+            ));
+        }
+        for (k, r) in runs.iter().enumerate() {
+            if let Err(e) = no_panic(r) {
+                tally.fail(format!("{what} ({}), run {k}: {e}", p.display()));
+            }
+        }
+    }
+    // Wildcards over every module of the process parse them all at once.
+    tally.count += 1;
+    if let Err(e) = no_panic(&run_weft(&["-l", "uprobe:*:em*", "-p", &pid], short)) {
+        tally.fail(format!("listing every module: {e}"));
+    }
+    if let Err(e) = t.health() {
+        tally.fail(format!("the process mapping the inputs: {e}"));
+    }
+    drop(t);
+    let _ = std::fs::remove_dir_all(&dir);
+    tally.finish();
+}
+
+/// Programs to mutate for the script fuzzer.
+const SEEDS: &[&str] = &[
+    "BEGIN { printf(\"%d %s\\n\", 1, \"x\"); exit(); }",
+    "uprobe:/bin/true:main /arg0 > 1/ { @a[tid, comm] = count(); @h = hist(arg1); @l = lhist(arg0, 0, 100, 10); }",
+    "uretprobe:/bin/true:main { @s = stats(retval); @m = max(retval); $x = retval * 2 + 1; if ($x > 3) { @y = $x; } else { delete(@y); } }",
+    "BEGIN { $i = 0; while ($i < 10) { $i++; @c[$i] = sum($i); } unroll(3) { @u = count(); } exit(); }",
+    "uprobe:libc:malloc { @b[ustack] = count(); printf(\"%s %x\\n\", str(arg0, 8), arg1); }",
+    "config = { max_map_keys = 5 } BEGIN { @t = (1, \"two\", 3); print(@t); clear(@t); exit(); }",
+    "interval:ms:1 { @n = count(); if (@n > 2) { exit(); } } END { print(@n); }",
+];
+
+const TOKENS: &[&str] = &[
+    "{",
+    "}",
+    "(",
+    ")",
+    "[",
+    "]",
+    "@",
+    "$",
+    "$1",
+    "\"",
+    "\\",
+    "/",
+    "*",
+    "uprobe:",
+    "uretprobe:",
+    ",",
+    ";",
+    ":",
+    "printf(\"%s %d %llx %c\\n\",",
+    "str(",
+    "buf(",
+    "hist(",
+    "0x7fffffffffffffff",
+    "-9223372036854775808",
+    "-",
+    "++",
+    "--",
+    "if",
+    "else",
+    "while",
+    "unroll(",
+    "**",
+    "'",
+    "é",
+    "\u{0}",
+    "interval:s:",
+    "BEGIN",
+    "END",
+    "exit();",
+    "args.",
+    "->",
+    "retval",
+    "arg9",
+    "comm",
+    "tid",
+    "@x[",
+    "((((((((",
+    "))))))))",
+    "1/0",
+    "%",
+    "<<",
+    ">>",
+    "==",
+    "!",
+    "~",
+    "?",
+    ":",
+    "=",
+    "+=",
+];
+
+fn mutate(rng: &mut Rng, seed: &str) -> String {
+    let mut s: Vec<char> = seed.chars().collect();
+    for _ in 0..1 + rng.below(6) {
+        let at = rng.below(s.len() as u64 + 1) as usize;
+        match rng.below(4) {
+            0 if !s.is_empty() => {
+                let n = (1 + rng.below(8) as usize).min(s.len() - at.min(s.len()));
+                s.drain(at.min(s.len())..at.min(s.len()) + n);
+            }
+            1 => {
+                let t = TOKENS[rng.below(TOKENS.len() as u64) as usize];
+                s.splice(at..at, t.chars());
+            }
+            2 if !s.is_empty() => {
+                let i = at.min(s.len() - 1);
+                s[i] = char::from(b' ' + (rng.below(95) as u8));
+            }
+            _ => {
+                // Duplicate a slice (nesting, repeated probes).
+                let from = rng.below(s.len() as u64 + 1) as usize;
+                let to = (from + rng.below(40) as usize).min(s.len());
+                let piece: Vec<char> = s[from..to].to_vec();
+                s.splice(at..at, piece);
+            }
+        }
+    }
+    s.into_iter().collect()
+}
+
+/// One fuzzed program: its text, or a file of the corpus (run as `weft trace FILE`).
+enum FuzzInput {
+    Text(String),
+    File(PathBuf),
+}
+
+/// A file that is not a program's text (a NUL byte, invalid UTF-8): weft must say so
+/// in one line naming the file, line and column.
+fn not_text(bytes: &[u8]) -> bool {
+    bytes.contains(&0) || std::str::from_utf8(bytes).is_err()
+}
+
+/// Mutated and pathological programs: the front end reports errors (or the program
+/// runs), never panics, crashes or hangs. The regression corpus
+/// (`tests/stress/corpus/`: inputs that once crashed weft, and hostile shapes) is
+/// replayed first, each file as `weft trace FILE`. Programs holding a NUL byte (which
+/// argv cannot carry) go through a file too. A failing input is saved under the
+/// target directory (not the source tree): copy it into the corpus once the bug is
+/// fixed.
+#[test]
+fn script_fuzz_never_panics() {
+    let mut tally = Tally::new("programs fuzzed (parser, checker)", "inputs");
+    let mut rng = Rng::from_env();
+    let corpus_dir = repo_root().join("tests/stress/corpus");
+    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-{}", std::process::id()));
+    let crashes = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fuzz-crashes");
+    std::fs::create_dir_all(&work).unwrap();
+    let mut corpus: Vec<PathBuf> = std::fs::read_dir(&corpus_dir)
+        .expect("the regression corpus tests/stress/corpus")
+        .map(|e| e.unwrap().path())
+        .collect();
+    corpus.sort();
+    assert!(
+        corpus.len() >= 10,
+        "the regression corpus is missing: {corpus:?}"
+    );
+    let mut inputs: Vec<FuzzInput> = corpus.into_iter().map(FuzzInput::File).collect();
+    inputs.push(FuzzInput::Text(format!(
+        "BEGIN {{ @{} = 1; exit(); }}",
+        "a".repeat(100_000)
+    )));
+    inputs.push(FuzzInput::Text(format!(
+        "BEGIN {{ printf(\"{}\"); exit(); }}",
+        "%d".repeat(10_000)
+    )));
+    inputs.push(FuzzInput::Text("BEGIN { @x = \"unterminated".to_string()));
+    inputs.push(FuzzInput::Text(format!(
+        "{} BEGIN {{ exit(); }}",
+        "uprobe:/bin/true:main { @c = count(); } ".repeat(2000)
+    )));
+    for _ in 0..scale(300, 20000) {
+        let seed = SEEDS[rng.below(SEEDS.len() as u64) as usize];
+        inputs.push(FuzzInput::Text(mutate(&mut rng, seed)));
+    }
+    for (i, input) in inputs.iter().enumerate() {
+        tally.count += 1;
+        let (path, bytes) = match input {
+            FuzzInput::File(p) => (Some(p.clone()), std::fs::read(p).unwrap()),
+            FuzzInput::Text(t) if t.contains('\0') => {
+                let p = work.join(format!("input-{i}.bt"));
+                std::fs::write(&p, t).unwrap();
+                (Some(p), t.clone().into_bytes())
+            }
+            FuzzInput::Text(t) => (None, t.clone().into_bytes()),
+        };
+        // Programs that run without a target are stopped after 2 s: not a failure.
+        let r = match &path {
+            Some(p) => run_weft(&["trace", b(p)], Duration::from_secs(2)),
+            None => run_weft(
+                &["-e", std::str::from_utf8(&bytes).unwrap()],
+                Duration::from_secs(2),
+            ),
+        };
+        if r.as_ref().is_err_and(|e| e.starts_with("timed out")) {
+            continue;
+        }
+        let mut failed = no_panic(&r);
+        if let (Ok(()), Some(p), Ok(o)) = (&failed, &path, &r) {
+            let err = text(&o.stderr);
+            if not_text(&bytes)
+                && !(err.lines().count() == 1
+                    && err.contains(&format!("{}:", p.display()))
+                    && err.contains("UTF-8 text"))
+            {
+                failed = Err(format!(
+                    "want one located line for a file that is not text: {err:?}"
+                ));
+            }
+        }
+        if let Err(e) = failed {
+            let saved = match input {
+                FuzzInput::File(p) => p.clone(),
+                FuzzInput::Text(_) => {
+                    let name = format!("crash-{:016x}", {
+                        use std::hash::{Hash, Hasher};
+                        let mut h = std::collections::hash_map::DefaultHasher::new();
+                        bytes.hash(&mut h);
+                        h.finish()
+                    });
+                    let _ = std::fs::create_dir_all(&crashes);
+                    let _ = std::fs::write(crashes.join(&name), &bytes);
+                    crashes.join(name)
+                }
+            };
+            let shown: String = String::from_utf8_lossy(&bytes).chars().take(200).collect();
+            tally.fail(format!(
+                "{e}\n    program ({} bytes, in {}): {shown:?}",
+                bytes.len(),
+                saved.display()
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    tally.finish();
+}
+
+/// Builds the two libraries of the /proc/PID/root test into `dir`.
+fn build_modules(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = repo_root().join("tests/stress/modules.c");
+    let inside = dir.join("inside.so");
+    let outside = dir.join("outside.so");
+    for (out, def) in [(&inside, Some("-DINSIDE")), (&outside, None)] {
+        let mut c = Command::new("gcc");
+        c.args(["-shared", "-fPIC", "-O2", "-o"]).arg(out).arg(&src);
+        if let Some(d) = def {
+            c.arg(d);
+        }
+        assert!(c.status().unwrap().success());
+    }
+    (inside, outside)
+}
+
+/// A target in its own user and mount namespace (as an unprivileged container)
+/// maps a library, then makes the path in its maps a symlink to an absolute path
+/// that, outside its namespace, is a root-only file it cannot read. weft (root) must
+/// read the file the target mapped, or refuse: never the file the symlink names in
+/// weft's own namespace.
+#[test]
+fn proc_pid_root_symlinks_are_not_followed_out_of_the_target() {
+    let mut tally = Tally::new("/proc/PID/root symlink escapes", "probes");
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root (to give the target a namespace and weft a root-only file)");
+        return tally.finish();
+    }
+    let dir = PathBuf::from(format!("/tmp/weft-root-escape-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["mnt", "over", "secret"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (inside, outside) = build_modules(&dir);
+    let secret = dir.join("secret/lib.so");
+    std::fs::rename(&outside, &secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(dir.join("secret"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(&secret, dir.join("over/lib.so")).unwrap();
+    let hostile = dir.join("hostile");
+    std::fs::copy(stress("hostile.c"), &hostile).unwrap();
+    let d = dir.display();
+    let script = format!(
+        "mount -t tmpfs none {d}/mnt && cp {d}/inside.so {d}/mnt/lib.so && \
+         ( {d}/hostile dlopen {d}/mnt/lib.so & echo pid $!; sleep 0.5; \
+           mount --bind {d}/over {d}/mnt && echo overmounted; \
+           cat {d}/secret/lib.so >/dev/null 2>&1 && echo CORRUPT can read the secret; wait )"
+    );
+    let mut child = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "unshare",
+            "-U",
+            "-r",
+            "-m",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut pid = None;
+    let mut ready = false;
+    for l in lines.map_while(Result::ok) {
+        if let Some(p) = l.strip_prefix("pid ") {
+            pid = p.trim().parse::<i32>().ok();
+        }
+        ready |= l == "ready";
+        assert!(!l.contains("CORRUPT"), "{l}");
+        if l == "overmounted" {
+            break;
+        }
+    }
+    let pid = pid.expect("the namespaced target started");
+    assert!(ready, "the namespaced target mapped its library");
+    let lib = format!("{d}/mnt/lib.so");
+    tally.count += 2;
+    match run_weft(
+        &["-l", &format!("uprobe:{lib}:*"), "-p", &pid.to_string()],
+        T,
+    ) {
+        Ok(o) => {
+            let out = text(&o.stdout);
+            tally.check(!out.contains("outside_fn"), || {
+                format!("weft read the root-only file outside the target's namespace through its symlink: {out}")
+            });
+        }
+        Err(e) => tally.fail(format!("weft -l {e}")),
+    }
+    let prog = format!("uprobe:{lib}:outside_fn {{ @c = count(); }} interval:ms:10 {{ exit(); }}");
+    match run_weft(&["-e", &prog, "-p", &pid.to_string()], T) {
+        Ok(o) => tally.check(!o.status.success(), || {
+            "weft wove a function found only in the root-only file outside the target".to_string()
+        }),
+        Err(e) => tally.fail(format!("weft -e {e}")),
+    }
+    // SAFETY: killing the target we started (through setpriv/unshare/sh).
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = inside;
+    tally.finish();
+}
+
+// ---------------------------------------------------------------------------------
+// 9. Security.
+// ---------------------------------------------------------------------------------
+
+/// The abstract name of weft's listening socket, from /proc/net/unix.
+fn weft_socket_name(weft_pid: u32) -> Option<String> {
+    let unix = std::fs::read_to_string("/proc/net/unix").ok()?;
+    let prefix = format!("@weft-{weft_pid}-");
+    unix.lines()
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .find(|p| p.starts_with(&prefix))
+        .map(|p| p[1..].to_string())
+}
+
+/// While weft waits for its agent (the target is stopped, so the agent cannot
+/// connect yet), another user — and another process of weft's own user — connect to
+/// weft's socket and send a forged hello: weft must refuse both, then serve the real
+/// agent normally.
+#[test]
+fn control_socket_refuses_other_peers() {
+    let mut tally = Tally::new("foreign connections to the control socket", "connections");
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root (to connect as another user)");
+        return tally.finish();
+    }
+    let bin = stress("hammer.c");
+    let peer = stress_v("sockpeer.c", O0_NOPIE, &[]);
+    let mut t = Watched::start(&bin, &["2"]);
+    // Let the agent in first, so the attach below only needs it to connect.
+    let prog = hot_program(b(&bin), &[], 300);
+    ok(&weft(&["-e", &prog, "-p", &t.pid().to_string()], T));
+    // SAFETY: stopping the target we started.
+    unsafe { libc::kill(t.pid(), libc::SIGSTOP) };
+    let w = spawn_weft(&["-e", &prog, "-p", &t.pid().to_string()]);
+    let start = Instant::now();
+    let name = loop {
+        if let Some(n) = weft_socket_name(w.id()) {
+            break n;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "no weft socket appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // Give weft time to finish its remote call and wait for the agent.
+    std::thread::sleep(Duration::from_millis(300));
+    let as_nobody = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&peer)
+        .arg(&name)
+        .output()
+        .unwrap();
+    let as_root = Command::new(&peer).arg(&name).output().unwrap();
+    for (who, o) in [
+        ("uid 65534", &as_nobody),
+        ("another root process", &as_root),
+    ] {
+        tally.count += 1;
+        let said = text(&o.stdout);
+        tally.check(said.trim() == "closed" || said.trim() == "refused", || {
+            format!("{who} connecting to weft's socket: {said:?} (weft must close it at once)")
+        });
+    }
+    // SAFETY: continuing the target.
+    unsafe { libc::kill(t.pid(), libc::SIGCONT) };
+    let o = wait_output(w, T);
+    tally.check(
+        o.status.success() && map_value(&text(&o.stdout), "@c").is_some_and(|c| c > 0),
+        || {
+            format!(
+                "weft did not go on with the real agent: {}",
+                text(&o.stderr)
+            )
+        },
+    );
+    if let Err(e) = t.intact(true) {
+        tally.fail(e);
+    }
+    tally.finish();
+}
+
+/// An unprivileged user attaching to a root process is refused, with the kernel's
+/// reason, and the target is left alone.
+#[test]
+fn unprivileged_attach_to_root_process_is_refused() {
+    let mut tally = Tally::new("unprivileged attaches to a root process", "attaches");
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped: needs root (to own the target)");
+        return tally.finish();
+    }
+    let bin = stress("hammer.c");
+    let mut t = Watched::start(&bin, &["1"]);
+    let prog = format!("uprobe:{}:hot_jump {{ @c = count(); }}", b(&bin));
+    tally.count += 1;
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(weft_bin())
+        .args(["-e", &prog, "-p", &t.pid().to_string()])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    tally.check(o.status.code() == Some(1), || {
+        format!("status {}: {err}", o.status)
+    });
+    tally.check(
+        err.lines().count() == 1 && err.contains("permission denied"),
+        || format!("want one line saying permission denied and why: {err:?}"),
+    );
+    tally.check(
+        err.contains("Operation not permitted")
+            || err.contains("EPERM")
+            || err.contains("uid")
+            || err.contains("ptrace"),
+        || format!("the kernel's reason is missing: {err:?}"),
+    );
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid())).unwrap();
+    tally.check(!maps.contains("libweft_agent"), || {
+        "the agent got into the root process".into()
+    });
+    if let Err(e) = t.intact(true) {
+        tally.fail(e);
+    }
+    tally.finish();
+}
+
+/// A target started with LD_PRELOAD (a library recording every process it is
+/// loaded into): weft attaching to it, and weft launching a command whose own
+/// environment has LD_PRELOAD, never load that library into weft itself.
+#[test]
+fn targets_ld_preload_does_not_reach_weft() {
+    let mut tally = Tally::new("target LD_PRELOAD reaching weft", "runs");
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("preload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mark = dir.join("mark");
+    let lib = dir.join("record.so");
+    let st = Command::new("gcc")
+        .args([
+            "-shared",
+            "-fPIC",
+            "-O2",
+            &format!("-DMARK=\"{}\"", mark.display()),
+            "-o",
+        ])
+        .arg(&lib)
+        .arg(repo_root().join("tests/stress/preload.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let bin = stress("hammer.c");
+    let child = Command::new(&bin)
+        .arg("1")
+        .env("LD_PRELOAD", &lib)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let target_pid = child.id();
+    let mut t = Spawned {
+        child,
+        lines: {
+            let (tx, rx) = std::sync::mpsc::channel();
+            drop(tx);
+            rx
+        },
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let prog = hot_program(b(&bin), &[], 50);
+    tally.count += 1;
+    let o = weft(&["-e", &prog, "-p", &target_pid.to_string()], T);
+    tally.check(o.status.success(), || text(&o.stderr));
+    // Launch: the command line sets LD_PRELOAD for the command only (through env).
+    tally.count += 1;
+    let calls = stress("lost.c");
+    let launch = format!("env LD_PRELOAD={} {} 10 1", lib.display(), b(&calls));
+    let _ = weft(&["-e", "BEGIN { @x = 1; }", "-c", &launch], T);
+    let marks = std::fs::read_to_string(&mark).unwrap_or_default();
+    for l in marks.lines() {
+        tally.check(!l.ends_with("/weft"), || {
+            format!("weft's own process loaded the target's LD_PRELOAD: {l}")
+        });
+    }
+    tally.check(
+        marks
+            .lines()
+            .any(|l| l.starts_with(&format!("{target_pid} "))),
+        || format!("the library never recorded the target itself: {marks:?}"),
+    );
+    let _ = t.child.kill();
+    let _ = std::fs::remove_dir_all(&dir);
+    tally.finish();
+}
+
+/// The shared segment (and code regions) are memfds only their owner may open.
+#[test]
+fn shared_memory_is_private_to_its_owner() {
+    let mut tally = Tally::new("shared memory permissions", "memfds");
+    let bin = stress("hammer.c");
+    let t = Watched::start(&bin, &["1"]);
+    let prog = format!("uprobe:{}:hot_jump {{ @c = count(); }}", b(&bin));
+    let mut w = spawn_weft(&["-e", &prog, "-p", &t.pid().to_string()]);
+    let start = Instant::now();
+    while code_matches_file(t.pid(), &bin) && start.elapsed() < T {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = Vec::new();
+    for pid in [w.id() as i32, t.pid()] {
+        for dir in ["fd", "map_files"] {
+            let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/{dir}")) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let Ok(target) = std::fs::read_link(e.path()) else {
+                    continue;
+                };
+                let name = target.display().to_string();
+                if !name.contains("memfd:weft") {
+                    continue;
+                }
+                let Ok(md) = std::fs::metadata(e.path()) else {
+                    continue;
+                };
+                tally.count += 1;
+                seen.push(name.clone());
+                tally.check(md.mode() & 0o077 == 0, || {
+                    format!("{name} (in {}/{dir}) has mode {:o}", pid, md.mode() & 0o777)
+                });
+            }
+        }
+    }
+    tally.check(!seen.is_empty(), || "found no weft memfd".into());
+    // SAFETY: interrupting the weft we started.
+    unsafe { libc::kill(w.id() as i32, libc::SIGINT) };
+    let _ = w.wait();
+    tally.finish();
+}
