@@ -624,8 +624,7 @@ fn resolve_sites(
         Option<weft_symbols::ElfFile>,
         HashMap<u64, Vec<weft_symbols::WeftProbeSite>>,
     );
-    let mut placeholders: HashMap<std::path::PathBuf, Placeholders> =
-        Default::default();
+    let mut placeholders: HashMap<std::path::PathBuf, Placeholders> = Default::default();
     for (pi, p) in prog.probes.iter().enumerate() {
         for a in &p.attach {
             let (target_spec, func, offset, is_ret) = match a {
