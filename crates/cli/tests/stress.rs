@@ -39,6 +39,17 @@ fn scale(ci: u64, soak: u64) -> u64 {
     }
 }
 
+/// Tests that need root fail without it (CI runs as root): a skipped security test
+/// would pass silently.
+fn require_root(why: &str) {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    assert_eq!(
+        uid, 0,
+        "this test needs root ({why}); run the suite as root"
+    );
+}
+
 fn b(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -1464,11 +1475,7 @@ fn build_modules(dir: &Path) -> (PathBuf, PathBuf) {
 #[test]
 fn proc_pid_root_symlinks_are_not_followed_out_of_the_target() {
     let mut tally = Tally::new("/proc/PID/root symlink escapes", "probes");
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root (to give the target a namespace and weft a root-only file)");
-        return tally.finish();
-    }
+    require_root("to give the target a namespace and weft a root-only file");
     let dir = PathBuf::from(format!("/tmp/weft-root-escape-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     for d in ["mnt", "over", "secret"] {
@@ -1574,11 +1581,7 @@ fn weft_socket_name(weft_pid: u32) -> Option<String> {
 #[test]
 fn control_socket_refuses_other_peers() {
     let mut tally = Tally::new("foreign connections to the control socket", "connections");
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root (to connect as another user)");
-        return tally.finish();
-    }
+    require_root("to connect as another user");
     let bin = stress("hammer.c");
     let peer = stress_v("sockpeer.c", O0_NOPIE, &[]);
     let mut t = Watched::start(&bin, &["2"]);
@@ -1641,11 +1644,7 @@ fn control_socket_refuses_other_peers() {
 #[test]
 fn unprivileged_attach_to_root_process_is_refused() {
     let mut tally = Tally::new("unprivileged attaches to a root process", "attaches");
-    // SAFETY: getuid has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("skipped: needs root (to own the target)");
-        return tally.finish();
-    }
+    require_root("to own the target");
     let bin = stress("hammer.c");
     let mut t = Watched::start(&bin, &["1"]);
     let prog = format!("uprobe:{}:hot_jump {{ @c = count(); }}", b(&bin));
