@@ -99,6 +99,9 @@ pub enum InjectError {
     #[error("thread {tid} is in a system call whose restart would re-execute the instruction at {pc:#x}, inside the given ranges")]
     StepOutInSyscall { tid: i32, pc: u64 },
 
+    #[error("thread {tid} is about to make a system call at {pc:#x}, inside the given ranges; it is not stepped into it")]
+    StepOutAtSyscall { tid: i32, pc: u64 },
+
     #[error("thread {tid} raised {} at pc {pc:#x} while being stepped out of the given ranges; it is delivered on resume", signal_name(*.signal))]
     StepOutFault { tid: i32, signal: i32, pc: u64 },
 

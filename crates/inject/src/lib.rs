@@ -24,7 +24,10 @@
 //!   the function needs (malloc's arena lock, the loader lock, a stdio lock), the call
 //!   deadlocks until its timeout, and abandoning it leaves the lock held.
 //!   [`StoppedProcess::pick_call_thread`] lowers the odds (a thread blocked in `read`
-//!   or `poll` normally holds none) but cannot rule it out.
+//!   or `poll` normally holds none) but cannot rule it out; nor can it see a thread
+//!   in the middle of a lock-free (single-threaded) `malloc`, where a nested call
+//!   corrupts the heap. Choosing the moment is the caller's business (weft's CLI:
+//!   `safepoint`, which steps threads back out of the C library first).
 //! * Threads a called function creates stay stopped until resume: a function that
 //!   waits for its own new thread deadlocks until the timeout.
 //! * Stopping interrupts blocking system calls. Most are restarted on resume; a few

@@ -19,8 +19,10 @@ const MAX_DLERROR: usize = 4096;
 /// mount namespace and root). The library's constructors run in `tid`, before this
 /// returns; threads they create are held stopped until the process is resumed.
 ///
-/// `tid` should hold no lock `dlopen` needs (malloc's, the loader's):
-/// [`StoppedProcess::pick_call_thread`] chooses such a thread when it can.
+/// `tid` must not be inside `malloc` or hold a lock `dlopen` needs (malloc's, the
+/// loader's, the exit handlers'): a nested `malloc` corrupts a single-threaded heap.
+/// [`StoppedProcess::pick_call_thread`] only lowers the odds; weft's CLI waits for a
+/// safe point (`weft::safepoint`).
 pub fn inject_library(
     stopped: &mut StoppedProcess,
     tid: i32,

@@ -403,7 +403,25 @@ impl StoppedProcess {
     /// (stepping would re-enter the call), and stops with an error if the thread
     /// faults (the fault is delivered on resume) or blocks for [`STEP_OUT_TIMEOUT`].
     pub fn step_out(&mut self, tid: i32, ranges: &[Range<u64>], max_steps: usize) -> Result<usize> {
-        let deadline = Deadline::after(STEP_OUT_TIMEOUT);
+        self.step_out_within(tid, ranges, max_steps, STEP_OUT_TIMEOUT, true)
+    }
+
+    /// [`step_out`](Self::step_out) giving up after `timeout` (a thread that blocks
+    /// meanwhile is interrupted and stays where it got to, its own code having run).
+    /// Without `into_syscalls`, stepping stops with an error before a `syscall`
+    /// instruction inside a range: a step into a call that blocks until the timeout
+    /// ends with the thread interrupted in the call and the step's SIGTRAP already
+    /// queued, where no stop of ours takes it (after the detach it would kill the
+    /// thread); callers that only step short, non-blocking code may allow them.
+    pub fn step_out_within(
+        &mut self,
+        tid: i32,
+        ranges: &[Range<u64>],
+        max_steps: usize,
+        timeout: Duration,
+        into_syscalls: bool,
+    ) -> Result<usize> {
+        let deadline = Deadline::after(timeout);
         let inside = |pc: u64| ranges.iter().any(|r| r.contains(&pc));
         let mut steps = 0;
         loop {
@@ -418,7 +436,27 @@ impl StoppedProcess {
                 let pc = thread.pc();
                 return Err(InjectError::StepOutLimit { tid, steps, pc });
             }
-            self.single_step(tid, deadline)?;
+            let pc = thread.pc();
+            let mut insn = [0u8; 2];
+            if !into_syscalls && self.read_mem(pc, &mut insn).is_ok() && insn == [0x0f, 0x05] {
+                return Err(InjectError::StepOutAtSyscall { tid, pc });
+            }
+            if steps > 0 && deadline.passed() {
+                return Err(InjectError::Timeout {
+                    pid: self.pid,
+                    what: "single-stepping a thread out of the given ranges",
+                    after: deadline.total,
+                });
+            }
+            // The budget is checked between steps; a step itself gets at least GRACE.
+            // A step cut short by an interrupt may leave its SIGTRAP queued behind the
+            // interrupt stop, where it would reach the thread after the detach.
+            let step_deadline = if deadline.at.saturating_duration_since(Instant::now()) < GRACE {
+                Deadline::after(GRACE)
+            } else {
+                deadline
+            };
+            self.single_step(tid, step_deadline)?;
             steps += 1;
         }
     }
