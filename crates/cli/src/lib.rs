@@ -16,6 +16,7 @@ pub mod dwarf;
 pub mod local;
 pub mod patch;
 pub mod printer;
+pub mod safepoint;
 pub mod segment;
 pub mod session;
 pub mod target;

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
+use crate::safepoint;
 use anyhow::{anyhow, bail, Context, Result};
 use weft_inject::{CallArg, StoppedProcess};
 use weft_symbols::{ElfFile, ProcMaps};
@@ -177,6 +178,44 @@ pub fn attach(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duratio
     if is_zombie(pid) {
         bail!("process {pid} has exited (it is a zombie waiting for its parent)");
     }
+    attach_to(pid, agent, socket).map_err(|e| {
+        // Whatever step failed, a process that ended meanwhile is the reason.
+        if exiting(pid) {
+            anyhow!("process {pid} exited while weft was attaching")
+        } else {
+            e
+        }
+    })
+}
+
+/// The process is gone, a zombie, or on its way there: its threads are exiting, or
+/// its memory is already released. Waits a little for an exit to show.
+fn exiting(pid: i32) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(200);
+    loop {
+        if !alive(pid) {
+            return true;
+        }
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, r)| r.trim_start().chars().next())
+            })
+            .flatten();
+        let no_memory =
+            std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.is_empty());
+        if matches!(state, Some('X' | 'Z')) || no_memory {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration> {
     let exe = match weft_inject::process::exe(pid) {
         Ok(e) => e,
         Err(_) if !weft_inject::process::process_exists(pid) || is_zombie(pid) => {
@@ -201,14 +240,18 @@ pub fn attach(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duratio
             );
         }
     }
-    // A process caught while the dynamic linker is still loading it (libc not mapped
-    // or not relocated yet) must not be asked to dlopen: let it run a little first.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-    let (mut stopped, maps) = loop {
-        let stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    // The agent is loaded by a thread borrowed at a moment it cannot be inside the C
+    // library (see `safepoint`). A process caught while the dynamic linker is still
+    // loading it (libc not mapped or not relocated yet) is let run a little first, as
+    // is one whose threads are all busy in the library.
+    let since = std::time::Instant::now();
+    let mut restorers = None;
+    let mut pause = std::time::Duration::from_millis(2);
+    let (mut stopped, maps, tid) = loop {
+        let mut stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
         let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
-        let loader: Vec<std::ops::Range<u64>> = maps
-            .modules()
+        let modules = maps.modules();
+        let loader: Vec<std::ops::Range<u64>> = modules
             .iter()
             .filter(|m| m.file_name().starts_with("ld-linux") || m.file_name().starts_with("ld64"))
             .flat_map(|m| m.ranges.clone())
@@ -216,16 +259,34 @@ pub fn attach(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duratio
         let starting = !has_agent
             && (!stopped.threads_in(&loader).is_empty()
                 || find_function(&maps, "dlopen", &["libc.so", "libc-", "libdl"]).is_none());
-        if !starting || std::time::Instant::now() > deadline {
-            break (stopped, maps);
+        let waited = since.elapsed();
+        let why = if starting {
+            "the dynamic linker is still starting it".to_string()
+        } else if has_agent {
+            // Only the agent's own connect function is called: any thread will do.
+            let tid = stopped.pick_call_thread();
+            break (stopped, maps, tid);
+        } else {
+            let layout = safepoint::Layout::new(&stopped, &maps, &modules, &mut restorers);
+            match safepoint::look(&mut stopped, &layout, since)? {
+                safepoint::Look::Borrow(tid) => break (stopped, maps, tid),
+                safepoint::Look::Later(busy) => busy,
+            }
+        };
+        if waited > safepoint::SAFE_POINT_TIMEOUT {
+            bail!(
+                "no thread of process {pid} reached a point where loading the agent is safe \
+                 within {} s ({why}); try again",
+                safepoint::SAFE_POINT_TIMEOUT.as_secs()
+            );
         }
         stopped.resume().map_err(|e| anyhow!("{e}"))?;
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(20));
         if !alive(pid) {
             bail!("process {pid} exited while weft was attaching");
         }
     };
-    let tid = stopped.pick_call_thread();
     if !has_agent {
         let dlopen =
             find_function(&maps, "dlopen", &["libc.so", "libc-", "libdl"]).ok_or_else(|| {

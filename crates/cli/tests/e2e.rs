@@ -665,3 +665,39 @@ fn target_exiting_while_weft_attaches() {
         let _ = child.wait();
     }
 }
+
+#[test]
+fn attach_never_nests_in_the_c_library() {
+    // The target lives inside malloc, free and atexit: a remote dlopen nested in
+    // one of them corrupts the heap or deadlocks. weft must borrow a thread only at a
+    // safe point, and the target must finish with its own exact result.
+    let bin = build("libcbusy.c", Variant::O2_PIE, &["-pthread"]);
+    let b = bin_str(&bin);
+    for (threads, rounds, cases) in [("1", "3000000", 6), ("4", "1500000", 4)] {
+        let want = native(&bin, &[rounds, threads]);
+        assert!(want.starts_with("sum "), "{want}");
+        for case in 0..cases {
+            let child = std::process::Command::new(&bin)
+                .args([rounds, threads])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(Duration::from_millis(15 + 25 * case));
+            let prog = format!("uprobe:{b}:tick {{ @c = count(); }} interval:ms:100 {{ exit(); }}");
+            let o = weft(&["-e", &prog, "-p", &child.id().to_string()], T);
+            let got = child.wait_with_output().unwrap();
+            assert!(
+                got.status.success(),
+                "{threads} threads, case {case}: target ended with {} after weft said: {}",
+                got.status,
+                text(&o.stderr)
+            );
+            assert_eq!(text(&got.stdout), want, "{threads} threads, case {case}");
+            let out = ok(&o);
+            assert!(
+                map_value(&out, "@c").is_some_and(|c| c > 0),
+                "{threads} threads, case {case}: {out}"
+            );
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! Where in a stopped process the agent may be loaded: a thread, and a moment, at
+//! which a remote `dlopen` cannot re-enter the C library.
+//!
+//! `dlopen` runs `malloc`, takes the loader's locks and runs the agent's
+//! constructor on a borrowed thread. Borrowed in the middle of `malloc` (which takes
+//! no lock in a single-threaded process), the nested `malloc` corrupts the heap;
+//! borrowed while holding one of the C library's internal locks, it deadlocks. A
+//! thread is *safe* when it cannot be doing either:
+//!
+//! * it runs code outside the system libraries (the C library, the loader, the C++
+//!   and unwinder runtimes, known allocators), with no signal frame on its stack (a
+//!   handler may have interrupted `malloc`); or
+//! * it is blocked in a system call that only plain waits make (`read`, `poll`,
+//!   `nanosleep`, condition-variable and join waits, ...) and that was not made by
+//!   the loader.
+//!
+//! A thread in a system library is single-stepped (the others held) until it is back
+//! in the program's code; if that does not happen soon (it waits for a lock another
+//! thread holds, or spends its time in the library), the whole process runs a few
+//! milliseconds and is looked at again. Other threads are preferred safe too (then
+//! none can hold a lock `dlopen` needs), which a process of busy threads may never
+//! show at once: after [`ALL_SAFE_FOR`] a safe borrowed thread is enough.
+
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use weft_inject::{StoppedProcess, StoppedThread};
+use weft_symbols::{Module, ProcMaps};
+
+/// How long to look for a moment at which every thread is safe.
+pub const ALL_SAFE_FOR: Duration = Duration::from_millis(600);
+/// How long to look for a safe thread at all.
+pub const SAFE_POINT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How far a thread is single-stepped towards the program's code per look, and how
+/// long all steps of one look may take (the process is paused meanwhile).
+const STEP_BUDGET: usize = 20_000;
+const STEP_TIME: Duration = Duration::from_millis(10);
+/// How much of a thread's stack above its stack pointer is searched for a signal
+/// frame.
+const STACK_SCAN: u64 = 64 * 1024;
+
+/// File-name prefixes of the libraries a remote call must not be nested in.
+const SYSTEM_LIBS: &[&str] = &[
+    "ld-linux",
+    "ld64",
+    "libc.so",
+    "libc-",
+    "libpthread",
+    "libdl",
+    "libstdc++",
+    "libgcc_s",
+    "libjemalloc",
+    "libtcmalloc",
+    "libmimalloc",
+];
+
+/// `mov $15, %rax; syscall`: glibc's `__restore_rt`, where every signal handler
+/// returns to (rt_sigreturn is system call 15).
+const RESTORER: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
+/// What is known of the process's memory layout for the judgement.
+pub struct Layout {
+    /// Code of the system libraries.
+    system: Vec<Range<u64>>,
+    /// Data of the system libraries (where their internal locks live).
+    system_data: Vec<Range<u64>>,
+    /// Code of the dynamic loader.
+    loader: Vec<Range<u64>>,
+    /// Addresses of signal-return trampolines.
+    restorers: Vec<u64>,
+    /// Writable mappings (stacks among them), to bound stack scans.
+    writable: Vec<Range<u64>>,
+}
+
+impl Layout {
+    /// `restorers` caches the trampolines' addresses between looks (the library
+    /// does not move).
+    pub fn new(
+        stopped: &StoppedProcess,
+        maps: &ProcMaps,
+        modules: &[Module],
+        restorers: &mut Option<Vec<u64>>,
+    ) -> Layout {
+        let code_of = |m: &Module| -> Vec<Range<u64>> {
+            maps.mappings
+                .iter()
+                .filter(|x| x.perms.exec && m.ranges.iter().any(|r| r.start == x.start))
+                .map(|x| x.start..x.end)
+                .collect()
+        };
+        let is_loader = |m: &Module| {
+            let f = m.file_name();
+            f.starts_with("ld-linux") || f.starts_with("ld64")
+        };
+        let system: Vec<&Module> = modules
+            .iter()
+            .filter(|m| SYSTEM_LIBS.iter().any(|p| m.file_name().starts_with(p)))
+            .collect();
+        let restorers = restorers
+            .get_or_insert_with(|| {
+                system
+                    .iter()
+                    .filter(|m| m.file_name().starts_with("libc"))
+                    .flat_map(|m| code_of(m))
+                    .flat_map(|r| find_all(stopped, r, &RESTORER))
+                    .collect()
+            })
+            .clone();
+        let data_of = |m: &Module| -> Vec<Range<u64>> {
+            maps.mappings
+                .iter()
+                .filter(|x| x.perms.write && m.ranges.iter().any(|r| r.start == x.start))
+                .map(|x| x.start..x.end)
+                .collect()
+        };
+        Layout {
+            system: system.iter().flat_map(|m| code_of(m)).collect(),
+            system_data: system.iter().flat_map(|m| data_of(m)).collect(),
+            loader: modules
+                .iter()
+                .filter(|m| is_loader(m))
+                .flat_map(code_of)
+                .collect(),
+            restorers,
+            writable: maps
+                .mappings
+                .iter()
+                .filter(|m| m.perms.write)
+                .map(|m| m.start..m.end)
+                .collect(),
+        }
+    }
+
+    fn in_system(&self, pc: u64) -> bool {
+        self.system.iter().any(|r| r.contains(&pc))
+    }
+
+    /// The system libraries' code (to step out of).
+    pub fn system_code(&self) -> &[Range<u64>] {
+        &self.system
+    }
+}
+
+/// Why a thread is or is not safe (for `-v` and errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judgement {
+    /// Blocked in a plain wait: the best thread to borrow.
+    Waiting,
+    /// Running the program's own code.
+    InProgram,
+    /// In a system library (or its system call is not a plain wait).
+    InLibrary,
+    /// A signal handler is running (it may have interrupted anything).
+    InHandler,
+}
+
+impl Judgement {
+    pub fn safe(self) -> bool {
+        matches!(self, Judgement::Waiting | Judgement::InProgram)
+    }
+}
+
+/// Judges one stopped thread.
+pub fn judge(stopped: &StoppedProcess, layout: &Layout, t: &StoppedThread) -> Judgement {
+    if handler_on_stack(stopped, layout, t.regs().rsp) {
+        return Judgement::InHandler;
+    }
+    let r = t.regs();
+    if t.in_syscall() {
+        let loader = layout.loader.iter().any(|x| x.contains(&r.rip));
+        if !loader && plain_wait(r.orig_rax as i64, r.rdi, r.rsi, layout) {
+            return Judgement::Waiting;
+        }
+        return Judgement::InLibrary;
+    }
+    if layout.in_system(r.rip) {
+        Judgement::InLibrary
+    } else {
+        Judgement::InProgram
+    }
+}
+
+/// A system call that only a plain wait makes, holding nothing of the C library's.
+/// For `futex`: condition variable, semaphore and join waits use
+/// `FUTEX_WAIT_BITSET`; a lock wait (`FUTEX_WAIT`, `FUTEX_LOCK_PI`) is the program's
+/// own mutex unless the lock word lies in a system library's data or at the head of
+/// a malloc arena (a 64 MiB-aligned heap), where the C library's internal locks are.
+fn plain_wait(nr: i64, addr: u64, op: u64, layout: &Layout) -> bool {
+    const FUTEX_CMD_MASK: u64 = !(128 | 256);
+    const FUTEX_WAIT: u64 = 0;
+    const FUTEX_LOCK_PI: u64 = 6;
+    const FUTEX_WAIT_BITSET: u64 = 9;
+    const FUTEX_LOCK_PI2: u64 = 13;
+    const ARENA_ALIGN: u64 = 64 << 20;
+    match nr {
+        libc::SYS_futex => match op & FUTEX_CMD_MASK {
+            FUTEX_WAIT_BITSET => true,
+            FUTEX_WAIT | FUTEX_LOCK_PI | FUTEX_LOCK_PI2 => {
+                let internal = layout.system_data.iter().any(|r| r.contains(&addr))
+                    || addr % ARENA_ALIGN < 4096;
+                !internal
+            }
+            _ => false,
+        },
+        libc::SYS_read
+        | libc::SYS_write
+        | libc::SYS_readv
+        | libc::SYS_writev
+        | libc::SYS_pread64
+        | libc::SYS_pwrite64
+        | libc::SYS_poll
+        | libc::SYS_ppoll
+        | libc::SYS_select
+        | libc::SYS_pselect6
+        | libc::SYS_epoll_wait
+        | libc::SYS_epoll_pwait
+        | libc::SYS_epoll_pwait2
+        | libc::SYS_nanosleep
+        | libc::SYS_clock_nanosleep
+        | libc::SYS_accept
+        | libc::SYS_accept4
+        | libc::SYS_connect
+        | libc::SYS_recvfrom
+        | libc::SYS_recvmsg
+        | libc::SYS_recvmmsg
+        | libc::SYS_sendto
+        | libc::SYS_sendmsg
+        | libc::SYS_wait4
+        | libc::SYS_waitid
+        | libc::SYS_pause
+        | libc::SYS_rt_sigsuspend
+        | libc::SYS_rt_sigtimedwait
+        | libc::SYS_msgrcv
+        | libc::SYS_msgsnd
+        | libc::SYS_semtimedop
+        | libc::SYS_io_getevents
+        | libc::SYS_io_uring_enter
+        | libc::SYS_flock => true,
+        _ => false,
+    }
+}
+
+/// A signal-return address in the live part of the stack above `rsp`: a handler's
+/// frame (rather than a stale value, which lies below the stack pointer).
+fn handler_on_stack(stopped: &StoppedProcess, layout: &Layout, rsp: u64) -> bool {
+    if layout.restorers.is_empty() {
+        return false;
+    }
+    let Some(stack) = layout.writable.iter().find(|r| r.contains(&rsp)) else {
+        return false;
+    };
+    let len = (stack.end - rsp).min(STACK_SCAN) as usize;
+    let mut buf = vec![0u8; len];
+    if stopped.read_mem(rsp, &mut buf).is_err() {
+        return false;
+    }
+    buf.chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+        .any(|w| layout.restorers.contains(&w))
+}
+
+/// Every address in `range` (target memory) where `pattern` starts.
+fn find_all(stopped: &StoppedProcess, range: Range<u64>, pattern: &[u8]) -> Vec<u64> {
+    let mut buf = vec![0u8; (range.end - range.start) as usize];
+    if stopped.read_mem(range.start, &mut buf).is_err() {
+        return Vec::new();
+    }
+    memchr::memmem::find_iter(&buf, pattern)
+        .map(|i| range.start + i as u64)
+        .collect()
+}
+
+/// The outcome of one look at a stopped process.
+pub enum Look {
+    /// Borrow this thread now.
+    Borrow(i32),
+    /// Nothing safe yet: let the process run a little and look again.
+    Later(String),
+}
+
+/// Looks at a stopped process, stepping threads out of the system libraries when
+/// that helps, and says which thread to borrow. `since` is when the search began.
+pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Result<Look> {
+    let pid = stopped.pid();
+    // Threads of processes sharing the memory (a vfork child) count for the locks
+    // they may hold, but are never borrowed.
+    let candidates: Vec<i32> = stopped.threads().iter().map(|t| t.tid()).collect();
+    let steps_until = Instant::now() + STEP_TIME;
+    let mut verdicts = Vec::new();
+    for &tid in &candidates {
+        let thread = stopped.thread(tid).map_err(|e| anyhow!("{e}"))?;
+        let mut j = judge(stopped, layout, thread);
+        let time = steps_until.saturating_duration_since(Instant::now());
+        if j == Judgement::InLibrary && !thread.in_syscall() && !time.is_zero() {
+            // Run it (alone) back to the program's code.
+            match stopped.step_out_within(tid, layout.system_code(), STEP_BUDGET, time, false) {
+                Ok(_) => {
+                    j = judge(
+                        stopped,
+                        layout,
+                        stopped.thread(tid).map_err(|e| anyhow!("{e}"))?,
+                    )
+                }
+                Err(e) if !weft_inject::process::process_exists(pid) => bail!("{e}"),
+                Err(_) => {}
+            }
+        }
+        verdicts.push((tid, j));
+    }
+    let all_safe = verdicts.iter().all(|(_, j)| j.safe());
+    let own: Vec<(i32, Judgement)> = verdicts
+        .iter()
+        .copied()
+        .filter(|&(t, _)| stopped.tgid_of(t) == pid)
+        .collect();
+    let best = own
+        .iter()
+        .find(|(_, j)| *j == Judgement::Waiting)
+        .or_else(|| {
+            own.iter()
+                .find(|(t, j)| *t == pid && *j == Judgement::InProgram)
+        })
+        .or_else(|| own.iter().find(|(_, j)| j.safe()));
+    match best {
+        Some(&(tid, _)) if all_safe || since.elapsed() >= ALL_SAFE_FOR => Ok(Look::Borrow(tid)),
+        _ => {
+            let busy: Vec<String> = verdicts
+                .iter()
+                .filter(|(_, j)| !j.safe())
+                .map(|(t, j)| format!("{t} {}", describe(*j)))
+                .collect();
+            Ok(Look::Later(busy.join(", ")))
+        }
+    }
+}
+
+fn describe(j: Judgement) -> &'static str {
+    match j {
+        Judgement::Waiting => "waiting",
+        Judgement::InProgram => "in the program",
+        Judgement::InLibrary => "in the C library or loader",
+        Judgement::InHandler => "in a signal handler",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{plain_wait, Layout};
+
+    #[test]
+    fn futex_waits_are_told_apart() {
+        let layout = Layout {
+            system: std::iter::once(0x7000_0000..0x7010_0000).collect(),
+            system_data: std::iter::once(0x7020_0000..0x7021_0000).collect(),
+            loader: vec![],
+            restorers: vec![],
+            writable: vec![],
+        };
+        let futex = libc::SYS_futex;
+        let user_lock = 0x5555_0000_1040;
+        // pthread_cond_wait: FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG.
+        assert!(plain_wait(futex, user_lock, 9 | 128, &layout));
+        // A lock wait (FUTEX_WAIT | FUTEX_PRIVATE_FLAG) on the program's mutex...
+        assert!(plain_wait(futex, user_lock, 128, &layout));
+        // ... on a lock in libc's data, or at the head of a malloc arena.
+        assert!(!plain_wait(futex, 0x7020_0100, 128, &layout));
+        assert!(!plain_wait(futex, 0x7f00_0400_0020, 128, &layout));
+        // FUTEX_WAKE and friends are not waits.
+        assert!(!plain_wait(futex, user_lock, 1 | 128, &layout));
+        assert!(plain_wait(libc::SYS_read, 0, 0, &layout));
+        assert!(!plain_wait(libc::SYS_mmap, 0, 0, &layout));
+        assert!(!plain_wait(libc::SYS_brk, 0, 0, &layout));
+    }
+}

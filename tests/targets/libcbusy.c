@@ -1,0 +1,56 @@
+/* Spends nearly all its time inside the C library's allocator and atexit
+ * bookkeeping, the state a borrowed thread must never be nested in: a remote
+ * dlopen run in the middle of malloc corrupts the heap (a single-threaded malloc
+ * takes no lock), one run while __exit_funcs_lock is held deadlocks.
+ * usage: libcbusy ROUNDS [THREADS]  -- prints "sum S" where S depends only on
+ * ROUNDS and THREADS, then exits 0. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static long rounds;
+
+static void nothing(void) {}
+
+__attribute__((noinline)) long tick(long x) {
+  __asm__ volatile("");
+  return x + 1;
+}
+
+static void *churn(void *arg) {
+  long seed = (long)arg, sum = 0;
+  void *keep[64] = {0};
+  for (long i = 0; i < rounds; i++) {
+    size_t size = 16 + (size_t)((i * 7919 + seed) % 4000);
+    unsigned char *p = malloc(size);
+    memset(p, (int)(i & 0xff), size);
+    sum += p[size - 1] + (long)size;
+    long k = i % 64;
+    free(keep[k]);
+    keep[k] = p;
+    if (seed == 0 && i % 64 == 0)
+      atexit(nothing); /* __exit_funcs_lock, and a calloc under it */
+    sum = tick(sum);
+  }
+  for (int k = 0; k < 64; k++)
+    free(keep[k]);
+  return (void *)sum;
+}
+
+int main(int argc, char **argv) {
+  rounds = argc > 1 ? atol(argv[1]) : 1000;
+  int threads = argc > 2 ? atoi(argv[2]) : 1;
+  pthread_t t[64];
+  long total = 0;
+  for (int i = 1; i < threads && i < 64; i++)
+    pthread_create(&t[i], NULL, churn, (void *)(long)i);
+  total += (long)churn(0);
+  for (int i = 1; i < threads && i < 64; i++) {
+    void *r;
+    pthread_join(t[i], &r);
+    total += (long)r;
+  }
+  printf("sum %ld\n", total);
+  return 0;
+}
