@@ -127,6 +127,18 @@ pub(crate) fn thread_state(pid: i32, tid: i32) -> Option<char> {
     text[text.rfind(')')? + 1..].trim_start().chars().next()
 }
 
+/// The signals queued for one thread alone (`SigPnd` of its status), as a mask
+/// (bit `n - 1` for signal `n`); 0 if unreadable.
+pub(crate) fn thread_pending(pid: i32, tid: i32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+        .ok()
+        .and_then(|text| {
+            let hex = text.lines().find_map(|l| l.strip_prefix("SigPnd:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .unwrap_or(0)
+}
+
 /// The system call number a stopped or blocked thread is in
 /// (`/proc/PID/task/TID/syscall`), `None` if it is not in one or it is unreadable.
 pub(crate) fn thread_syscall(pid: i32, tid: i32) -> Option<i64> {

@@ -485,9 +485,12 @@ impl StoppedProcess {
         sys::singlestep(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_SINGLESTEP", tid, e))?;
         loop {
             let Some(event) = self.wait_event(tid, deadline)? else {
-                if self.interrupt_and_restore(tid, None)?.is_none() {
-                    self.threads.retain(|t| t.tid != tid);
-                    self.lost.push((tid, None));
+                match self.interrupt_and_restore(tid, None)? {
+                    None => {
+                        self.threads.retain(|t| t.tid != tid);
+                        self.lost.push((tid, None));
+                    }
+                    Some(_) => self.take_queued_step_trap(tid)?,
                 }
                 return Err(InjectError::Timeout {
                     pid: self.pid,
@@ -527,6 +530,50 @@ impl StoppedProcess {
         thread.regs = regs;
         thread.stop = StopKind::Trap;
         Ok(())
+    }
+
+    /// After a step cut short by an interrupt: a step that completed meanwhile (in a
+    /// blocking system call, the trap is raised when the call is interrupted) has
+    /// its SIGTRAP queued behind the interrupt stop, where it would reach the thread
+    /// after the detach and kill it. Let the thread take it, and swallow it; other
+    /// signals taken on the way are kept for resume.
+    fn take_queued_step_trap(&mut self, tid: i32) -> Result<()> {
+        let trap = 1u64 << (libc::SIGTRAP - 1);
+        if process::thread_pending(self.pid, tid) & trap == 0 {
+            return Ok(());
+        }
+        let deadline = Deadline::after(GRACE);
+        sys::cont(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_CONT", tid, e))?;
+        loop {
+            let Some(event) = self.wait_event(tid, deadline)? else {
+                // Not taken in time (blocked meanwhile?): stop the thread where it is.
+                if self.interrupt_and_restore(tid, None)?.is_none() {
+                    self.threads.retain(|t| t.tid != tid);
+                    self.lost.push((tid, None));
+                }
+                return Ok(());
+            };
+            match event {
+                WaitEvent::SignalStop { signal } => {
+                    let info = sys::getsiginfo(tid).ok();
+                    if signal == libc::SIGTRAP && info.is_some_and(|i| is_step_trap(&i)) {
+                        self.settle_trap(tid, deadline)?;
+                        let regs = self.getregs(tid)?;
+                        let thread = self.thread_mut(tid)?;
+                        thread.regs = regs;
+                        thread.stop = StopKind::Trap;
+                        return Ok(());
+                    }
+                    self.thread_mut(tid)?
+                        .pending
+                        .push(PendingSignal { signal, info });
+                }
+                WaitEvent::EventStop { .. } | WaitEvent::OtherEvent => {}
+                WaitEvent::Clone => self.note_clone(tid)?,
+                WaitEvent::Exited | WaitEvent::Killed => return Err(self.thread_exited(tid)),
+            }
+            sys::cont(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_CONT", tid, e))?;
+        }
     }
 
     /// `tid` sits in a signal-delivery-stop weft caused (the SIGTRAP of a completed

@@ -132,3 +132,61 @@ fn step_out_refuses_a_thread_whose_syscall_restart_lands_in_the_range() {
     target.send_and_close(b"abc");
     assert_eq!(target.line(), "read 3");
 }
+
+const GADGET: &str = r#"
+#include <stdio.h>
+
+volatile unsigned long n;
+
+/* A bare system call, for the test to point a thread at. */
+__asm__(".text\n.globl gadget\n.type gadget, @function\ngadget:\n  syscall\n  ret\n");
+
+int main(void) {
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) n++;
+}
+"#;
+
+#[test]
+fn a_step_cut_short_in_a_blocking_call_leaves_no_trap_behind() {
+    // A step into a read that blocks is cut short by the timeout; the step's
+    // SIGTRAP, raised when the read is interrupted, must not survive the detach
+    // (the target has no SIGTRAP handler: it would die).
+    let program = build("gadget", GADGET, &[]);
+    let target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let gadget = target.function("gadget");
+    let n = target.symbol("n");
+
+    let mut stopped = StoppedProcess::stop(pid).unwrap();
+    let saved = *stopped.thread(pid).unwrap().regs();
+    let mut regs = saved;
+    regs.rip = gadget.start;
+    regs.rax = libc::SYS_read as u64;
+    regs.rdi = 0; // stdin: a pipe nobody writes to
+    regs.rsi = saved.rsp - 512;
+    regs.rdx = 1;
+    regs.orig_rax = u64::MAX;
+    stopped.set_regs(pid, &regs).unwrap();
+    let call = gadget.start..gadget.start + 2;
+    let err = stopped
+        .step_out_within(
+            pid,
+            std::slice::from_ref(&call),
+            10,
+            Duration::from_millis(200),
+            true,
+        )
+        .unwrap_err();
+    assert!(matches!(err, InjectError::Timeout { .. }), "{err}");
+    stopped.set_regs(pid, &saved).unwrap();
+    stopped.resume().unwrap();
+
+    let counted = target.peek_u64s(n, 1)[0];
+    assert!(common::eventually(Duration::from_secs(2), || target
+        .peek_u64s(n, 1)[0]
+        > counted + 1000));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(common::task_state(pid, pid).map(|s| s != 'Z'), Some(true));
+}
