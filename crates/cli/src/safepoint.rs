@@ -10,9 +10,10 @@
 //! * it runs code outside the system libraries (the C library, the loader, the C++
 //!   and unwinder runtimes, known allocators), with no signal frame on its stack (a
 //!   handler may have interrupted `malloc`); or
-//! * it is blocked in a system call that only plain waits make (`read`, `poll`,
-//!   `nanosleep`, condition-variable and join waits, ...) and that was not made by
-//!   the loader.
+//! * it is blocked in a system call (`read`, `poll`, `nanosleep`, a condition
+//!   variable, its own mutex, ...) that the loader did not make and that the C
+//!   library does not make in the middle of its own bookkeeping (a wait for one of
+//!   its internal locks, `malloc`'s memory calls, `fork`).
 //!
 //! A thread in a system library is single-stepped (the others held) until it is back
 //! in the program's code; if that does not happen soon (it waits for a lock another
@@ -181,63 +182,45 @@ pub fn judge(stopped: &StoppedProcess, layout: &Layout, t: &StoppedThread) -> Ju
     }
 }
 
-/// A system call that only a plain wait makes, holding nothing of the C library's.
-/// For `futex`: condition variable, semaphore and join waits use
-/// `FUTEX_WAIT_BITSET`; a lock wait (`FUTEX_WAIT`, `FUTEX_LOCK_PI`) is the program's
-/// own mutex unless the lock word lies in a system library's data or at the head of
-/// a malloc arena (a 64 MiB-aligned heap), where the C library's internal locks are.
+/// An interrupted (blocking) system call made by a thread that holds nothing of
+/// the C library's. Blocking calls the library makes in the middle of its own
+/// bookkeeping are the exceptions: a lock wait (`FUTEX_WAIT`, `FUTEX_LOCK_PI`) on a
+/// lock word in a system library's data or at the head of a malloc arena (a
+/// 64 MiB-aligned heap), where its internal locks are (a wait on the program's own
+/// mutex, or condition-variable, semaphore and join waits, `FUTEX_WAIT_BITSET`,
+/// are fine); the memory calls of `malloc`; `fork`, `vfork` and `clone`, made
+/// holding the allocator's and the fork handlers' locks; and the exits.
 fn plain_wait(nr: i64, addr: u64, op: u64, layout: &Layout) -> bool {
     const FUTEX_CMD_MASK: u64 = !(128 | 256);
     const FUTEX_WAIT: u64 = 0;
     const FUTEX_LOCK_PI: u64 = 6;
-    const FUTEX_WAIT_BITSET: u64 = 9;
     const FUTEX_LOCK_PI2: u64 = 13;
     const ARENA_ALIGN: u64 = 64 << 20;
     match nr {
         libc::SYS_futex => match op & FUTEX_CMD_MASK {
-            FUTEX_WAIT_BITSET => true,
             FUTEX_WAIT | FUTEX_LOCK_PI | FUTEX_LOCK_PI2 => {
                 let internal = layout.system_data.iter().any(|r| r.contains(&addr))
                     || addr % ARENA_ALIGN < 4096;
                 !internal
             }
-            _ => false,
+            _ => true,
         },
-        libc::SYS_read
-        | libc::SYS_write
-        | libc::SYS_readv
-        | libc::SYS_writev
-        | libc::SYS_pread64
-        | libc::SYS_pwrite64
-        | libc::SYS_poll
-        | libc::SYS_ppoll
-        | libc::SYS_select
-        | libc::SYS_pselect6
-        | libc::SYS_epoll_wait
-        | libc::SYS_epoll_pwait
-        | libc::SYS_epoll_pwait2
-        | libc::SYS_nanosleep
-        | libc::SYS_clock_nanosleep
-        | libc::SYS_accept
-        | libc::SYS_accept4
-        | libc::SYS_connect
-        | libc::SYS_recvfrom
-        | libc::SYS_recvmsg
-        | libc::SYS_recvmmsg
-        | libc::SYS_sendto
-        | libc::SYS_sendmsg
-        | libc::SYS_wait4
-        | libc::SYS_waitid
-        | libc::SYS_pause
-        | libc::SYS_rt_sigsuspend
-        | libc::SYS_rt_sigtimedwait
-        | libc::SYS_msgrcv
-        | libc::SYS_msgsnd
-        | libc::SYS_semtimedop
-        | libc::SYS_io_getevents
-        | libc::SYS_io_uring_enter
-        | libc::SYS_flock => true,
-        _ => false,
+        libc::SYS_mmap
+        | libc::SYS_munmap
+        | libc::SYS_mremap
+        | libc::SYS_brk
+        | libc::SYS_madvise
+        | libc::SYS_mprotect
+        | libc::SYS_clone
+        | libc::SYS_clone3
+        | libc::SYS_fork
+        | libc::SYS_vfork
+        | libc::SYS_execve
+        | libc::SYS_execveat
+        | libc::SYS_exit
+        | libc::SYS_exit_group
+        | libc::SYS_rt_sigreturn => false,
+        _ => true,
     }
 }
 
@@ -366,9 +349,12 @@ mod tests {
         // ... on a lock in libc's data, or at the head of a malloc arena.
         assert!(!plain_wait(futex, 0x7020_0100, 128, &layout));
         assert!(!plain_wait(futex, 0x7f00_0400_0020, 128, &layout));
-        // FUTEX_WAKE and friends are not waits.
-        assert!(!plain_wait(futex, user_lock, 1 | 128, &layout));
+        // PI mutexes: the same rule.
+        assert!(plain_wait(futex, user_lock, 6 | 128, &layout));
+        assert!(!plain_wait(futex, 0x7020_0100, 6, &layout));
         assert!(plain_wait(libc::SYS_read, 0, 0, &layout));
+        assert!(plain_wait(libc::SYS_ioctl, 0, 0, &layout));
+        assert!(!plain_wait(libc::SYS_vfork, 0, 0, &layout));
         assert!(!plain_wait(libc::SYS_mmap, 0, 0, &layout));
         assert!(!plain_wait(libc::SYS_brk, 0, 0, &layout));
     }
