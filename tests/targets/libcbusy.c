@@ -2,14 +2,18 @@
  * bookkeeping, the state a borrowed thread must never be nested in: a remote
  * dlopen run in the middle of malloc corrupts the heap (a single-threaded malloc
  * takes no lock), one run while __exit_funcs_lock is held deadlocks.
- * usage: libcbusy ROUNDS [THREADS]  -- prints "sum S" where S depends only on
- * ROUNDS and THREADS, then exits 0. */
+ * usage: libcbusy ROUNDS [THREADS [grow]]  -- prints "sum S" where S depends only
+ * on the arguments, then exits 0. With "grow", each round callocs 16384 blocks of
+ * 1 KiB and frees them all, so the heap grows and is trimmed all the time (the
+ * allocator's most fragile path: before weft waited for a safe point, an attach
+ * to this killed it every time). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static long rounds;
+static int grow;
 
 static void nothing(void) {}
 
@@ -18,7 +22,26 @@ __attribute__((noinline)) long tick(long x) {
   return x + 1;
 }
 
+static void *grow_and_trim(void *arg) {
+  long seed = (long)arg, sum = 0;
+  enum { N = 16384 };
+  void **blocks = malloc(N * sizeof *blocks);
+  for (long r = 0; r < rounds; r++) {
+    for (int k = 0; k < N; k++) {
+      blocks[k] = calloc(1, 1040);
+      sum += ((unsigned char *)blocks[k])[k % 1040] + seed;
+    }
+    for (int k = N - 1; k >= 0; k--)
+      free(blocks[k]);
+    sum = tick(sum);
+  }
+  free(blocks);
+  return (void *)sum;
+}
+
 static void *churn(void *arg) {
+  if (grow)
+    return grow_and_trim(arg);
   long seed = (long)arg, sum = 0;
   void *keep[64] = {0};
   for (long i = 0; i < rounds; i++) {
@@ -41,6 +64,7 @@ static void *churn(void *arg) {
 int main(int argc, char **argv) {
   rounds = argc > 1 ? atol(argv[1]) : 1000;
   int threads = argc > 2 ? atoi(argv[2]) : 1;
+  grow = argc > 3 && strcmp(argv[3], "grow") == 0;
   pthread_t t[64];
   long total = 0;
   for (int i = 1; i < threads && i < 64; i++)
