@@ -15,12 +15,17 @@
 //!   library does not make in the middle of its own bookkeeping (a wait for one of
 //!   its internal locks, `malloc`'s memory calls, `fork`).
 //!
-//! A thread in a system library is single-stepped (the others held) until it is back
-//! in the program's code; if that does not happen soon (it waits for a lock another
-//! thread holds, or spends its time in the library), the whole process runs a few
-//! milliseconds and is looked at again. Other threads are preferred safe too (then
+//! When no thread is safe, the process runs a few milliseconds and is looked at
+//! again (up to [`SAFE_POINT_TIMEOUT`]). Other threads are preferred safe too (then
 //! none can hold a lock `dlopen` needs), which a process of busy threads may never
 //! show at once: after [`ALL_SAFE_FOR`] a safe borrowed thread is enough.
+//!
+//! A process that lives in the library (growing its heap, say) may never be caught
+//! outside it: after [`STEP_AFTER`] its threads are single-stepped (the others held)
+//! back to the program's code, never into a system call. Stepping is the last
+//! resort because it has one unsafe instant: a step ends in a SIGTRAP stop, and were
+//! weft SIGKILLed in one (microseconds per step), the kernel would deliver that
+//! SIGTRAP to a process that has no handler for it yet.
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -33,8 +38,10 @@ use weft_symbols::{Module, ProcMaps};
 pub const ALL_SAFE_FOR: Duration = Duration::from_millis(600);
 /// How long to look for a safe thread at all.
 pub const SAFE_POINT_TIMEOUT: Duration = Duration::from_secs(3);
-/// How far a thread is single-stepped towards the program's code per look, and how
-/// long all steps of one look may take (the process is paused meanwhile).
+/// After how long without a safe thread those in a system library are
+/// single-stepped towards the program's code, how far, and for how long per look
+/// (the process is paused meanwhile).
+pub const STEP_AFTER: Duration = Duration::from_millis(300);
 const STEP_BUDGET: usize = 20_000;
 const STEP_TIME: Duration = Duration::from_millis(10);
 /// How much of a thread's stack above its stack pointer is searched for a signal
@@ -72,6 +79,8 @@ pub struct Layout {
     restorers: Vec<u64>,
     /// Writable mappings (stacks among them), to bound stack scans.
     writable: Vec<Range<u64>>,
+    /// Executable mappings.
+    code: Vec<Range<u64>>,
 }
 
 impl Layout {
@@ -130,16 +139,17 @@ impl Layout {
                 .filter(|m| m.perms.write)
                 .map(|m| m.start..m.end)
                 .collect(),
+            code: maps
+                .mappings
+                .iter()
+                .filter(|m| m.perms.exec)
+                .map(|m| m.start..m.end)
+                .collect(),
         }
     }
 
     fn in_system(&self, pc: u64) -> bool {
         self.system.iter().any(|r| r.contains(&pc))
-    }
-
-    /// The system libraries' code (to step out of).
-    pub fn system_code(&self) -> &[Range<u64>] {
-        &self.system
     }
 }
 
@@ -224,8 +234,7 @@ fn plain_wait(nr: i64, addr: u64, op: u64, layout: &Layout) -> bool {
     }
 }
 
-/// A signal-return address in the live part of the stack above `rsp`: a handler's
-/// frame (rather than a stale value, which lies below the stack pointer).
+/// A signal frame in the live part of the stack above `rsp`: a handler is running.
 fn handler_on_stack(stopped: &StoppedProcess, layout: &Layout, rsp: u64) -> bool {
     if layout.restorers.is_empty() {
         return false;
@@ -238,9 +247,31 @@ fn handler_on_stack(stopped: &StoppedProcess, layout: &Layout, rsp: u64) -> bool
     if stopped.read_mem(rsp, &mut buf).is_err() {
         return false;
     }
-    buf.chunks_exact(8)
+    let words: Vec<u64> = buf
+        .chunks_exact(8)
         .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
-        .any(|w| layout.restorers.contains(&w))
+        .collect();
+    (0..words.len()).any(|i| is_signal_frame(layout, &words[i..]))
+}
+
+/// `frame` starts with a kernel `rt_sigframe`: the return address into a signal
+/// trampoline, then a `ucontext` with small flags, no link, and saved registers that
+/// point into the process's stacks and code. Stack slots a frame has not written yet
+/// may hold a stale trampoline address (glibc's `sigaction` stores one in the
+/// structure it passes to the kernel); those fail the other checks.
+fn is_signal_frame(layout: &Layout, frame: &[u64]) -> bool {
+    // Word offsets: uc_flags, uc_link, then uc_stack (3 words) and the sigcontext,
+    // whose rsp and rip are its 16th and 17th words.
+    const FLAGS: usize = 1;
+    const LINK: usize = 2;
+    const RSP: usize = 6 + 15;
+    const RIP: usize = 6 + 16;
+    frame.len() > RIP
+        && layout.restorers.contains(&frame[0])
+        && frame[FLAGS] <= 0xff
+        && frame[LINK] == 0
+        && layout.writable.iter().any(|r| r.contains(&frame[RSP]))
+        && layout.code.iter().any(|r| r.contains(&frame[RIP]))
 }
 
 /// Every address in `range` (target memory) where `pattern` starts.
@@ -262,8 +293,9 @@ pub enum Look {
     Later(String),
 }
 
-/// Looks at a stopped process, stepping threads out of the system libraries when
-/// that helps, and says which thread to borrow. `since` is when the search began.
+/// Looks at a stopped process and says which thread to borrow, if any yet; after
+/// [`STEP_AFTER`], threads in the system libraries are stepped towards the program's
+/// code first. `since` is when the search began.
 pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Result<Look> {
     let pid = stopped.pid();
     // Threads of processes sharing the memory (a vfork child) count for the locks
@@ -275,15 +307,16 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
         let thread = stopped.thread(tid).map_err(|e| anyhow!("{e}"))?;
         let mut j = judge(stopped, layout, thread);
         let time = steps_until.saturating_duration_since(Instant::now());
-        if j == Judgement::InLibrary && !thread.in_syscall() && !time.is_zero() {
-            // Run it (alone) back to the program's code.
-            match stopped.step_out_within(tid, layout.system_code(), STEP_BUDGET, time, false) {
+        let step = j == Judgement::InLibrary
+            && !thread.in_syscall()
+            && since.elapsed() >= STEP_AFTER
+            && !time.is_zero();
+        if step {
+            // Run it (alone) back to the program's code, not into a system call.
+            match stopped.step_out_within(tid, &layout.system, STEP_BUDGET, time, false) {
                 Ok(_) => {
-                    j = judge(
-                        stopped,
-                        layout,
-                        stopped.thread(tid).map_err(|e| anyhow!("{e}"))?,
-                    )
+                    let thread = stopped.thread(tid).map_err(|e| anyhow!("{e}"))?;
+                    j = judge(stopped, layout, thread);
                 }
                 Err(e) if !weft_inject::process::process_exists(pid) => bail!("{e}"),
                 Err(_) => {}
@@ -329,7 +362,35 @@ fn describe(j: Judgement) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::{plain_wait, Layout};
+    use super::{is_signal_frame, plain_wait, Layout};
+
+    #[test]
+    fn signal_frames_are_told_from_stale_trampoline_addresses() {
+        let layout = Layout {
+            system: vec![],
+            system_data: vec![],
+            loader: vec![],
+            restorers: vec![0x7f00_0003_c050],
+            writable: std::iter::once(0x7ffd_0000_0000..0x7ffd_0010_0000).collect(),
+            code: std::iter::once(0x5555_0000_0000..0x5555_0001_0000).collect(),
+        };
+        let mut frame = vec![0u64; 40];
+        frame[0] = 0x7f00_0003_c050; // pretcode
+        frame[1] = 7; // uc_flags
+        frame[21] = 0x7ffd_0000_8000; // saved rsp
+        frame[22] = 0x5555_0000_1234; // saved rip
+        assert!(is_signal_frame(&layout, &frame));
+        let mut stale = frame.clone();
+        stale[2] = 0x1234; // uc_link
+        assert!(!is_signal_frame(&layout, &stale));
+        let mut stale = frame.clone();
+        stale[22] = 42; // rip nowhere
+        assert!(!is_signal_frame(&layout, &stale));
+        assert!(!is_signal_frame(&layout, &frame[..10]));
+        let mut other = frame;
+        other[0] = 0x7f00_0003_c051;
+        assert!(!is_signal_frame(&layout, &other));
+    }
 
     #[test]
     fn futex_waits_are_told_apart() {
@@ -339,6 +400,7 @@ mod tests {
             loader: vec![],
             restorers: vec![],
             writable: vec![],
+            code: vec![],
         };
         let futex = libc::SYS_futex;
         let user_lock = 0x5555_0000_1040;

@@ -677,9 +677,9 @@ fn attach_never_nests_in_the_c_library() {
     // every time.
     for (threads, rounds, mode, cases) in [
         ("1", "3000000", "churn", 5),
-        ("4", "1500000", "churn", 3),
-        ("1", "30", "grow", 4),
-        ("4", "10", "grow", 3),
+        ("4", "6000000", "churn", 3),
+        ("1", "60", "grow", 4),
+        ("4", "30", "grow", 2),
     ] {
         let args = [rounds, threads, mode];
         let want = native(&bin, &args);
@@ -700,7 +700,11 @@ fn attach_never_nests_in_the_c_library() {
                 got.status,
                 text(&o.stderr)
             );
-            assert_eq!(text(&got.stdout), want, "{mode}, {threads} threads, case {case}");
+            assert_eq!(
+                text(&got.stdout),
+                want,
+                "{mode}, {threads} threads, case {case}"
+            );
             let out = ok(&o);
             assert!(
                 map_value(&out, "@c").is_some_and(|c| c > 0),
