@@ -2,18 +2,19 @@
  * bookkeeping, the state a borrowed thread must never be nested in: a remote
  * dlopen run in the middle of malloc corrupts the heap (a single-threaded malloc
  * takes no lock), one run while __exit_funcs_lock is held deadlocks.
- * usage: libcbusy ROUNDS [THREADS [grow]]  -- prints "sum S" where S depends only
- * on the arguments, then exits 0. With "grow", each round callocs 16384 blocks of
- * 1 KiB and frees them all, so the heap grows and is trimmed all the time (the
+ * usage: libcbusy ROUNDS [THREADS [grow|fill]]  -- prints "sum S" where S depends
+ * only on the arguments, then exits 0. With "grow", each round callocs 16384 blocks
+ * of 1 KiB and frees them all, so the heap grows and is trimmed all the time (the
  * allocator's most fragile path: before weft waited for a safe point, an attach
- * to this killed it every time). */
+ * to this killed it every time). With "fill", each round is one memset of 64 MiB,
+ * a single `rep stos` that no single-stepping gets out of in time. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static long rounds;
-static int grow;
+static int grow, fill;
 
 static void nothing(void) {}
 
@@ -39,9 +40,23 @@ static void *grow_and_trim(void *arg) {
   return (void *)sum;
 }
 
+static void *fill_big(void *arg) {
+  long seed = (long)arg, sum = 0;
+  size_t n = 64 << 20;
+  unsigned char *buf = malloc(n);
+  for (long r = 0; r < rounds; r++) {
+    memset(buf, (int)(r + seed), n);
+    sum = tick(sum + buf[(size_t)r * 4099 % n]);
+  }
+  free(buf);
+  return (void *)sum;
+}
+
 static void *churn(void *arg) {
   if (grow)
     return grow_and_trim(arg);
+  if (fill)
+    return fill_big(arg);
   long seed = (long)arg, sum = 0;
   void *keep[64] = {0};
   for (long i = 0; i < rounds; i++) {
@@ -65,6 +80,7 @@ int main(int argc, char **argv) {
   rounds = argc > 1 ? atol(argv[1]) : 1000;
   int threads = argc > 2 ? atoi(argv[2]) : 1;
   grow = argc > 3 && strcmp(argv[3], "grow") == 0;
+  fill = argc > 3 && strcmp(argv[3], "fill") == 0;
   pthread_t t[64];
   long total = 0;
   for (int i = 1; i < threads && i < 64; i++)

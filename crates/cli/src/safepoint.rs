@@ -67,6 +67,17 @@ const SYSTEM_LIBS: &[&str] = &[
 /// returns to (rt_sigreturn is system call 15).
 const RESTORER: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
 
+/// What is looked up in the C library once per attach (it does not move).
+#[derive(Clone, Debug, Default)]
+pub struct LibcSpots {
+    /// Signal-return trampolines.
+    restorers: Vec<u64>,
+    /// A `ret` instruction: the no-op SIGTRAP handler that guards stepping.
+    ret: Option<u64>,
+    /// `syscall()`, to call `rt_sigaction` with.
+    syscall: Option<u64>,
+}
+
 /// What is known of the process's memory layout for the judgement.
 pub struct Layout {
     /// Code of the system libraries.
@@ -77,6 +88,9 @@ pub struct Layout {
     loader: Vec<Range<u64>>,
     /// Addresses of signal-return trampolines.
     restorers: Vec<u64>,
+    /// For the trap guard (see [`TrapGuard`]).
+    ret: Option<u64>,
+    syscall: Option<u64>,
     /// Writable mappings (stacks among them), to bound stack scans.
     writable: Vec<Range<u64>>,
     /// Executable mappings.
@@ -84,13 +98,12 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// `restorers` caches the trampolines' addresses between looks (the library
-    /// does not move).
+    /// `spots` caches what is found in the C library between looks.
     pub fn new(
         stopped: &StoppedProcess,
         maps: &ProcMaps,
         modules: &[Module],
-        restorers: &mut Option<Vec<u64>>,
+        spots: &mut Option<LibcSpots>,
     ) -> Layout {
         let code_of = |m: &Module| -> Vec<Range<u64>> {
             maps.mappings
@@ -107,14 +120,26 @@ impl Layout {
             .iter()
             .filter(|m| SYSTEM_LIBS.iter().any(|p| m.file_name().starts_with(p)))
             .collect();
-        let restorers = restorers
+        let spots = spots
             .get_or_insert_with(|| {
-                system
+                let libc: Vec<&&Module> = system
                     .iter()
                     .filter(|m| m.file_name().starts_with("libc"))
-                    .flat_map(|m| code_of(m))
-                    .flat_map(|r| find_all(stopped, r, &RESTORER))
-                    .collect()
+                    .collect();
+                let code: Vec<Range<u64>> = libc.iter().flat_map(|m| code_of(m)).collect();
+                LibcSpots {
+                    restorers: code
+                        .iter()
+                        .flat_map(|r| find_all(stopped, r.clone(), &RESTORER))
+                        .collect(),
+                    ret: code
+                        .iter()
+                        .find_map(|r| find_all(stopped, r.clone(), &[0xc3]).first().copied()),
+                    syscall: libc.iter().find_map(|m| {
+                        let v = m.open().ok()?.symbol_vaddr("syscall")?;
+                        Some(m.runtime_addr(v))
+                    }),
+                }
             })
             .clone();
         let data_of = |m: &Module| -> Vec<Range<u64>> {
@@ -132,7 +157,9 @@ impl Layout {
                 .filter(|m| is_loader(m))
                 .flat_map(code_of)
                 .collect(),
-            restorers,
+            restorers: spots.restorers,
+            ret: spots.ret,
+            syscall: spots.syscall,
             writable: maps
                 .mappings
                 .iter()
@@ -285,6 +312,122 @@ fn find_all(stopped: &StoppedProcess, range: Range<u64>, pattern: &[u8]) -> Vec<
         .collect()
 }
 
+/// A no-op SIGTRAP handler held in place while threads are single-stepped.
+///
+/// A step ends in a SIGTRAP stop; were weft SIGKILLed there, the kernel would deliver
+/// that SIGTRAP to the thread, and with the default disposition (the agent is not
+/// loaded yet) kill the process. With a handler that is a bare `ret` (returning
+/// through glibc's signal trampoline) the SIGTRAP is harmless. Installed with
+/// remote calls of `syscall(SYS_rt_sigaction, ...)` (no lock, no allocation: safe
+/// wherever the thread is) only over the default disposition, and put back before
+/// the look ends; a process that has its own SIGTRAP handler keeps it (the stray
+/// trap goes there). Only if weft dies between the two calls does the no-op handler
+/// stay, in place of a default that would have killed the process; the next attach
+/// puts the default back ([`TrapGuard::clear_leftover`]).
+struct TrapGuard {
+    tid: i32,
+    syscall: u64,
+}
+
+/// `struct kernel_sigaction` for x86-64 `rt_sigaction`: handler, flags, restorer,
+/// mask.
+const KSIGACTION: usize = 32;
+const SA_RESTORER: u64 = 0x0400_0000;
+
+impl TrapGuard {
+    /// Installs the guard through thread `tid`; `None` (step unguarded, safely) if
+    /// the process has its own SIGTRAP handler, an error if the guard could not be
+    /// set up (then do not step).
+    fn install(stopped: &mut StoppedProcess, layout: &Layout, tid: i32) -> Result<Option<Self>> {
+        let (Some(syscall), Some(ret), Some(&restorer)) =
+            (layout.syscall, layout.ret, layout.restorers.first())
+        else {
+            bail!("no syscall(), ret or signal trampoline found in the C library");
+        };
+        let guard = TrapGuard { tid, syscall };
+        // The current action.
+        let r = guard.sigaction(stopped, None)?;
+        let mut old = [0u8; KSIGACTION];
+        stopped
+            .read_mem(r.stack_data_addr, &mut old)
+            .map_err(|e| anyhow!("{e}"))?;
+        let handler = u64::from_le_bytes(old[..8].try_into().unwrap());
+        if handler != 0 && handler != ret {
+            // SIG_IGN (1) is reset to the default by a forced SIGTRAP; a real handler
+            // takes the stray trap. Either way: the process's own choice stays.
+            return Ok(None);
+        }
+        let mut act = [0u8; KSIGACTION];
+        act[..8].copy_from_slice(&ret.to_le_bytes());
+        act[8..16].copy_from_slice(&SA_RESTORER.to_le_bytes());
+        act[16..24].copy_from_slice(&restorer.to_le_bytes());
+        guard.sigaction(stopped, Some(&act))?;
+        Ok(Some(guard))
+    }
+
+    /// A guard left behind by a weft that died while stepping (SIGTRAP caught, with
+    /// our `ret` as the handler) is put back to the default, through thread `tid`.
+    fn clear_leftover(stopped: &mut StoppedProcess, layout: &Layout, tid: i32) -> Result<()> {
+        let pid = stopped.pid();
+        let caught = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let hex = s.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+                u64::from_str_radix(hex.trim(), 16).ok()
+            })
+            .is_some_and(|m| m & (1 << (libc::SIGTRAP - 1)) != 0);
+        let (true, Some(syscall), Some(ret)) = (caught, layout.syscall, layout.ret) else {
+            return Ok(());
+        };
+        let guard = TrapGuard { tid, syscall };
+        let r = guard.sigaction(stopped, None)?;
+        let mut old = [0u8; 8];
+        stopped
+            .read_mem(r.stack_data_addr, &mut old)
+            .map_err(|e| anyhow!("{e}"))?;
+        if u64::from_le_bytes(old) == ret {
+            guard.remove(stopped)?;
+        }
+        Ok(())
+    }
+
+    /// Puts the default disposition back.
+    fn remove(self, stopped: &mut StoppedProcess) -> Result<()> {
+        self.sigaction(stopped, Some(&[0u8; KSIGACTION])).map(drop)
+    }
+
+    /// `syscall(SYS_rt_sigaction, SIGTRAP, act, old, 8)`: `act` copied to the stack,
+    /// or without one, NULL and the old action written to the stack data.
+    fn sigaction(
+        &self,
+        stopped: &mut StoppedProcess,
+        act: Option<&[u8; KSIGACTION]>,
+    ) -> Result<weft_inject::RemoteCallResult> {
+        use weft_inject::CallArg::{StackData, Value};
+        let (data, args) = match act {
+            Some(a) => (a.to_vec(), [StackData, Value(0)]),
+            None => (vec![0u8; KSIGACTION], [Value(0), StackData]),
+        };
+        let all = [
+            Value(libc::SYS_rt_sigaction as u64),
+            Value(libc::SIGTRAP as u64),
+            args[0],
+            args[1],
+            Value(8),
+        ];
+        let r = stopped
+            .call(self.tid, self.syscall, &all, &data)
+            .map_err(|e| anyhow!("{e}"))?;
+        if r.ret != 0 {
+            bail!(
+                "rt_sigaction(SIGTRAP) in the target failed: {}",
+                r.ret as i64
+            );
+        }
+        Ok(r)
+    }
+}
+
 /// The outcome of one look at a stopped process.
 pub enum Look {
     /// Borrow this thread now.
@@ -303,14 +446,31 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
     let candidates: Vec<i32> = stopped.threads().iter().map(|t| t.tid()).collect();
     let steps_until = Instant::now() + STEP_TIME;
     let mut verdicts = Vec::new();
+    // None: not needed yet; Some(None): stepping unguarded is fine (or impossible).
+    let mut guard: Option<Option<TrapGuard>> = None;
+    let mut can_step = true;
     for &tid in &candidates {
         let thread = stopped.thread(tid).map_err(|e| anyhow!("{e}"))?;
         let mut j = judge(stopped, layout, thread);
         let time = steps_until.saturating_duration_since(Instant::now());
-        let step = j == Judgement::InLibrary
+        let mut step = can_step
+            && j == Judgement::InLibrary
             && !thread.in_syscall()
             && since.elapsed() >= STEP_AFTER
-            && !time.is_zero();
+            && !time.is_zero()
+            && stopped.tgid_of(tid) == pid;
+        if step && guard.is_none() {
+            match TrapGuard::install(stopped, layout, tid) {
+                Ok(g) => guard = Some(g),
+                Err(_) if !weft_inject::process::process_exists(pid) => {
+                    bail!("process {pid} exited")
+                }
+                Err(_) => {
+                    can_step = false;
+                    step = false;
+                }
+            }
+        }
         if step {
             // Run it (alone) back to the program's code, not into a system call.
             match stopped.step_out_within(tid, &layout.system, STEP_BUDGET, time, false) {
@@ -323,6 +483,9 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
             }
         }
         verdicts.push((tid, j));
+    }
+    if let Some(Some(g)) = guard {
+        g.remove(stopped)?;
     }
     let all_safe = verdicts.iter().all(|(_, j)| j.safe());
     let own: Vec<(i32, Judgement)> = verdicts
@@ -339,7 +502,10 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
         })
         .or_else(|| own.iter().find(|(_, j)| j.safe()));
     match best {
-        Some(&(tid, _)) if all_safe || since.elapsed() >= ALL_SAFE_FOR => Ok(Look::Borrow(tid)),
+        Some(&(tid, _)) if all_safe || since.elapsed() >= ALL_SAFE_FOR => {
+            TrapGuard::clear_leftover(stopped, layout, tid)?;
+            Ok(Look::Borrow(tid))
+        }
         _ => {
             let busy: Vec<String> = verdicts
                 .iter()
@@ -371,6 +537,8 @@ mod tests {
             system_data: vec![],
             loader: vec![],
             restorers: vec![0x7f00_0003_c050],
+            ret: None,
+            syscall: None,
             writable: std::iter::once(0x7ffd_0000_0000..0x7ffd_0010_0000).collect(),
             code: std::iter::once(0x5555_0000_0000..0x5555_0001_0000).collect(),
         };
@@ -399,6 +567,8 @@ mod tests {
             system_data: std::iter::once(0x7020_0000..0x7021_0000).collect(),
             loader: vec![],
             restorers: vec![],
+            ret: None,
+            syscall: None,
             writable: vec![],
             code: vec![],
         };

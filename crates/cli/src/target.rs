@@ -245,7 +245,7 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
     // loading it (libc not mapped or not relocated yet) is let run a little first, as
     // is one whose threads are all busy in the library.
     let since = std::time::Instant::now();
-    let mut restorers = None;
+    let mut spots = None;
     let mut pause = std::time::Duration::from_millis(2);
     let (mut stopped, maps, tid) = loop {
         let mut stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
@@ -267,7 +267,7 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
             let tid = stopped.pick_call_thread();
             break (stopped, maps, tid);
         } else {
-            let layout = safepoint::Layout::new(&stopped, &maps, &modules, &mut restorers);
+            let layout = safepoint::Layout::new(&stopped, &maps, &modules, &mut spots);
             match safepoint::look(&mut stopped, &layout, since)? {
                 safepoint::Look::Borrow(tid) => break (stopped, maps, tid),
                 safepoint::Look::Later(busy) => busy,

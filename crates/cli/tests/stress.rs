@@ -873,6 +873,54 @@ fn sigkill_of_weft_at_random_points() {
     tally.finish();
 }
 
+/// SIGKILL of weft while attach single-steps threads out of the C library (its last
+/// resort, after 300 ms without a safe point): the target lives in one 64 MiB
+/// `memset` after another. A kill in a step's SIGTRAP stop would hand that SIGTRAP
+/// to a process with no agent and no handler yet, unless the no-op handler weft
+/// holds in place while stepping takes it. The target must finish with its exact
+/// output.
+#[test]
+fn sigkill_of_weft_while_stepping_out_of_the_c_library() {
+    let mut tally = Tally::new("SIGKILL of weft while stepping out of libc", "kills");
+    let mut rng = Rng::from_env();
+    let bin = build("libcbusy.c", Variant::O2_PIE, &["-pthread"]);
+    let bs = b(&bin);
+    let args = ["150", "1", "fill"];
+    let want = text(&Command::new(&bin).args(args).output().unwrap().stdout);
+    let prog = format!("uprobe:{bs}:tick {{ @c = count(); }} interval:ms:50 {{ exit(); }}");
+    for trial in 0..scale(20, 100) {
+        let target = Command::new(&bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let pid = target.id().to_string();
+        let mut w = Command::new(weft_bin())
+            .args(["-e", &prog, "-p", pid.as_str()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // In the stepping phase: weft looks for 300 ms, then steps until about 650 ms
+        // (without the guard, about one kill in eight here killed the target).
+        let at = Duration::from_millis(330 + rng.below(320));
+        std::thread::sleep(at);
+        let _ = w.kill();
+        let _ = w.wait();
+        tally.count += 1;
+        let got = target.wait_with_output().unwrap();
+        tally.check(got.status.success() && text(&got.stdout) == want, || {
+            format!(
+                "trial {trial} (killed at {at:?}): target ended with {}, printed {:?}",
+                got.status,
+                text(&got.stdout)
+            )
+        });
+    }
+    tally.finish();
+}
+
 /// Remote calls borrow a thread that may be computing in vector registers (no thread
 /// of this target ever blocks in a system call): its x87/SSE/AVX state must survive
 /// the agent's remote dlopen.
