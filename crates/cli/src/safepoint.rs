@@ -37,13 +37,30 @@ use weft_symbols::{Module, ProcMaps};
 /// How long to look for a moment at which every thread is safe.
 pub const ALL_SAFE_FOR: Duration = Duration::from_millis(600);
 /// How long to look for a safe thread at all.
-pub const SAFE_POINT_TIMEOUT: Duration = Duration::from_secs(3);
+pub const SAFE_POINT_TIMEOUT: Duration = Duration::from_secs(10);
 /// After how long without a safe thread those in a system library are
 /// single-stepped towards the program's code, how far, and for how long per look
 /// (the process is paused meanwhile).
 pub const STEP_AFTER: Duration = Duration::from_millis(300);
 const STEP_BUDGET: usize = 20_000;
 const STEP_TIME: Duration = Duration::from_millis(10);
+/// After a second of stepping (a loaded machine, where every step waits for a CPU),
+/// a look may step for longer.
+const STEP_TIME_LATER: Duration = Duration::from_millis(40);
+/// System calls a step may go into: they return at once (the allocator's among
+/// them, so that a thread growing or trimming its heap can be stepped out).
+const QUICK_SYSCALLS: &[i64] = &[
+    libc::SYS_brk,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mremap,
+    libc::SYS_madvise,
+    libc::SYS_mprotect,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_getpid,
+    libc::SYS_gettid,
+    libc::SYS_clock_gettime,
+];
 /// How much of a thread's stack above its stack pointer is searched for a signal
 /// frame.
 const STACK_SCAN: u64 = 64 * 1024;
@@ -444,7 +461,12 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
     // Threads of processes sharing the memory (a vfork child) count for the locks
     // they may hold, but are never borrowed.
     let candidates: Vec<i32> = stopped.threads().iter().map(|t| t.tid()).collect();
-    let steps_until = Instant::now() + STEP_TIME;
+    let step_time = if since.elapsed() >= STEP_AFTER + Duration::from_secs(1) {
+        STEP_TIME_LATER
+    } else {
+        STEP_TIME
+    };
+    let steps_until = Instant::now() + step_time;
     let mut verdicts = Vec::new();
     // None: not needed yet; Some(None): stepping unguarded is fine (or impossible).
     let mut guard: Option<Option<TrapGuard>> = None;
@@ -472,8 +494,9 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
             }
         }
         if step {
-            // Run it (alone) back to the program's code, not into a system call.
-            match stopped.step_out_within(tid, &layout.system, STEP_BUDGET, time, false) {
+            // Run it (alone) back to the program's code, not into a blocking call.
+            let quick = Some(QUICK_SYSCALLS);
+            match stopped.step_out_within(tid, &layout.system, STEP_BUDGET, time, quick) {
                 Ok(_) => {
                     let thread = stopped.thread(tid).map_err(|e| anyhow!("{e}"))?;
                     j = judge(stopped, layout, thread);

@@ -403,23 +403,22 @@ impl StoppedProcess {
     /// (stepping would re-enter the call), and stops with an error if the thread
     /// faults (the fault is delivered on resume) or blocks for [`STEP_OUT_TIMEOUT`].
     pub fn step_out(&mut self, tid: i32, ranges: &[Range<u64>], max_steps: usize) -> Result<usize> {
-        self.step_out_within(tid, ranges, max_steps, STEP_OUT_TIMEOUT, true)
+        self.step_out_within(tid, ranges, max_steps, STEP_OUT_TIMEOUT, None)
     }
 
     /// [`step_out`](Self::step_out) giving up after `timeout` (a thread that blocks
     /// meanwhile is interrupted and stays where it got to, its own code having run).
-    /// Without `into_syscalls`, stepping stops with an error before a `syscall`
-    /// instruction inside a range: a step into a call that blocks until the timeout
-    /// ends with the thread interrupted in the call and the step's SIGTRAP already
-    /// queued, where no stop of ours takes it (after the detach it would kill the
-    /// thread); callers that only step short, non-blocking code may allow them.
+    /// With `only_syscalls`, stepping stops with an error before a `syscall`
+    /// instruction inside a range whose call number (`rax`) is not listed: a call
+    /// that blocks stalls the step until the timeout (callers list the calls that
+    /// return at once, such as `brk` or `munmap`). `None` steps into any call.
     pub fn step_out_within(
         &mut self,
         tid: i32,
         ranges: &[Range<u64>],
         max_steps: usize,
         timeout: Duration,
-        into_syscalls: bool,
+        only_syscalls: Option<&[i64]>,
     ) -> Result<usize> {
         let deadline = Deadline::after(timeout);
         let inside = |pc: u64| ranges.iter().any(|r| r.contains(&pc));
@@ -437,8 +436,12 @@ impl StoppedProcess {
                 return Err(InjectError::StepOutLimit { tid, steps, pc });
             }
             let pc = thread.pc();
+            let nr = thread.regs.rax as i64;
             let mut insn = [0u8; 2];
-            if !into_syscalls && self.read_mem(pc, &mut insn).is_ok() && insn == [0x0f, 0x05] {
+            if only_syscalls.is_some_and(|ok| !ok.contains(&nr))
+                && self.read_mem(pc, &mut insn).is_ok()
+                && insn == [0x0f, 0x05]
+            {
                 return Err(InjectError::StepOutAtSyscall { tid, pc });
             }
             if steps > 0 && deadline.passed() {

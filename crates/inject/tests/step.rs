@@ -176,7 +176,7 @@ fn a_step_cut_short_in_a_blocking_call_leaves_no_trap_behind() {
             std::slice::from_ref(&call),
             10,
             Duration::from_millis(200),
-            true,
+            None,
         )
         .unwrap_err();
     assert!(matches!(err, InjectError::Timeout { .. }), "{err}");
