@@ -95,6 +95,56 @@ pub struct LibcSpots {
     syscall: Option<u64>,
 }
 
+impl LibcSpots {
+    /// Looks them up in the C library's code, read with `read` (the code does not
+    /// change: this may run before the process is stopped, keeping it out of the
+    /// pause).
+    pub fn find(
+        maps: &ProcMaps,
+        modules: &[Module],
+        read: impl Fn(u64, &mut [u8]) -> bool,
+    ) -> LibcSpots {
+        let libc: Vec<&Module> = modules
+            .iter()
+            .filter(|m| m.file_name().starts_with("libc.so") || m.file_name().starts_with("libc-"))
+            .collect();
+        let code: Vec<Range<u64>> = maps
+            .mappings
+            .iter()
+            .filter(|x| x.perms.exec)
+            .filter(|x| {
+                libc.iter()
+                    .any(|m| m.ranges.iter().any(|r| r.start == x.start))
+            })
+            .map(|x| x.start..x.end)
+            .collect();
+        let mut restorers = Vec::new();
+        let mut ret = None;
+        for r in &code {
+            let mut buf = vec![0u8; (r.end - r.start) as usize];
+            if !read(r.start, &mut buf) {
+                continue;
+            }
+            restorers
+                .extend(memchr::memmem::find_iter(&buf, &RESTORER).map(|i| r.start + i as u64));
+            ret = ret.or_else(|| memchr::memchr(0xc3, &buf).map(|i| r.start + i as u64));
+        }
+        LibcSpots {
+            restorers,
+            ret,
+            syscall: libc.iter().find_map(|m| {
+                let v = m.open().ok()?.symbol_vaddr("syscall")?;
+                Some(m.runtime_addr(v))
+            }),
+        }
+    }
+
+    /// Found everything (the C library is mapped and readable).
+    pub fn complete(&self) -> bool {
+        !self.restorers.is_empty() && self.ret.is_some() && self.syscall.is_some()
+    }
+}
+
 /// What is known of the process's memory layout for the judgement.
 pub struct Layout {
     /// Code of the system libraries.
@@ -139,24 +189,7 @@ impl Layout {
             .collect();
         let spots = spots
             .get_or_insert_with(|| {
-                let libc: Vec<&&Module> = system
-                    .iter()
-                    .filter(|m| m.file_name().starts_with("libc"))
-                    .collect();
-                let code: Vec<Range<u64>> = libc.iter().flat_map(|m| code_of(m)).collect();
-                LibcSpots {
-                    restorers: code
-                        .iter()
-                        .flat_map(|r| find_all(stopped, r.clone(), &RESTORER))
-                        .collect(),
-                    ret: code
-                        .iter()
-                        .find_map(|r| find_all(stopped, r.clone(), &[0xc3]).first().copied()),
-                    syscall: libc.iter().find_map(|m| {
-                        let v = m.open().ok()?.symbol_vaddr("syscall")?;
-                        Some(m.runtime_addr(v))
-                    }),
-                }
+                LibcSpots::find(maps, modules, |at, buf| stopped.read_mem(at, buf).is_ok())
             })
             .clone();
         let data_of = |m: &Module| -> Vec<Range<u64>> {
@@ -316,17 +349,6 @@ fn is_signal_frame(layout: &Layout, frame: &[u64]) -> bool {
         && frame[LINK] == 0
         && layout.writable.iter().any(|r| r.contains(&frame[RSP]))
         && layout.code.iter().any(|r| r.contains(&frame[RIP]))
-}
-
-/// Every address in `range` (target memory) where `pattern` starts.
-fn find_all(stopped: &StoppedProcess, range: Range<u64>, pattern: &[u8]) -> Vec<u64> {
-    let mut buf = vec![0u8; (range.end - range.start) as usize];
-    if stopped.read_mem(range.start, &mut buf).is_err() {
-        return Vec::new();
-    }
-    memchr::memmem::find_iter(&buf, pattern)
-        .map(|i| range.start + i as u64)
-        .collect()
 }
 
 /// A no-op SIGTRAP handler held in place while threads are single-stepped.

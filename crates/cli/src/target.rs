@@ -245,7 +245,17 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
     // loading it (libc not mapped or not relocated yet) is let run a little first, as
     // is one whose threads are all busy in the library.
     let since = std::time::Instant::now();
-    let mut spots = None;
+    // What the safe-point judgement needs from libc, found before the pause.
+    let mut spots = (!has_agent)
+        .then(|| {
+            let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+            let read = |at: u64, buf: &mut [u8]| {
+                std::os::unix::fs::FileExt::read_exact_at(&mem, buf, at).is_ok()
+            };
+            let spots = safepoint::LibcSpots::find(&maps, &maps.modules(), read);
+            spots.complete().then_some(spots)
+        })
+        .flatten();
     let mut pause = std::time::Duration::from_millis(2);
     let (mut stopped, maps, tid) = loop {
         let mut stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
