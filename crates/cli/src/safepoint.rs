@@ -22,10 +22,10 @@
 //!
 //! A process that lives in the library (growing its heap, say) may never be caught
 //! outside it: after [`STEP_AFTER`] its threads are single-stepped (the others held)
-//! back to the program's code, never into a system call. Stepping is the last
-//! resort because it has one unsafe instant: a step ends in a SIGTRAP stop, and were
-//! weft SIGKILLed in one (microseconds per step), the kernel would deliver that
-//! SIGTRAP to a process that has no handler for it yet.
+//! back to the program's code, never into a blocking system call. Stepping is the
+//! last resort because a step ends in a SIGTRAP stop, and were weft SIGKILLed in
+//! one, the kernel would deliver that SIGTRAP to a process that has no handler for
+//! it yet; a [`TrapGuard`] (a no-op handler) is held in place while stepping.
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
