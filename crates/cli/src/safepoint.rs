@@ -25,7 +25,7 @@
 //! back to the program's code, never into a blocking system call. Stepping is the
 //! last resort because a step ends in a SIGTRAP stop, and were weft SIGKILLed in
 //! one, the kernel would deliver that SIGTRAP to a process that has no handler for
-//! it yet; a [`TrapGuard`] (a no-op handler) is held in place while stepping.
+//! it yet; a trap guard (a no-op handler, `TrapGuard`) is held in place meanwhile.
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
