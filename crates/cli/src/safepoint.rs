@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use weft_inject::{StoppedProcess, StoppedThread};
-use weft_symbols::{Module, ProcMaps};
+use weft_symbols::{Module, Perms, ProcMaps};
 
 /// How long to look for a moment at which every thread is safe.
 pub const ALL_SAFE_FOR: Duration = Duration::from_millis(600);
@@ -84,6 +84,31 @@ const SYSTEM_LIBS: &[&str] = &[
 /// returns to (rt_sigreturn is system call 15).
 const RESTORER: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
 
+/// The address ranges of `maps` with the wanted access (`pick`), all of them or
+/// those of module `of`.
+fn ranges(maps: &ProcMaps, of: Option<&Module>, pick: fn(&Perms) -> bool) -> Vec<Range<u64>> {
+    maps.mappings
+        .iter()
+        .filter(|x| pick(&x.perms))
+        .filter(|x| of.is_none_or(|m| m.ranges.iter().any(|r| r.start == x.start)))
+        .map(|x| x.start..x.end)
+        .collect()
+}
+
+fn exec(p: &Perms) -> bool {
+    p.exec
+}
+
+fn write(p: &Perms) -> bool {
+    p.write
+}
+
+/// The dynamic loader (`ld-linux-x86-64.so.2`).
+pub fn is_loader(m: &Module) -> bool {
+    let f = m.file_name();
+    f.starts_with("ld-linux") || f.starts_with("ld64")
+}
+
 /// What is looked up in the C library once per attach (it does not move).
 #[derive(Clone, Debug, Default)]
 pub struct LibcSpots {
@@ -108,15 +133,9 @@ impl LibcSpots {
             .iter()
             .filter(|m| m.file_name().starts_with("libc.so") || m.file_name().starts_with("libc-"))
             .collect();
-        let code: Vec<Range<u64>> = maps
-            .mappings
+        let code: Vec<Range<u64>> = libc
             .iter()
-            .filter(|x| x.perms.exec)
-            .filter(|x| {
-                libc.iter()
-                    .any(|m| m.ranges.iter().any(|r| r.start == x.start))
-            })
-            .map(|x| x.start..x.end)
+            .flat_map(|m| ranges(maps, Some(m), exec))
             .collect();
         let mut restorers = Vec::new();
         let mut ret = None;
@@ -172,17 +191,6 @@ impl Layout {
         modules: &[Module],
         spots: &mut Option<LibcSpots>,
     ) -> Layout {
-        let code_of = |m: &Module| -> Vec<Range<u64>> {
-            maps.mappings
-                .iter()
-                .filter(|x| x.perms.exec && m.ranges.iter().any(|r| r.start == x.start))
-                .map(|x| x.start..x.end)
-                .collect()
-        };
-        let is_loader = |m: &Module| {
-            let f = m.file_name();
-            f.starts_with("ld-linux") || f.starts_with("ld64")
-        };
         let system: Vec<&Module> = modules
             .iter()
             .filter(|m| SYSTEM_LIBS.iter().any(|p| m.file_name().starts_with(p)))
@@ -192,36 +200,25 @@ impl Layout {
                 LibcSpots::find(maps, modules, |at, buf| stopped.read_mem(at, buf).is_ok())
             })
             .clone();
-        let data_of = |m: &Module| -> Vec<Range<u64>> {
-            maps.mappings
-                .iter()
-                .filter(|x| x.perms.write && m.ranges.iter().any(|r| r.start == x.start))
-                .map(|x| x.start..x.end)
-                .collect()
-        };
         Layout {
-            system: system.iter().flat_map(|m| code_of(m)).collect(),
-            system_data: system.iter().flat_map(|m| data_of(m)).collect(),
+            system: system
+                .iter()
+                .flat_map(|m| ranges(maps, Some(m), exec))
+                .collect(),
+            system_data: system
+                .iter()
+                .flat_map(|m| ranges(maps, Some(m), write))
+                .collect(),
             loader: modules
                 .iter()
                 .filter(|m| is_loader(m))
-                .flat_map(code_of)
+                .flat_map(|m| ranges(maps, Some(m), exec))
                 .collect(),
             restorers: spots.restorers,
             ret: spots.ret,
             syscall: spots.syscall,
-            writable: maps
-                .mappings
-                .iter()
-                .filter(|m| m.perms.write)
-                .map(|m| m.start..m.end)
-                .collect(),
-            code: maps
-                .mappings
-                .iter()
-                .filter(|m| m.perms.exec)
-                .map(|m| m.start..m.end)
-                .collect(),
+            writable: ranges(maps, None, write),
+            code: ranges(maps, None, exec),
         }
     }
 
@@ -384,13 +381,7 @@ impl TrapGuard {
             bail!("no syscall(), ret or signal trampoline found in the C library");
         };
         let guard = TrapGuard { tid, syscall };
-        // The current action.
-        let r = guard.sigaction(stopped, None)?;
-        let mut old = [0u8; KSIGACTION];
-        stopped
-            .read_mem(r.stack_data_addr, &mut old)
-            .map_err(|e| anyhow!("{e}"))?;
-        let handler = u64::from_le_bytes(old[..8].try_into().unwrap());
+        let handler = guard.handler(stopped)?;
         if handler != 0 && handler != ret {
             // SIG_IGN (1) is reset to the default by a forced SIGTRAP; a real handler
             // takes the stray trap. Either way: the process's own choice stays.
@@ -408,26 +399,26 @@ impl TrapGuard {
     /// our `ret` as the handler) is put back to the default, through thread `tid`.
     fn clear_leftover(stopped: &mut StoppedProcess, layout: &Layout, tid: i32) -> Result<()> {
         let pid = stopped.pid();
-        let caught = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                let hex = s.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
-                u64::from_str_radix(hex.trim(), 16).ok()
-            })
-            .is_some_and(|m| m & (1 << (libc::SIGTRAP - 1)) != 0);
+        let caught =
+            weft_inject::process::signal_mask(pid, pid, "SigCgt") & (1 << (libc::SIGTRAP - 1)) != 0;
         let (true, Some(syscall), Some(ret)) = (caught, layout.syscall, layout.ret) else {
             return Ok(());
         };
         let guard = TrapGuard { tid, syscall };
-        let r = guard.sigaction(stopped, None)?;
+        if guard.handler(stopped)? == ret {
+            guard.remove(stopped)?;
+        }
+        Ok(())
+    }
+
+    /// The process's current SIGTRAP handler (0: the default, 1: ignored).
+    fn handler(&self, stopped: &mut StoppedProcess) -> Result<u64> {
+        let r = self.sigaction(stopped, None)?;
         let mut old = [0u8; 8];
         stopped
             .read_mem(r.stack_data_addr, &mut old)
             .map_err(|e| anyhow!("{e}"))?;
-        if u64::from_le_bytes(old) == ret {
-            guard.remove(stopped)?;
-        }
-        Ok(())
+        Ok(u64::from_le_bytes(old))
     }
 
     /// Puts the default disposition back.

@@ -153,20 +153,25 @@ pub fn find_function(maps: &ProcMaps, name: &str, prefer: &[&str]) -> Option<u64
     None
 }
 
+/// Where `dlopen` and `dlerror` live, by file-name prefix, in order of preference.
+const LIBDL: &[&str] = &["libc.so", "libc-", "libdl"];
+
 /// The process is running (it exists and has not exited into a zombie).
 pub fn alive(pid: i32) -> bool {
     weft_inject::process::process_exists(pid) && !is_zombie(pid)
 }
 
+/// The state letter of `/proc/PID/stat` (`R`, `S`, `Z`, ...), `None` if it is gone.
+fn proc_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ...": comm may hold spaces and parentheses.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.trim_start().chars().next()
+}
+
 /// The process has exited but its parent has not reaped it.
 fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rsplit_once(')')
-                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
+    proc_state(pid) == Some('Z')
 }
 
 /// Load the agent into running process `pid` (unless it is already there) and tell
@@ -196,16 +201,9 @@ fn exiting(pid: i32) -> bool {
         if !alive(pid) {
             return true;
         }
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rsplit_once(')')
-                    .map(|(_, r)| r.trim_start().chars().next())
-            })
-            .flatten();
         let no_memory =
             std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.is_empty());
-        if matches!(state, Some('X' | 'Z')) || no_memory {
+        if matches!(proc_state(pid), Some('X' | 'Z')) || no_memory {
             return true;
         }
         if std::time::Instant::now() > deadline {
@@ -224,15 +222,12 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
         Err(e) => bail!("{e}"),
     };
     let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
-    let has_agent = maps.modules().iter().any(|m| m.file_name() == AGENT_FILE);
+    let modules = maps.modules();
+    let has_agent = modules.iter().any(|m| m.file_name() == AGENT_FILE);
     if !has_agent {
         // /proc/PID/exe may not be readable through our mount namespace: judge by
         // the mappings instead (a dynamic process maps ld.so).
-        let dynamic = maps
-            .modules()
-            .iter()
-            .any(|m| m.file_name().starts_with("ld-linux") || m.file_name().starts_with("ld64"));
-        if !dynamic {
+        if !modules.iter().any(safepoint::is_loader) {
             bail!(
                 "process {pid} ({}) is statically linked: weft loads its agent with the dynamic \
                  linker, so static executables are not supported yet",
@@ -252,23 +247,26 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
             let read = |at: u64, buf: &mut [u8]| {
                 std::os::unix::fs::FileExt::read_exact_at(&mem, buf, at).is_ok()
             };
-            let spots = safepoint::LibcSpots::find(&maps, &maps.modules(), read);
+            let spots = safepoint::LibcSpots::find(&maps, &modules, read);
             spots.complete().then_some(spots)
         })
         .flatten();
     let mut pause = std::time::Duration::from_millis(2);
+    // Looked up once it is there (libc mapped), not again at every look.
+    let mut dlopen = None;
     let (mut stopped, maps, tid) = loop {
         let mut stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
         let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
         let modules = maps.modules();
         let loader: Vec<std::ops::Range<u64>> = modules
             .iter()
-            .filter(|m| m.file_name().starts_with("ld-linux") || m.file_name().starts_with("ld64"))
+            .filter(|m| safepoint::is_loader(m))
             .flat_map(|m| m.ranges.clone())
             .collect();
-        let starting = !has_agent
-            && (!stopped.threads_in(&loader).is_empty()
-                || find_function(&maps, "dlopen", &["libc.so", "libc-", "libdl"]).is_none());
+        if !has_agent && dlopen.is_none() {
+            dlopen = find_function(&maps, "dlopen", LIBDL);
+        }
+        let starting = !has_agent && (!stopped.threads_in(&loader).is_empty() || dlopen.is_none());
         let waited = since.elapsed();
         let why = if starting {
             "the dynamic linker is still starting it".to_string()
@@ -298,11 +296,10 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
         }
     };
     if !has_agent {
-        let dlopen =
-            find_function(&maps, "dlopen", &["libc.so", "libc-", "libdl"]).ok_or_else(|| {
-                anyhow!("process {pid} has no dlopen (libc or libdl) to load the agent with")
-            })?;
-        let dlerror = find_function(&maps, "dlerror", &["libc.so", "libc-", "libdl"]).unwrap_or(0);
+        let dlopen = dlopen.ok_or_else(|| {
+            anyhow!("process {pid} has no dlopen (libc or libdl) to load the agent with")
+        })?;
+        let dlerror = find_function(&maps, "dlerror", LIBDL).unwrap_or(0);
         weft_inject::inject_library(&mut stopped, tid, dlopen, dlerror, agent)
             .map_err(|e| anyhow!("loading the agent into {pid}: {e}"))?;
     }

@@ -127,13 +127,15 @@ pub(crate) fn thread_state(pid: i32, tid: i32) -> Option<char> {
     text[text.rfind(')')? + 1..].trim_start().chars().next()
 }
 
-/// The signals queued for one thread alone (`SigPnd` of its status), as a mask
-/// (bit `n - 1` for signal `n`); 0 if unreadable.
-pub(crate) fn thread_pending(pid: i32, tid: i32) -> u64 {
+/// A signal mask field of one thread's status (`SigPnd`: queued for it alone,
+/// `SigBlk`, `SigCgt`: caught, ...), bit `n - 1` for signal `n`; 0 if unreadable.
+pub fn signal_mask(pid: i32, tid: i32, field: &str) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
         .ok()
         .and_then(|text| {
-            let hex = text.lines().find_map(|l| l.strip_prefix("SigPnd:"))?;
+            let hex = text
+                .lines()
+                .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
             u64::from_str_radix(hex.trim(), 16).ok()
         })
         .unwrap_or(0)

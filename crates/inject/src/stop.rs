@@ -542,7 +542,7 @@ impl StoppedProcess {
     /// signals taken on the way are kept for resume.
     fn take_queued_step_trap(&mut self, tid: i32) -> Result<()> {
         let trap = 1u64 << (libc::SIGTRAP - 1);
-        if process::thread_pending(self.pid, tid) & trap == 0 {
+        if process::signal_mask(self.pid, tid, "SigPnd") & trap == 0 {
             return Ok(());
         }
         let deadline = Deadline::after(GRACE);
