@@ -190,3 +190,90 @@ fn a_step_cut_short_in_a_blocking_call_leaves_no_trap_behind() {
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(common::task_state(pid, pid).map(|s| s != 'Z'), Some(true));
 }
+
+const UNBLOCK: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+
+volatile unsigned long n, handled;
+unsigned long empty_mask; /* an all-clear sigset for rt_sigprocmask */
+
+static void on_usr1(int sig) { (void)sig; handled++; }
+
+/* Where the thread goes after the test's system call returns. */
+__attribute__((noinline, noreturn)) void back(void) {
+    for (;;) n++;
+}
+
+__asm__(".text\n.globl gadget\n.type gadget, @function\ngadget:\n  syscall\n  ret\n");
+
+int main(void) {
+    signal(SIGUSR1, on_usr1);
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &s, 0);
+    raise(SIGUSR1); /* pending, blocked */
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) n++;
+}
+"#;
+
+#[test]
+fn a_step_into_a_signal_handler_is_not_a_sigtrap_for_the_target() {
+    // A step over a sigprocmask that unblocks a pending signal enters the handler;
+    // the kernel reports that as a SIGTRAP stop (ptrace_notify, si_code SIGTRAP),
+    // which is weft's, not a signal to hand to the target on resume (it has no
+    // SIGTRAP handler: it would die).
+    let program = build("unblock", UNBLOCK, &[]);
+    let target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let gadget = target.function("gadget");
+    let back = target.function("back");
+    let (n, handled, empty) = (
+        target.symbol("n"),
+        target.symbol("handled"),
+        target.symbol("empty_mask"),
+    );
+
+    let mut stopped = StoppedProcess::stop(pid).unwrap();
+    let saved = *stopped.thread(pid).unwrap().regs();
+    let mut regs = saved;
+    regs.rsp = (saved.rsp - 512) & !15;
+    stopped
+        .write_mem(regs.rsp, &back.start.to_le_bytes())
+        .unwrap();
+    regs.rip = gadget.start;
+    regs.rax = libc::SYS_rt_sigprocmask as u64;
+    regs.rdi = libc::SIG_SETMASK as u64;
+    regs.rsi = empty;
+    regs.rdx = 0;
+    regs.r10 = 8;
+    regs.orig_rax = u64::MAX;
+    stopped.set_regs(pid, &regs).unwrap();
+    let call = gadget.start..gadget.start + 2;
+    stopped
+        .step_out_within(
+            pid,
+            std::slice::from_ref(&call),
+            10,
+            Duration::from_secs(1),
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        stopped.thread(pid).unwrap().pending_signals(),
+        Vec::<i32>::new()
+    );
+    stopped.resume().unwrap();
+
+    assert!(common::eventually(Duration::from_secs(2), || target
+        .peek_u64s(handled, 1)[0]
+        == 1));
+    let counted = target.peek_u64s(n, 1)[0];
+    assert!(common::eventually(Duration::from_secs(2), || target
+        .peek_u64s(n, 1)[0]
+        > counted + 1000));
+    assert_eq!(common::task_state(pid, pid).map(|s| s != 'Z'), Some(true));
+}
