@@ -3,7 +3,10 @@
  * dlopen run in the middle of malloc corrupts the heap (a single-threaded malloc
  * takes no lock), one run while __exit_funcs_lock is held deadlocks.
  * usage: libcbusy ROUNDS [THREADS [grow|fill]]  -- prints "sum S" where S depends
- * only on the arguments, then exits 0. With "grow", each round callocs 16384 blocks
+ * only on the arguments, then exits 0. ROUNDS 0: each thread runs until the process
+ * gets SIGUSR1 (so a test never races weft against the target's run time), then it
+ * prints "rounds R0 R1 ..." (each thread's rounds, in thread order) before the sum,
+ * which is the same function of each thread's rounds. With "grow", each round callocs 16384 blocks
  * of 1 KiB and frees them all, so the heap grows and is trimmed all the time (the
  * allocator's most fragile path: before weft waited for a safe point, an attach
  * to this killed it every time). With "fill", each round is one memset of 64 MiB,
@@ -13,8 +16,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <signal.h>
+
 static long rounds;
 static int grow, fill;
+static volatile sig_atomic_t stop;
+static long done[64]; /* rounds each thread ran */
+
+static void on_usr1(int sig) {
+  (void)sig;
+  stop = 1;
+}
+
+/* Another round? ROUNDS of them, or (ROUNDS 0) until SIGUSR1. */
+static int more(long r) { return rounds ? r < rounds : !stop; }
 
 static void nothing(void) {}
 
@@ -27,7 +42,8 @@ static void *grow_and_trim(void *arg) {
   long seed = (long)arg, sum = 0;
   enum { N = 16384 };
   void **blocks = malloc(N * sizeof *blocks);
-  for (long r = 0; r < rounds; r++) {
+  long r;
+  for (r = 0; more(r); r++) {
     for (int k = 0; k < N; k++) {
       blocks[k] = calloc(1, 1040);
       sum += ((unsigned char *)blocks[k])[k % 1040] + seed;
@@ -36,6 +52,7 @@ static void *grow_and_trim(void *arg) {
       free(blocks[k]);
     sum = tick(sum);
   }
+  done[seed] = r;
   free(blocks);
   return (void *)sum;
 }
@@ -44,10 +61,12 @@ static void *fill_big(void *arg) {
   long seed = (long)arg, sum = 0;
   size_t n = 64 << 20;
   unsigned char *buf = malloc(n);
-  for (long r = 0; r < rounds; r++) {
+  long r;
+  for (r = 0; more(r); r++) {
     memset(buf, (int)(r + seed), n);
     sum = tick(sum + buf[(size_t)r * 4099 % n]);
   }
+  done[seed] = r;
   free(buf);
   return (void *)sum;
 }
@@ -59,7 +78,8 @@ static void *churn(void *arg) {
     return fill_big(arg);
   long seed = (long)arg, sum = 0;
   void *keep[64] = {0};
-  for (long i = 0; i < rounds; i++) {
+  long i;
+  for (i = 0; more(i); i++) {
     size_t size = 16 + (size_t)((i * 7919 + seed) % 4000);
     unsigned char *p = malloc(size);
     memset(p, (int)(i & 0xff), size);
@@ -71,6 +91,7 @@ static void *churn(void *arg) {
       atexit(nothing); /* __exit_funcs_lock, and a calloc under it */
     sum = tick(sum);
   }
+  done[seed] = i;
   for (int k = 0; k < 64; k++)
     free(keep[k]);
   return (void *)sum;
@@ -81,6 +102,7 @@ int main(int argc, char **argv) {
   int threads = argc > 2 ? atoi(argv[2]) : 1;
   grow = argc > 3 && strcmp(argv[3], "grow") == 0;
   fill = argc > 3 && strcmp(argv[3], "fill") == 0;
+  signal(SIGUSR1, on_usr1);
   pthread_t t[64];
   long total = 0;
   for (int i = 1; i < threads && i < 64; i++)
@@ -90,6 +112,12 @@ int main(int argc, char **argv) {
     void *r;
     pthread_join(t[i], &r);
     total += (long)r;
+  }
+  if (rounds == 0) {
+    printf("rounds");
+    for (int i = 0; i < threads && i < 64; i++)
+      printf(" %ld", done[i]);
+    printf("\n");
   }
   printf("sum %ld\n", total);
   return 0;

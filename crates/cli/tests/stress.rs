@@ -873,24 +873,24 @@ fn sigkill_of_weft_at_random_points() {
     tally.finish();
 }
 
-/// SIGKILL of weft while attach single-steps threads out of the C library (its last
-/// resort, after 300 ms without a safe point): the target lives in one 64 MiB
-/// `memset` after another. A kill in a step's SIGTRAP stop would hand that SIGTRAP
-/// to a process with no agent and no handler yet, unless the no-op handler weft
-/// holds in place while stepping takes it. The target must finish with its exact
-/// output.
+/// SIGKILL of weft while attach single-steps threads out of the C library, or runs
+/// them over a call or a `rep` string instruction to a hardware breakpoint: the
+/// target lives in `calloc`/`free` (grow) or in one 64 MiB `memset` after another
+/// (fill). A kill in a step's SIGTRAP stop, or with a breakpoint still armed, would
+/// hand a SIGTRAP to a process with no agent and no handler yet, unless the no-op
+/// handler weft holds in place while stepping takes it. The target (run until
+/// SIGUSR1, sent after the kill) must finish with its exact output.
 #[test]
 fn sigkill_of_weft_while_stepping_out_of_the_c_library() {
     let mut tally = Tally::new("SIGKILL of weft while stepping out of libc", "kills");
     let mut rng = Rng::from_env();
     let bin = build("libcbusy.c", Variant::O2_PIE, &["-pthread"]);
     let bs = b(&bin);
-    let args = ["150", "1", "fill"];
-    let want = text(&Command::new(&bin).args(args).output().unwrap().stdout);
     let prog = format!("uprobe:{bs}:tick {{ @c = count(); }} interval:ms:50 {{ exit(); }}");
     for trial in 0..scale(20, 100) {
+        let mode = ["fill", "grow"][trial as usize % 2];
         let target = Command::new(&bin)
-            .args(args)
+            .args(["0", "2", mode])
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -902,19 +902,21 @@ fn sigkill_of_weft_while_stepping_out_of_the_c_library() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        // In the stepping phase: weft looks for 300 ms, then steps until about 650 ms
-        // (without the guard, about one kill in eight here killed the target).
-        let at = Duration::from_millis(330 + rng.below(320));
+        // Attach looks and steps from its first look on (a few ms after weft starts)
+        // until the agent is loaded, tens of ms later.
+        let at = Duration::from_millis(5 + rng.below(120));
         std::thread::sleep(at);
         let _ = w.kill();
         let _ = w.wait();
         tally.count += 1;
+        signal_when_caught(target.id(), libc::SIGUSR1);
         let got = target.wait_with_output().unwrap();
-        tally.check(got.status.success() && text(&got.stdout) == want, || {
+        let out = text(&got.stdout);
+        let checked = check_libcbusy(&out, mode);
+        tally.check(got.status.success() && checked.is_ok(), || {
             format!(
-                "trial {trial} (killed at {at:?}): target ended with {}, printed {:?}",
+                "trial {trial} ({mode}, killed at {at:?}): target ended with {}, printed {out:?} ({checked:?})",
                 got.status,
-                text(&got.stdout)
             )
         });
     }

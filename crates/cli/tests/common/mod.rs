@@ -429,3 +429,66 @@ impl Rng {
         self.next() % n.max(1)
     }
 }
+
+/// Checks the output of `tests/targets/libcbusy.c` run with ROUNDS 0 (until SIGUSR1):
+/// "rounds R0 R1 ...", then "sum S", where S must be what each thread's rounds make
+/// in `mode` (the target's arithmetic, redone here). A heap the attach corrupted
+/// shows as a wrong sum (or a dead target).
+#[allow(dead_code)]
+pub fn check_libcbusy(out: &str, mode: &str) -> Result<Vec<i64>, String> {
+    let mut lines = out.lines();
+    let rounds: Vec<i64> = lines
+        .next()
+        .and_then(|l| l.strip_prefix("rounds "))
+        .ok_or_else(|| format!("no rounds line in {out:?}"))?
+        .split(' ')
+        .map(|r| r.parse().map_err(|_| format!("bad rounds in {out:?}")))
+        .collect::<Result<_, _>>()?;
+    let sum: i64 = lines
+        .next()
+        .and_then(|l| l.strip_prefix("sum "))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no sum line in {out:?}"))?;
+    let want: i64 = rounds
+        .iter()
+        .enumerate()
+        .map(|(seed, &n)| {
+            let seed = seed as i64;
+            match mode {
+                "grow" => n * (16384 * seed + 1),
+                "fill" => (0..n).map(|r| ((r + seed) & 0xff) + 1).sum(),
+                _ => (0..n)
+                    .map(|i| (i & 0xff) + 16 + (i * 7919 + seed) % 4000 + 1)
+                    .sum(),
+            }
+        })
+        .sum();
+    if sum != want {
+        return Err(format!(
+            "sum {sum}, want {want} for rounds {rounds:?} ({mode})"
+        ));
+    }
+    Ok(rounds)
+}
+
+/// Sends `sig` to `pid` once the process has a handler for it (`SigCgt` in
+/// /proc/PID/status), so a target told to stop by a signal is never killed by one
+/// that came before its handler.
+#[allow(dead_code)]
+pub fn signal_when_caught(pid: u32, sig: i32) {
+    let caught = || {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                let l = s.lines().find(|l| l.starts_with("SigCgt:"))?;
+                u64::from_str_radix(l[7..].trim(), 16).ok()
+            })
+            .is_some_and(|m| m & (1 << (sig - 1)) != 0)
+    };
+    let start = std::time::Instant::now();
+    while !caught() && start.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: kill takes no pointers.
+    unsafe { libc::kill(pid as i32, sig) };
+}
