@@ -408,17 +408,18 @@ impl StoppedProcess {
 
     /// [`step_out`](Self::step_out) giving up after `timeout` (a thread that blocks
     /// meanwhile is interrupted and stays where it got to, its own code having run).
-    /// With `only_syscalls`, stepping stops with an error before a `syscall`
-    /// instruction inside a range whose call number (`rax`) is not listed: a call
-    /// that blocks stalls the step until the timeout (callers list the calls that
-    /// return at once, such as `brk` or `munmap`). `None` steps into any call.
+    /// With `may_enter`, stepping stops with an error before a `syscall` instruction
+    /// inside a range unless `may_enter` accepts the registers (call number in `rax`,
+    /// arguments in `rdi`, `rsi`, ...): a call that blocks stalls the step until the
+    /// timeout (callers accept the calls that return at once, such as `brk`, `munmap`
+    /// or a futex wake). `None` steps into any call.
     pub fn step_out_within(
         &mut self,
         tid: i32,
         ranges: &[Range<u64>],
         max_steps: usize,
         timeout: Duration,
-        only_syscalls: Option<&[i64]>,
+        may_enter: Option<&dyn Fn(&libc::user_regs_struct) -> bool>,
     ) -> Result<usize> {
         let deadline = Deadline::after(timeout);
         let inside = |pc: u64| ranges.iter().any(|r| r.contains(&pc));
@@ -436,9 +437,9 @@ impl StoppedProcess {
                 return Err(InjectError::StepOutLimit { tid, steps, pc });
             }
             let pc = thread.pc();
-            let nr = thread.regs.rax as i64;
+            let regs = thread.regs;
             let mut insn = [0u8; 2];
-            if only_syscalls.is_some_and(|ok| !ok.contains(&nr))
+            if may_enter.is_some_and(|ok| !ok(&regs))
                 && self.read_mem(pc, &mut insn).is_ok()
                 && insn == [0x0f, 0x05]
             {
@@ -459,8 +460,56 @@ impl StoppedProcess {
             } else {
                 deadline
             };
-            self.single_step(tid, step_deadline)?;
+            match self.step_over_at(pc) {
+                Some(next) => self.run_to(tid, next, step_deadline)?,
+                None => self.single_step(tid, step_deadline)?,
+            }
             steps += 1;
+        }
+    }
+
+    /// Where a thread at `pc` should be run to rather than single-stepped: past a
+    /// `call` (the callee may run thousands of instructions, a ptrace round trip
+    /// each) or a `rep`-prefixed string instruction (one trap per iteration).
+    fn step_over_at(&self, pc: u64) -> Option<u64> {
+        let mut bytes = [0u8; 15];
+        self.read_mem(pc, &mut bytes).ok()?;
+        let insn =
+            iced_x86::Decoder::with_ip(64, &bytes, pc, iced_x86::DecoderOptions::NONE).decode();
+        if insn.is_invalid() {
+            return None;
+        }
+        // `call` only: iced-x86's flow control counts `syscall` as a call too.
+        let over = insn.mnemonic() == iced_x86::Mnemonic::Call
+            || ((insn.has_rep_prefix() || insn.has_repne_prefix()) && insn.is_string_instruction());
+        over.then(|| insn.next_ip())
+    }
+
+    /// Runs `tid` alone until it reaches `addr` (a hardware breakpoint in debug
+    /// register 0, cleared again before returning), as [`single_step`] runs it one
+    /// instruction: SIGTRAP unblocked meanwhile, other signals kept for resume, a
+    /// fault or the deadline ends it with an error. Were weft killed meanwhile, the
+    /// breakpoint would stay: callers hold a SIGTRAP handler in place (the trap
+    /// guard), and the next attach clears every thread's debug registers.
+    pub(crate) fn run_to(&mut self, tid: i32, addr: u64, deadline: Deadline) -> Result<()> {
+        /// DR7: local enable of breakpoint 0, execute, length 1.
+        const DR7_L0: u64 = 1;
+        sys::set_debugreg(tid, 0, addr)
+            .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
+        sys::set_debugreg(tid, 7, DR7_L0)
+            .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
+        let result = self.with_trap_unblocked(tid, |s| s.resume_until_trap(tid, deadline, true));
+        // The thread may be gone (then so are its registers).
+        let _ = sys::set_debugreg(tid, 7, 0);
+        let _ = sys::set_debugreg(tid, 0, 0);
+        result
+    }
+
+    /// Clears the debug registers of every stopped thread: a breakpoint
+    /// [`run_to`](Self::run_to) left in place if a weft died during it.
+    pub fn clear_breakpoints(&mut self) {
+        for t in &self.threads {
+            let _ = sys::set_debugreg(t.tid, 7, 0);
         }
     }
 
@@ -469,6 +518,15 @@ impl StoppedProcess {
     /// trap signal that is blocked when the step raises it, which would silently
     /// remove the target's (or weft's agent's) SIGTRAP handler and unblock it.
     pub(crate) fn single_step(&mut self, tid: i32, deadline: Deadline) -> Result<()> {
+        self.with_trap_unblocked(tid, |s| s.resume_until_trap(tid, deadline, false))
+    }
+
+    /// Runs `f` with SIGTRAP unblocked in `tid` (the mask is put back after).
+    fn with_trap_unblocked(
+        &mut self,
+        tid: i32,
+        f: impl FnOnce(&mut Self) -> Result<()>,
+    ) -> Result<()> {
         let mask =
             sys::getsigmask(tid).map_err(|e| self.ptrace_failed("PTRACE_GETSIGMASK", tid, e))?;
         let trap = 1u64 << (libc::SIGTRAP - 1);
@@ -476,7 +534,7 @@ impl StoppedProcess {
             sys::setsigmask(tid, mask & !trap)
                 .map_err(|e| self.ptrace_failed("PTRACE_SETSIGMASK", tid, e))?;
         }
-        let result = self.single_step_unmasked(tid, deadline);
+        let result = f(self);
         if mask & trap != 0 {
             // The thread may be gone (then so is its mask).
             let _ = sys::setsigmask(tid, mask);
@@ -484,8 +542,16 @@ impl StoppedProcess {
         result
     }
 
-    fn single_step_unmasked(&mut self, tid: i32, deadline: Deadline) -> Result<()> {
-        sys::singlestep(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_SINGLESTEP", tid, e))?;
+    /// One single step, or with `breakpoint` a run to the hardware breakpoint set.
+    fn resume_until_trap(&mut self, tid: i32, deadline: Deadline, breakpoint: bool) -> Result<()> {
+        let go = |s: &mut Self| {
+            if breakpoint {
+                sys::cont(tid, 0).map_err(|e| s.ptrace_failed("PTRACE_CONT", tid, e))
+            } else {
+                sys::singlestep(tid, 0).map_err(|e| s.ptrace_failed("PTRACE_SINGLESTEP", tid, e))
+            }
+        };
+        go(self)?;
         loop {
             let Some(event) = self.wait_event(tid, deadline)? else {
                 match self.interrupt_and_restore(tid, None)? {
@@ -525,7 +591,7 @@ impl StoppedProcess {
                 WaitEvent::Exited | WaitEvent::Killed => return Err(self.thread_exited(tid)),
             }
             // The step has not completed: ask again.
-            sys::singlestep(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_SINGLESTEP", tid, e))?;
+            go(self)?;
         }
         self.settle_trap(tid, deadline)?;
         let regs = self.getregs(tid)?;
@@ -1239,7 +1305,8 @@ fn stop_kind_for_event(signal: i32) -> StopKind {
 pub(crate) fn is_step_trap(info: &siginfo_t) -> bool {
     const TRAP_BRKPT: i32 = 1;
     const TRAP_TRACE: i32 = 2;
-    matches!(info.si_code, TRAP_BRKPT | TRAP_TRACE)
+    const TRAP_HWBKPT: i32 = 4;
+    matches!(info.si_code, TRAP_BRKPT | TRAP_TRACE | TRAP_HWBKPT)
 }
 
 /// A fault raised by the instruction the thread executes (as opposed to a signal

@@ -58,6 +58,22 @@ pub(crate) fn cont(tid: pid_t, signal: i32) -> Result<(), Errno> {
     unsafe { ptrace(libc::PTRACE_CONT, tid, 0, signal as usize) }
 }
 
+/// Offset of `u_debugreg` in `struct user` (x86-64), for PTRACE_POKEUSER.
+const DEBUGREG_OFFSET: usize = 848;
+
+/// Writes debug register `n` (0-3: addresses, 7: control) of a stopped thread.
+pub(crate) fn set_debugreg(tid: pid_t, n: usize, value: u64) -> Result<(), Errno> {
+    // SAFETY: PTRACE_POKEUSER takes an offset into `struct user` and the value.
+    unsafe {
+        ptrace(
+            libc::PTRACE_POKEUSER,
+            tid,
+            DEBUGREG_OFFSET + 8 * n,
+            value as usize,
+        )
+    }
+}
+
 pub(crate) fn singlestep(tid: pid_t, signal: i32) -> Result<(), Errno> {
     // SAFETY: PTRACE_SINGLESTEP takes the signal as a value in `data`.
     unsafe { ptrace(libc::PTRACE_SINGLESTEP, tid, 0, signal as usize) }

@@ -277,3 +277,81 @@ fn a_step_into_a_signal_handler_is_not_a_sigtrap_for_the_target() {
         > counted + 1000));
     assert_eq!(common::task_state(pid, pid).map(|s| s != 'Z'), Some(true));
 }
+
+const OVER: &str = r#"
+#include <stdio.h>
+
+volatile unsigned long n, spins;
+static char buf[1 << 20];
+
+__attribute__((noinline)) void slow(void) {
+    for (unsigned long i = 0; i < 1000000; i++) spins++;
+}
+
+/* A call that runs a million iterations, then a `rep stosb` over 1 MiB: thousands
+ * of single steps each, one step over each. */
+__attribute__((noinline)) void outer(void) {
+    slow();
+    void *d = buf;
+    unsigned long c = sizeof buf;
+    __asm__ volatile("rep stosb" : "+D"(d), "+c"(c) : "a"(0x5a) : "memory");
+}
+
+/* Where the thread goes after the test's detour through outer(): calling outer()
+ * again and again (a breakpoint left armed in it would kill the process). */
+__attribute__((noinline, noreturn)) void back(void) {
+    for (;;) { outer(); n++; }
+}
+
+int main(void) {
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) spins++;
+}
+"#;
+
+#[test]
+fn step_out_runs_over_calls_and_rep_string_instructions() {
+    let program = build("over", OVER, &[]);
+    let target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let outer = target.function("outer");
+    let back = target.function("back");
+    let n = target.symbol("n");
+
+    let mut stopped = StoppedProcess::stop(pid).unwrap();
+    let mut regs = *stopped.thread(pid).unwrap().regs();
+    // As if main had called outer(), returning to back().
+    regs.rsp = ((regs.rsp - 4096) & !15) - 8;
+    stopped
+        .write_mem(regs.rsp, &back.start.to_le_bytes())
+        .unwrap();
+    regs.rip = outer.start;
+    regs.orig_rax = u64::MAX;
+    stopped.set_regs(pid, &regs).unwrap();
+    // A hundred steps are plenty: the call and the rep stosb count as one each
+    // (single-stepping them would take millions).
+    let steps = stopped
+        .step_out_within(
+            pid,
+            std::slice::from_ref(&outer),
+            100,
+            Duration::from_secs(10),
+            None,
+        )
+        .unwrap();
+    assert!(steps < 100, "{steps} steps");
+    let thread = stopped.thread(pid).unwrap();
+    assert!(
+        back.contains(&thread.pc()),
+        "pc {:#x} not in back()",
+        thread.pc()
+    );
+    assert_eq!(thread.pending_signals(), Vec::<i32>::new());
+    stopped.resume().unwrap();
+    // outer() runs again and again with no tracer: no breakpoint was left in it.
+    assert!(common::eventually(Duration::from_secs(10), || target
+        .peek_u64s(n, 1)[0]
+        > 3));
+    assert_eq!(common::task_state(pid, pid).map(|s| s != 'Z'), Some(true));
+}
