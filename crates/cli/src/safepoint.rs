@@ -20,12 +20,13 @@
 //! none can hold a lock `dlopen` needs), which a process of busy threads may never
 //! show at once: after [`ALL_SAFE_FOR`] a safe borrowed thread is enough.
 //!
-//! A process that lives in the library (growing its heap, say) may never be caught
-//! outside it: after [`STEP_AFTER`] its threads are single-stepped (the others held)
-//! back to the program's code, never into a blocking system call. Stepping is the
-//! last resort because a step ends in a SIGTRAP stop, and were weft SIGKILLed in
-//! one, the kernel would deliver that SIGTRAP to a process that has no handler for
-//! it yet; a trap guard (a no-op handler, `TrapGuard`) is held in place meanwhile.
+//! A process that lives in the library (growing its heap, say) is rarely caught
+//! outside it: so at every look its threads in the library are single-stepped (the
+//! others held) back to the program's code, never into a blocking system call (a
+//! few hundred steps: a millisecond or two). A step ends in a SIGTRAP stop, and
+//! were weft SIGKILLed in one, the kernel would deliver that SIGTRAP to a process
+//! that has no handler for it yet; a trap guard (a no-op handler, `TrapGuard`) is
+//! held in place while stepping.
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -38,31 +39,44 @@ use weft_symbols::{Module, Perms, ProcMaps};
 pub const ALL_SAFE_FOR: Duration = Duration::from_millis(600);
 /// How long to look for a safe thread at all.
 pub const SAFE_POINT_TIMEOUT: Duration = Duration::from_secs(10);
-/// After how long without a safe thread those in a system library are
-/// single-stepped towards the program's code, how far, and for how long per look
-/// (the process is paused meanwhile).
-pub const STEP_AFTER: Duration = Duration::from_millis(300);
+/// How far threads in a system library are single-stepped towards the program's
+/// code at each look, and for how long (the process is paused meanwhile).
 const STEP_BUDGET: usize = 20_000;
-const STEP_TIME: Duration = Duration::from_millis(10);
-/// After a second of stepping (a loaded machine, where every step waits for a CPU),
+const STEP_TIME: Duration = Duration::from_millis(40);
+/// After a second of looking (a loaded machine, where every step waits for a CPU),
 /// a look may step for longer.
-const STEP_TIME_LATER: Duration = Duration::from_millis(40);
-/// System calls a step may go into: they return at once (the allocator's among
-/// them, so that a thread growing or trimming its heap can be stepped out). Not
-/// `rt_sigprocmask`: a step over one that blocks SIGTRAP raises the step's trap
+const STEP_TIME_LATER: Duration = Duration::from_millis(100);
+const STEP_LONGER_AFTER: Duration = Duration::from_secs(1);
+
+/// The system calls a step may go into: those that return at once, the
+/// allocator's among them (so that a thread growing or trimming its heap can be
+/// stepped out), and futex wakes (a thread leaving the library releases its locks).
+/// Not `rt_sigprocmask`: a step over one that blocks SIGTRAP raises the step's trap
 /// blocked, and the kernel then resets the SIGTRAP disposition and unblocks it
 /// (under load the stress suite saw a target die of SIGTRAP once in 12 runs).
-const QUICK_SYSCALLS: &[i64] = &[
-    libc::SYS_brk,
-    libc::SYS_mmap,
-    libc::SYS_munmap,
-    libc::SYS_mremap,
-    libc::SYS_madvise,
-    libc::SYS_mprotect,
-    libc::SYS_getpid,
-    libc::SYS_gettid,
-    libc::SYS_clock_gettime,
-];
+fn quick_syscall(regs: &libc::user_regs_struct) -> bool {
+    const FUTEX_CMD_MASK: u64 = !(128 | 256);
+    const FUTEX_WAKE: u64 = 1;
+    const FUTEX_WAKE_OP: u64 = 5;
+    const FUTEX_UNLOCK_PI: u64 = 7;
+    const FUTEX_WAKE_BITSET: u64 = 10;
+    match regs.rax as i64 {
+        libc::SYS_brk
+        | libc::SYS_mmap
+        | libc::SYS_munmap
+        | libc::SYS_mremap
+        | libc::SYS_madvise
+        | libc::SYS_mprotect
+        | libc::SYS_getpid
+        | libc::SYS_gettid
+        | libc::SYS_clock_gettime => true,
+        libc::SYS_futex => matches!(
+            regs.rsi & FUTEX_CMD_MASK,
+            FUTEX_WAKE | FUTEX_WAKE_OP | FUTEX_UNLOCK_PI | FUTEX_WAKE_BITSET
+        ),
+        _ => false,
+    }
+}
 /// How much of a thread's stack above its stack pointer is searched for a signal
 /// frame.
 const STACK_SCAN: u64 = 64 * 1024;
@@ -468,15 +482,14 @@ pub enum Look {
     Later(String),
 }
 
-/// Looks at a stopped process and says which thread to borrow, if any yet; after
-/// [`STEP_AFTER`], threads in the system libraries are stepped towards the program's
-/// code first. `since` is when the search began.
+/// Looks at a stopped process and says which thread to borrow, if any yet; threads
+/// in the system libraries are stepped towards the program's code first. `since` is when the search began.
 pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Result<Look> {
     let pid = stopped.pid();
     // Threads of processes sharing the memory (a vfork child) count for the locks
     // they may hold, but are never borrowed.
     let candidates: Vec<i32> = stopped.threads().iter().map(|t| t.tid()).collect();
-    let step_time = if since.elapsed() >= STEP_AFTER + Duration::from_secs(1) {
+    let step_time = if since.elapsed() >= STEP_LONGER_AFTER {
         STEP_TIME_LATER
     } else {
         STEP_TIME
@@ -493,7 +506,6 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
         let mut step = can_step
             && j == Judgement::InLibrary
             && !thread.in_syscall()
-            && since.elapsed() >= STEP_AFTER
             && !time.is_zero()
             && stopped.tgid_of(tid) == pid;
         if step && guard.is_none() {
@@ -510,7 +522,7 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
         }
         if step {
             // Run it (alone) back to the program's code, not into a blocking call.
-            let quick = Some(QUICK_SYSCALLS);
+            let quick: Option<&dyn Fn(&libc::user_regs_struct) -> bool> = Some(&quick_syscall);
             match stopped.step_out_within(tid, &layout.system, STEP_BUDGET, time, quick) {
                 Ok(_) => {
                     let thread = stopped.thread(tid).map_err(|e| anyhow!("{e}"))?;

@@ -256,6 +256,8 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
     let mut dlopen = None;
     let (mut stopped, maps, tid) = loop {
         let mut stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+        // A step-over breakpoint left armed by a weft that died while stepping.
+        stopped.clear_breakpoints();
         let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
         let modules = maps.modules();
         let loader: Vec<std::ops::Range<u64>> = modules
