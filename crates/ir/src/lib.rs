@@ -234,6 +234,12 @@ pub struct Program {
     pub config: Config,
 }
 
+/// The largest width or precision a `printf` (`system`, `cat`) format may give, and
+/// the most the widths and precisions of one format may add up to: the front end
+/// refuses more, the printer clamps to it. (bpftrace has no limit: glibc pads to any
+/// width up to `INT_MAX`; 65536 is also the largest `max_strlen`.)
+pub const PRINTF_MAX_WIDTH: u32 = 65536;
+
 /// Limits and options that shape code and memory layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use weft_ir::{AttachPoint, CField, CStruct, Config, MapValue, StackMode, Type};
+use weft_ir::{AttachPoint, CField, CStruct, Config, MapValue, StackMode, Type, PRINTF_MAX_WIDTH};
 
 use crate::ast::*;
 use crate::diag::{suggest, Diagnostic, Diags};
@@ -2602,6 +2602,38 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// The printer pads to any width it is given: a format's widths and precisions are
+    /// each at most [`PRINTF_MAX_WIDTH`], and add up to no more than that.
+    fn format_widths(&mut self, name: &str, fmt: &str, span: Span) {
+        let max = u64::from(PRINTF_MAX_WIDTH);
+        let mut total = 0u64;
+        let mut each_ok = true;
+        for f in crate::format::fields(fmt) {
+            for (what, v) in [("width", Some(f.width)), ("precision", f.precision)] {
+                let Some(v) = v else { continue };
+                if v > max {
+                    each_ok = false;
+                    self.err(
+                        span,
+                        format!(
+                            "{name}(): the {what} in `{}` is too large (at most {max})",
+                            f.text
+                        ),
+                    );
+                }
+                total = total.saturating_add(v);
+            }
+        }
+        if each_ok && total > max {
+            self.err(
+                span,
+                format!(
+                    "{name}(): the widths and precisions of this format add up to {total} (at most {max})"
+                ),
+            );
+        }
+    }
+
     /// Check `printf`-style arguments against the format's conversions.
     fn format_args(&mut self, name: &str, args: &[Expr], tys: &[Type], span: Span) {
         let ExprKind::Str(fmt) = &args[0].kind else {
@@ -2612,6 +2644,7 @@ impl<'a> Checker<'a> {
             return;
         };
         let fmt = String::from_utf8_lossy(fmt).into_owned();
+        self.format_widths(name, &fmt, args[0].span);
         let convs = conversions(&fmt);
         let given = args.len() - 1;
         if given != convs.len() {

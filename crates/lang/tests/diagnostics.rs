@@ -795,3 +795,48 @@ fn printf_counts_conversions_as_bpftrace() {
         "#]],
     );
 }
+
+/// printf widths and precisions are bounded (issue 24: the fuzzer's
+/// `%-9223372036854775808s` made weft's printer allocate without limit and panic).
+/// `%+99999999999d` is not a bpftrace conversion, but glibc's printf (and weft's) would
+/// still pad the argument to that width, so it is bounded too.
+#[test]
+fn printf_widths_and_precisions_are_bounded() {
+    check(
+        r#"BEGIN { printf("%d %-9223372036854775808s\n", 1, "x"); printf("%.65537d %65536d\n", 1, 2); }
+BEGIN { printf("%+99999999999d %d\n", 1); cat("%99999999999d", 1); printf("%.65536s\n", "x"); }
+BEGIN { printf("%40000d %40000d\n", 1, 2); }"#,
+        expect![[r#"
+            error: printf(): the width in `%-9223372036854775808s` is too large (at most 65536)
+             --> script.bt:1:16
+              |
+            1 | BEGIN { printf("%d %-9223372036854775808s\n", 1, "x"); printf("%.65537d %65536d\n", 1, 2); }
+              |                ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+
+            error: printf(): the precision in `%.65537d` is too large (at most 65536)
+             --> script.bt:1:63
+              |
+            1 | BEGIN { printf("%d %-9223372036854775808s\n", 1, "x"); printf("%.65537d %65536d\n", 1, 2); }
+              |                                                               ^^^^^^^^^^^^^^^^^^^^
+
+            error: printf(): the width in `%+99999999999d` is too large (at most 65536)
+             --> script.bt:2:16
+              |
+            2 | BEGIN { printf("%+99999999999d %d\n", 1); cat("%99999999999d", 1); printf("%.65536s\n", "x"); }
+              |                ^^^^^^^^^^^^^^^^^^^^^
+
+            error: cat(): the width in `%99999999999d` is too large (at most 65536)
+             --> script.bt:2:47
+              |
+            2 | BEGIN { printf("%+99999999999d %d\n", 1); cat("%99999999999d", 1); printf("%.65536s\n", "x"); }
+              |                                               ^^^^^^^^^^^^^^^
+
+            error: printf(): the widths and precisions of this format add up to 80000 (at most 65536)
+             --> script.bt:3:16
+              |
+            3 | BEGIN { printf("%40000d %40000d\n", 1, 2); }
+              |                ^^^^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
