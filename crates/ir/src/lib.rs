@@ -81,7 +81,9 @@ pub enum StackMode {
 pub struct CStruct {
     pub name: String,
     pub size: u32,
-    pub fields: Vec<CField>,
+    /// Shared: every expression of the type holds a copy of it, and an array has a
+    /// field per element.
+    pub fields: std::sync::Arc<[CField]>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

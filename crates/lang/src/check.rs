@@ -437,7 +437,7 @@ fn c_layout(name: &str, fields: &[(String, Type)]) -> CStruct {
     CStruct {
         name: name.to_string(),
         size: off.div_ceil(align) * align,
-        fields: out,
+        fields: out.into(),
     }
 }
 
@@ -601,7 +601,7 @@ impl<'a> Checker<'a> {
                 None if t.pointer > 0 => Type::CStruct(CStruct {
                     name: n.clone(),
                     size: 0,
-                    fields: Vec::new(),
+                    fields: Vec::new().into(),
                 }),
                 None => return None,
             },
