@@ -82,7 +82,7 @@ pub struct CStruct {
     pub name: String,
     pub size: u32,
     /// Shared: every expression of the type holds a copy of it, and an array has a
-    /// field per element.
+    /// field per element (at most 65536 in all, `weft_lang::check::MAX_TYPE_MEMBERS`).
     pub fields: std::sync::Arc<[CField]>,
 }
 

@@ -840,3 +840,86 @@ BEGIN { printf("%40000d %40000d\n", 1, 2); }"#,
         "#]],
     );
 }
+
+/// Array lengths and struct sizes are bounded (issue 24): `char a[4294967295]` made
+/// the checker build one field per element (an allocation of hundreds of GB), a
+/// length above 2^32 wrapped, and nested arrays multiplied their elements. Struct and
+/// array types hold at most 65536 elements and fields, nested ones counted.
+#[test]
+fn array_lengths_and_struct_sizes_are_bounded() {
+    check(
+        "struct X { char a[4294967295]; }
+struct A { char a[40000]; char b[40000]; }
+struct Z { char z[0]; }
+struct Y { struct Z y[30000]; }
+struct W { struct Y w[2]; }
+BEGIN { $x = (int8[99999999999])0; let $y: int64[70000]; @s = sizeof(uint8[65536]); exit(); }",
+        expect![[r#"
+            error: `int8[4294967295]` has too many elements, nested ones counted (at most 65536)
+             --> script.bt:1:12
+              |
+            1 | struct X { char a[4294967295]; }
+              |            ^^^^^^^^^^^^^^^^^^
+
+            error: struct `A` has too many fields and elements, nested ones counted (at most 65536)
+             --> script.bt:2:32
+              |
+            2 | struct A { char a[40000]; char b[40000]; }
+              |                                ^
+
+            error: `struct Y[2]` has too many elements, nested ones counted (at most 65536)
+             --> script.bt:5:12
+              |
+            5 | struct W { struct Y w[2]; }
+              |            ^^^^^^^^^^^^^
+
+            error: `int8[99999999999]` has too many elements, nested ones counted (at most 65536)
+             --> script.bt:6:15
+              |
+            6 | BEGIN { $x = (int8[99999999999])0; let $y: int64[70000]; @s = sizeof(uint8[65536]); exit(); }
+              |               ^^^^^^^^^^^^^^^^^
+
+            error: `int64[70000]` has too many elements, nested ones counted (at most 65536)
+             --> script.bt:6:44
+              |
+            6 | BEGIN { $x = (int8[99999999999])0; let $y: int64[70000]; @s = sizeof(uint8[65536]); exit(); }
+              |                                            ^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// A string member of 65536 bytes (the largest `max_strlen`) times 65536 elements is
+/// 4 GiB: more than a type may be.
+#[test]
+fn type_sizes_do_not_wrap() {
+    check(
+        "config = { max_strlen = 65536 }
+struct S { string s[65536]; }
+BEGIN { exit(); }",
+        expect![[r#"
+            error: `string[65536]` is too large: 4294967296 bytes (at most 4294967295)
+             --> script.bt:2:12
+              |
+            2 | struct S { string s[65536]; }
+              |            ^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// A tuple index above 2^32 is out of range, not the first element.
+#[test]
+fn tuple_index_does_not_wrap() {
+    check(
+        "BEGIN { $t = (1, 2); printf(\"%d\\n\", $t.4294967296); exit(); }",
+        expect![[r#"
+            error: tuple index 4294967296 is out of range for `(int64,int64)`
+             --> script.bt:1:37
+              |
+            1 | BEGIN { $t = (1, 2); printf("%d\n", $t.4294967296); exit(); }
+              |                                     ^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
