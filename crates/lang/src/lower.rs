@@ -56,11 +56,17 @@ pub fn lower(ck: &Checked) -> (ir::Program, Vec<Diagnostic>) {
         let f = fx.f;
         let frame = f.frame_size();
         if frame > ck.config.max_frame {
+            // frame_size saturates at u32::MAX.
+            let needs = if frame == u32::MAX {
+                format!("more than {frame}")
+            } else {
+                frame.to_string()
+            };
             diags.push(
                 Diagnostic::error(
                     p.attach.first().map(|a| a.span).unwrap_or(p.span),
                     format!(
-                        "this probe needs {frame} bytes of stack frame; the limit is {}",
+                        "this probe needs {needs} bytes of stack frame; the limit is {}",
                         ck.config.max_frame
                     ),
                 )

@@ -923,3 +923,21 @@ fn tuple_index_does_not_wrap() {
         "#]],
     );
 }
+
+/// Sizes add up without wrapping (issue 24): 65536 strings of 65536 bytes in one
+/// tuple are 4 GiB, which wrapped to a frame of a few bytes that passed the limit
+/// (and then took weft 24 GB of memory before the kernel killed it).
+#[test]
+fn frame_size_does_not_wrap() {
+    let strs = vec!["str(0)"; 65536].join(",\n");
+    let out = compile(
+        &format!("config = {{ max_strlen = 65536 }}\nBEGIN {{\n@t = ({strs}); exit(); }}"),
+        "script.bt",
+        &Options::default(),
+    );
+    let msgs: Vec<&str> = out.diagnostics.iter().map(|d| d.message.as_str()).collect();
+    assert_eq!(
+        msgs,
+        ["this probe needs more than 4294967295 bytes of stack frame; the limit is 4096"]
+    );
+}
