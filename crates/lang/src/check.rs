@@ -2407,10 +2407,10 @@ impl<'a> Checker<'a> {
                 }
                 if matches!(a[0].kind, ExprKind::Map(MapRef { keys: None, .. })) {
                     for x in a.iter().skip(1) {
-                        if literal_int(x).is_none_or(|v| v < 0) {
+                        if literal_int(x).is_none_or(|v| !(0..=i64::from(u32::MAX)).contains(&v)) {
                             self.err(
                                 x.span,
-                                "print(): top and div must be non-negative integer literals",
+                                "print(): top and div must be integer literals from 0 to 4294967295",
                             );
                         }
                     }
@@ -2485,7 +2485,7 @@ impl<'a> Checker<'a> {
                 let cap = if n == 2 {
                     int_at(self, 1);
                     match literal_int(&a[1]) {
-                        Some(v) if v > 0 => (v as u32).min(self.config.strlen),
+                        Some(v) if v > 0 => v.min(i64::from(self.config.strlen)) as u32,
                         _ => self.config.strlen,
                     }
                 } else {

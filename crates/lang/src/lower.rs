@@ -1376,8 +1376,9 @@ impl<'a> Fx<'a> {
                 }) = &args[0].kind
                 {
                     let map = self.map_id(m);
+                    // The checker keeps both in 0..=u32::MAX.
                     let lit = |i: usize| match args.get(i).map(|a| &a.kind) {
-                        Some(ExprKind::Int(v)) => *v as u32,
+                        Some(ExprKind::Int(v)) => u32::try_from(*v).unwrap_or(u32::MAX),
                         _ => 0,
                     };
                     self.emit(Inst::Emit {
@@ -1666,7 +1667,7 @@ impl<'a> Fx<'a> {
                     });
                 } else {
                     let n = match args[2].kind {
-                        ExprKind::Int(n) => (n as u32).min(cap),
+                        ExprKind::Int(n) => u32::try_from(n).map_or(cap, |n| n.min(cap)),
                         _ => cap,
                     };
                     self.emit(Inst::StrCmp {

@@ -941,3 +941,47 @@ fn frame_size_does_not_wrap() {
         ["this probe needs more than 4294967295 bytes of stack frame; the limit is 4096"]
     );
 }
+
+/// `print(@m, top, div)` keeps 32 bits of each: above 2^32 they wrapped
+/// (`top` 4294967297 printed one entry).
+#[test]
+fn print_top_and_div_are_bounded() {
+    check(
+        "BEGIN { @m[1] = count(); print(@m, 4294967297, 1); print(@m, 1, 4294967296); print(@m, 4294967295, 4294967295); }",
+        expect![[r#"
+            error: print(): top and div must be integer literals from 0 to 4294967295
+             --> script.bt:1:36
+              |
+            1 | BEGIN { @m[1] = count(); print(@m, 4294967297, 1); print(@m, 1, 4294967296); print(@m, 4294967295, 4294967295); }
+              |                                    ^^^^^^^^^^
+
+            error: print(): top and div must be integer literals from 0 to 4294967295
+             --> script.bt:1:65
+              |
+            1 | BEGIN { @m[1] = count(); print(@m, 4294967297, 1); print(@m, 1, 4294967296); print(@m, 4294967295, 4294967295); }
+              |                                                                 ^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// `buf(p, n)` with a literal n above 2^32 had a capacity of n mod 2^32.
+#[test]
+fn buf_length_does_not_wrap() {
+    check(
+        "uprobe:/bin/a:f { printf(\"%d\\n\", buf(arg0, 4294967297)); }",
+        expect![[r#"
+            error: printf(): `%d` expects an integer, not `buffer[64]`
+             --> script.bt:1:34
+              |
+            1 | uprobe:/bin/a:f { printf("%d\n", buf(arg0, 4294967297)); }
+              |                                  ^^^^^^^^^^^^^^^^^^^^^
+            note: in this format
+             --> script.bt:1:26
+              |
+            1 | uprobe:/bin/a:f { printf("%d\n", buf(arg0, 4294967297)); }
+              |                          ^^^^^^
+
+        "#]],
+    );
+}
