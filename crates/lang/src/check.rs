@@ -419,6 +419,17 @@ fn literal_int(e: &Expr) -> Option<i64> {
     }
 }
 
+/// The largest `max_map_keys`: each map's key table has twice as many entries (a power
+/// of two), and an aggregation as many accumulators in every thread that uses it.
+pub const MAX_MAP_KEYS: u64 = 1 << 20;
+
+/// The highest `profile` rate, in samples a second.
+pub const MAX_PROFILE_HZ: u64 = 10_000;
+
+/// The largest `max_frame`: advice frames live on the stack of the target's thread,
+/// and the code generator refuses more.
+pub const MAX_FRAME: u64 = 1 << 20;
+
 /// The most elements and fields a struct or array type may have, nested ones counted:
 /// the checker represents each one (bpftrace-sized programs use a few hundred).
 pub const MAX_TYPE_MEMBERS: u64 = 65536;
@@ -547,10 +558,14 @@ impl<'a> Checker<'a> {
                     None => need_int(self),
                 },
                 "max_map_keys" => match int {
-                    Some(v) if v > 0 && v <= u64::from(u32::MAX) => {
+                    Some(v) if (1..=MAX_MAP_KEYS).contains(&v) => {
                         self.config.max_map_keys = v as u32
                     }
-                    _ => need_int(self),
+                    Some(_) => self.err(
+                        *span,
+                        format!("max_map_keys must be between 1 and {MAX_MAP_KEYS}"),
+                    ),
+                    None => need_int(self),
                 },
                 "max_loop_iterations" => match int {
                     Some(v) if v > 0 && v <= u64::from(u32::MAX) => {
@@ -559,10 +574,12 @@ impl<'a> Checker<'a> {
                     _ => need_int(self),
                 },
                 "max_frame" => match int {
-                    Some(v) if v > 0 && v <= u64::from(u32::MAX) => {
-                        self.config.max_frame = v as u32
-                    }
-                    _ => need_int(self),
+                    Some(v) if (1..=MAX_FRAME).contains(&v) => self.config.max_frame = v as u32,
+                    Some(_) => self.err(
+                        *span,
+                        format!("max_frame must be between 1 and {MAX_FRAME}"),
+                    ),
+                    None => need_int(self),
                 },
                 "stack_mode" => {
                     let s = match value {
@@ -920,6 +937,15 @@ impl<'a> Checker<'a> {
                     } else {
                         (1_000_000_000 / period_ns).max(1)
                     };
+                    // The agent's per-thread timers (and bpftrace's perf events in
+                    // practice) sample at most this often.
+                    if hz > MAX_PROFILE_HZ {
+                        return Err(format!(
+                            "invalid profile `{}`: at most {MAX_PROFILE_HZ} samples a second \
+                             (this is {hz})",
+                            a.raw
+                        ));
+                    }
                     Ok((Kind::Profile, Some(AttachPoint::Profile { hz })))
                 }
             }

@@ -985,3 +985,63 @@ fn buf_length_does_not_wrap() {
         "#]],
     );
 }
+
+/// Config values that size memory have bounds (issue 24): `max_map_keys` above 2^31
+/// overflowed the key table's capacity (a map that was always full), a larger one
+/// sizes tables of gigabytes; advice frames live on the target's stack and the code
+/// generator refuses more than 1 MiB anyway.
+#[test]
+fn config_sizes_are_bounded() {
+    check(
+        "config = { max_map_keys = 4294967295; max_frame = 4294967295 }\nconfig = { max_map_keys = 1048577; max_frame = 1048577 }\nconfig = { max_map_keys = 1048576; max_frame = 1048576 }\nBEGIN { exit(); }",
+        expect![[r#"
+            error: max_map_keys must be between 1 and 1048576
+             --> script.bt:1:12
+              |
+            1 | config = { max_map_keys = 4294967295; max_frame = 4294967295 }
+              |            ^^^^^^^^^^^^^^^^^^^^^^^^^
+
+            error: max_frame must be between 1 and 1048576
+             --> script.bt:1:39
+              |
+            1 | config = { max_map_keys = 4294967295; max_frame = 4294967295 }
+              |                                       ^^^^^^^^^^^^^^^^^^^^^^
+
+            error: max_map_keys must be between 1 and 1048576
+             --> script.bt:2:12
+              |
+            2 | config = { max_map_keys = 1048577; max_frame = 1048577 }
+              |            ^^^^^^^^^^^^^^^^^^^^^^
+
+            error: max_frame must be between 1 and 1048576
+             --> script.bt:2:36
+              |
+            2 | config = { max_map_keys = 1048577; max_frame = 1048577 }
+              |                                    ^^^^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// `profile` rates are checked where they are written (the agent's timers take 1 to
+/// 10000 Hz).
+#[test]
+fn profile_rate_is_bounded() {
+    check(
+        "profile:hz:10001 { } profile:us:10 { } profile:hz:10000 { } profile:s:1 { }",
+        expect![[r#"
+            error: invalid profile `profile:hz:10001`: at most 10000 samples a second (this is 10001)
+             --> script.bt:1:1
+              |
+            1 | profile:hz:10001 { } profile:us:10 { } profile:hz:10000 { } profile:s:1 { }
+              | ^^^^^^^^^^^^^^^^
+
+            error: invalid profile `profile:us:10`: at most 10000 samples a second (this is 100000)
+             --> script.bt:1:22
+              |
+            1 | profile:hz:10001 { } profile:us:10 { } profile:hz:10000 { } profile:s:1 { }
+              |                      ^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
