@@ -255,6 +255,8 @@ pub struct Config {
     pub max_loop_iterations: u32,
     /// Maximum bytes of stack frame an advice body may use.
     pub max_frame: u32,
+    /// Maximum bytes `cat()` prints of a file (bpftrace: 10240).
+    pub max_cat_bytes: u32,
     /// `--unsafe` given: `system`, `signal` and writes to target memory are allowed.
     pub unsafe_ok: bool,
 }
@@ -266,6 +268,7 @@ impl Default for Config {
             max_map_keys: 4096,
             max_loop_iterations: 1 << 20,
             max_frame: 4096,
+            max_cat_bytes: 10240,
             unsafe_ok: false,
         }
     }

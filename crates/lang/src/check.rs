@@ -423,6 +423,10 @@ fn literal_int(e: &Expr) -> Option<i64> {
 /// of two), and an aggregation as many accumulators in every thread that uses it.
 pub const MAX_MAP_KEYS: u64 = 1 << 20;
 
+/// The largest `max_cat_bytes` (what `cat()` prints of a file; bpftrace's default is
+/// 10240 and it has no upper bound).
+pub const MAX_CAT_BYTES: u64 = 1 << 20;
+
 /// The highest `profile` rate, in samples a second.
 pub const MAX_PROFILE_HZ: u64 = 10_000;
 
@@ -578,6 +582,16 @@ impl<'a> Checker<'a> {
                     Some(_) => self.err(
                         *span,
                         format!("max_frame must be between 1 and {MAX_FRAME}"),
+                    ),
+                    None => need_int(self),
+                },
+                "max_cat_bytes" => match int {
+                    Some(v) if (1..=MAX_CAT_BYTES).contains(&v) => {
+                        self.config.max_cat_bytes = v as u32
+                    }
+                    Some(_) => self.err(
+                        *span,
+                        format!("max_cat_bytes must be between 1 and {MAX_CAT_BYTES}"),
                     ),
                     None => need_int(self),
                 },

@@ -993,7 +993,7 @@ fn buf_length_does_not_wrap() {
 #[test]
 fn config_sizes_are_bounded() {
     check(
-        "config = { max_map_keys = 4294967295; max_frame = 4294967295 }\nconfig = { max_map_keys = 1048577; max_frame = 1048577 }\nconfig = { max_map_keys = 1048576; max_frame = 1048576 }\nBEGIN { exit(); }",
+        "config = { max_map_keys = 4294967295; max_frame = 4294967295 }\nconfig = { max_map_keys = 1048577; max_frame = 1048577 }\nconfig = { max_map_keys = 1048576; max_frame = 1048576 }\nconfig = { max_cat_bytes = 1048577 }\nBEGIN { exit(); }",
         expect![[r#"
             error: max_map_keys must be between 1 and 1048576
              --> script.bt:1:12
@@ -1018,6 +1018,12 @@ fn config_sizes_are_bounded() {
               |
             2 | config = { max_map_keys = 1048577; max_frame = 1048577 }
               |                                    ^^^^^^^^^^^^^^^^^^^
+
+            error: max_cat_bytes must be between 1 and 1048576
+             --> script.bt:4:12
+              |
+            4 | config = { max_cat_bytes = 1048577 }
+              |            ^^^^^^^^^^^^^^^^^^^^^^^
 
         "#]],
     );
