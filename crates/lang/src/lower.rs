@@ -131,7 +131,8 @@ impl<'a> Fx<'a> {
     }
     /// A temporary slot of at least `size` bytes, free again after the statement.
     fn temp(&mut self, size: u32) -> Place {
-        let size = size.max(1).div_ceil(8) * 8;
+        // Saturating: sizes saturate at u32::MAX (refused by the frame limit).
+        let size = size.max(1).div_ceil(8).saturating_mul(8);
         let slot = match self.temps_free.iter().position(|(_, s)| *s == size) {
             Some(i) => self.temps_free.swap_remove(i).0,
             None => self.f.new_slot(size),
