@@ -710,7 +710,9 @@ pub fn lhist_index(v: i64, min: i64, max: i64, step: i64) -> usize {
     if v < min {
         0
     } else if v >= max {
-        let steps = ((max - min) + step - 1) / step;
+        // In i128: `max - min + step - 1` overflows i64 near its bounds.
+        let step = i128::from(step.max(1));
+        let steps = (i128::from(max) - i128::from(min) + step - 1) / step;
         steps as usize + 1
     } else {
         1 + ((v - min) / step) as usize
@@ -775,5 +777,16 @@ mod hist_tests {
         assert_eq!(lhist_index(10, 0, 100, 10), 2);
         assert_eq!(lhist_index(99, 0, 100, 10), 10);
         assert_eq!(lhist_index(100, 0, 100, 10), 11);
+    }
+
+    /// Bounds near i64::MAX (issue 24): `max - min + step - 1` overflowed, putting
+    /// values at or above `max` in an in-range bucket (or panicking in debug builds).
+    #[test]
+    fn lhist_buckets_at_the_extremes() {
+        let m = i64::MAX;
+        assert_eq!(lhist_index(m - 1, 0, m, m), 1);
+        assert_eq!(lhist_index(m, 0, m, m), 2);
+        assert_eq!(lhist_index(m, 0, m - 1, m - 1000), 3);
+        assert_eq!(lhist_index(m, 0, m, 1), (m as usize) + 1);
     }
 }

@@ -36,6 +36,12 @@ pub enum Command {
     },
 }
 
+/// A process id: positive (0 and negative numbers name process groups, or every
+/// process, to kill(2)).
+fn pid_parser() -> clap::builder::RangedI64ValueParser<i32> {
+    clap::value_parser!(i32).range(1..)
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct TraceArgs {
     /// The program text (instead of a program file).
@@ -45,7 +51,7 @@ pub struct TraceArgs {
     #[arg(short = 'c', value_name = "CMD")]
     pub command: Option<String>,
     /// Attach to this running process.
-    #[arg(short = 'p', value_name = "PID")]
+    #[arg(short = 'p', value_name = "PID", value_parser = pid_parser())]
     pub pid: Option<i32>,
     /// Write output to FILE instead of stdout.
     #[arg(short = 'o', value_name = "FILE")]
@@ -87,7 +93,7 @@ pub struct ListArgs {
     #[arg(value_name = "PATTERN_OR_BINARY", num_args = 0..=2)]
     pub args: Vec<String>,
     /// List the functions of a running process and its libraries.
-    #[arg(short = 'p', value_name = "PID")]
+    #[arg(short = 'p', value_name = "PID", value_parser = pid_parser())]
     pub pid: Option<i32>,
 }
 
@@ -101,6 +107,38 @@ impl ListArgs {
             }
             [one] => (Some(one.clone()), None),
             [p, b, ..] => (Some(p.clone()), Some(b.clone())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pid(args: &[&str]) -> Result<Option<i32>, String> {
+        let cli = Cli::try_parse_from(args).map_err(|e| e.kind().to_string())?;
+        Ok(match cli.command {
+            Some(Command::Trace(t)) => t.pid,
+            Some(Command::List(l)) => l.pid,
+            _ => cli.trace.pid,
+        })
+    }
+
+    /// A process id is positive (issue 24): 0 and negative numbers name process groups
+    /// or every process to kill(2), and ptrace fails on them at best.
+    #[test]
+    fn pids_are_positive() {
+        assert_eq!(pid(&["weft", "-e", "BEGIN {}", "-p", "42"]), Ok(Some(42)));
+        assert_eq!(pid(&["weft", "list", "-p", "42"]), Ok(Some(42)));
+        for p in ["-p=0", "-p=-1", "-p=-4242"] {
+            for args in [
+                &["weft", "-e", "BEGIN {}", p][..],
+                &["weft", "trace", "-e", "BEGIN {}", p],
+                &["weft", "list", "malloc", p],
+                &["weft", "-l", "uprobe:*", p],
+            ] {
+                assert!(pid(args).is_err(), "{args:?} accepted");
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 //! threads, all through `weft-output` so the text is bpftrace's.
 
 use std::cell::RefCell;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::sync::atomic::Ordering;
 
 use weft_abi::*;
@@ -105,8 +105,14 @@ impl<'a> Printer<'a> {
                         weft_output::format_printf(&f.text, &f.args, &e.payload, &self.resolver);
                     let arg = String::from_utf8_lossy(&arg).into_owned();
                     if h.kind == EVENT_CAT {
-                        match std::fs::read(&arg) {
-                            Ok(bytes) => {
+                        // At most max_cat_bytes, as bpftrace: `cat("/dev/zero")` or a
+                        // growing log must not grow weft.
+                        let max = u64::from(self.prog.config.max_cat_bytes);
+                        let mut bytes = Vec::new();
+                        match std::fs::File::open(&arg)
+                            .and_then(|f| f.take(max).read_to_end(&mut bytes))
+                        {
+                            Ok(_) => {
                                 let _ = self.out.write_all(&bytes);
                             }
                             Err(err) => eprintln!("weft: cat {arg}: {err}"),

@@ -366,6 +366,30 @@ fn cxx_exceptions_through_return_probes() {
     );
 }
 
+/// `cat()` prints at most `max_cat_bytes` of a file (10240 by default, as bpftrace):
+/// it read the whole file, so `cat("/dev/zero")` grew weft until memory ran out
+/// (issue 24).
+#[test]
+fn cat_reads_at_most_max_cat_bytes() {
+    let o = weft(&["-q", "-e", "BEGIN { cat(\"/dev/zero\"); exit(); }"], T);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // The file's first 10240 bytes, then the blank lines weft (as bpftrace) prints at
+    // exit.
+    assert_eq!(o.stdout.len(), 10240 + 2, "{}", text(&o.stderr));
+    assert!(o.stdout[..10240].iter().all(|&b| b == 0));
+    assert_eq!(&o.stdout[10240..], b"\n\n");
+    let file = std::env::temp_dir().join(format!("weft-cat-{}", std::process::id()));
+    std::fs::write(&file, "0123456789").unwrap();
+    let prog = format!(
+        "config = {{ max_cat_bytes = 4 }} BEGIN {{ cat(\"{}\"); printf(\"|\"); cat(\"%s\", \"{}\"); exit(); }}",
+        file.display(),
+        file.display()
+    );
+    let out = ok(&weft(&["-q", "-e", &prog], T));
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(out, "0123|0123\n\n");
+}
+
 #[test]
 fn begin_and_end_without_a_target() {
     let out = ok(&weft(

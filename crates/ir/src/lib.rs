@@ -81,7 +81,9 @@ pub enum StackMode {
 pub struct CStruct {
     pub name: String,
     pub size: u32,
-    pub fields: Vec<CField>,
+    /// Shared: every expression of the type holds a copy of it, and an array has a
+    /// field per element (at most 65536 in all, `weft_lang::check::MAX_TYPE_MEMBERS`).
+    pub fields: std::sync::Arc<[CField]>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -108,11 +110,11 @@ impl Type {
             Type::Int { bits, .. } => u32::from(*bits) / 8,
             Type::Bool => 1,
             Type::Str { cap } => *cap,
-            Type::Buf { cap } => 4 + *cap,
+            Type::Buf { cap } => cap.saturating_add(4),
             Type::Tuple(fields) => layout(fields.iter()).1,
             Type::Record(fields) => layout(fields.iter().map(|(_, t)| t)).1,
             Type::USym | Type::ProbeName | Type::Ptr(_) => 8,
-            Type::UStack { depth, .. } => 8 + 8 * *depth,
+            Type::UStack { depth, .. } => depth.saturating_mul(8).saturating_add(8),
             Type::Timestamp => 16,
             Type::CStruct(s) => s.size,
         }
@@ -156,19 +158,21 @@ impl Type {
 }
 
 /// Field offsets and total size (rounded up to the alignment) of a sequence of types.
+/// Sizes saturate at `u32::MAX` (more than any frame may hold, so the front end
+/// refuses the program) instead of wrapping to a small size.
 fn layout<'a>(fields: impl Iterator<Item = &'a Type>) -> (Vec<u32>, u32) {
     let mut offsets = Vec::new();
-    let mut off = 0u32;
-    let mut max_align = 1u32;
+    let mut off = 0u64;
+    let mut max_align = 1u64;
+    let sat = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
     for t in fields {
-        let a = t.align().max(1);
+        let a = u64::from(t.align().max(1));
         max_align = max_align.max(a);
         off = off.div_ceil(a) * a;
-        offsets.push(off);
-        off += t.size();
+        offsets.push(sat(off));
+        off += u64::from(t.size());
     }
-    let size = off.div_ceil(max_align) * max_align;
-    (offsets, size)
+    (offsets, sat(off.div_ceil(max_align) * max_align))
 }
 
 impl fmt::Display for Type {
@@ -234,6 +238,12 @@ pub struct Program {
     pub config: Config,
 }
 
+/// The largest width or precision a `printf` (`system`, `cat`) format may give, and
+/// the most the widths and precisions of one format may add up to: the front end
+/// refuses more, the printer clamps to it. (bpftrace has no limit: glibc pads to any
+/// width up to `INT_MAX`; 65536 is also the largest `max_strlen`.)
+pub const PRINTF_MAX_WIDTH: u32 = 65536;
+
 /// Limits and options that shape code and memory layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -245,6 +255,8 @@ pub struct Config {
     pub max_loop_iterations: u32,
     /// Maximum bytes of stack frame an advice body may use.
     pub max_frame: u32,
+    /// Maximum bytes `cat()` prints of a file (bpftrace: 10240).
+    pub max_cat_bytes: u32,
     /// `--unsafe` given: `system`, `signal` and writes to target memory are allowed.
     pub unsafe_ok: bool,
 }
@@ -256,6 +268,7 @@ impl Default for Config {
             max_map_keys: 4096,
             max_loop_iterations: 1 << 20,
             max_frame: 4096,
+            max_cat_bytes: 10240,
             unsafe_ok: false,
         }
     }
@@ -347,8 +360,10 @@ pub fn hist_buckets(k: u8) -> u32 {
 /// Number of buckets of an `lhist(min, max, step)` accumulator: one for values below
 /// `min`, one per step, one for values at or above `max`.
 pub fn lhist_buckets(min: i64, max: i64, step: i64) -> u32 {
-    let steps = ((max - min) + step - 1) / step.max(1);
-    (steps as u32) + 2
+    // In i128: `max - min + step - 1` overflows i64 near its bounds.
+    let step = i128::from(step.max(1));
+    let steps = ((i128::from(max) - i128::from(min)).max(0) + step - 1) / step;
+    u32::try_from(steps + 2).unwrap_or(u32::MAX)
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -897,7 +912,7 @@ impl Function {
         Reg(self.regs - 1)
     }
     pub fn new_slot(&mut self, size: u32) -> Slot {
-        self.slots.push(size.div_ceil(8) * 8);
+        self.slots.push(size.div_ceil(8).saturating_mul(8));
         Slot(self.slots.len() as u32 - 1)
     }
     pub fn new_label(&mut self) -> Label {
@@ -909,7 +924,8 @@ impl Function {
     }
     /// Total frame bytes needed by the slots.
     pub fn frame_size(&self) -> u32 {
-        self.slots.iter().sum()
+        // Saturating: a sum that wrapped would pass the front end's frame limit.
+        self.slots.iter().fold(0, |a, &s| a.saturating_add(s))
     }
 }
 
@@ -991,5 +1007,22 @@ mod tests {
         // lhist(x, 0, 100, 10): <0, 10 steps, >=100
         assert_eq!(lhist_buckets(0, 100, 10), 12);
         assert_eq!(lhist_buckets(0, 95, 10), 12);
+        // Bounds near i64::MAX (issue 24): the rounding up overflowed.
+        assert_eq!(lhist_buckets(0, i64::MAX, i64::MAX), 3);
+        assert_eq!(lhist_buckets(0, i64::MAX - 1, i64::MAX - 1000), 4);
+        assert_eq!(lhist_buckets(1, i64::MAX, 1 << 62), 4);
+    }
+
+    /// Sizes saturate instead of wrapping (issue 24): a tuple of 65536 strings of 65536
+    /// bytes is 4 GiB, which wrapped to 0, and so did the frame holding it.
+    #[test]
+    fn sizes_saturate() {
+        let t = Type::Tuple(vec![Type::Str { cap: 65536 }; 65536]);
+        assert_eq!(t.size(), u32::MAX);
+        let mut f = Function::default();
+        f.new_slot(u32::MAX);
+        f.new_slot(1 << 31);
+        f.new_slot(1 << 31);
+        assert_eq!(f.frame_size(), u32::MAX);
     }
 }

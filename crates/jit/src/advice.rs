@@ -202,11 +202,13 @@ fn low32(r: AsmRegister64) -> AsmRegister32 {
 
 /// Compile `f` (a body of `prog`) for the process described by `env`.
 pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Vec<u8>, JitError> {
+    // In u64, checked against the limit before any offset is used as a u32: a sum that
+    // wrapped would place slots outside the frame.
     let mut slot_off = Vec::with_capacity(f.slots.len());
-    let mut off = f.regs * CELL;
+    let mut off = u64::from(f.regs) * u64::from(CELL);
     for s in &f.slots {
         slot_off.push(off);
-        off += s.div_ceil(8) * 8;
+        off += u64::from(s.div_ceil(8)) * 8;
     }
     let mut frame = off;
     // Entry rsp ≡ 8 (mod 16); after pushing rbp and rbx it is ≡ 8 again, so the frame
@@ -215,8 +217,13 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Vec<u8>, JitEr
         frame += 8;
     }
     if frame > 1 << 20 {
-        return Err(JitError::FrameTooLarge(frame));
+        return Err(JitError::FrameTooLarge(
+            u32::try_from(frame).unwrap_or(u32::MAX),
+        ));
     }
+    // Below 1 MiB: every offset fits.
+    let frame = frame as u32;
+    let slot_off: Vec<u32> = slot_off.into_iter().map(|o| o as u32).collect();
     let mut a = CodeAssembler::new(64)?;
     let labels = (0..f.labels).map(|_| a.create_label()).collect();
     let exit = a.create_label();

@@ -505,3 +505,211 @@ fn str_read_faults_and_printf_event() {
     assert_eq!(&ev[1].payload[..16], &[0u8; 16]);
     assert_eq!(x.error(ErrorKind::ReadFault), 1);
 }
+
+/// `printf("%s\n", str(arg0, arg1))` as the front end lowers it (bpftrace's default
+/// 64-byte string), and what the printer makes of each event: the printed string,
+/// and the raw 64 payload bytes.
+struct StrPrintf {
+    p: Program,
+    f: Function,
+}
+
+impl StrPrintf {
+    fn new() -> StrPrintf {
+        let ty = Type::Str { cap: 64 };
+        let p = Program {
+            formats: vec![Format {
+                text: "%s\n".into(),
+                args: vec![ty.clone()],
+            }],
+            ..Program::default()
+        };
+        let mut f = Function::default();
+        let (a0, a1) = (f.new_reg(), f.new_reg());
+        let s = f.new_slot(ty.size());
+        f.push(Inst::Ctx {
+            dst: a0,
+            value: CtxValue::Arg(0),
+        });
+        f.push(Inst::Ctx {
+            dst: a1,
+            value: CtxValue::Arg(1),
+        });
+        f.push(Inst::ReadStr {
+            dst: Place::new(s, 0),
+            addr: a0,
+            max: Some(a1),
+            cap: 64,
+        });
+        f.push(Inst::Emit {
+            kind: EventKind::Printf(FmtId(0)),
+            payload: Some(Place::new(s, 0)),
+            len: 64,
+        });
+        StrPrintf { p, f }
+    }
+
+    /// Run once on (`addr`, `max`): the printed line and the payload.
+    fn run(&self, x: &mut Exec, addr: u64, max: u64) -> (Vec<u8>, Vec<u8>) {
+        x.run(&self.p, &self.f, [addr, max, 0, 0, 0, 0]);
+        let mut ev = Vec::new();
+        // SAFETY: the slot and ring of x's segment; this test is its only consumer.
+        unsafe {
+            weft_runtime::ring::consume(
+                x.slot(),
+                x.shm.ring(x.slot()),
+                x.layout.ring_size,
+                &mut ev,
+            );
+        }
+        assert_eq!(ev.len(), 1);
+        let fmt = &self.p.formats[0];
+        let line = weft_output::format_printf(&fmt.text, &fmt.args, &ev[0].payload, &NoSymbols);
+        (line, ev[0].payload.clone())
+    }
+}
+
+struct NoSymbols;
+
+impl weft_output::Resolver for NoSymbols {
+    fn usym(&self, _: u64) -> Option<weft_output::Symbol> {
+        None
+    }
+    fn probe_name(&self, id: u64) -> String {
+        format!("probe{id}")
+    }
+    fn format(&self, _: FmtId) -> Option<&Format> {
+        None
+    }
+}
+
+/// Issue 24: a string read must never print more than 63 bytes (+ NUL), whatever
+/// the string: one running into an inaccessible page right at, before or after the
+/// limit, any `str(p, n)` length, including 0 and "negative" ones.
+#[test]
+fn str_reads_stop_at_the_limit_and_at_inaccessible_pages() {
+    let sp = StrPrintf::new();
+    let mut x = Exec::new(&sp.p);
+    // Two pages of 'a' with no NUL; the second is then made inaccessible (PROT_NONE
+    // rather than unmapped, so that no later mapping, such as the advice's code,
+    // lands there).
+    // SAFETY: mapping and protecting anonymous memory of our own.
+    let page = unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            8192,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        ) as *mut u8;
+        assert_ne!(p as *mut libc::c_void, libc::MAP_FAILED);
+        std::ptr::write_bytes(p, b'a', 8192);
+        assert_eq!(
+            libc::mprotect(p.add(4096) as *mut _, 4096, libc::PROT_NONE),
+            0
+        );
+        p as u64
+    };
+    let end = page + 4096;
+    let mut faults = 0;
+    for len in [1u64, 2, 61, 62, 63, 64, 65, 100, 4096] {
+        let (line, payload) = sp.run(&mut x, end - len, u64::MAX);
+        let want = len.min(63) as usize;
+        assert_eq!(
+            line,
+            [&vec![b'a'; want][..], b"\n"].concat(),
+            "{len} bytes before the hole"
+        );
+        assert!(payload[want..].iter().all(|&b| b == 0), "{len}: NUL-padded");
+        // The bytes up to the hole are all there is: a fault, counted, when the limit
+        // was not reached first.
+        if len < 63 {
+            faults += 1;
+        }
+        assert_eq!(
+            x.error(ErrorKind::ReadFault),
+            faults,
+            "{len} bytes before the hole"
+        );
+    }
+    let long = [b'a'; 1000];
+    for (max, want) in [
+        (0u64, 0usize),
+        (1, 1),
+        (62, 62),
+        (63, 63),
+        (64, 63),
+        (1000, 63),
+        (1 << 32, 63),
+        (1 << 63, 63),
+        (-1i64 as u64, 63),
+        (-64i64 as u64, 63),
+    ] {
+        let (line, payload) = sp.run(&mut x, long.as_ptr() as u64, max);
+        assert_eq!(
+            line,
+            [&vec![b'a'; want][..], b"\n"].concat(),
+            "str(p, {max})"
+        );
+        assert!(
+            payload[want..].iter().all(|&b| b == 0),
+            "str(p, {max}): NUL-padded"
+        );
+    }
+    assert_eq!(x.error(ErrorKind::ReadFault), faults);
+    // SAFETY: unmapping the pages mapped above.
+    unsafe { libc::munmap(page as *mut _, 8192) };
+}
+
+/// Issue 24: a string that another thread rewrites while advice reads it (as a
+/// target's own threads may) is read as some mix of its states, never longer than
+/// the limit and always NUL-terminated.
+#[test]
+fn str_reads_of_a_string_changing_underneath() {
+    use std::sync::atomic::{AtomicBool, AtomicU8};
+    use std::sync::Arc;
+    let sp = StrPrintf::new();
+    let mut x = Exec::new(&sp.p);
+    // 1000 bytes: the writer moves a NUL through them and rewrites the rest with 'a'
+    // or 'b', so the reader sees strings of every length, changing under it.
+    let buf: Arc<Vec<AtomicU8>> = Arc::new((0..1001).map(|_| AtomicU8::new(b'a')).collect());
+    buf[1000].store(0, Ordering::Relaxed);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (buf, stop) = (buf.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut round = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let nul = (round * 7) as usize % 130;
+                let fill = if round & 1 == 0 { b'a' } else { b'b' };
+                for (i, b) in buf[..1000].iter().enumerate() {
+                    b.store(if i == nul { 0 } else { fill }, Ordering::Relaxed);
+                }
+                round += 1;
+            }
+            round
+        })
+    };
+    let addr = buf.as_ptr() as u64;
+    let mut lengths = std::collections::BTreeSet::new();
+    for _ in 0..3000 {
+        let (line, payload) = sp.run(&mut x, addr, u64::MAX);
+        let s = &line[..line.len() - 1];
+        assert_eq!(line.last(), Some(&b'\n'));
+        assert!(
+            s.len() <= 63,
+            "{} bytes: {:?}",
+            s.len(),
+            String::from_utf8_lossy(s)
+        );
+        assert!(s.iter().all(|&b| b == b'a' || b == b'b'), "{s:?}");
+        assert!(payload[s.len()..].iter().all(|&b| b == 0), "NUL-padded");
+        lengths.insert(s.len());
+    }
+    stop.store(true, Ordering::Relaxed);
+    let rounds = writer.join().unwrap();
+    assert!(rounds > 0);
+    assert_eq!(x.error(ErrorKind::ReadFault), 0);
+    assert!(lengths.iter().all(|&l| l <= 63), "{lengths:?}");
+}

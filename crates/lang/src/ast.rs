@@ -390,7 +390,7 @@ pub enum ExprKind {
     /// `t.0`
     TupleIndex {
         expr: Box<Expr>,
-        index: u32,
+        index: u64,
     },
     /// `e[i]`
     Index {
@@ -426,7 +426,7 @@ pub struct TypeExpr {
     /// Number of `*`.
     pub pointer: u32,
     /// `[N]` after the type (`Some(None)` for `[]`).
-    pub array: Option<Option<u32>>,
+    pub array: Option<Option<u64>>,
     pub span: Span,
 }
 

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use weft_ir::{AttachPoint, CField, CStruct, Config, MapValue, StackMode, Type};
+use weft_ir::{AttachPoint, CField, CStruct, Config, MapValue, StackMode, Type, PRINTF_MAX_WIDTH};
 
 use crate::ast::*;
 use crate::diag::{suggest, Diagnostic, Diags};
@@ -419,26 +419,67 @@ fn literal_int(e: &Expr) -> Option<i64> {
     }
 }
 
-fn c_layout(name: &str, fields: &[(String, Type)]) -> CStruct {
-    let mut off = 0u32;
-    let mut align = 1u32;
+/// The largest `max_map_keys`: each map's key table has twice as many entries (a power
+/// of two), and an aggregation as many accumulators in every thread that uses it.
+pub const MAX_MAP_KEYS: u64 = 1 << 20;
+
+/// The largest `max_cat_bytes` (what `cat()` prints of a file; bpftrace's default is
+/// 10240 and it has no upper bound).
+pub const MAX_CAT_BYTES: u64 = 1 << 20;
+
+/// The highest `profile` rate, in samples a second.
+pub const MAX_PROFILE_HZ: u64 = 10_000;
+
+/// The largest `max_frame`: advice frames live on the stack of the target's thread,
+/// and the code generator refuses more.
+pub const MAX_FRAME: u64 = 1 << 20;
+
+/// The most elements and fields a struct or array type may have, nested ones counted:
+/// the checker represents each one (bpftrace-sized programs use a few hundred).
+pub const MAX_TYPE_MEMBERS: u64 = 65536;
+
+/// Elements and fields of a type, nested ones counted (0 for a scalar).
+fn members(t: &Type) -> u64 {
+    match t {
+        Type::CStruct(s) => s
+            .fields
+            .iter()
+            .map(|f| 1 + members(&f.ty))
+            .fold(0, u64::saturating_add),
+        _ => 0,
+    }
+}
+
+/// Why a written type has no ir type.
+enum TypeError {
+    /// An unknown name: the caller says so in its own words.
+    Unknown,
+    /// Too many members or bytes: the message.
+    TooLarge(String),
+}
+
+/// A C struct's layout; `Err(size)` when it would not fit in 32 bits.
+fn c_layout(name: &str, fields: &[(String, Type)]) -> Result<CStruct, u64> {
+    let mut off = 0u64;
+    let mut align = 1u64;
     let mut out = Vec::new();
     for (n, t) in fields {
-        let a = t.align().max(1);
+        let a = u64::from(t.align().max(1));
         align = align.max(a);
         off = off.div_ceil(a) * a;
         out.push(CField {
             name: n.clone(),
-            offset: off,
+            offset: u32::try_from(off).map_err(|_| off)?,
             ty: t.clone(),
         });
-        off += t.size();
+        off += u64::from(t.size());
     }
-    CStruct {
+    let size = off.div_ceil(align) * align;
+    Ok(CStruct {
         name: name.to_string(),
-        size: off.div_ceil(align) * align,
-        fields: out,
-    }
+        size: u32::try_from(size).map_err(|_| size)?,
+        fields: out.into(),
+    })
 }
 
 impl<'a> Checker<'a> {
@@ -521,10 +562,14 @@ impl<'a> Checker<'a> {
                     None => need_int(self),
                 },
                 "max_map_keys" => match int {
-                    Some(v) if v > 0 && v <= u64::from(u32::MAX) => {
+                    Some(v) if (1..=MAX_MAP_KEYS).contains(&v) => {
                         self.config.max_map_keys = v as u32
                     }
-                    _ => need_int(self),
+                    Some(_) => self.err(
+                        *span,
+                        format!("max_map_keys must be between 1 and {MAX_MAP_KEYS}"),
+                    ),
+                    None => need_int(self),
                 },
                 "max_loop_iterations" => match int {
                     Some(v) if v > 0 && v <= u64::from(u32::MAX) => {
@@ -533,10 +578,22 @@ impl<'a> Checker<'a> {
                     _ => need_int(self),
                 },
                 "max_frame" => match int {
-                    Some(v) if v > 0 && v <= u64::from(u32::MAX) => {
-                        self.config.max_frame = v as u32
+                    Some(v) if (1..=MAX_FRAME).contains(&v) => self.config.max_frame = v as u32,
+                    Some(_) => self.err(
+                        *span,
+                        format!("max_frame must be between 1 and {MAX_FRAME}"),
+                    ),
+                    None => need_int(self),
+                },
+                "max_cat_bytes" => match int {
+                    Some(v) if (1..=MAX_CAT_BYTES).contains(&v) => {
+                        self.config.max_cat_bytes = v as u32
                     }
-                    _ => need_int(self),
+                    Some(_) => self.err(
+                        *span,
+                        format!("max_cat_bytes must be between 1 and {MAX_CAT_BYTES}"),
+                    ),
+                    None => need_int(self),
                 },
                 "stack_mode" => {
                     let s = match value {
@@ -566,18 +623,70 @@ impl<'a> Checker<'a> {
 
     fn struct_def(&mut self, s: &StructDef) {
         let mut fields = Vec::new();
+        let mut count = 0u64;
         for (t, n, span) in &s.fields {
             match self.resolve_type(t) {
-                Some(ty) => fields.push((n.clone(), ty)),
-                None => self.err(*span, format!("unknown type `{t}` for field `{n}`")),
+                Ok(ty) => {
+                    count = count.saturating_add(1 + members(&ty));
+                    if count > MAX_TYPE_MEMBERS {
+                        self.err(
+                            *span,
+                            format!(
+                                "struct `{}` has too many fields and elements, nested ones \
+                                 counted (at most {MAX_TYPE_MEMBERS})",
+                                s.name
+                            ),
+                        );
+                        break;
+                    }
+                    fields.push((n.clone(), ty));
+                }
+                Err(TypeError::Unknown) => {
+                    self.err(*span, format!("unknown type `{t}` for field `{n}`"))
+                }
+                Err(TypeError::TooLarge(m)) => self.err(t.span, m),
             }
         }
-        let layout = c_layout(&s.name, &fields);
+        let layout = match c_layout(&s.name, &fields) {
+            Ok(l) => l,
+            Err(size) => {
+                self.err(
+                    s.span,
+                    format!(
+                        "struct `{}` is too large: {size} bytes (at most {})",
+                        s.name,
+                        u32::MAX
+                    ),
+                );
+                CStruct {
+                    name: s.name.clone(),
+                    size: 0,
+                    fields: Vec::new().into(),
+                }
+            }
+        };
         self.structs.insert(s.name.clone(), layout);
     }
 
-    /// A written type to an ir type (`None` when unknown).
-    fn resolve_type(&self, t: &TypeExpr) -> Option<Type> {
+    /// [`Self::resolve_type`] for a use of a type: a type too large is reported here,
+    /// an unknown one with `unknown` (at the type).
+    fn type_of(&mut self, t: &TypeExpr, unknown: impl FnOnce() -> String) -> Option<Type> {
+        match self.resolve_type(t) {
+            Ok(ty) => Some(ty),
+            Err(TypeError::Unknown) => {
+                let msg = unknown();
+                self.err(t.span, msg);
+                None
+            }
+            Err(TypeError::TooLarge(m)) => {
+                self.err(t.span, m);
+                None
+            }
+        }
+    }
+
+    /// A written type to an ir type.
+    fn resolve_type(&self, t: &TypeExpr) -> Result<Type, TypeError> {
         let mut ty = match &t.base {
             TypeName::Int { bits, signed } => Type::Int {
                 bits: *bits,
@@ -586,7 +695,7 @@ impl<'a> Checker<'a> {
             TypeName::Bool => Type::Bool,
             TypeName::Void => {
                 if t.pointer == 0 {
-                    return None;
+                    return Err(TypeError::Unknown);
                 }
                 Type::Int {
                     bits: 8,
@@ -601,29 +710,45 @@ impl<'a> Checker<'a> {
                 None if t.pointer > 0 => Type::CStruct(CStruct {
                     name: n.clone(),
                     size: 0,
-                    fields: Vec::new(),
+                    fields: Vec::new().into(),
                 }),
-                None => return None,
+                None => return Err(TypeError::Unknown),
             },
-            TypeName::Named(_) => return None,
+            TypeName::Named(_) => return Err(TypeError::Unknown),
         };
         if let Some(Some(n)) = t.array {
             let elem = ty.clone();
+            let count = n.saturating_mul(1 + members(&elem));
+            if count > MAX_TYPE_MEMBERS {
+                return Err(TypeError::TooLarge(format!(
+                    "`{t}` has too many elements, nested ones counted (at most \
+                     {MAX_TYPE_MEMBERS})"
+                )));
+            }
+            let esize = u64::from(elem.size());
+            let size = n * esize;
+            let Ok(size) = u32::try_from(size) else {
+                return Err(TypeError::TooLarge(format!(
+                    "`{t}` is too large: {size} bytes (at most {})",
+                    u32::MAX
+                )));
+            };
             let fields = (0..n).map(|i| CField {
                 name: i.to_string(),
-                offset: i * elem.size(),
+                // At most `size`: fits.
+                offset: (i * esize) as u32,
                 ty: elem.clone(),
             });
             ty = Type::CStruct(CStruct {
                 name: format!("{elem}[{n}]"),
-                size: n * elem.size(),
+                size,
                 fields: fields.collect(),
             });
         }
         for _ in 0..t.pointer {
             ty = Type::Ptr(Box::new(ty));
         }
-        Some(ty)
+        Ok(ty)
     }
 
     // ---- probes -----------------------------------------------------------------
@@ -826,6 +951,15 @@ impl<'a> Checker<'a> {
                     } else {
                         (1_000_000_000 / period_ns).max(1)
                     };
+                    // The agent's per-thread timers (and bpftrace's perf events in
+                    // practice) sample at most this often.
+                    if hz > MAX_PROFILE_HZ {
+                        return Err(format!(
+                            "invalid profile `{}`: at most {MAX_PROFILE_HZ} samples a second \
+                             (this is {hz})",
+                            a.raw
+                        ));
+                    }
                     Ok((Kind::Profile, Some(AttachPoint::Profile { hz })))
                 }
             }
@@ -922,13 +1056,7 @@ impl<'a> Checker<'a> {
                     );
                 }
                 let declared = match ty {
-                    Some(t) => match self.resolve_type(t) {
-                        Some(rt) => Some(rt),
-                        None => {
-                            self.err(t.span, format!("unknown type `{t}`"));
-                            None
-                        }
-                    },
+                    Some(t) => self.type_of(t, || format!("unknown type `{t}`")),
                     None => None,
                 };
                 let vt = match value {
@@ -1753,8 +1881,7 @@ impl<'a> Checker<'a> {
             }
             ExprKind::Cast { ty, expr } => {
                 let t = self.expr(expr);
-                let Some(target) = self.resolve_type(ty) else {
-                    self.err(ty.span, format!("unknown type `{ty}`"));
+                let Some(target) = self.type_of(ty, || format!("unknown type `{ty}`")) else {
                     return Type::Void;
                 };
                 if ty.array.is_some() {
@@ -1870,13 +1997,9 @@ impl<'a> Checker<'a> {
             ExprKind::Block(b) => self.block_stmts(b),
             ExprKind::Sizeof(arg) => {
                 let size = match arg {
-                    SizeofArg::Type(t) => match self.resolve_type(t) {
-                        Some(rt) => Some(rt.size()),
-                        None => {
-                            self.err(t.span, format!("unknown type `{t}`"));
-                            None
-                        }
-                    },
+                    SizeofArg::Type(t) => self
+                        .type_of(t, || format!("unknown type `{t}`"))
+                        .map(|rt| rt.size()),
                     SizeofArg::Expr(x) => {
                         let t = self.expr(x);
                         (t != Type::Void).then(|| t.size())
@@ -1890,7 +2013,7 @@ impl<'a> Checker<'a> {
             ExprKind::Offsetof { ty, field } => {
                 let field = field.clone();
                 match self.resolve_type(ty) {
-                    Some(Type::CStruct(s)) => match s.fields.iter().find(|f| f.name == field) {
+                    Ok(Type::CStruct(s)) => match s.fields.iter().find(|f| f.name == field) {
                         Some(f) => {
                             e.kind = ExprKind::Int(u64::from(f.offset));
                             Type::U64
@@ -1900,6 +2023,10 @@ impl<'a> Checker<'a> {
                             Type::Void
                         }
                     },
+                    Err(TypeError::TooLarge(m)) => {
+                        self.err(ty.span, m);
+                        Type::Void
+                    }
                     _ => {
                         self.err(
                             ty.span,
@@ -2320,10 +2447,10 @@ impl<'a> Checker<'a> {
                 }
                 if matches!(a[0].kind, ExprKind::Map(MapRef { keys: None, .. })) {
                     for x in a.iter().skip(1) {
-                        if literal_int(x).is_none_or(|v| v < 0) {
+                        if literal_int(x).is_none_or(|v| !(0..=i64::from(u32::MAX)).contains(&v)) {
                             self.err(
                                 x.span,
-                                "print(): top and div must be non-negative integer literals",
+                                "print(): top and div must be integer literals from 0 to 4294967295",
                             );
                         }
                     }
@@ -2398,7 +2525,7 @@ impl<'a> Checker<'a> {
                 let cap = if n == 2 {
                     int_at(self, 1);
                     match literal_int(&a[1]) {
-                        Some(v) if v > 0 => (v as u32).min(self.config.strlen),
+                        Some(v) if v > 0 => v.min(i64::from(self.config.strlen)) as u32,
                         _ => self.config.strlen,
                     }
                 } else {
@@ -2602,6 +2729,38 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// The printer pads to any width it is given: a format's widths and precisions are
+    /// each at most [`PRINTF_MAX_WIDTH`], and add up to no more than that.
+    fn format_widths(&mut self, name: &str, fmt: &str, span: Span) {
+        let max = u64::from(PRINTF_MAX_WIDTH);
+        let mut total = 0u64;
+        let mut each_ok = true;
+        for f in crate::format::fields(fmt) {
+            for (what, v) in [("width", Some(f.width)), ("precision", f.precision)] {
+                let Some(v) = v else { continue };
+                if v > max {
+                    each_ok = false;
+                    self.err(
+                        span,
+                        format!(
+                            "{name}(): the {what} in `{}` is too large (at most {max})",
+                            f.text
+                        ),
+                    );
+                }
+                total = total.saturating_add(v);
+            }
+        }
+        if each_ok && total > max {
+            self.err(
+                span,
+                format!(
+                    "{name}(): the widths and precisions of this format add up to {total} (at most {max})"
+                ),
+            );
+        }
+    }
+
     /// Check `printf`-style arguments against the format's conversions.
     fn format_args(&mut self, name: &str, args: &[Expr], tys: &[Type], span: Span) {
         let ExprKind::Str(fmt) = &args[0].kind else {
@@ -2612,6 +2771,7 @@ impl<'a> Checker<'a> {
             return;
         };
         let fmt = String::from_utf8_lossy(fmt).into_owned();
+        self.format_widths(name, &fmt, args[0].span);
         let convs = conversions(&fmt);
         let given = args.len() - 1;
         if given != convs.len() {

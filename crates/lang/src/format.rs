@@ -164,6 +164,75 @@ pub fn not_conversions(fmt: &str) -> Vec<String> {
     out
 }
 
+/// A `%` sequence of a format with the width and precision glibc's `printf` would
+/// read from it (digits only; `*` reads an argument and counts as none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    /// The sequence from its `%` through its conversion letter, if any (`%-20.5lld`).
+    pub text: String,
+    /// The width as written, saturated at `u64::MAX` (0 when absent).
+    pub width: u64,
+    /// The precision as written, saturated at `u64::MAX`.
+    pub precision: Option<u64>,
+}
+
+/// Every `%` sequence of a format (not `%%`), conversion or not: glibc pads and zero-fills
+/// by what it reads there even when bpftrace would not take the sequence as a
+/// conversion (`%+20d`), so the front end bounds them all
+/// ([`weft_ir::PRINTF_MAX_WIDTH`]).
+pub fn fields(fmt: &str) -> Vec<Field> {
+    let b = fmt.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    let number = |j: &mut usize| -> u64 {
+        let mut v = 0u64;
+        while let Some(&c) = b.get(*j).filter(|c| c.is_ascii_digit()) {
+            v = v.saturating_mul(10).saturating_add(u64::from(c - b'0'));
+            *j += 1;
+        }
+        v
+    };
+    while i < b.len() {
+        if b[i] != b'%' {
+            i += 1;
+            continue;
+        }
+        if b.get(i + 1) == Some(&b'%') {
+            i += 2;
+            continue;
+        }
+        let mut j = i + 1;
+        while b.get(j).is_some_and(|c| b"-+ #0'I".contains(c)) {
+            j += 1;
+        }
+        if b.get(j) == Some(&b'*') {
+            j += 1;
+        }
+        let width = number(&mut j);
+        let mut precision = None;
+        if b.get(j) == Some(&b'.') {
+            j += 1;
+            if b.get(j) == Some(&b'*') {
+                j += 1;
+            }
+            precision = Some(number(&mut j));
+        }
+        while b.get(j).is_some_and(|c| b"hlLqjzZt".contains(c)) {
+            j += 1;
+        }
+        if b.get(j).is_some_and(u8::is_ascii_alphabetic) {
+            j += 1;
+        }
+        out.push(Field {
+            text: fmt[i..j].to_string(),
+            width,
+            precision,
+        });
+        i = j;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -56,11 +56,17 @@ pub fn lower(ck: &Checked) -> (ir::Program, Vec<Diagnostic>) {
         let f = fx.f;
         let frame = f.frame_size();
         if frame > ck.config.max_frame {
+            // frame_size saturates at u32::MAX.
+            let needs = if frame == u32::MAX {
+                format!("more than {frame}")
+            } else {
+                frame.to_string()
+            };
             diags.push(
                 Diagnostic::error(
                     p.attach.first().map(|a| a.span).unwrap_or(p.span),
                     format!(
-                        "this probe needs {frame} bytes of stack frame; the limit is {}",
+                        "this probe needs {needs} bytes of stack frame; the limit is {}",
                         ck.config.max_frame
                     ),
                 )
@@ -125,7 +131,8 @@ impl<'a> Fx<'a> {
     }
     /// A temporary slot of at least `size` bytes, free again after the statement.
     fn temp(&mut self, size: u32) -> Place {
-        let size = size.max(1).div_ceil(8) * 8;
+        // Saturating: sizes saturate at u32::MAX (refused by the frame limit).
+        let size = size.max(1).div_ceil(8).saturating_mul(8);
         let slot = match self.temps_free.iter().position(|(_, s)| *s == size) {
             Some(i) => self.temps_free.swap_remove(i).0,
             None => self.f.new_slot(size),
@@ -1370,8 +1377,9 @@ impl<'a> Fx<'a> {
                 }) = &args[0].kind
                 {
                     let map = self.map_id(m);
+                    // The checker keeps both in 0..=u32::MAX.
                     let lit = |i: usize| match args.get(i).map(|a| &a.kind) {
-                        Some(ExprKind::Int(v)) => *v as u32,
+                        Some(ExprKind::Int(v)) => u32::try_from(*v).unwrap_or(u32::MAX),
                         _ => 0,
                     };
                     self.emit(Inst::Emit {
@@ -1660,7 +1668,7 @@ impl<'a> Fx<'a> {
                     });
                 } else {
                     let n = match args[2].kind {
-                        ExprKind::Int(n) => (n as u32).min(cap),
+                        ExprKind::Int(n) => u32::try_from(n).map_or(cap, |n| n.min(cap)),
                         _ => cap,
                     };
                     self.emit(Inst::StrCmp {

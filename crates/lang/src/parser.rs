@@ -601,7 +601,9 @@ impl<'a> Parser<'a> {
                     return Err(Stop);
                 };
                 self.expect(&Tok::RBracket)?;
-                ty.array = Some(Some(len as u32));
+                ty.array = Some(Some(len));
+                // `char name[N]`: the type as written, for diagnostics about its size.
+                ty.span = self.span_from(ty.span);
             }
             self.expect(&Tok::Semi)?;
             fields.push((ty, fname, nt.span));
@@ -1203,7 +1205,7 @@ impl<'a> Parser<'a> {
         if self.eat(&Tok::LBracket) {
             if let Tok::Int(n) = self.peek_tok(0) {
                 self.bump();
-                array = Some(Some(n as u32));
+                array = Some(Some(n));
             } else {
                 array = Some(None);
             }
@@ -1255,7 +1257,7 @@ impl<'a> Parser<'a> {
                         Tok::Int(i) if !arrow => Expr::new(
                             ExprKind::TupleIndex {
                                 expr: Box::new(e),
-                                index: i as u32,
+                                index: i,
                             },
                             span,
                         ),

@@ -795,3 +795,259 @@ fn printf_counts_conversions_as_bpftrace() {
         "#]],
     );
 }
+
+/// printf widths and precisions are bounded (issue 24: the fuzzer's
+/// `%-9223372036854775808s` made weft's printer allocate without limit and panic).
+/// `%+99999999999d` is not a bpftrace conversion, but glibc's printf (and weft's) would
+/// still pad the argument to that width, so it is bounded too.
+#[test]
+fn printf_widths_and_precisions_are_bounded() {
+    check(
+        r#"BEGIN { printf("%d %-9223372036854775808s\n", 1, "x"); printf("%.65537d %65536d\n", 1, 2); }
+BEGIN { printf("%+99999999999d %d\n", 1); cat("%99999999999d", 1); printf("%.65536s\n", "x"); }
+BEGIN { printf("%40000d %40000d\n", 1, 2); }"#,
+        expect![[r#"
+            error: printf(): the width in `%-9223372036854775808s` is too large (at most 65536)
+             --> script.bt:1:16
+              |
+            1 | BEGIN { printf("%d %-9223372036854775808s\n", 1, "x"); printf("%.65537d %65536d\n", 1, 2); }
+              |                ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+
+            error: printf(): the precision in `%.65537d` is too large (at most 65536)
+             --> script.bt:1:63
+              |
+            1 | BEGIN { printf("%d %-9223372036854775808s\n", 1, "x"); printf("%.65537d %65536d\n", 1, 2); }
+              |                                                               ^^^^^^^^^^^^^^^^^^^^
+
+            error: printf(): the width in `%+99999999999d` is too large (at most 65536)
+             --> script.bt:2:16
+              |
+            2 | BEGIN { printf("%+99999999999d %d\n", 1); cat("%99999999999d", 1); printf("%.65536s\n", "x"); }
+              |                ^^^^^^^^^^^^^^^^^^^^^
+
+            error: cat(): the width in `%99999999999d` is too large (at most 65536)
+             --> script.bt:2:47
+              |
+            2 | BEGIN { printf("%+99999999999d %d\n", 1); cat("%99999999999d", 1); printf("%.65536s\n", "x"); }
+              |                                               ^^^^^^^^^^^^^^^
+
+            error: printf(): the widths and precisions of this format add up to 80000 (at most 65536)
+             --> script.bt:3:16
+              |
+            3 | BEGIN { printf("%40000d %40000d\n", 1, 2); }
+              |                ^^^^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// Array lengths and struct sizes are bounded (issue 24): `char a[4294967295]` made
+/// the checker build one field per element (an allocation of hundreds of GB), a
+/// length above 2^32 wrapped, and nested arrays multiplied their elements. Struct and
+/// array types hold at most 65536 elements and fields, nested ones counted.
+#[test]
+fn array_lengths_and_struct_sizes_are_bounded() {
+    check(
+        "struct X { char a[4294967295]; }
+struct A { char a[40000]; char b[40000]; }
+struct Z { char z[0]; }
+struct Y { struct Z y[30000]; }
+struct W { struct Y w[2]; }
+BEGIN { $x = (int8[99999999999])0; let $y: int64[70000]; @s = sizeof(uint8[65536]); exit(); }",
+        expect![[r#"
+            error: `int8[4294967295]` has too many elements, nested ones counted (at most 65536)
+             --> script.bt:1:12
+              |
+            1 | struct X { char a[4294967295]; }
+              |            ^^^^^^^^^^^^^^^^^^
+
+            error: struct `A` has too many fields and elements, nested ones counted (at most 65536)
+             --> script.bt:2:32
+              |
+            2 | struct A { char a[40000]; char b[40000]; }
+              |                                ^
+
+            error: `struct Y[2]` has too many elements, nested ones counted (at most 65536)
+             --> script.bt:5:12
+              |
+            5 | struct W { struct Y w[2]; }
+              |            ^^^^^^^^^^^^^
+
+            error: `int8[99999999999]` has too many elements, nested ones counted (at most 65536)
+             --> script.bt:6:15
+              |
+            6 | BEGIN { $x = (int8[99999999999])0; let $y: int64[70000]; @s = sizeof(uint8[65536]); exit(); }
+              |               ^^^^^^^^^^^^^^^^^
+
+            error: `int64[70000]` has too many elements, nested ones counted (at most 65536)
+             --> script.bt:6:44
+              |
+            6 | BEGIN { $x = (int8[99999999999])0; let $y: int64[70000]; @s = sizeof(uint8[65536]); exit(); }
+              |                                            ^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// A string member of 65536 bytes (the largest `max_strlen`) times 65536 elements is
+/// 4 GiB: more than a type may be.
+#[test]
+fn type_sizes_do_not_wrap() {
+    check(
+        "config = { max_strlen = 65536 }
+struct S { string s[65536]; }
+BEGIN { exit(); }",
+        expect![[r#"
+            error: `string[65536]` is too large: 4294967296 bytes (at most 4294967295)
+             --> script.bt:2:12
+              |
+            2 | struct S { string s[65536]; }
+              |            ^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// A tuple index above 2^32 is out of range, not the first element.
+#[test]
+fn tuple_index_does_not_wrap() {
+    check(
+        "BEGIN { $t = (1, 2); printf(\"%d\\n\", $t.4294967296); exit(); }",
+        expect![[r#"
+            error: tuple index 4294967296 is out of range for `(int64,int64)`
+             --> script.bt:1:37
+              |
+            1 | BEGIN { $t = (1, 2); printf("%d\n", $t.4294967296); exit(); }
+              |                                     ^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// Sizes add up without wrapping (issue 24): 65536 strings of 65536 bytes in one
+/// tuple are 4 GiB, which wrapped to a frame of a few bytes that passed the limit
+/// (and then took weft 24 GB of memory before the kernel killed it).
+#[test]
+fn frame_size_does_not_wrap() {
+    let strs = vec!["str(0)"; 65536].join(",\n");
+    let out = compile(
+        &format!("config = {{ max_strlen = 65536 }}\nBEGIN {{\n@t = ({strs}); exit(); }}"),
+        "script.bt",
+        &Options::default(),
+    );
+    let msgs: Vec<&str> = out.diagnostics.iter().map(|d| d.message.as_str()).collect();
+    assert_eq!(
+        msgs,
+        ["this probe needs more than 4294967295 bytes of stack frame; the limit is 4096"]
+    );
+}
+
+/// `print(@m, top, div)` keeps 32 bits of each: above 2^32 they wrapped
+/// (`top` 4294967297 printed one entry).
+#[test]
+fn print_top_and_div_are_bounded() {
+    check(
+        "BEGIN { @m[1] = count(); print(@m, 4294967297, 1); print(@m, 1, 4294967296); print(@m, 4294967295, 4294967295); }",
+        expect![[r#"
+            error: print(): top and div must be integer literals from 0 to 4294967295
+             --> script.bt:1:36
+              |
+            1 | BEGIN { @m[1] = count(); print(@m, 4294967297, 1); print(@m, 1, 4294967296); print(@m, 4294967295, 4294967295); }
+              |                                    ^^^^^^^^^^
+
+            error: print(): top and div must be integer literals from 0 to 4294967295
+             --> script.bt:1:65
+              |
+            1 | BEGIN { @m[1] = count(); print(@m, 4294967297, 1); print(@m, 1, 4294967296); print(@m, 4294967295, 4294967295); }
+              |                                                                 ^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// `buf(p, n)` with a literal n above 2^32 had a capacity of n mod 2^32.
+#[test]
+fn buf_length_does_not_wrap() {
+    check(
+        "uprobe:/bin/a:f { printf(\"%d\\n\", buf(arg0, 4294967297)); }",
+        expect![[r#"
+            error: printf(): `%d` expects an integer, not `buffer[64]`
+             --> script.bt:1:34
+              |
+            1 | uprobe:/bin/a:f { printf("%d\n", buf(arg0, 4294967297)); }
+              |                                  ^^^^^^^^^^^^^^^^^^^^^
+            note: in this format
+             --> script.bt:1:26
+              |
+            1 | uprobe:/bin/a:f { printf("%d\n", buf(arg0, 4294967297)); }
+              |                          ^^^^^^
+
+        "#]],
+    );
+}
+
+/// Config values that size memory have bounds (issue 24): `max_map_keys` above 2^31
+/// overflowed the key table's capacity (a map that was always full), a larger one
+/// sizes tables of gigabytes; advice frames live on the target's stack and the code
+/// generator refuses more than 1 MiB anyway.
+#[test]
+fn config_sizes_are_bounded() {
+    check(
+        "config = { max_map_keys = 4294967295; max_frame = 4294967295 }\nconfig = { max_map_keys = 1048577; max_frame = 1048577 }\nconfig = { max_map_keys = 1048576; max_frame = 1048576 }\nconfig = { max_cat_bytes = 1048577 }\nBEGIN { exit(); }",
+        expect![[r#"
+            error: max_map_keys must be between 1 and 1048576
+             --> script.bt:1:12
+              |
+            1 | config = { max_map_keys = 4294967295; max_frame = 4294967295 }
+              |            ^^^^^^^^^^^^^^^^^^^^^^^^^
+
+            error: max_frame must be between 1 and 1048576
+             --> script.bt:1:39
+              |
+            1 | config = { max_map_keys = 4294967295; max_frame = 4294967295 }
+              |                                       ^^^^^^^^^^^^^^^^^^^^^^
+
+            error: max_map_keys must be between 1 and 1048576
+             --> script.bt:2:12
+              |
+            2 | config = { max_map_keys = 1048577; max_frame = 1048577 }
+              |            ^^^^^^^^^^^^^^^^^^^^^^
+
+            error: max_frame must be between 1 and 1048576
+             --> script.bt:2:36
+              |
+            2 | config = { max_map_keys = 1048577; max_frame = 1048577 }
+              |                                    ^^^^^^^^^^^^^^^^^^^
+
+            error: max_cat_bytes must be between 1 and 1048576
+             --> script.bt:4:12
+              |
+            4 | config = { max_cat_bytes = 1048577 }
+              |            ^^^^^^^^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// `profile` rates are checked where they are written (the agent's timers take 1 to
+/// 10000 Hz).
+#[test]
+fn profile_rate_is_bounded() {
+    check(
+        "profile:hz:10001 { } profile:us:10 { } profile:hz:10000 { } profile:s:1 { }",
+        expect![[r#"
+            error: invalid profile `profile:hz:10001`: at most 10000 samples a second (this is 10001)
+             --> script.bt:1:1
+              |
+            1 | profile:hz:10001 { } profile:us:10 { } profile:hz:10000 { } profile:s:1 { }
+              | ^^^^^^^^^^^^^^^^
+
+            error: invalid profile `profile:us:10`: at most 10000 samples a second (this is 100000)
+             --> script.bt:1:22
+              |
+            1 | profile:hz:10001 { } profile:us:10 { } profile:hz:10000 { } profile:s:1 { }
+              |                      ^^^^^^^^^^^^^
+
+        "#]],
+    );
+}

@@ -869,3 +869,18 @@ fn positional_parameters_in_attach_points() {
         "#]],
     );
 }
+
+/// `strncmp(a, b, n)` with n above 2^32 compares whole strings: the length was kept
+/// mod 2^32, so 4294967296 compared no bytes and every pair was equal (issue 24).
+#[test]
+fn strncmp_length_does_not_wrap() {
+    let out = compile(
+        r#"BEGIN { @ = strncmp("ab", "ac", 4294967296); }"#,
+        "t.bt",
+        &Options::default(),
+    );
+    let text = out.program.expect("compiles").to_string();
+    let cmp: Vec<&str> = text.lines().filter(|l| l.contains("StrCmp")).collect();
+    assert_eq!(cmp.len(), 1, "{text}");
+    assert!(cmp[0].ends_with("len: 3 }"), "{text}");
+}

@@ -424,6 +424,10 @@ fn parse_spec(fmt: &[u8], start: usize) -> (Spec, usize, bool) {
         }
         s.precision = Some(p);
     }
+    // The front end refuses more; clamped here too, so no format pads without limit.
+    let max = weft_ir::PRINTF_MAX_WIDTH as usize;
+    s.width = s.width.min(max);
+    s.precision = s.precision.map(|p| p.min(max));
     for len in ["hh", "h", "ll", "l", "L", "q", "j", "z", "Z", "t"] {
         if fmt[j.min(fmt.len())..].starts_with(len.as_bytes()) {
             s.length = len;
@@ -653,5 +657,17 @@ mod tests {
             validate_printf("%d", &[Type::Ptr(Box::new(Type::U64))]),
             Ok(())
         );
+    }
+
+    /// The checker bounds widths and precisions (issue 24); should a format get here
+    /// without that check, the printer clamps them instead of allocating without limit.
+    #[test]
+    fn huge_widths_and_precisions_are_clamped() {
+        let max = weft_ir::PRINTF_MAX_WIDTH as usize;
+        assert_eq!(int("%-9223372036854775808d", 7).len(), max);
+        assert_eq!(int("%99999999999999999999999d", 7).len(), max);
+        assert_eq!(int("%.99999999999d", 7).len(), max);
+        assert_eq!(s("%-9223372036854775808s|", "x").len(), max + 1);
+        assert_eq!(s("%.99999999999s", "xy"), "xy");
     }
 }

@@ -286,7 +286,7 @@ mod tests {
         let arr = Type::CStruct(CStruct {
             name: "int[2]".into(),
             size: 8,
-            fields: vec![
+            fields: [
                 CField {
                     name: "0".into(),
                     offset: 0,
@@ -297,7 +297,8 @@ mod tests {
                     offset: 4,
                     ty: int,
                 },
-            ],
+            ]
+            .into(),
         });
         assert_eq!(
             decode(&arr, &[1, 0, 0, 0, 2, 0, 0, 0]),

@@ -905,7 +905,7 @@ fn struct_foo() -> (Type, Type) {
     let arr = Type::CStruct(CStruct {
         name: "int[2]".into(),
         size: 8,
-        fields: vec![
+        fields: [
             CField {
                 name: "0".into(),
                 offset: 0,
@@ -916,12 +916,13 @@ fn struct_foo() -> (Type, Type) {
                 offset: 4,
                 ty: i32t.clone(),
             },
-        ],
+        ]
+        .into(),
     });
     let strukt = Type::CStruct(CStruct {
         name: "Foo".into(),
         size: 24,
-        fields: vec![
+        fields: [
             CField {
                 name: "a".into(),
                 offset: 0,
@@ -942,7 +943,8 @@ fn struct_foo() -> (Type, Type) {
                 offset: 16,
                 ty: arr.clone(),
             },
-        ],
+        ]
+        .into(),
     });
     (strukt, arr)
 }

@@ -66,7 +66,10 @@ impl MapSpec {
         if self.key_size == 0 {
             1
         } else {
-            (self.max_entries.max(1) * 2).next_power_of_two()
+            // In u64: twice a count above 2^31 does not fit in u32 (the front end
+            // allows at most 2^20 keys; this keeps any count from wrapping to 0).
+            let want = (u64::from(self.max_entries.max(1)) * 2).next_power_of_two();
+            want.min(1 << 31) as u32
         }
     }
 }
@@ -219,5 +222,22 @@ impl Layout {
             }
             (*h).session_state.store(0, Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `max_map_keys` near u32::MAX overflowed `2 * max_entries` (issue 24): a panic in
+    /// debug builds, a capacity of 0 (a map that is always full) in release ones.
+    #[test]
+    fn capacity_does_not_overflow() {
+        let cap = |n| MapSpec::plain(8, 8, n).capacity();
+        assert_eq!(cap(1), 2);
+        assert_eq!(cap(4096), 8192);
+        assert_eq!(cap(1 << 30), 1 << 31);
+        assert_eq!(cap((1 << 30) + 1), 1 << 31);
+        assert_eq!(cap(u32::MAX), 1 << 31);
     }
 }

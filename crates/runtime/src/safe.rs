@@ -419,8 +419,10 @@ mod tests {
     #[test]
     fn copy_stops_at_unmapped_page() {
         install_fault_handler().unwrap();
-        // Map two pages, unmap the second: a copy across the boundary stops there.
-        // SAFETY: anonymous mapping and unmapping of our own memory.
+        // Map two pages, make the second inaccessible: a copy across the boundary stops
+        // there. (Not unmapped: a mapping made meanwhile by another test thread could
+        // land in the hole, and the reads would go on.)
+        // SAFETY: anonymous mapping and protection of our own memory.
         let p = unsafe {
             let p = libc::mmap(
                 std::ptr::null_mut(),
@@ -431,7 +433,10 @@ mod tests {
                 0,
             ) as *mut u8;
             assert!(!p.is_null());
-            libc::munmap(p.add(4096) as *mut _, 4096);
+            assert_eq!(
+                libc::mprotect(p.add(4096) as *mut _, 4096, libc::PROT_NONE),
+                0
+            );
             std::ptr::write_bytes(p, b'x', 4096);
             p
         };
@@ -448,7 +453,7 @@ mod tests {
         let (len, _) = strcpy(&mut buf, s.as_ptr() as u64, 3);
         assert_eq!(len, 3);
         // SAFETY: unmapping what we mapped.
-        unsafe { libc::munmap(p as *mut _, 4096) };
+        unsafe { libc::munmap(p as *mut _, 8192) };
     }
 
     #[test]

@@ -302,7 +302,7 @@ impl<'a> DebugInfo<'a> {
             Type::CStruct(CStruct {
                 name: n.unwrap_or_else(|| "(anonymous)".into()),
                 size: size.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
-                fields: Vec::new(),
+                fields: Vec::new().into(),
             })
         };
         match e.tag() {
@@ -357,7 +357,7 @@ impl<'a> DebugInfo<'a> {
                 Type::CStruct(CStruct {
                     name: name.unwrap_or_else(|| "(anonymous)".into()),
                     size: size.unwrap_or(0).min(u64::from(u32::MAX)) as u32,
-                    fields,
+                    fields: fields.into(),
                 })
             }
             gimli::DW_TAG_array_type => {
@@ -404,10 +404,10 @@ impl<'a> DebugInfo<'a> {
                 }),
                 None => {
                     if let Type::CStruct(inner) = ty {
-                        for f in inner.fields {
+                        for f in inner.fields.iter() {
                             fields.push(CField {
                                 offset: f.offset + offset as u32,
-                                ..f
+                                ..f.clone()
                             });
                         }
                     }
@@ -502,7 +502,11 @@ fn build_array(elem: Type, dims: &[u64]) -> Type {
     } else {
         Vec::new()
     };
-    Type::CStruct(CStruct { name, size, fields })
+    Type::CStruct(CStruct {
+        name,
+        size,
+        fields: fields.into(),
+    })
 }
 
 fn type_name(t: &Type) -> String {

@@ -50,7 +50,7 @@ fn cstruct(name: &str, size: u32, fields: Vec<CField>) -> Type {
     Type::CStruct(CStruct {
         name: name.into(),
         size,
-        fields,
+        fields: fields.into(),
     })
 }
 
