@@ -2,7 +2,7 @@
  * bookkeeping, the state a borrowed thread must never be nested in: a remote
  * dlopen run in the middle of malloc corrupts the heap (a single-threaded malloc
  * takes no lock), one run while __exit_funcs_lock is held deadlocks.
- * usage: libcbusy ROUNDS [THREADS [grow|fill]]  -- prints "sum S" where S depends
+ * usage: libcbusy ROUNDS [THREADS [grow|fill|idle]]  -- prints "sum S" where S depends
  * only on the arguments, then exits 0. ROUNDS 0: each thread runs until the process
  * gets SIGUSR1 (so a test never races weft against the target's run time), then it
  * prints "rounds R0 R1 ..." (each thread's rounds, in thread order) before the sum,
@@ -10,16 +10,18 @@
  * of 1 KiB and frees them all, so the heap grows and is trimmed all the time (the
  * allocator's most fragile path: before weft waited for a safe point, an attach
  * to this killed it every time). With "fill", each round is one memset of 64 MiB,
- * a single `rep stos` that no single-stepping gets out of in time. */
+ * a single `rep stos` that no single-stepping gets out of in time. With "idle", each
+ * round sleeps a millisecond (the threads are blocked nearly all the time). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <signal.h>
 
 static long rounds;
-static int grow, fill;
+static int grow, fill, idle;
 static volatile sig_atomic_t stop;
 static long done[64]; /* rounds each thread ran */
 
@@ -71,7 +73,20 @@ static void *fill_big(void *arg) {
   return (void *)sum;
 }
 
+static void *sleepy(void *arg) {
+  long seed = (long)arg, sum = 0, r;
+  struct timespec ms = {0, 1000000};
+  for (r = 0; more(r); r++) {
+    nanosleep(&ms, NULL);
+    sum = tick(sum + seed);
+  }
+  done[seed] = r;
+  return (void *)sum;
+}
+
 static void *churn(void *arg) {
+  if (idle)
+    return sleepy(arg);
   if (grow)
     return grow_and_trim(arg);
   if (fill)
@@ -102,6 +117,7 @@ int main(int argc, char **argv) {
   int threads = argc > 2 ? atoi(argv[2]) : 1;
   grow = argc > 3 && strcmp(argv[3], "grow") == 0;
   fill = argc > 3 && strcmp(argv[3], "fill") == 0;
+  idle = argc > 3 && strcmp(argv[3], "idle") == 0;
   signal(SIGUSR1, on_usr1);
   pthread_t t[64];
   long total = 0;

@@ -457,6 +457,7 @@ pub fn check_libcbusy(out: &str, mode: &str) -> Result<Vec<i64>, String> {
             match mode {
                 "grow" => n * (16384 * seed + 1),
                 "fill" => (0..n).map(|r| ((r + seed) & 0xff) + 1).sum(),
+                "idle" => n * (seed + 1),
                 _ => (0..n)
                     .map(|i| (i & 0xff) + 16 + (i * 7919 + seed) % 4000 + 1)
                     .sum(),
