@@ -39,13 +39,13 @@ use weft_symbols::{Module, Perms, ProcMaps};
 pub const ALL_SAFE_FOR: Duration = Duration::from_millis(600);
 /// How long to look for a safe thread at all.
 pub const SAFE_POINT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How far threads in a system library are single-stepped towards the program's
-/// code at each look, and for how long (the process is paused meanwhile).
+/// How far each thread in a system library is single-stepped towards the
+/// program's code at each look, and for how long (the process is paused meanwhile).
 const STEP_BUDGET: usize = 20_000;
-const STEP_TIME: Duration = Duration::from_millis(40);
+const STEP_TIME: Duration = Duration::from_millis(20);
 /// After a second of looking (a loaded machine, where every step waits for a CPU),
 /// a look may step for longer.
-const STEP_TIME_LATER: Duration = Duration::from_millis(100);
+const STEP_TIME_LATER: Duration = Duration::from_millis(60);
 const STEP_LONGER_AFTER: Duration = Duration::from_secs(1);
 
 /// The system calls a step may go into: those that return at once, the
@@ -494,7 +494,6 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
     } else {
         STEP_TIME
     };
-    let steps_until = Instant::now() + step_time;
     let mut verdicts = Vec::new();
     // None: not needed yet; Some(None): stepping unguarded is fine (or impossible).
     let mut guard: Option<Option<TrapGuard>> = None;
@@ -502,7 +501,9 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
     for &tid in &candidates {
         let thread = stopped.thread(tid).map_err(|e| anyhow!("{e}"))?;
         let mut j = judge(stopped, layout, thread);
-        let time = steps_until.saturating_duration_since(Instant::now());
+        // Each thread its own budget: a thread that keeps the library busy for
+        // long does not leave the others no time to leave it.
+        let time = step_time;
         let mut step = can_step
             && j == Judgement::InLibrary
             && !thread.in_syscall()
