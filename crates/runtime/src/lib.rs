@@ -4,6 +4,7 @@
 //! * [`safe`]: fault-tolerant reads of memory advice does not own.
 //! * [`shm`], [`layout`]: the shared data segment.
 //! * [`map`]: lock-free key tables and per-thread accumulators.
+//! * [`queue`]: a free list of indices (one producer, many consumers).
 //! * [`ring`]: per-thread event rings.
 //! * [`helpers`]: the `extern "C"` functions compiled advice calls.
 //! * [`clock`]: clocks from the vDSO.
@@ -13,6 +14,7 @@ pub mod helpers;
 pub mod layout;
 pub mod map;
 pub mod proto;
+pub mod queue;
 pub mod ring;
 pub mod safe;
 pub mod shm;
