@@ -234,7 +234,7 @@ fn zero_entry_values(shm: &Shm, d: &MapDesc, i: u32) {
         unsafe { core::ptr::write_bytes(v, 0, d.value_size as usize) };
         return;
     }
-    for t in 0..shm.threads_claimed() {
+    for t in 0..shm.slots_used() {
         let p = accumulator(shm, d, shm.thread_slot(t), i);
         zero_words(p, d.value_size);
     }
@@ -426,7 +426,7 @@ fn combine(d: &MapDesc, acc: &mut [u64], src: impl Fn(usize) -> u64) {
 /// zeroed words): live threads, threads that exited but are not drained yet, and the
 /// retired slot, which holds what drained threads left.
 fn merge_words(shm: &Shm, d: &MapDesc, i: u32, acc: &mut [u64]) {
-    for t in 0..shm.threads_claimed() {
+    for t in 0..shm.slots_used() {
         let p = accumulator(shm, d, shm.thread_slot(t), i);
         combine(d, acc, |k| word(p, k).load(Ordering::Relaxed));
     }
@@ -439,6 +439,66 @@ pub fn merge(shm: &Shm, d: &MapDesc, i: u32, out: &mut [u8]) {
     merge_words(shm, d, i, &mut acc);
     for (k, a) in acc.iter().enumerate() {
         out[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
+    }
+}
+
+/// The entries of a map whose accumulators a drained slot may hold: `live` ones are
+/// folded into the retired slot; every entry in use (live, deleted or being
+/// inserted) is zeroed. Computed once per map for all the slots drained together.
+pub struct FoldPlan {
+    pub live: Vec<u32>,
+    pub used: Vec<u32>,
+}
+
+/// What [`fold_into_retired`] does for map `d` now; `None` for a plain map (no
+/// per-thread values).
+pub fn fold_plan(shm: &Shm, d: &MapDesc) -> Option<FoldPlan> {
+    if d.kind == MapKind::Plain as u32 {
+        return None;
+    }
+    let mut plan = FoldPlan {
+        live: Vec::new(),
+        used: Vec::new(),
+    };
+    for i in 0..d.capacity {
+        match entry_state(shm, d, i) {
+            ENTRY_EMPTY => {}
+            st => {
+                if st == ENTRY_LIVE {
+                    plan.live.push(i);
+                }
+                plan.used.push(i);
+            }
+        }
+    }
+    Some(plan)
+}
+
+/// Fold the accumulators of slot `from` (of a thread that is gone: nobody writes
+/// them any more) into the retired slot, then zero them for the slot's next thread.
+/// weft only: the retired slot has no other writer (but `clear`/`zero`/`delete`,
+/// which zero it like any slot).
+///
+/// A `delete` or `clear` running in the target between the read of `from` and the
+/// store into the retired slot may see the value survive, as it may for a live
+/// thread's concurrent update.
+pub fn fold_into_retired(shm: &Shm, d: &MapDesc, plan: &FoldPlan, from: *mut ThreadSlot) {
+    let words = (d.value_size / 8) as usize;
+    let mut acc = vec![0u64; words];
+    let retired = shm.thread_slot(weft_abi::RETIRED_SLOT);
+    for &i in &plan.live {
+        let src = accumulator(shm, d, from, i);
+        let dst = accumulator(shm, d, retired, i);
+        for (k, a) in acc.iter_mut().enumerate() {
+            *a = word(dst, k).load(Ordering::Relaxed);
+        }
+        combine(d, &mut acc, |k| word(src, k).load(Ordering::Relaxed));
+        for (k, a) in acc.iter().enumerate() {
+            word(dst, k).store(*a, Ordering::Relaxed);
+        }
+    }
+    for &i in &plan.used {
+        zero_words(accumulator(shm, d, from, i), d.value_size);
     }
 }
 
@@ -537,8 +597,8 @@ mod tests {
         let (_mem, shm) = segment(&[MapSpec::agg(MapKind::Stats, true, 8, 32, 16)]);
         let d = shm.map(0);
         let i = insert(&shm, d, &1u64.to_le_bytes()).index().unwrap();
-        shm.header().threads_claimed.store(2, Ordering::Relaxed);
-        for (t, vals) in [(0u32, [5i64, -3]), (1, [10, 2])] {
+        for (t, vals) in [(2u32, [5i64, -3]), (3, [10, 2])] {
+            shm.header().slots_used.store(t + 1, Ordering::Relaxed);
             let acc = accumulator(&shm, d, shm.thread_slot(t), i);
             for v in vals {
                 aggregate(d, acc, AGG_STATS, v as u64);
