@@ -1,6 +1,7 @@
 /* Processes and threads coming and going while woven. usage: churn MODE
- *   threads   batches of short-lived threads (each does 2000 rounds and exits), plus
- *             detached threads that exit at once; progress = threads finished
+ *   threads [ROUNDS]  batches of short-lived threads (each calls thread_begins, does
+ *             ROUNDS rounds, 2000 by default, and exits), plus detached threads that
+ *             exit at once; progress = threads finished
  *   fork      2 hammering threads; the main thread forks children that do 20000
  *             rounds and exit (also from inside a probed function, fork_inside);
  *             progress = children reaped, each of which must exit 0
@@ -57,8 +58,17 @@ static void *reporter(void *arg) {
   return 0;
 }
 
+static long short_rounds = 2000;
+
+/* Called once by each short-lived thread, first thing: weft counts threads here. */
+__attribute__((noipa)) long thread_begins(long k) {
+  __asm__ volatile("");
+  return k;
+}
+
 static void *short_lived(void *arg) {
-  for (long i = (long)arg; i < (long)arg + 2000; i++) round_of_calls(i);
+  thread_begins((long)arg);
+  for (long i = (long)arg; i < (long)arg + short_rounds; i++) round_of_calls(i);
   return 0;
 }
 
@@ -232,7 +242,10 @@ int main(int argc, char **argv) {
     printf("ready\n");
     fflush(stdout);
   }
-  if (!strcmp(mode, "threads")) mode_threads();
+  if (!strcmp(mode, "threads")) {
+    if (argc > 2) short_rounds = atol(argv[2]);
+    mode_threads();
+  }
   if (!strcmp(mode, "fork")) mode_fork();
   if (!strcmp(mode, "vfork")) mode_vfork();
   if (!strcmp(mode, "clonevm")) mode_clonevm();

@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -41,12 +41,17 @@ pub struct ShmHeader {
     pub target_pid: u32,
     pub total_size: u64,
 
-    /// Offset of the first [`ThreadSlot`]; slots are `thread_slot_size` apart.
+    /// Offset of the first of `slot_count` [`ThreadSlot`]s; slots are
+    /// `thread_slot_size` apart. Slot [`RETIRED_SLOT`] holds what threads that exited
+    /// left, [`WEFT_SLOT`] is weft's own; the others go to the target's threads and
+    /// are reused (see [`ThreadSlot`]).
     pub threads_off: u64,
     pub thread_slot_size: u64,
-    pub max_threads: u32,
-    /// Number of slots handed out so far (claim with `fetch_add`).
-    pub threads_claimed: AtomicU32,
+    pub slot_count: u32,
+    /// Slots `[0, slots_used)` have been handed out at least once: readers iterate
+    /// these. A slot never used before is taken by bumping it (compare-and-swap,
+    /// never beyond `slot_count`).
+    pub slots_used: AtomicU32,
     /// Offset and size of the event ring inside each thread slot.
     pub ring_off: u64,
     pub ring_size: u64,
@@ -77,8 +82,27 @@ pub struct ShmHeader {
     /// Real uid and gid of the target (for `uid`/`gid`).
     pub uid: u64,
     pub gid: u64,
-    /// Hits on threads that found no free thread slot (their advice did not run).
+    /// Hits on threads that found no free thread slot (their advice did not run):
+    /// `max_live` threads held one, or no slot was free.
     pub threads_dropped: AtomicU64,
+    /// Most target threads holding a slot at once (`--max-threads`).
+    pub max_live: u32,
+    /// Target threads holding a slot now (raised by a claim, lowered when the agent
+    /// finds the thread gone), and the most there ever were.
+    pub threads_live: AtomicU32,
+    pub threads_live_peak: AtomicU32,
+    pub _pad_threads: u32,
+    /// Free-slot queue (see [`ThreadSlot`]): `slot_count` u32 slot indices at
+    /// `free_off`, a ring with one producer (weft, `free_tail`) and many consumers
+    /// (the agent's threads, `free_head`, taken by compare-and-swap).
+    pub free_off: u64,
+    pub free_head: AtomicU64,
+    pub free_tail: AtomicU64,
+    /// Slots weft folded into the retired slot and freed.
+    pub threads_retired: AtomicU64,
+    /// Hits on threads the agent had no per-thread state for (its pool of
+    /// [`AGENT_POOL_THREADS`] was exhausted): their advice did not run.
+    pub pool_dropped: AtomicU64,
     /// `profile:hz:N` probes: sampled by per-thread CPU-time timers in the agent.
     pub profiles: [ProfileDesc; MAX_PROFILES],
     /// Errors counted outside any thread slot.
@@ -252,13 +276,35 @@ mod hash_tests {
 // Threads and events
 // ---------------------------------------------------------------------------------
 
+/// The slot is free: never used, or folded into the retired slot by weft.
 pub const THREAD_FREE: u32 = 0;
+/// A thread owns the slot.
 pub const THREAD_LIVE: u32 = 1;
-/// The thread exited; weft may fold its accumulators and its slot stays readable.
+/// Its thread is gone for the kernel (the agent checked): weft drains the ring,
+/// folds the accumulators and counters into [`RETIRED_SLOT`], zeroes them and frees
+/// the slot.
 pub const THREAD_DEAD: u32 = 2;
+/// [`RETIRED_SLOT`]: what exited threads left. Written by weft only (and zeroed by
+/// `clear`/`zero`/`delete` like any slot); merged like any slot.
+pub const THREAD_RETIRED: u32 = 3;
 
-/// Start of each thread's area in the segment. Only the owning thread writes it
-/// (except `ring_tail`, written by weft).
+/// The slot that accumulates the aggregations, errors and event counts of threads
+/// whose slots were reused.
+pub const RETIRED_SLOT: u32 = 0;
+/// weft's own slot (BEGIN, END and interval advice).
+pub const WEFT_SLOT: u32 = 1;
+/// The first slot for the target's threads.
+pub const FIRST_THREAD_SLOT: u32 = 2;
+
+/// Start of each thread's area in the segment.
+///
+/// Life of a slot: FREE → LIVE when a thread's first hit claims it (from the free
+/// queue, else a slot never used) → DEAD when the agent's control thread finds the
+/// thread gone for the kernel (its clear-child-tid word was cleared, or its `/proc`
+/// entry is gone) → FREE when weft has drained it. While LIVE only the owning thread
+/// writes it (except `ring_tail`, written by weft, and accumulators zeroed by
+/// `clear`/`zero`/`delete`); once DEAD no thread can write it, so weft folds and
+/// zeroes it, then publishes FREE (release) and pushes it on the free queue.
 #[repr(C)]
 pub struct ThreadSlot {
     pub tid: u32,
@@ -580,6 +626,11 @@ pub struct AgentThread {
     /// (coroutines resumed on another thread); compaction waits for none.
     pub shadow_thieves: u32,
 }
+
+/// `AgentThread`s in the agent's pool: the most threads with agent state at once
+/// (an entry is reused once its thread is gone). Hits on threads beyond it run no
+/// advice and are counted (`ShmHeader::pool_dropped`).
+pub const AGENT_POOL_THREADS: usize = 4096;
 
 pub const AGENT_THREAD_SLOT_OFF: i32 = 0;
 pub const AGENT_THREAD_NEST_OFF: i32 = 8;

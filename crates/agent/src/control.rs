@@ -8,11 +8,12 @@
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 use weft_abi::*;
 use weft_runtime::proto;
 use weft_runtime::shm::Shm;
 
-use crate::{patch, profile, ret, session, signals, threads};
+use crate::{patch, profile, reap, ret, session, signals, threads};
 
 static REQUEST: AtomicU32 = AtomicU32::new(0);
 /// The socket name of the latest connection request.
@@ -111,8 +112,10 @@ pub fn main(initial: Option<OwnedFd>) {
             0,
         );
     }
+    // Threads that ended between sessions are found at the next one.
+    let mut reaper = reap::Reaper::default();
     if let Some(fd) = initial {
-        serve(fd);
+        serve(fd, &mut reaper);
     }
     release_launch();
     let mut seen = 0;
@@ -126,7 +129,7 @@ pub fn main(initial: Option<OwnedFd>) {
         let name = request_name();
         if let Ok(fd) = proto::connect(&name) {
             if peer_allowed(fd.as_raw_fd()) {
-                serve(fd);
+                serve(fd, &mut reaper);
             }
         }
     }
@@ -197,8 +200,11 @@ fn hello() -> Vec<u8> {
     v
 }
 
-/// Serve one session on `fd` until weft closes it.
-fn serve(fd: OwnedFd) {
+/// Serve one session on `fd` until weft closes it. Between messages: look for
+/// threads that are gone (`reap`, every few milliseconds while threads come and go),
+/// keep weft's signal handlers in front (every 500 ms) and give new threads their
+/// profile timers (every 100 ms while profiling).
+fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
     let sock = fd.as_raw_fd();
     if proto::send(sock, MSG_HELLO, &hello(), None).is_err() {
         return;
@@ -207,21 +213,40 @@ fn serve(fd: OwnedFd) {
     let mut ending: Option<Box<session::Session>> = None;
     let mut timers = profile::Timers::default();
     let mut running = false;
+    let now = Instant::now();
+    let (mut next_reap, mut next_handlers, mut timers_at) = (now, now, now);
     loop {
+        let now = Instant::now();
+        if now >= next_reap {
+            reaper.tick();
+            next_reap = now + Duration::from_millis(reaper.interval_ms());
+        }
+        if now >= next_handlers {
+            keep_handlers();
+            next_handlers = now + Duration::from_millis(500);
+        }
+        // Profiling picks up new threads every 100 ms.
+        let timers_every = Duration::from_millis(if timers.active() { 100 } else { 500 });
+        let mut next_timers = timers_at + timers_every;
+        if now >= next_timers {
+            if running {
+                timers.refresh();
+            }
+            timers_at = now;
+            next_timers = now + timers_every;
+        }
+        let wait = next_reap
+            .min(next_handlers)
+            .min(next_timers)
+            .saturating_duration_since(Instant::now());
         let mut pfd = libc::pollfd {
             fd: sock,
             events: libc::POLLIN,
             revents: 0,
         };
-        // Profiling picks up new threads every 100 ms.
-        let wait = if timers.active() { 100 } else { 500 };
         // SAFETY: poll on one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, wait) };
+        let r = unsafe { libc::poll(&mut pfd, 1, wait.as_millis().max(1) as i32) };
         if r == 0 {
-            keep_handlers();
-            if running {
-                timers.refresh();
-            }
             continue;
         }
         let msg = match proto::recv(sock) {
@@ -264,6 +289,7 @@ fn serve(fd: OwnedFd) {
                 // to its end at once.
                 running = true;
                 timers.refresh();
+                timers_at = Instant::now();
                 let _ = proto::send(sock, MSG_OK, &[], None);
                 release_launch();
                 continue;

@@ -6,6 +6,7 @@
 //!
 //! * [`threads`]: per-thread state behind an initial-exec TLS slot, and the slow path
 //!   that gives a thread its slot in the session's shared segment;
+//! * [`reap`]: finds threads that are gone, so their slot and state serve new ones;
 //! * [`ret`]: the return trampoline and shadow stacks for return probes;
 //! * [`trap`]: the SIGTRAP handler for int3 sites;
 //! * [`signals`]: SIGTRAP/SIGSEGV/SIGBUS stay the agent's; the target's own handlers
@@ -21,6 +22,7 @@
 mod control;
 mod patch;
 mod profile;
+mod reap;
 mod ret;
 mod session;
 mod signals;

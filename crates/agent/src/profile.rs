@@ -158,6 +158,7 @@ extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     let t = threads::get_or_create();
     // SAFETY: this thread's own AgentThread.
     let Some(th) = (unsafe { t.as_mut() }) else {
+        threads::note_pool_miss();
         return;
     };
     if th.flags & THREAD_FLAG_IGNORE != 0 || th.nest != 0 {

@@ -386,6 +386,23 @@ fn flag<'a>(p: *mut u32) -> &'a AtomicU32 {
     unsafe { AtomicU32::from_ptr(p) }
 }
 
+/// The stack slots of `t`'s shadow entries not claimed yet (control thread: the
+/// reaper asks before reusing a gone thread's stack).
+pub fn pending_slots(t: *mut AgentThread) -> Vec<u64> {
+    // SAFETY: a pool AgentThread (never unmapped); cap is fixed once set.
+    let cap = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*t).shadow_cap)) };
+    // SAFETY: as above.
+    let base = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*t).shadow)) };
+    if base.is_null() {
+        return Vec::new();
+    }
+    let depth = depth_of(t).load(Ordering::Acquire).min(cap) as usize;
+    (0..depth)
+        .map(|i| slot_of(entry(t, i)).load(Ordering::Acquire))
+        .filter(|&s| s != 0)
+        .collect()
+}
+
 /// Push a shadow entry for the function entered at `frame` and replace its return
 /// address. Called by entry trampolines (with `frame.tstate` set) and the int3
 /// handler.

@@ -3,13 +3,16 @@
 //!
 //! `AgentThread`s come from a pool mapped once at load time (no allocation, no
 //! system call when a thread first hits a probe, apart from one `gettid` and one
-//! `prctl(PR_GET_NAME)` per thread and session). Shadow stacks live beside them.
+//! `prctl(PR_GET_TID_ADDRESS)` per thread and one `prctl(PR_GET_NAME)` per thread and
+//! session). Shadow stacks live beside them. When a thread is gone, the control
+//! thread's reaper ([`crate::reap`]) gives its slot back to the session and its
+//! entry (with its shadow stack) to the next new thread.
 
 use core::arch::{asm, global_asm};
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use weft_abi::{
-    AgentThread, ShadowEntry, ThreadAttach, ThreadSlot, THREAD_FLAG_IGNORE, THREAD_LIVE,
-};
+use weft_abi::{AgentThread, ShadowEntry, ThreadAttach, ThreadSlot, THREAD_FLAG_IGNORE};
+use weft_runtime::queue::IndexQueue;
+use weft_runtime::slots;
 
 use crate::session;
 
@@ -55,15 +58,53 @@ fn set_current(t: *mut AgentThread) {
     unsafe { asm!("mov qword ptr fs:[{}], {}", in(reg) off, in(reg) t, options(nostack)) };
 }
 
-pub const POOL_THREADS: usize = 4096;
+pub const POOL_THREADS: usize = weft_abi::AGENT_POOL_THREADS;
 pub const SHADOW_ENTRIES: usize = 4096;
 
 static POOL: AtomicPtr<AgentThread> = AtomicPtr::new(core::ptr::null_mut());
 static SHADOWS: AtomicPtr<ShadowEntry> = AtomicPtr::new(core::ptr::null_mut());
+/// Pool entries handed out at least once: `[0, NEXT)` (never above POOL_THREADS).
 static NEXT: AtomicU32 = AtomicU32::new(0);
-/// Threads that found no free `AgentThread` (their hits run no advice).
-pub static POOL_EXHAUSTED: AtomicU64 = AtomicU64::new(0);
+/// Pool entries whose thread is gone, ready for a new thread (pushed by the control
+/// thread's reaper, popped by a thread's first use).
+static FREE_HEAD: AtomicU64 = AtomicU64::new(0);
+static FREE_TAIL: AtomicU64 = AtomicU64::new(0);
+static FREE: [AtomicU32; POOL_THREADS] = [const { AtomicU32::new(0) }; POOL_THREADS];
+/// Threads given an `AgentThread` so far (the reaper looks more often while it grows).
+pub static STARTED: AtomicU64 = AtomicU64::new(0);
 static PID: AtomicU32 = AtomicU32::new(0);
+
+/// What the reaper needs to know about the thread holding a pool entry, written by
+/// that thread when it takes the entry.
+pub struct Record {
+    /// `RECORD_*`.
+    pub state: AtomicU32,
+    /// Bumped each time the entry is handed to a thread.
+    pub uses: AtomicU32,
+    /// The thread's clear-child-tid address (`PR_GET_TID_ADDRESS`; glibc's
+    /// `&pthread->tid`), 0 when unknown.
+    pub tid_address: AtomicU64,
+}
+
+/// The entry is not handed out (never used, or free again).
+pub const RECORD_FREE: u32 = 0;
+/// A thread holds it; it may be running.
+pub const RECORD_IN_USE: u32 = 1;
+/// Its thread is gone but its shadow stack still holds a return address a frame
+/// elsewhere (a coroutine's stack) may return through: not reused yet.
+pub const RECORD_KEPT: u32 = 2;
+
+pub static RECORDS: [Record; POOL_THREADS] = [const {
+    Record {
+        state: AtomicU32::new(RECORD_FREE),
+        uses: AtomicU32::new(0),
+        tid_address: AtomicU64::new(0),
+    }
+}; POOL_THREADS];
+
+fn free_list() -> IndexQueue<'static> {
+    IndexQueue::new(&FREE_HEAD, &FREE_TAIL, &FREE)
+}
 
 /// Map the pool (once, at load).
 pub fn init() -> std::io::Result<()> {
@@ -123,54 +164,140 @@ pub unsafe fn raw_syscall(nr: i64, a0: u64, a1: u64) -> i64 {
     ret
 }
 
-/// Every `AgentThread` handed out so far.
-pub fn all() -> impl Iterator<Item = *mut AgentThread> {
-    let base = POOL.load(Ordering::Acquire);
-    let n = (NEXT.load(Ordering::Acquire) as usize).min(POOL_THREADS);
-    // SAFETY: entries below NEXT were initialised by `get_or_create`.
-    (0..if base.is_null() { 0 } else { n }).map(move |i| unsafe { base.add(i) })
+/// Number of pool entries handed out at least once (`[0, n)`).
+pub fn high_water() -> usize {
+    (NEXT.load(Ordering::Acquire) as usize).min(POOL_THREADS)
 }
 
-/// This thread's state, created on first use.
+/// Pool entry `i` (< [`high_water`]).
+pub fn entry(i: usize) -> *mut AgentThread {
+    debug_assert!(i < POOL_THREADS);
+    // SAFETY: the pool has POOL_THREADS entries and is never unmapped.
+    unsafe { POOL.load(Ordering::Acquire).add(i) }
+}
+
+/// Every `AgentThread` handed out so far (some may be free again).
+pub fn all() -> impl Iterator<Item = *mut AgentThread> {
+    let n = if POOL.load(Ordering::Acquire).is_null() {
+        0
+    } else {
+        high_water()
+    };
+    (0..n).map(entry)
+}
+
+/// A pool entry for a new thread: one whose thread is gone, else one never used.
+fn take_entry() -> Option<usize> {
+    if let Some(i) = free_list().pop() {
+        return Some(i as usize);
+    }
+    let mut n = NEXT.load(Ordering::Relaxed);
+    loop {
+        if n as usize >= POOL_THREADS {
+            return None;
+        }
+        match NEXT.compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => return Some(n as usize),
+            Err(now) => n = now,
+        }
+    }
+}
+
+/// This thread's state, created on first use. A new thread always starts with an
+/// empty TLS slot (glibc zeroes a new thread's static TLS, even on a reused stack),
+/// so it never inherits another thread's state, whatever its tid.
 pub fn get_or_create() -> *mut AgentThread {
     let t = current();
     if !t.is_null() {
         return t;
     }
-    let base = POOL.load(Ordering::Acquire);
-    if base.is_null() {
+    if POOL.load(Ordering::Acquire).is_null() {
         return core::ptr::null_mut();
     }
-    let i = NEXT.fetch_add(1, Ordering::AcqRel) as usize;
-    if i >= POOL_THREADS {
-        NEXT.store(POOL_THREADS as u32, Ordering::Relaxed);
-        POOL_EXHAUSTED.fetch_add(1, Ordering::Relaxed);
+    let Some(i) = take_entry() else {
         return core::ptr::null_mut();
-    }
-    // SAFETY: index i is ours alone; the pool and shadow areas have room for it.
+    };
+    let t = entry(i);
+    let mut tid_address = 0u64;
+    // SAFETY: entry i is ours alone: popped from the free list (the reaper emptied
+    // its shadow stack and pushed it once its thread was gone) or fresh (zeroed
+    // memory). `shadow_gc` and `shadow_thieves` are never reset: a thread looking for
+    // a migrated frame may hold them. The system calls are gettid and
+    // prctl(PR_GET_TID_ADDRESS), which writes 8 bytes to our local.
     unsafe {
-        let t = base.add(i);
-        t.write(AgentThread {
-            slot: core::ptr::null_mut(),
-            nest: 0,
-            flags: 0,
-            tid: raw_syscall(libc::SYS_gettid, 0, 0) as u32,
-            pid: PID.load(Ordering::Relaxed),
-            session: 0,
-            shadow_depth: 0,
-            shadow_cap: SHADOW_ENTRIES as u32,
-            shadow: SHADOWS.load(Ordering::Acquire).add(i * SHADOW_ENTRIES),
-            rand: 0,
-            shadow_overflows: 0,
-            shadow_discarded: 0,
-            busy: 0,
-            _pad: 0,
-            shadow_gc: 0,
-            shadow_thieves: 0,
-        });
-        set_current(t);
-        t
+        (*t).slot = core::ptr::null_mut();
+        (*t).nest = 0;
+        (*t).flags = 0;
+        (*t).tid = raw_syscall(libc::SYS_gettid, 0, 0) as u32;
+        (*t).pid = PID.load(Ordering::Relaxed);
+        (*t).session = 0;
+        if (*t).shadow.is_null() {
+            // A fresh entry; a reused one keeps its stack (other threads may read
+            // these two fields while they search it).
+            (*t).shadow_cap = SHADOW_ENTRIES as u32;
+            (*t).shadow = SHADOWS.load(Ordering::Acquire).add(i * SHADOW_ENTRIES);
+        }
+        (*t).rand = 0;
+        (*t).busy = 0;
+        if raw_syscall(
+            libc::SYS_prctl,
+            libc::PR_GET_TID_ADDRESS as u64,
+            &mut tid_address as *mut u64 as u64,
+        ) != 0
+        {
+            tid_address = 0;
+        }
     }
+    let r = &RECORDS[i];
+    r.tid_address.store(tid_address, Ordering::Relaxed);
+    r.uses.fetch_add(1, Ordering::Relaxed);
+    r.state.store(RECORD_IN_USE, Ordering::Release);
+    STARTED.fetch_add(1, Ordering::Relaxed);
+    set_current(t);
+    t
+}
+
+/// A hit ran no advice because this thread has no `AgentThread` (the pool is
+/// exhausted): count it in the session's `pool_dropped`.
+///
+/// Without an `AgentThread` there is no `busy` to raise; the session stays mapped
+/// all the same, since weft frees it only once no thread's PC is in the agent's
+/// text, and nothing between the load of the session and the add leaves it.
+pub fn note_pool_miss() {
+    if let Some(s) = session::current() {
+        s.shm.header().pool_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The reaper found entry `i`'s thread gone: give up its slot in the current session
+/// (weft drains and reuses it) and free the entry for a new thread, or keep it while
+/// its shadow stack may still be returned through (`shadow_idle` says no).
+///
+/// Control thread only, for an entry whose thread runs no more user code: nothing
+/// else writes the entry meanwhile (other threads only search its shadow stack).
+pub fn reap(i: usize, shadow_idle: impl Fn(*mut AgentThread) -> bool) -> bool {
+    let t = entry(i);
+    let r = &RECORDS[i];
+    if r.state.load(Ordering::Acquire) == RECORD_IN_USE {
+        // SAFETY: the thread is gone; its AgentThread has no other writer.
+        let th = unsafe { &mut *t };
+        if let Some(s) = session::current() {
+            if th.session == s.generation && !th.slot.is_null() {
+                slots::release(&s.shm, th.slot);
+            }
+        }
+        th.slot = core::ptr::null_mut();
+        r.state.store(RECORD_KEPT, Ordering::Release);
+    }
+    if !shadow_idle(t) {
+        return false;
+    }
+    // SAFETY: as above; a thread searching the stack sees no entry or a dead one.
+    unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*t).shadow_depth)) }
+        .store(0, Ordering::Release);
+    r.state.store(RECORD_FREE, Ordering::Release);
+    free_list().push(i as u32);
+    true
 }
 
 /// Mark the calling thread as the agent's own (advice never runs on it).
@@ -224,6 +351,7 @@ pub extern "C" fn weft_agent_thread_attach(_frame: *mut weft_abi::Frame) -> Thre
         slot: core::ptr::null_mut(),
     };
     if t.is_null() {
+        note_pool_miss();
         return none;
     }
     // SAFETY: t is this thread's AgentThread, used only by this thread.
@@ -245,25 +373,23 @@ pub fn attach_slot(th: &mut AgentThread) -> *mut ThreadSlot {
     if th.session == s.generation && !th.slot.is_null() {
         return th.slot;
     }
-    let h = s.shm.header();
-    let idx = h.threads_claimed.fetch_add(1, Ordering::AcqRel);
-    if idx >= h.max_threads {
-        h.threads_dropped.fetch_add(1, Ordering::Relaxed);
+    let Some(slot) = slots::claim(&s.shm, th.tid) else {
+        s.shm
+            .header()
+            .threads_dropped
+            .fetch_add(1, Ordering::Relaxed);
         return core::ptr::null_mut();
-    }
-    let slot = s.shm.thread_slot(idx);
-    // SAFETY: the slot at idx is ours alone (claimed by fetch_add).
+    };
+    let mut name = [0u8; 16];
+    // SAFETY: prctl(PR_GET_NAME) writes at most 16 bytes into `name`; the slot is
+    // ours (claimed), and `comm` is read only by advice on this thread.
     unsafe {
-        let sl = &mut *slot;
-        sl.tid = th.tid;
-        let mut name = [0u8; 16];
         raw_syscall(
             libc::SYS_prctl,
             libc::PR_GET_NAME as u64,
             name.as_mut_ptr() as u64,
         );
-        sl.comm = name;
-        sl.state.store(THREAD_LIVE, Ordering::Release);
+        (*slot).comm = name;
     }
     th.slot = slot;
     th.session = s.generation;

@@ -56,6 +56,7 @@ fn run_advice(uc: &mut libc::ucontext_t, s: &session::Session, idx: u32, ip: u64
     let t = threads::get_or_create();
     // SAFETY: this thread's own AgentThread.
     let Some(th) = (unsafe { t.as_mut() }) else {
+        threads::note_pool_miss();
         return;
     };
     if th.flags & THREAD_FLAG_IGNORE != 0 || th.nest != 0 {

@@ -71,6 +71,11 @@ pub struct TraceArgs {
     /// Allow system(), signal() and writes to target memory.
     #[arg(long = "unsafe")]
     pub unsafe_ok: bool,
+    /// Most target threads running advice at once (default 1024). Threads that
+    /// exit give their slot back; hits on threads beyond the limit run no advice and
+    /// are counted.
+    #[arg(long = "max-threads", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_threads: Option<u32>,
     /// Always use the general trampoline (for comparisons and debugging).
     #[arg(long = "no-inline", hide = true)]
     pub no_inline: bool,

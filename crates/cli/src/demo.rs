@@ -56,6 +56,7 @@ pub fn run(requests: u32) -> Result<i32> {
         verbose: false,
         dump: Vec::new(),
         unsafe_ok: false,
+        max_threads: None,
         no_inline: false,
         list: None,
         args: Vec::new(),

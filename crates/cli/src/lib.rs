@@ -120,7 +120,12 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         quiet: t.quiet,
         verbose: t.verbose,
         unsafe_ok: t.unsafe_ok,
-        sizes: segment::Sizes::default(),
+        sizes: segment::Sizes {
+            max_threads: t
+                .max_threads
+                .unwrap_or(segment::Sizes::default().max_threads),
+            ..segment::Sizes::default()
+        },
         inline: !t.no_inline,
     };
     session::trace(&prog, &opts)

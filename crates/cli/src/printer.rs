@@ -11,6 +11,7 @@ use weft_output::{Resolver, Symbol};
 use weft_runtime::map;
 use weft_runtime::ring::{self, Event};
 use weft_runtime::shm::Shm;
+use weft_runtime::slots;
 use weft_symbols::Symbolizer;
 
 /// Symbolizes target addresses and names probes for the printer.
@@ -62,13 +63,16 @@ pub struct Printer<'a> {
 }
 
 impl<'a> Printer<'a> {
-    /// Drain every thread's ring and handle the events in time order.
+    /// Drain every thread's ring and handle the events in time order. Then the slots
+    /// of threads that were gone before this drain began (their rings are now empty
+    /// for good) are folded into the retired slot and freed for new threads.
     pub fn drain(&mut self, shm: &Shm) {
+        let dead = slots::dead(shm);
         let mut events: Vec<Event> = Vec::new();
         let h = shm.header();
-        for t in 0..shm.threads_claimed() {
+        for t in 0..shm.slots_used() {
             let slot = shm.thread_slot(t);
-            // SAFETY: slot t was claimed; weft is the only consumer of its ring.
+            // SAFETY: slot t was handed out; weft is the only consumer of its ring.
             unsafe { ring::consume(slot, shm.ring(slot), h.ring_size, &mut events) };
         }
         events.sort_by_key(|e| e.header.nsecs);
@@ -79,6 +83,7 @@ impl<'a> Printer<'a> {
             self.event(e, shm);
         }
         let _ = self.out.flush();
+        slots::retire(shm, &dead);
     }
 
     fn event(&mut self, e: &Event, shm: &Shm) {
@@ -219,19 +224,24 @@ impl<'a> Printer<'a> {
     }
 }
 
-/// Totals of everything advice could not do, summed over threads.
+/// Totals of everything advice could not do, summed over threads (those whose slots
+/// were reused included: the retired slot holds their counts).
 #[derive(Debug, Default)]
 pub struct Losses {
     pub errors: [u64; ERROR_KINDS],
     pub events_lost: u64,
+    /// Hits on threads beyond the live-thread limit (`max_live` of them).
     pub threads_dropped: u64,
+    pub max_live: u32,
+    /// Hits on threads the agent had no state for (its pool was exhausted).
+    pub pool_dropped: u64,
     pub map_full: Vec<(String, u64)>,
 }
 
 pub fn losses(shm: &Shm, prog: &Program) -> Losses {
     let mut l = Losses::default();
-    for t in 0..shm.threads_claimed() {
-        // SAFETY: claimed slots are valid.
+    for t in 0..shm.slots_used() {
+        // SAFETY: slots below slots_used are valid.
         let s = unsafe { &*shm.thread_slot(t) };
         for (k, e) in s.errors.iter().enumerate() {
             l.errors[k] += e.load(Ordering::Relaxed);
@@ -240,6 +250,8 @@ pub fn losses(shm: &Shm, prog: &Program) -> Losses {
     }
     let h = shm.header();
     l.threads_dropped = h.threads_dropped.load(Ordering::Relaxed);
+    l.max_live = h.max_live;
+    l.pool_dropped = h.pool_dropped.load(Ordering::Relaxed);
     for (i, m) in prog.maps.iter().enumerate() {
         let n = shm.map(i as u32).full_drops.load(Ordering::Relaxed);
         if n > 0 {
@@ -270,8 +282,14 @@ impl Losses {
         }
         if self.threads_dropped > 0 {
             v.push(format!(
-                "weft: {} probe hits on threads beyond the thread limit ran no advice",
-                self.threads_dropped
+                "weft: {} probe hits ran no advice: more than {} threads were running advice at once (raise the limit with --max-threads N)",
+                self.threads_dropped, self.max_live
+            ));
+        }
+        if self.pool_dropped > 0 {
+            v.push(format!(
+                "weft: {} probe hits ran no advice: the agent's per-thread state was exhausted (more than {} threads at once)",
+                self.pool_dropped, AGENT_POOL_THREADS
             ));
         }
         v

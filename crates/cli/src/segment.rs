@@ -2,7 +2,6 @@
 //! backed by a memfd that the agent maps too.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
 
 use anyhow::{bail, Context, Result};
 use weft_abi::{MapKind, ENTRY_LIVE};
@@ -14,6 +13,8 @@ use weft_runtime::shm::Shm;
 /// Sizing knobs (command-line flags may change them).
 #[derive(Clone, Copy, Debug)]
 pub struct Sizes {
+    /// Target threads holding a slot at once (`--max-threads`); slots of threads
+    /// that exited are reused.
     pub max_threads: u32,
     pub ring_size: u64,
     pub max_sites: u32,
@@ -172,17 +173,9 @@ impl Segment {
         self.layout.total_size
     }
 
-    /// Claim a thread slot for weft itself (BEGIN/END/interval advice run here).
+    /// weft's own thread slot (BEGIN/END/interval advice run here).
     pub fn claim_own_slot(&self, tid: u32) -> *mut weft_abi::ThreadSlot {
-        let h = self.shm.header();
-        let idx = h.threads_claimed.fetch_add(1, Ordering::AcqRel);
-        let slot = self.shm.thread_slot(idx);
-        // SAFETY: slot idx is ours alone (claimed by fetch_add).
-        let s = unsafe { &mut *slot };
-        s.tid = tid;
-        s.comm[..4].copy_from_slice(b"weft");
-        s.state.store(weft_abi::THREAD_LIVE, Ordering::Release);
-        slot
+        weft_runtime::slots::claim_weft(&self.shm, tid)
     }
 
     /// Whether entry 0 of a scalar map is live (the map has a value to print).

@@ -496,6 +496,15 @@ fn run(
     for line in l.report() {
         eprintln!("{line}");
     }
+    if opts.verbose && conn.is_some() {
+        let h = seg.shm.header();
+        eprintln!(
+            "weft: at most {} threads held a slot at once (--max-threads {}); {} slots of threads that ended were drained and reused",
+            h.threads_live_peak.load(Ordering::Relaxed),
+            h.max_live,
+            h.threads_retired.load(Ordering::Relaxed)
+        );
+    }
     Ok(0)
 }
 

@@ -304,6 +304,224 @@ fn four_threads_exact_per_thread_totals() {
     );
 }
 
+// ---------------------------------------------------------------------------------
+// Threads that come and go (issue 24): slots and agent state are reused once a
+// thread is gone, so the limits are on threads alive at once, not threads ever seen.
+// `short_threads TOTAL ALIVE CALLS`: thread i calls bar(i), then foo(i, j) for
+// j < CALLS; the agent holds a launched target until weft says go.
+// ---------------------------------------------------------------------------------
+
+/// `calls` of foo(i, j) on each of `total` threads, as counted by
+/// `@c = count(); @k[arg0 % 7] = count(); @h = hist(arg1)`, and bar's
+/// `printf("thread %d\n", arg0)` once per thread: everything exact, nothing lost.
+fn assert_every_call_counted(out: &str, err: &str, total: u64, calls: u64) {
+    let what = format!("{total} threads x {calls} calls");
+    assert_eq!(
+        map_value(out, "@c"),
+        Some((total * calls) as i64),
+        "{what}: {err}"
+    );
+    for r in 0..7 {
+        let threads = (0..total).filter(|i| i % 7 == r).count() as u64;
+        assert!(
+            out.contains(&format!("@k[{r}]: {}\n", threads * calls)),
+            "{what}: @k[{r}] in {:?}",
+            map_lines(out, "@k")
+        );
+    }
+    // hist(j) for j < 1000: [0] and [1] once, then 2^l values in [2^l, 2^(l+1)).
+    let want: Vec<(&str, u64)> = vec![
+        ("[0]", 1),
+        ("[1]", 1),
+        ("[2, 4)", 2),
+        ("[4, 8)", 4),
+        ("[8, 16)", 8),
+        ("[16, 32)", 16),
+        ("[32, 64)", 32),
+        ("[64, 128)", 64),
+        ("[128, 256)", 128),
+        ("[256, 512)", 256),
+        ("[512, 1K)", 488),
+    ];
+    let want: Vec<(String, u64)> = want
+        .into_iter()
+        .map(|(b, n)| (b.to_string(), n * total))
+        .collect();
+    assert_eq!(hist_buckets(out, "@h"), want, "{what}");
+    let mut seen: Vec<u64> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("thread "))
+        .map(|n| n.parse().unwrap())
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(
+        seen,
+        (0..total).collect::<Vec<_>>(),
+        "{what}: one event per thread"
+    );
+    let sum = calls * total * (total - 1) / 2 + total * calls * (calls - 1) / 2;
+    assert!(
+        out.lines().any(|l| l == format!("sum={sum}")),
+        "{what}: target intact"
+    );
+    let odd: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("Attaching "))
+        .collect();
+    assert!(
+        odd.is_empty(),
+        "{what}: nothing lost, nothing reported: {odd:?}"
+    );
+}
+
+/// The lines of map `name` (`@k[...]: v` or `@k: v`).
+fn map_lines<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    out.lines().filter(|l| l.starts_with(name)).collect()
+}
+
+/// `(bucket, count)` of each line of the histogram `name`.
+fn hist_buckets(out: &str, name: &str) -> Vec<(String, u64)> {
+    out.lines()
+        .skip_while(|l| *l != format!("{name}: "))
+        .skip(1)
+        .take_while(|l| l.starts_with('['))
+        .map(|l| {
+            let end = l.find([']', ')']).unwrap() + 1;
+            let count = l[end..].split_whitespace().next().unwrap();
+            (l[..end].to_string(), count.parse().unwrap())
+        })
+        .collect()
+}
+
+fn churn_program(b: &str) -> String {
+    format!(
+        "uprobe:{b}:foo {{ @c = count(); @k[arg0 % 7] = count(); @h = hist(arg1); }} \
+         uprobe:{b}:bar {{ printf(\"thread %d\\n\", arg0); }}"
+    )
+}
+
+/// 5,000 threads, 64 alive at once, each calling foo 1,000 times: more threads than
+/// the session has slots (1,024 before) and than the agent has thread states
+/// (4,096), so both must be reused. Inline heads and the general trampoline.
+#[test]
+fn five_thousand_short_threads_every_call_counted() {
+    let bin = build("short_threads.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = churn_program(b);
+    let cmd = format!("{b} 5000 64 1000");
+    for flags in [&[][..], &["--no-inline"][..]] {
+        let mut args = flags.to_vec();
+        args.extend(["-e", &prog, "-c", &cmd]);
+        let o = weft(&args, T);
+        assert_every_call_counted(&ok(&o), &text(&o.stderr), 5000, 1000);
+    }
+}
+
+/// 1,500 threads strictly one after another. When they have all ended, `print` and
+/// a map read in advice see their counts (from the retired slot), and `delete`
+/// clears what they left: the key counted again afterwards starts from zero. Also
+/// with `-f json`.
+#[test]
+fn fifteen_hundred_threads_one_after_another_every_call_counted() {
+    let bin = build("short_threads.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let cmd = format!("{b} 1500 1 1000");
+    let prog = churn_program(b);
+    let o = weft(&["-e", &prog, "-c", &cmd], T);
+    assert_every_call_counted(&ok(&o), &text(&o.stderr), 1500, 1000);
+
+    let prog = format!(
+        "uprobe:{b}:foo {{ @c = count(); @k[arg0 % 7] = count(); }} \
+         uprobe:{b}:done {{ print(@c); @read = sum(@c); delete(@k[0]); @k[0] = count(); }}"
+    );
+    let out = ok(&weft(&["-e", &prog, "-c", &cmd], T));
+    assert_eq!(
+        out.matches("@c: 1500000\n").count(),
+        2,
+        "print and END: {out}"
+    );
+    assert_eq!(map_value(&out, "@read"), Some(1_500_000), "{out}");
+    assert_eq!(map_value(&out, "@k[0]"), Some(1), "{out}");
+    assert_eq!(map_value(&out, "@k[1]"), Some(215_000), "{out}");
+    assert_eq!(map_value(&out, "@k[6]"), Some(214_000), "{out}");
+
+    let out = ok(&weft(&["-f", "json", "-e", &prog, "-c", &cmd], T));
+    assert_eq!(
+        out.matches(r#"{"type": "map", "data": {"@c": 1500000}}"#)
+            .count(),
+        2,
+        "{out}"
+    );
+    assert!(
+        out.contains(r#""@k": {"0": 1, "#) && out.contains(r#""1": 215000"#),
+        "{out}"
+    );
+}
+
+/// The count of the stderr line `weft: N probe hits ran no advice: <why>...`.
+fn hits_lost(err: &str, why: &str) -> u64 {
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains(why)).collect();
+    assert!(lines.len() <= 1, "reported once: {err}");
+    lines.first().map_or(0, |l| {
+        l.strip_prefix("weft: ")
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count in {l:?}"))
+    })
+}
+
+/// `--max-threads 8` with 32 threads alive at once: hits on threads beyond the limit
+/// run no advice, and their exact number is reported once.
+#[test]
+fn hits_beyond_max_threads_are_reported_exactly() {
+    let bin = build("short_threads.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = format!("uprobe:{b}:foo {{ @c = count(); }} uprobe:{b}:bar {{ @b = count(); }}");
+    let o = weft(
+        &[
+            "--max-threads",
+            "8",
+            "-e",
+            &prog,
+            "-c",
+            &format!("{b} 2000 32 1000"),
+        ],
+        T,
+    );
+    let out = ok(&o);
+    let err = text(&o.stderr);
+    let lost = hits_lost(&err, "more than 8 threads");
+    assert!(lost > 0, "the limit was reached: {err}");
+    let counted = map_value(&out, "@c").unwrap() + map_value(&out, "@b").unwrap_or(0);
+    assert_eq!(counted as u64 + lost, 2000 * 1001, "{out}\n{err}");
+}
+
+/// 4,300 threads alive at once: the agent has state for 4,096 threads. Hits on the
+/// others run no advice, and are counted and reported: nothing is lost silently.
+#[test]
+fn hits_beyond_the_agents_thread_states_are_reported_exactly() {
+    let bin = build("short_threads.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = format!("uprobe:{b}:foo {{ @c = count(); }} uprobe:{b}:bar {{ @b = count(); }}");
+    let o = weft(
+        &[
+            "--max-threads",
+            "8192",
+            "-e",
+            &prog,
+            "-c",
+            &format!("{b} 4300 0 10 hold"),
+        ],
+        T,
+    );
+    let out = ok(&o);
+    let err = text(&o.stderr);
+    let lost = hits_lost(&err, "per-thread state was exhausted");
+    assert!(lost > 0, "the pool ran out: {err}");
+    let counted = map_value(&out, "@c").unwrap() + map_value(&out, "@b").unwrap();
+    assert_eq!(counted as u64 + lost, 4300 * 11, "{out}\n{err}");
+}
+
 #[test]
 fn recursion_depth_1000_with_return_probes() {
     for v in [

@@ -397,6 +397,30 @@ fn cycle(
     tally: &mut Tally,
     what: &str,
 ) -> bool {
+    cycle_checking(
+        t,
+        flags,
+        prog,
+        |out, _| match counter {
+            Some(c) if map_value(out, c).is_none_or(|v| v <= 0) => {
+                Err(format!("{c} not counted: {}", first_lines(out, 4)))
+            }
+            _ => Ok(()),
+        },
+        tally,
+        what,
+    )
+}
+
+/// [`cycle`], with `check(stdout, stderr)` judging a successful run of weft.
+fn cycle_checking(
+    t: &mut Watched,
+    flags: &[&str],
+    prog: &str,
+    check: impl FnOnce(&str, &str) -> Result<(), String>,
+    tally: &mut Tally,
+    what: &str,
+) -> bool {
     let pid = t.pid().to_string();
     let mut args: Vec<&str> = flags.to_vec();
     args.extend(["-e", prog, "-p", &pid]);
@@ -413,13 +437,8 @@ fn cycle(
                     o.status,
                     first_lines(&err, 4)
                 ));
-            } else if let Some(c) = counter {
-                tally.check(map_value(&out, c).is_some_and(|v| v > 0), || {
-                    format!(
-                        "{what}, cycle {n}: {c} not counted: {}",
-                        first_lines(&out, 4)
-                    )
-                });
+            } else if let Err(e) = check(&out, &err) {
+                tally.fail(format!("{what}, cycle {n}: {e}"));
             }
         }
     }
@@ -465,11 +484,63 @@ fn churn_mode(mode: &str, extra: &[&str], tally: &mut Tally) {
     }
 }
 
-/// Threads created and exiting constantly while weft weaves and unweaves.
+/// Threads created and exiting constantly while weft weaves and unweaves (batches
+/// of 4 short-lived threads of 100 rounds). Each cycle counts the threads that start
+/// while woven and ends when `want` have (500, or 1,100 every fourth cycle), so the
+/// run takes well over 5,000 threads through one process and over 1,024 through
+/// one session: the limits weft once had on threads ever seen (4,096 agent thread
+/// states per process, 1,024 slots per session; the soak's cycles 150 to 200 gave
+/// `@c: 0` once the first was used up). A cycle whose threads stop being counted
+/// ends at its 20 s fallback instead, and fails.
 #[test]
 fn threads_created_and_exiting_during_weaving() {
     let mut tally = Tally::new("threads created/exiting during weaving", "cycles");
-    churn_mode("threads", &[], &mut tally);
+    let bin = stress("churn.c");
+    let b = b(&bin);
+    let mut t = Watched::start(&bin, &["threads", "100"]);
+    let mut threads = 0;
+    let mut want_total = 0;
+    for i in 0..scale(12, 200) {
+        let flags: &[&str] = if i % 3 == 2 { &["--no-inline"] } else { &[] };
+        let want = if i % 4 == 0 { 1100 } else { 500 };
+        want_total += want;
+        let prog = format!(
+            "{} uprobe:{b}:thread_begins {{ @threads = count(); if (@threads >= {want}) {{ exit(); }} }}",
+            hot_program(b, &[], 20_000)
+        );
+        let check = |out: &str, err: &str| {
+            let n = map_value(out, "@threads").unwrap_or(0);
+            threads += n;
+            let maps = || {
+                out.lines()
+                    .filter(|l| l.starts_with('@'))
+                    .collect::<Vec<_>>()
+            };
+            if n < want {
+                return Err(format!("{n} of {want} threads counted: {:?}", maps()));
+            }
+            if map_value(out, "@c").is_none_or(|c| c <= 0) {
+                return Err(format!("@c not counted: {:?}", maps()));
+            }
+            match err.lines().find(|l| l.contains("ran no advice")) {
+                Some(l) => Err(l.to_string()),
+                None => Ok(()),
+            }
+        };
+        if !cycle_checking(&mut t, flags, &prog, check, &mut tally, "threads") {
+            break;
+        }
+        if tally.failures.len() > 3 {
+            break;
+        }
+    }
+    tally.check(threads >= want_total, || {
+        format!("{threads} threads counted while woven, {want_total} wanted")
+    });
+    if let Err(e) = t.makes_progress(Duration::from_secs(5)) {
+        tally.fail(format!("threads: {e}"));
+    }
+    eprintln!("threads: {threads} threads counted while woven");
     tally.finish();
 }
 

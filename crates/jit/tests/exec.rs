@@ -58,7 +58,6 @@ impl Exec {
         let mut mem = vec![0u64; (layout.total_size as usize).div_ceil(8)];
         let shm = unsafe { Shm::from_base(mem.as_mut_ptr() as *mut u8) };
         layout.write_header(&shm, 1);
-        shm.header().threads_claimed.store(1, Ordering::Relaxed);
         let maps = layout
             .maps
             .iter()
@@ -86,7 +85,7 @@ impl Exec {
     }
 
     fn slot(&self) -> *mut ThreadSlot {
-        self.shm.thread_slot(0)
+        self.shm.thread_slot(weft_abi::WEFT_SLOT)
     }
 
     /// Compile `f` and run it once with the given argument registers.

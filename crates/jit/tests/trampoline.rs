@@ -3,7 +3,6 @@
 //! the advice counted.
 
 use std::arch::{asm, global_asm};
-use std::sync::atomic::Ordering;
 use weft_abi::{AgentThread, MapKind, ThreadAttach};
 use weft_ir::*;
 use weft_jit::trampoline::{entry_head, EntryTrampoline};
@@ -61,8 +60,8 @@ fn patched_function_runs_advice_and_keeps_its_result() {
     let mut mem = vec![0u64; (layout.total_size as usize).div_ceil(8)];
     let shm = unsafe { Shm::from_base(mem.as_mut_ptr() as *mut u8) };
     layout.write_header(&shm, 1);
-    shm.header().threads_claimed.store(1, Ordering::Relaxed);
-    unsafe { SLOT = shm.thread_slot(0) as u64 };
+    // SAFETY: set once, before any thread reads it.
+    unsafe { SLOT = shm.thread_slot(weft_abi::WEFT_SLOT) as u64 };
 
     let prog = Program {
         maps: vec![

@@ -1,11 +1,17 @@
 //! Computing the shared segment's layout (weft side) and writing its header.
 //!
-//! The segment is sparse: it is sized for `max_threads` thread slots and full key
-//! tables, but the memfd only allocates the pages threads actually touch.
+//! The segment is sparse: it is sized for its thread slots and full key tables, but
+//! the memfd only allocates the pages threads actually touch.
+//!
+//! Thread slots: the retired slot, weft's own, then two per live thread allowed
+//! (`max_live`): slots of threads that exited wait for weft to drain them (a few
+//! milliseconds) before they are reused, and a burst of short-lived threads must not
+//! run out meanwhile.
 
 use core::sync::atomic::Ordering;
 use weft_abi::{
-    entry_layout, MapDesc, MapKind, ShmHeader, SiteDesc, SHM_MAGIC, THREAD_HEADER_SIZE, VERSION,
+    entry_layout, MapDesc, MapKind, ShmHeader, SiteDesc, FIRST_THREAD_SLOT, RETIRED_SLOT,
+    SHM_MAGIC, THREAD_HEADER_SIZE, THREAD_RETIRED, VERSION,
 };
 
 use crate::shm::Shm;
@@ -75,7 +81,7 @@ impl MapSpec {
 }
 
 pub struct LayoutBuilder {
-    max_threads: u32,
+    max_live: u32,
     ring_size: u64,
     max_sites: u32,
     maps: Vec<MapSpec>,
@@ -98,18 +104,22 @@ pub struct Layout {
     pub site_hash_cap: u32,
     pub threads_off: u64,
     pub thread_slot_size: u64,
-    pub max_threads: u32,
+    pub slot_count: u32,
+    pub max_live: u32,
+    /// The free-slot queue: `slot_count` u32s.
+    pub free_off: u64,
     pub ring_off: u64,
     pub ring_size: u64,
     pub agg_off: u64,
 }
 
 impl LayoutBuilder {
-    /// `ring_size` must be a power of two.
-    pub fn new(max_threads: u32, ring_size: u64) -> LayoutBuilder {
+    /// Room for `max_live` target threads alive at once; `ring_size` must be a power
+    /// of two.
+    pub fn new(max_live: u32, ring_size: u64) -> LayoutBuilder {
         assert!(ring_size.is_power_of_two());
         LayoutBuilder {
-            max_threads,
+            max_live: max_live.max(1),
             ring_size,
             max_sites: 1 << 16,
             maps: Vec::new(),
@@ -154,11 +164,14 @@ impl LayoutBuilder {
         let site_hash_cap = (self.max_sites * 2).next_power_of_two();
         let site_hash_off = off;
         off = page_up(off + u64::from(site_hash_cap) * 4);
+        let slot_count = FIRST_THREAD_SLOT + 2 * self.max_live;
+        let free_off = off;
+        off = page_up(off + u64::from(slot_count) * 4);
         let ring_off = THREAD_HEADER_SIZE;
         let agg_off = page_up(ring_off + self.ring_size);
         let thread_slot_size = page_up(agg_off + agg_total);
         let threads_off = off;
-        off += thread_slot_size * u64::from(self.max_threads);
+        off += thread_slot_size * u64::from(slot_count);
         Layout {
             total_size: off,
             maps_off,
@@ -169,7 +182,9 @@ impl LayoutBuilder {
             site_hash_cap,
             threads_off,
             thread_slot_size,
-            max_threads: self.max_threads,
+            slot_count,
+            max_live: self.max_live,
+            free_off,
             ring_off,
             ring_size: self.ring_size,
             agg_off,
@@ -190,7 +205,10 @@ impl Layout {
             (*h).total_size = self.total_size;
             (*h).threads_off = self.threads_off;
             (*h).thread_slot_size = self.thread_slot_size;
-            (*h).max_threads = self.max_threads;
+            (*h).slot_count = self.slot_count;
+            (*h).max_live = self.max_live;
+            (*h).free_off = self.free_off;
+            (*h).slots_used.store(FIRST_THREAD_SLOT, Ordering::Relaxed);
             (*h).ring_off = self.ring_off;
             (*h).ring_size = self.ring_size;
             (*h).agg_off = self.agg_off;
@@ -220,6 +238,9 @@ impl Layout {
                 (*d).table_off = *table_off;
                 (*d).agg_off = *agg_off;
             }
+            (*shm.thread_slot(RETIRED_SLOT))
+                .state
+                .store(THREAD_RETIRED, Ordering::Relaxed);
             (*h).session_state.store(0, Ordering::Release);
         }
     }

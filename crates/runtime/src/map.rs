@@ -13,8 +13,8 @@
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use weft_abi::{
-    entry_layout, hist_index, key_hash, lhist_index, EntryHeader, MapDesc, MapKind, ENTRY_BUSY,
-    ENTRY_DELETED, ENTRY_EMPTY, ENTRY_LIVE,
+    entry_layout, hist_index, key_hash, lhist_index, EntryHeader, MapDesc, MapKind, ThreadSlot,
+    ENTRY_BUSY, ENTRY_DELETED, ENTRY_EMPTY, ENTRY_LIVE,
 };
 
 use crate::shm::Shm;
@@ -234,7 +234,7 @@ fn zero_entry_values(shm: &Shm, d: &MapDesc, i: u32) {
         unsafe { core::ptr::write_bytes(v, 0, d.value_size as usize) };
         return;
     }
-    for t in 0..shm.threads_claimed() {
+    for t in 0..shm.slots_used() {
         let p = accumulator(shm, d, shm.thread_slot(t), i);
         zero_words(p, d.value_size);
     }
@@ -285,7 +285,7 @@ pub fn zero(shm: &Shm, d: &MapDesc) {
 
 /// Pointer to thread `slot`'s accumulator for entry `i`.
 #[inline]
-pub fn accumulator(shm: &Shm, d: &MapDesc, slot: *mut weft_abi::ThreadSlot, i: u32) -> *mut u8 {
+pub fn accumulator(shm: &Shm, d: &MapDesc, slot: *mut ThreadSlot, i: u32) -> *mut u8 {
     // SAFETY: the accumulators of this map lie in the slot's aggregation area.
     unsafe {
         shm.agg_area(slot)
@@ -368,86 +368,151 @@ pub fn aggregate(d: &MapDesc, acc: *mut u8, op: u32, v: u64) {
     }
 }
 
-/// Merge the accumulators of entry `i` over all threads into `out` (value_size
-/// bytes), in the same layout.
-pub fn merge(shm: &Shm, d: &MapDesc, i: u32, out: &mut [u8]) {
-    let words = (d.value_size / 8) as usize;
-    let mut acc = vec![0u64; words];
+/// Fold one accumulator (words read through `src`) into `acc`, both in `d`'s layout:
+/// what merging two threads' accumulators means for each kind. Sums, counts and
+/// histogram buckets add; min/max add their counts and keep the better value;
+/// avg/stats add counts and totals and keep the extreme minimum and maximum. An
+/// accumulator with a count of 0 contributes nothing.
+fn combine(d: &MapDesc, acc: &mut [u64], src: impl Fn(usize) -> u64) {
     let signed = d.signed != 0;
-    let kind = d.kind;
-    let mut n_total = 0u64;
-    for t in 0..shm.threads_claimed() {
-        let p = accumulator(shm, d, shm.thread_slot(t), i);
-        let w = |k: usize| word(p, k).load(Ordering::Relaxed);
-        match kind {
-            k if k == MapKind::Min as u32 || k == MapKind::Max as u32 => {
-                let n = w(0);
-                if n == 0 {
-                    continue;
-                }
-                let v = w(1);
-                let better = if kind == MapKind::Min as u32 {
-                    if signed {
-                        (v as i64) < (acc[1] as i64)
-                    } else {
-                        v < acc[1]
-                    }
-                } else if signed {
-                    (v as i64) > (acc[1] as i64)
-                } else {
-                    v > acc[1]
-                };
-                if n_total == 0 || better {
-                    acc[1] = v;
-                }
-                n_total += n;
-                acc[0] = n_total;
+    let lt = |a: u64, b: u64| {
+        if signed {
+            (a as i64) < (b as i64)
+        } else {
+            a < b
+        }
+    };
+    match d.kind {
+        k if k == MapKind::Min as u32 || k == MapKind::Max as u32 => {
+            let n = src(0);
+            if n == 0 {
+                return;
             }
-            k if k == MapKind::Avg as u32 || k == MapKind::Stats as u32 => {
-                let n = w(0);
-                if n == 0 {
-                    continue;
-                }
-                let (mn, mx) = (w(2), w(3));
-                let lt = |a: u64, b: u64| {
-                    if signed {
-                        (a as i64) < (b as i64)
-                    } else {
-                        a < b
-                    }
-                };
-                if n_total == 0 || lt(mn, acc[2]) {
-                    acc[2] = mn;
-                }
-                if n_total == 0 || lt(acc[3], mx) {
-                    acc[3] = mx;
-                }
-                acc[1] = acc[1].wrapping_add(w(1));
-                n_total += n;
-                acc[0] = n_total;
+            let v = src(1);
+            let better = if k == MapKind::Min as u32 {
+                lt(v, acc[1])
+            } else {
+                lt(acc[1], v)
+            };
+            if acc[0] == 0 || better {
+                acc[1] = v;
             }
-            _ => {
-                for (k, a) in acc.iter_mut().enumerate() {
-                    *a = a.wrapping_add(w(k));
-                }
+            acc[0] += n;
+        }
+        k if k == MapKind::Avg as u32 || k == MapKind::Stats as u32 => {
+            let n = src(0);
+            if n == 0 {
+                return;
+            }
+            let (mn, mx) = (src(2), src(3));
+            if acc[0] == 0 || lt(mn, acc[2]) {
+                acc[2] = mn;
+            }
+            if acc[0] == 0 || lt(acc[3], mx) {
+                acc[3] = mx;
+            }
+            acc[1] = acc[1].wrapping_add(src(1));
+            acc[0] += n;
+        }
+        _ => {
+            for (k, a) in acc.iter_mut().enumerate() {
+                *a = a.wrapping_add(src(k));
             }
         }
     }
+}
+
+/// Merge the accumulators of entry `i` over every slot into `acc` (`value_size / 8`
+/// zeroed words): live threads, threads that exited but are not drained yet, and the
+/// retired slot, which holds what drained threads left.
+fn merge_words(shm: &Shm, d: &MapDesc, i: u32, acc: &mut [u64]) {
+    for t in 0..shm.slots_used() {
+        let p = accumulator(shm, d, shm.thread_slot(t), i);
+        combine(d, acc, |k| word(p, k).load(Ordering::Relaxed));
+    }
+}
+
+/// Merge the accumulators of entry `i` over all threads into `out` (value_size
+/// bytes), in the same layout.
+pub fn merge(shm: &Shm, d: &MapDesc, i: u32, out: &mut [u8]) {
+    let mut acc = vec![0u64; (d.value_size / 8) as usize];
+    merge_words(shm, d, i, &mut acc);
     for (k, a) in acc.iter().enumerate() {
         out[k * 8..k * 8 + 8].copy_from_slice(&a.to_le_bytes());
+    }
+}
+
+/// The entries of a map whose accumulators a drained slot may hold: `live` ones are
+/// folded into the retired slot; every entry in use (live, deleted or being
+/// inserted) is zeroed. Computed once per map for all the slots drained together.
+pub struct FoldPlan {
+    pub live: Vec<u32>,
+    pub used: Vec<u32>,
+}
+
+/// What [`fold_into_retired`] does for map `d` now; `None` for a plain map (no
+/// per-thread values).
+pub fn fold_plan(shm: &Shm, d: &MapDesc) -> Option<FoldPlan> {
+    if d.kind == MapKind::Plain as u32 {
+        return None;
+    }
+    let mut plan = FoldPlan {
+        live: Vec::new(),
+        used: Vec::new(),
+    };
+    for i in 0..d.capacity {
+        match entry_state(shm, d, i) {
+            ENTRY_EMPTY => {}
+            st => {
+                if st == ENTRY_LIVE {
+                    plan.live.push(i);
+                }
+                plan.used.push(i);
+            }
+        }
+    }
+    Some(plan)
+}
+
+/// Fold the accumulators of slot `from` (of a thread that is gone: nobody writes
+/// them any more) into the retired slot, then zero them for the slot's next thread.
+/// weft only: the retired slot has no other writer (but `clear`/`zero`/`delete`,
+/// which zero it like any slot).
+///
+/// A `delete` or `clear` running in the target between the read of `from` and the
+/// store into the retired slot may see the value survive, as it may for a live
+/// thread's concurrent update.
+pub fn fold_into_retired(shm: &Shm, d: &MapDesc, plan: &FoldPlan, from: *mut ThreadSlot) {
+    let words = (d.value_size / 8) as usize;
+    let mut acc = vec![0u64; words];
+    let retired = shm.thread_slot(weft_abi::RETIRED_SLOT);
+    for &i in &plan.live {
+        let src = accumulator(shm, d, from, i);
+        let dst = accumulator(shm, d, retired, i);
+        for (k, a) in acc.iter_mut().enumerate() {
+            *a = word(dst, k).load(Ordering::Relaxed);
+        }
+        combine(d, &mut acc, |k| word(src, k).load(Ordering::Relaxed));
+        for (k, a) in acc.iter().enumerate() {
+            word(dst, k).store(*a, Ordering::Relaxed);
+        }
+    }
+    for &i in &plan.used {
+        zero_words(accumulator(shm, d, from, i), d.value_size);
     }
 }
 
 /// The merged scalar a map read (`@c` where `@c = count()`) yields: count, sum, min,
 /// max, or avg (total / count, truncated toward zero).
 pub fn merged_scalar(shm: &Shm, d: &MapDesc, i: u32) -> u64 {
-    let mut buf = [0u8; 32];
-    let size = d.value_size as usize;
-    if size > buf.len() {
+    // On the stack: advice in the target calls this, and must not allocate.
+    let mut buf = [0u64; 4];
+    let words = (d.value_size / 8) as usize;
+    if words > buf.len() {
         return 0;
     }
-    merge(shm, d, i, &mut buf[..size]);
-    let w = |k: usize| u64::from_le_bytes(buf[k * 8..k * 8 + 8].try_into().unwrap());
+    merge_words(shm, d, i, &mut buf[..words]);
+    let w = |k: usize| buf[k];
     match d.kind {
         k if k == MapKind::Count as u32 || k == MapKind::Sum as u32 => w(0),
         k if k == MapKind::Min as u32 || k == MapKind::Max as u32 => w(1),
@@ -531,9 +596,9 @@ mod tests {
     fn per_thread_accumulators_merge() {
         let (_mem, shm) = segment(&[MapSpec::agg(MapKind::Stats, true, 8, 32, 16)]);
         let d = shm.map(0);
-        shm.header().threads_claimed.store(2, Ordering::Relaxed);
         let i = insert(&shm, d, &1u64.to_le_bytes()).index().unwrap();
-        for (t, vals) in [(0u32, [5i64, -3]), (1, [10, 2])] {
+        for (t, vals) in [(2u32, [5i64, -3]), (3, [10, 2])] {
+            shm.header().slots_used.store(t + 1, Ordering::Relaxed);
             let acc = accumulator(&shm, d, shm.thread_slot(t), i);
             for v in vals {
                 aggregate(d, acc, AGG_STATS, v as u64);

@@ -4,8 +4,10 @@
 //! the header, which weft writes before any advice can run and never changes while
 //! the session lives, so readers need no synchronisation for it.
 
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU32, Ordering};
 use weft_abi::{MapDesc, ShmHeader, SiteDesc, ThreadSlot};
+
+use crate::queue::IndexQueue;
 
 /// The shared segment as mapped in this process.
 #[derive(Clone, Copy, Debug)]
@@ -61,10 +63,25 @@ impl Shm {
         self.at(h.threads_off + u64::from(index) * h.thread_slot_size) as *mut ThreadSlot
     }
 
-    /// Number of thread slots handed out (some may belong to exited threads).
-    pub fn threads_claimed(&self) -> u32 {
+    /// Slots `[0, n)` have been handed out at least once (the retired slot and
+    /// weft's included; some may be free or dead now): iterate these.
+    pub fn slots_used(&self) -> u32 {
         let h = self.header();
-        h.threads_claimed.load(Ordering::Acquire).min(h.max_threads)
+        h.slots_used.load(Ordering::Acquire).min(h.slot_count)
+    }
+
+    /// The free-slot queue (weft pushes, the agent pops).
+    pub fn free_slots(&self) -> IndexQueue<'_> {
+        let h = self.header();
+        // SAFETY: the queue's cells are `slot_count` u32s at `free_off`, 4-aligned,
+        // and live as long as the segment.
+        let ring = unsafe {
+            core::slice::from_raw_parts(
+                self.at(h.free_off) as *const AtomicU32,
+                h.slot_count as usize,
+            )
+        };
+        IndexQueue::new(&h.free_head, &h.free_tail, ring)
     }
 
     /// Base of a thread slot's aggregation area.
