@@ -332,7 +332,12 @@ pub fn build_in(dir: &str, src: &str, variant: Variant, extra: &[&str]) -> PathB
         return out;
     }
     let cxx = src.ends_with(".cc");
-    let tmp = out_dir.join(format!(".{stem}.{}", std::process::id()));
+    // One name per build: tests run in threads of one process, and two of them may
+    // build the same target at once (one renaming the file the other still writes
+    // made "Text file busy" and "No such file" failures).
+    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = out_dir.join(format!(".{stem}.{}.{n}", std::process::id()));
     let o = Command::new(if cxx { "g++" } else { "gcc" })
         .args(variant.flags())
         .args(extra)
