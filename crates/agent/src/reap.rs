@@ -155,6 +155,31 @@ impl Reaper {
                 }
             }
         }
+        // A thread is gone, but is its entry unreachable? Not while the TLS slot it
+        // was taken through still points at it (see `Record::tls_slot`); an
+        // unreadable slot (the TLS block unmapped) cannot be used either.
+        let kept: Vec<usize> = gone
+            .iter()
+            .copied()
+            .filter(|&i| RECORDS[i].state.load(Ordering::Acquire) == RECORD_IN_USE)
+            .collect();
+        if !kept.is_empty() {
+            let addrs: Vec<u64> = kept
+                .iter()
+                .map(|&i| RECORDS[i].tls_slot.load(Ordering::Relaxed))
+                .collect();
+            let reachable: Vec<usize> = match read_own(&addrs, 8) {
+                Ok(values) => kept
+                    .iter()
+                    .zip(values)
+                    .filter(|(&i, v)| *v == Some(threads::entry(i) as u64))
+                    .map(|(&i, _)| i)
+                    .collect(),
+                // Cannot tell: keep them all.
+                Err(()) => kept,
+            };
+            gone.retain(|i| !reachable.contains(i));
+        }
         let mut freed = 0;
         for i in gone {
             if threads::reap(i, shadow_idle) {

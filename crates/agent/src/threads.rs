@@ -52,6 +52,15 @@ pub fn current() -> *mut AgentThread {
     v
 }
 
+/// The address of this thread's TLS slot: the thread pointer (which the x86-64 ABI
+/// keeps at `fs:0`) plus the slot's offset.
+fn tls_slot_address() -> u64 {
+    let tp: u64;
+    // SAFETY: fs:0 holds the thread control block's own address (x86-64 TLS ABI).
+    unsafe { asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly)) };
+    tp.wrapping_add(tls_offset() as u64)
+}
+
 fn set_current(t: *mut AgentThread) {
     let off = tls_offset();
     // SAFETY: fs:[off] is this thread's TLS slot.
@@ -84,6 +93,13 @@ pub struct Record {
     /// The thread's clear-child-tid address (`PR_GET_TID_ADDRESS`; glibc's
     /// `&pthread->tid`), 0 when unknown.
     pub tid_address: AtomicU64,
+    /// Where the TLS slot that points at the entry lives (`fs:[tls_offset]` of the
+    /// thread that took it). Until that word stops pointing at the entry (the TLS
+    /// block reused by a new thread, which glibc zeroes, or unmapped), some thread
+    /// may still reach the entry: a `vfork` child that took it on its parent's TLS,
+    /// or a `clone(CLONE_VM)` child sharing its creator's, is gone long before the
+    /// thread whose TLS it used.
+    pub tls_slot: AtomicU64,
 }
 
 /// The entry is not handed out (never used, or free again).
@@ -99,6 +115,7 @@ pub static RECORDS: [Record; POOL_THREADS] = [const {
         state: AtomicU32::new(RECORD_FREE),
         uses: AtomicU32::new(0),
         tid_address: AtomicU64::new(0),
+        tls_slot: AtomicU64::new(0),
     }
 }; POOL_THREADS];
 
@@ -250,6 +267,7 @@ pub fn get_or_create() -> *mut AgentThread {
     }
     let r = &RECORDS[i];
     r.tid_address.store(tid_address, Ordering::Relaxed);
+    r.tls_slot.store(tls_slot_address(), Ordering::Relaxed);
     r.uses.fetch_add(1, Ordering::Relaxed);
     r.state.store(RECORD_IN_USE, Ordering::Release);
     STARTED.fetch_add(1, Ordering::Relaxed);
