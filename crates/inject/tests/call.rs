@@ -297,7 +297,7 @@ fn thread_created_by_a_call_is_held_until_resume() {
     );
 
     stopped.resume().unwrap();
-    assert!(common::eventually(Duration::from_secs(2), || target
+    assert!(common::eventually(common::CEILING, || target
         .peek_u64s(spins, 1)[0]
         > 0));
     finish(target, 0);
