@@ -230,9 +230,11 @@ const VFORK: &str = r#"
 int main(void) {
     printf("ready\n");
     fflush(stdout);
-    /* The parent waits, killable but not interruptible, until the child exits. */
+    /* The parent waits, killable but not interruptible, until the child exits: when
+       the test closes the pipe on stdin (or the parent is killed and the pipe goes). */
     if (vfork() == 0) {
-        sleep(3);
+        char c;
+        (void)!read(0, &c, 1);
         _exit(0);
     }
     for (;;) pause();
@@ -255,8 +257,10 @@ fn thread_that_cannot_stop_times_out() {
         err.to_string(),
         format!("timed out after 300 ms waiting for every thread to stop (process {pid})")
     );
-    // The budget, plus the grace period spent waiting to detach the thread.
-    assert!(elapsed < Duration::from_millis(2000), "took {elapsed:?}");
+    // The budget, plus the grace period spent waiting to detach the thread (100 ms),
+    // plus room for a slow, busy machine: what this bounds is a stop that ignores its
+    // budget.
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
 }
 
 const SPAWNER: &str = r#"
