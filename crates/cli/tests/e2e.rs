@@ -225,16 +225,36 @@ fn usdt_semaphore_drops_after_detach() {
     let bin = build("sdt.c", Variant::O2_PIE, &[]);
     let b = bin_str(&bin);
     let mut t = Spawned::start(&bin, &["0", "loop"]);
+    t.wait_line("ready", T);
     let pid = t.pid().to_string();
-    let prog = format!("usdt:{b}:app:tick {{ @t = count(); }} interval:ms:200 {{ exit(); }}");
+    // weft leaves once a few steps ran woven (the semaphore is raised in the stop that
+    // patches, so a step that fired tick twice saw it), however long that takes here.
+    let prog =
+        format!("usdt:{b}:app:tick {{ @t = count(); }} interval:ms:200 /@t > 2/ {{ exit(); }}");
     let out = ok(&weft(&["-e", &prog, "-p", &pid], T));
     assert!(map_value(&out, "@t").unwrap() > 0, "{out}");
-    // While woven the program saw its semaphore raised; after detach it never does.
-    std::thread::sleep(Duration::from_millis(100));
-    let during: Vec<String> = t.lines.try_iter().collect();
-    assert!(during.iter().any(|l| l.contains("enabled")), "{during:?}");
-    std::thread::sleep(Duration::from_millis(300));
-    let later: Vec<String> = t.lines.try_iter().collect();
+    // While woven the program saw its semaphore raised ...
+    t.wait_line("enabled", T);
+    // ... and after detach it never does: SIGUSR1, sent now, makes it print "mark",
+    // run 100 more steps and say so; no "enabled" may come between the two.
+    // SAFETY: signalling the target we started.
+    unsafe { libc::kill(t.pid(), libc::SIGUSR1) };
+    let mut later = Vec::new();
+    let mut marked = false;
+    let start = std::time::Instant::now();
+    loop {
+        assert!(start.elapsed() < T, "no mark and 100 steps: {later:?}");
+        let Ok(l) = t.lines.recv_timeout(Duration::from_millis(50)) else {
+            continue;
+        };
+        if l == "mark" {
+            marked = true;
+        } else if l == "after 100 steps" {
+            break;
+        } else if marked {
+            later.push(l);
+        }
+    }
     assert!(
         later.is_empty(),
         "semaphore still raised after detach: {later:?}"
