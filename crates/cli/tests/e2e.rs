@@ -407,8 +407,9 @@ fn attach_collect_detach_restores_code() {
     let mut t = Spawned::start(&bin, &[]);
     t.wait_line("ready", T);
     let pid = t.pid().to_string();
+    // Leave once both probes fired (not after a fixed time the target may not get).
     let prog = format!(
-        "uprobe:{b}:tick {{ @c = count(); }} uretprobe:{b}:square {{ @sq = count(); }} interval:ms:300 {{ exit(); }}"
+        "uprobe:{b}:tick {{ @c = count(); }} uretprobe:{b}:square {{ @sq = count(); }} interval:ms:300 /@c && @sq/ {{ exit(); }}"
     );
     let o = weft(&["-e", &prog, "-p", &pid], T);
     let out = ok(&o);
@@ -458,12 +459,13 @@ fn sigkill_of_weft_leaves_target_running_and_restored() {
     std::thread::sleep(Duration::from_millis(200));
     w.kill().unwrap();
     w.wait().unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
-    t.assert_healthy();
+    // The agent sees its socket close and restores the code by itself: wait for that
+    // (a ceiling, not a deadline: a busy machine may take its time).
     assert!(
-        code_matches_file(t.pid(), &bin),
-        "the agent restored the code within a second"
+        code_restored_within(t.pid(), &bin, T),
+        "the agent never restored the code"
     );
+    t.assert_healthy();
     std::thread::sleep(Duration::from_millis(300));
     t.assert_healthy();
 }
