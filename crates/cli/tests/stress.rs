@@ -272,7 +272,9 @@ fn first_lines(s: &str, n: usize) -> String {
 
 /// The programs a storm cycles through: (extra flags, program, map that must count).
 fn storm_programs(bin: &str) -> Vec<(Vec<&'static str>, String, Option<&'static str>)> {
-    let exit = "interval:ms:50 { exit(); }";
+    // Leave once the probes fired (they are what the storm checks), however long the
+    // target takes to get there on this machine.
+    let exit = "interval:ms:50 /@c/ { exit(); }";
     vec![
         (
             vec![],
@@ -431,14 +433,16 @@ fn cycle(
     }
 }
 
-/// Entry and return probes on every function of `probed.h` (and `extra` names).
+/// Entry and return probes on every function of `probed.h` (and `extra` names); weft
+/// leaves `interval_ms` after the weave, or later, once `@c` counted (a target slowed
+/// by a busy machine may not have called a probed function yet).
 fn hot_program(bin: &str, extra: &[&str], interval_ms: u32) -> String {
     let mut sites = vec![format!("{bin}:hot_*")];
     sites.extend(extra.iter().map(|f| format!("{bin}:{f}")));
     let entry: Vec<String> = sites.iter().map(|s| format!("uprobe:{s}")).collect();
     let ret: Vec<String> = sites.iter().map(|s| format!("uretprobe:{s}")).collect();
     format!(
-        "{} {{ @c = count(); }} {} {{ @r = count(); }} interval:ms:{interval_ms} {{ exit(); }}",
+        "{} {{ @c = count(); }} {} {{ @r = count(); }} interval:ms:{interval_ms} /@c/ {{ exit(); }}",
         entry.join(","),
         ret.join(",")
     )
