@@ -520,27 +520,23 @@ fn clone_vm_children_created_while_weaving() {
 fn exec_while_woven() {
     let mut tally = Tally::new("exec while woven", "trials");
     let bin = stress("churn.c");
+    let bs = b(&bin);
+    // No exit of its own: weft is told to leave (SIGINT) once the new image runs, so
+    // the exec always happens while woven, however slow the machine.
+    let prog = format!(
+        "uprobe:{bs}:hot_* {{ @c = count(); }} uretprobe:{bs}:hot_* {{ @r = count(); }} {LIVE}"
+    );
     for trial in 0..scale(3, 30) {
         tally.count += 1;
         let mut t = Watched::start(&bin, &["exec"]);
-        let prog = hot_program(b(&bin), &[], 800);
-        let w = spawn_weft(&["-e", &prog, "-p", &t.pid().to_string()]);
-        // Wait until the probes are in, then exec.
-        let start = Instant::now();
-        while code_matches_file(t.pid(), &bin) && start.elapsed() < T {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        std::thread::sleep(Duration::from_millis(100));
+        let mut w = Background::start(&["-e", &prog, "-p", &t.pid().to_string()]);
+        // Wait until the probes run, then exec.
+        w.wait_line("live", false, T);
         // SAFETY: signalling the target we started.
         unsafe { libc::kill(t.pid(), libc::SIGUSR1) };
-        let o = wait_output(w, T);
-        let err = text(&o.stderr);
-        tally.check(o.status.success(), || {
-            format!("trial {trial}: weft failed ({}): {err}", o.status)
-        });
         let after = Instant::now();
         let mut saw = false;
-        while after.elapsed() < Duration::from_secs(5) && !saw {
+        while after.elapsed() < T && !saw {
             if let Err(e) = t.health() {
                 tally.fail(format!("trial {trial}: {e}"));
                 break;
@@ -551,10 +547,13 @@ fn exec_while_woven() {
         tally.check(saw, || {
             format!("trial {trial}: the new image never started")
         });
-        if let Err(e) = t
-            .makes_progress(Duration::from_secs(5))
-            .and_then(|()| t.intact(true))
-        {
+        w.signal(libc::SIGINT);
+        let o = w.finish(T);
+        let err = text(&o.stderr);
+        tally.check(o.status.success(), || {
+            format!("trial {trial}: weft failed ({}): {err}", o.status)
+        });
+        if let Err(e) = t.makes_progress(T).and_then(|()| t.intact(true)) {
             tally.fail(format!("trial {trial}: after exec: {e}"));
         }
     }
