@@ -1639,20 +1639,10 @@ fn control_socket_refuses_other_peers() {
     ok(&weft(&["-e", &prog, "-p", &t.pid().to_string()], T));
     // SAFETY: stopping the target we started.
     unsafe { libc::kill(t.pid(), libc::SIGSTOP) };
-    let w = spawn_weft(&["-e", &prog, "-p", &t.pid().to_string()]);
-    let start = Instant::now();
-    let name = loop {
-        if let Some(n) = weft_socket_name(w.id()) {
-            break n;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "no weft socket appeared"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    // Give weft time to finish its remote call and wait for the agent.
-    std::thread::sleep(Duration::from_millis(300));
+    let mut w = Background::start(&["-v", "-e", &prog, "-p", &t.pid().to_string()]);
+    // weft has made its remote call and waits for the agent once it says so.
+    w.wait_line("agent loaded into", true, T);
+    let name = weft_socket_name(w.child.id()).expect("no weft socket");
     let as_nobody = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&peer)
@@ -1672,7 +1662,7 @@ fn control_socket_refuses_other_peers() {
     }
     // SAFETY: continuing the target.
     unsafe { libc::kill(t.pid(), libc::SIGCONT) };
-    let o = wait_output(w, T);
+    let o = w.finish(T);
     tally.check(
         o.status.success() && map_value(&text(&o.stdout), "@c").is_some_and(|c| c > 0),
         || {
