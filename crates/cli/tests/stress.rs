@@ -1541,9 +1541,13 @@ fn proc_pid_root_symlinks_are_not_followed_out_of_the_target() {
     let hostile = dir.join("hostile");
     std::fs::copy(stress("hostile.c"), &hostile).unwrap();
     let d = dir.display();
+    // The bind mount goes over the library only once the target has loaded it (it
+    // says ready, or CORRUPT, into a file of the tmpfs, which the mount then hides).
     let script = format!(
         "mount -t tmpfs none {d}/mnt && cp {d}/inside.so {d}/mnt/lib.so && \
-         ( {d}/hostile dlopen {d}/mnt/lib.so & echo pid $!; sleep 0.5; \
+         ( {d}/hostile dlopen {d}/mnt/lib.so > {d}/mnt/out & p=$!; echo pid $p; \
+           until grep -q -e ready -e CORRUPT {d}/mnt/out || ! kill -0 $p; do sleep 0.01; done; \
+           cat {d}/mnt/out; \
            mount --bind {d}/over {d}/mnt && echo overmounted; \
            cat {d}/secret/lib.so >/dev/null 2>&1 && echo CORRUPT can read the secret; wait )"
     );
