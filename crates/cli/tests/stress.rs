@@ -1748,22 +1748,26 @@ fn targets_ld_preload_does_not_reach_weft() {
         .unwrap();
     assert!(st.success());
     let bin = stress("hammer.c");
-    let child = Command::new(&bin)
+    let mut child = Command::new(&bin)
         .arg("1")
         .env("LD_PRELOAD", &lib)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let target_pid = child.id();
-    let mut t = Spawned {
-        child,
-        lines: {
-            let (tx, rx) = std::sync::mpsc::channel();
-            drop(tx);
-            rx
-        },
-    };
-    std::thread::sleep(Duration::from_millis(200));
+    let out = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let mut t = Spawned { child, lines };
+    // Attach once it runs its main (its loader and the preloaded library are done).
+    t.wait_line("ready", T);
     let prog = hot_program(b(&bin), &[], 50);
     tally.count += 1;
     let o = weft(&["-e", &prog, "-p", &target_pid.to_string()], T);
