@@ -289,8 +289,10 @@ fn attach_to_a_prepared_process_and_detach_restores_its_nops() {
     let bin = prepared("coldpatched");
     let b = bin.to_str().unwrap();
     let mut t = Spawned::start(&bin, &["linger"]);
-    std::thread::sleep(Duration::from_millis(200));
-    let prog = format!("uprobe:{b}:* {{ @c = count(); }} uretprobe:{b}:* {{ @r = count(); }} interval:ms:200 {{ exit(); }}");
+    // Attach once it has run its program through (not while it may still be starting).
+    t.wait_line("gated runs", T);
+    // Leave once a few runs were counted, however long those take on this machine.
+    let prog = format!("uprobe:{b}:* {{ @c = count(); }} uretprobe:{b}:* {{ @r = count(); }} interval:ms:200 /@c > 1000/ {{ exit(); }}");
     let o = weft(&["-v", "-e", &prog, "-p", &t.pid().to_string()], T);
     let out = ok(&o);
     // Each run() is 10 mid + 100 leaf + 25 touch + 30 classify + 177 fib + ... calls,

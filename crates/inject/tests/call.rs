@@ -297,7 +297,7 @@ fn thread_created_by_a_call_is_held_until_resume() {
     );
 
     stopped.resume().unwrap();
-    assert!(common::eventually(Duration::from_secs(2), || target
+    assert!(common::eventually(common::CEILING, || target
         .peek_u64s(spins, 1)[0]
         > 0));
     finish(target, 0);
@@ -457,7 +457,15 @@ __attribute__((noipa)) long clobber(void) {
     return (long)(a[0] + d[1]) & 1;
 }
 
-long slow_clobber(void) { usleep(200000); return clobber(); }
+/* Called remotely by a tracer the test kills in the middle: says it is in, and
+   waits for the test to tell it to go on (after the kill). */
+volatile long slow_entered, slow_go;
+long slow_clobber(void) {
+    slow_entered++;
+    while (!slow_go) usleep(1000);
+    slow_go = 0;
+    return clobber();
+}
 
 int main(void) {
     printf("ready\n");
@@ -524,9 +532,16 @@ const SLOW: &str = r#"
 #include <string.h>
 #include <unistd.h>
 
-volatile long slow_calls;
+volatile long slow_calls, slow_entered, slow_go;
 
-long slow(void) { usleep(300000); slow_calls++; return 42; }
+/* Called remotely by a tracer the test kills in the middle: says it is in, and
+   waits for the test to tell it to go on (after the kill). */
+long slow(void) {
+    slow_entered++;
+    while (!slow_go) usleep(1000);
+    slow_calls++;
+    return 42;
+}
 
 int main(void) {
     printf("ready\n");
@@ -550,44 +565,25 @@ fn tracer_killed_during_a_call_leaves_the_thread_as_it_was() {
     wait_in_syscall(pid, pid, libc::SYS_read);
     let slow = target.symbol("slow");
     let fds = common::open_fds(pid);
-    let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "tracer_helper",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(HELPER_ENV, format!("{pid} {slow:x}"))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(helper.stdout.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
-            "helper ended"
-        );
-        if line.contains("calling") {
-            break;
-        }
-    }
-    std::thread::sleep(Duration::from_millis(100));
-    helper.kill().unwrap();
-    helper.wait().unwrap();
-    // slow() ends after 300 ms, then the pad waits about a second for a tracer.
-    assert!(common::eventually(Duration::from_secs(3), || {
+    kill_tracer_during_call(&target, slow, 1);
+    assert!(common::eventually(common::CEILING, || {
         target.peek_u64s(target.symbol("slow_calls"), 1)[0] == 1
     }));
-    std::thread::sleep(Duration::from_millis(1500));
+    // Then the pad waits about a second for a tracer, and goes home by itself.
+    let home = common::eventually(common::CEILING, || {
+        common::code_differing_from_files(pid).is_empty() && common::open_fds(pid) == fds
+    });
+    assert!(home, "padding or descriptors not given back");
     assert_eq!(common::code_differing_from_files(pid), Vec::<String>::new());
     assert_eq!(common::open_fds(pid), fds);
     finish_with(target, "read hello calls=1");
 }
 
-/// Starts `tracer_helper` on `func` of `pid` and kills it `after` it said "calling".
-fn kill_tracer_during_call(pid: i32, func: u64, after: Duration) {
+/// Starts `tracer_helper` on `func` of `target`, a function that bumps `slow_entered`
+/// and waits for `slow_go`; kills the helper once the call is in (the `calls`-th
+/// time `slow_entered` was bumped), then lets the function go on.
+fn kill_tracer_during_call(target: &Target, func: u64, calls: u64) {
+    let pid = target.pid();
     let mut helper = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
@@ -611,9 +607,14 @@ fn kill_tracer_during_call(pid: i32, func: u64, after: Duration) {
             break;
         }
     }
-    std::thread::sleep(after);
+    let entered = target.symbol("slow_entered");
+    assert!(
+        common::eventually(common::CEILING, || target.peek_u64s(entered, 1)[0] == calls),
+        "the remote call never came in"
+    );
     helper.kill().unwrap();
     helper.wait().unwrap();
+    target.poke(target.symbol("slow_go"), &1u64.to_le_bytes());
 }
 
 /// weft killed during a call made on a thread computing in vector registers: the
@@ -626,12 +627,12 @@ fn tracer_killed_during_a_call_restores_vectors_and_padding() {
     let pid = target.pid();
     let slow = target.symbol("slow_clobber");
     let fds = common::open_fds(pid);
-    for _ in 0..3 {
-        kill_tracer_during_call(pid, slow, Duration::from_millis(50));
-        // slow_clobber() ends after 200 ms, then the pad waits 300 ms.
+    for calls in 1..=3 {
+        kill_tracer_during_call(&target, slow, calls);
+        // slow_clobber() goes on, then the pad waits 300 ms.
         assert!(
-            common::eventually(Duration::from_secs(2), || {
-                common::code_differing_from_files(pid).is_empty()
+            common::eventually(common::CEILING, || {
+                common::code_differing_from_files(pid).is_empty() && common::open_fds(pid) == fds
             }),
             "padding not restored: {:?}",
             common::code_differing_from_files(pid)

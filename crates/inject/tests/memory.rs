@@ -68,10 +68,7 @@ fn write_mem_patches_code_without_changing_its_protection() {
     // The restored code runs: sink keeps changing.
     let sink = target.symbol("sink");
     let first = target.peek(sink, 4);
-    assert!(common::eventually(
-        std::time::Duration::from_secs(2),
-        || target.peek(sink, 4) != first
-    ));
+    assert!(common::eventually(common::CEILING, || target.peek(sink, 4) != first));
 }
 
 #[test]

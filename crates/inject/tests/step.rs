@@ -86,7 +86,7 @@ fn step_out_leaves_a_range_in_a_hot_loop() {
 
     stopped.resume().unwrap();
     let counted = target.peek_u64s(n, 1)[0];
-    assert!(common::eventually(Duration::from_secs(2), || target
+    assert!(common::eventually(common::CEILING, || target
         .peek_u64s(n, 1)[0]
         > counted));
 }
@@ -184,7 +184,7 @@ fn a_step_cut_short_in_a_blocking_call_leaves_no_trap_behind() {
     stopped.resume().unwrap();
 
     let counted = target.peek_u64s(n, 1)[0];
-    assert!(common::eventually(Duration::from_secs(2), || target
+    assert!(common::eventually(common::CEILING, || target
         .peek_u64s(n, 1)[0]
         > counted + 1000));
     std::thread::sleep(Duration::from_millis(200));
@@ -254,13 +254,7 @@ fn a_step_into_a_signal_handler_is_not_a_sigtrap_for_the_target() {
     stopped.set_regs(pid, &regs).unwrap();
     let call = gadget.start..gadget.start + 2;
     stopped
-        .step_out_within(
-            pid,
-            std::slice::from_ref(&call),
-            10,
-            Duration::from_secs(1),
-            None,
-        )
+        .step_out_within(pid, std::slice::from_ref(&call), 10, common::CEILING, None)
         .unwrap();
     assert_eq!(
         stopped.thread(pid).unwrap().pending_signals(),
@@ -268,11 +262,11 @@ fn a_step_into_a_signal_handler_is_not_a_sigtrap_for_the_target() {
     );
     stopped.resume().unwrap();
 
-    assert!(common::eventually(Duration::from_secs(2), || target
+    assert!(common::eventually(common::CEILING, || target
         .peek_u64s(handled, 1)[0]
         == 1));
     let counted = target.peek_u64s(n, 1)[0];
-    assert!(common::eventually(Duration::from_secs(2), || target
+    assert!(common::eventually(common::CEILING, || target
         .peek_u64s(n, 1)[0]
         > counted + 1000));
     assert_eq!(common::task_state(pid, pid).map(|s| s != 'Z'), Some(true));
@@ -336,7 +330,7 @@ fn step_out_runs_over_calls_and_rep_string_instructions() {
             pid,
             std::slice::from_ref(&outer),
             100,
-            Duration::from_secs(10),
+            common::CEILING,
             None,
         )
         .unwrap();
@@ -350,7 +344,7 @@ fn step_out_runs_over_calls_and_rep_string_instructions() {
     assert_eq!(thread.pending_signals(), Vec::<i32>::new());
     stopped.resume().unwrap();
     // outer() runs again and again with no tracer: no breakpoint was left in it.
-    assert!(common::eventually(Duration::from_secs(10), || target
+    assert!(common::eventually(common::CEILING, || target
         .peek_u64s(n, 1)[0]
         > 3));
     assert_eq!(common::task_state(pid, pid).map(|s| s != 'Z'), Some(true));

@@ -5,7 +5,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{build, eventually, task_state, tasks, Target};
+use common::{build, eventually, task_state, tasks, Target, CEILING};
 use weft_inject::{process, InjectError, StopKind, StoppedProcess};
 
 const COUNTERS: &str = r#"
@@ -72,12 +72,12 @@ fn stop_freezes_every_thread_and_resume_releases_them() {
     let paused = stopped.resume().unwrap();
     assert!(paused >= Duration::from_millis(50), "paused {paused:?}");
 
-    let all_moved = eventually(Duration::from_secs(2), || {
+    let all_moved = eventually(CEILING, || {
         let now = target.peek_u64s(counters, 4);
         now.iter().zip(after).all(|(&n, a)| n > a)
     });
     assert!(all_moved, "not every thread runs again after resume");
-    assert!(eventually(Duration::from_secs(2), || tasks(pid)
+    assert!(eventually(CEILING, || tasks(pid)
         .iter()
         .all(|&t| task_state(pid, t) != Some('t'))));
 }
@@ -91,7 +91,7 @@ fn dropping_the_stopped_process_resumes_it() {
         let stopped = StoppedProcess::stop(target.pid()).unwrap();
         read_counters(&stopped, counters)
     };
-    let moved = eventually(Duration::from_secs(2), || {
+    let moved = eventually(CEILING, || {
         target
             .peek_u64s(counters, 4)
             .iter()
@@ -109,7 +109,7 @@ fn process_stopped_by_sigstop_stays_stopped_after_resume() {
     let counters = target.symbol("counters");
     // SAFETY: kill(2) with a valid signal on our own child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    assert!(eventually(Duration::from_secs(2), || tasks(pid)
+    assert!(eventually(CEILING, || tasks(pid)
         .iter()
         .all(|&t| task_state(pid, t) == Some('T'))));
 
@@ -127,7 +127,7 @@ fn process_stopped_by_sigstop_stays_stopped_after_resume() {
     }
     stopped.resume().unwrap();
 
-    assert!(eventually(Duration::from_secs(2), || tasks(pid)
+    assert!(eventually(CEILING, || tasks(pid)
         .iter()
         .all(|&t| task_state(pid, t) == Some('T'))));
     let frozen = target.peek_u64s(counters, 4);
@@ -137,7 +137,7 @@ fn process_stopped_by_sigstop_stays_stopped_after_resume() {
 
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-    assert!(eventually(Duration::from_secs(2), || {
+    assert!(eventually(CEILING, || {
         target
             .peek_u64s(counters, 4)
             .iter()
@@ -155,7 +155,7 @@ fn remote_call_in_a_stopped_process_leaves_it_stopped() {
     let getpid = common::libc_function(pid, "getpid");
     // SAFETY: kill(2) with a valid signal on our own child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-    assert!(eventually(Duration::from_secs(2), || tasks(pid)
+    assert!(eventually(CEILING, || tasks(pid)
         .iter()
         .all(|&t| task_state(pid, t) == Some('T'))));
 
@@ -165,7 +165,7 @@ fn remote_call_in_a_stopped_process_leaves_it_stopped() {
     assert_eq!(result.ret, pid as u64);
     stopped.resume().unwrap();
 
-    assert!(eventually(Duration::from_secs(2), || tasks(pid)
+    assert!(eventually(CEILING, || tasks(pid)
         .iter()
         .all(|&t| task_state(pid, t) == Some('T'))));
     let frozen = target.peek_u64s(counters, 4);
@@ -198,7 +198,7 @@ fn process_whose_main_thread_exited_is_stopped_through_its_other_threads() {
     let program = build("main_exits", MAIN_EXITS, &[]);
     let target = Target::start(&program.path, &[]);
     let pid = target.pid();
-    assert!(eventually(Duration::from_secs(2), || task_state(pid, pid) == Some('Z')));
+    assert!(eventually(CEILING, || task_state(pid, pid) == Some('Z')));
     let spins = target.symbol("spins");
     let worker = *tasks(pid).iter().find(|&&t| t != pid).unwrap();
 
@@ -220,9 +220,7 @@ fn process_whose_main_thread_exited_is_stopped_through_its_other_threads() {
     stopped.resume().unwrap();
 
     let frozen = u64::from_le_bytes(after);
-    assert!(eventually(Duration::from_secs(2), || target
-        .peek_u64s(spins, 1)[0]
-        > frozen));
+    assert!(eventually(CEILING, || target.peek_u64s(spins, 1)[0] > frozen));
 }
 
 const VFORK: &str = r#"
@@ -232,9 +230,11 @@ const VFORK: &str = r#"
 int main(void) {
     printf("ready\n");
     fflush(stdout);
-    /* The parent waits, killable but not interruptible, until the child exits. */
+    /* The parent waits, killable but not interruptible, until the child exits: when
+       the test closes the pipe on stdin (or the parent is killed and the pipe goes). */
     if (vfork() == 0) {
-        sleep(3);
+        char c;
+        (void)!read(0, &c, 1);
         _exit(0);
     }
     for (;;) pause();
@@ -246,7 +246,7 @@ fn thread_that_cannot_stop_times_out() {
     let program = build("vfork", VFORK, &[]);
     let target = Target::start(&program.path, &[]);
     let pid = target.pid();
-    assert!(eventually(Duration::from_secs(2), || task_state(pid, pid) == Some('D')));
+    assert!(eventually(CEILING, || task_state(pid, pid) == Some('D')));
 
     let started = std::time::Instant::now();
     let err = StoppedProcess::stop_within(pid, Duration::from_millis(300))
@@ -257,8 +257,10 @@ fn thread_that_cannot_stop_times_out() {
         err.to_string(),
         format!("timed out after 300 ms waiting for every thread to stop (process {pid})")
     );
-    // The budget, plus the grace period spent waiting to detach the thread.
-    assert!(elapsed < Duration::from_millis(2000), "took {elapsed:?}");
+    // The budget, plus the grace period spent waiting to detach the thread (100 ms),
+    // plus room for a slow, busy machine: what this bounds is a stop that ignores its
+    // budget.
+    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
 }
 
 const SPAWNER: &str = r#"
@@ -334,7 +336,7 @@ fn thread_id_is_not_a_process() {
 fn zombie_is_reported() {
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let pid = child.id() as i32;
-    assert!(eventually(Duration::from_secs(2), || task_state(pid, pid) == Some('Z')));
+    assert!(eventually(CEILING, || task_state(pid, pid) == Some('Z')));
     let err = StoppedProcess::stop(pid).err().unwrap();
     assert!(matches!(err, InjectError::Zombie { .. }), "{err}");
     assert_eq!(
@@ -520,9 +522,7 @@ fn stop_holds_a_clone_vm_child_sharing_the_memory() {
     assert_eq!(before, read_counters(&stopped, counters));
     stopped.resume().unwrap();
 
-    let moved = eventually(Duration::from_secs(2), || {
-        target.peek_u64s(counters, 2)[1] > before[1]
-    });
+    let moved = eventually(CEILING, || target.peek_u64s(counters, 2)[1] > before[1]);
     assert!(
         moved,
         "the clone(CLONE_VM) child does not run again after resume"

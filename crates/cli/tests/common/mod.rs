@@ -498,3 +498,138 @@ pub fn signal_when_caught(pid: u32, sig: i32) {
     // SAFETY: kill takes no pointers.
     unsafe { libc::kill(pid as i32, sig) };
 }
+
+/// weft run in the background with its stdout and stderr read line by line as they
+/// come, so that a test acts once weft has said something (the agent is in, the
+/// probes fired) instead of after a sleep.
+pub struct Background {
+    pub child: Child,
+    lines: std::sync::mpsc::Receiver<(bool, String)>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Background {
+    pub fn start(args: &[&str]) -> Background {
+        let mut child = Command::new(weft_bin())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting weft");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        let err = child.stderr.take().unwrap();
+        let tx2 = tx.clone();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send((false, l)).is_err() {
+                    break;
+                }
+            }
+        });
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx2.send((true, l)).is_err() {
+                    break;
+                }
+            }
+        });
+        Background {
+            child,
+            lines: rx,
+            stdout: String::new(),
+            stderr: String::new(),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn take(&mut self, (err, l): (bool, String)) -> (bool, String) {
+        let all = if err {
+            &mut self.stderr
+        } else {
+            &mut self.stdout
+        };
+        all.push_str(&l);
+        all.push('\n');
+        (err, l)
+    }
+
+    /// Waits until weft prints a line containing `want` (on stderr if `on_stderr`);
+    /// panics, showing what it printed, if it ends first or `timeout` passes (a
+    /// ceiling that only bounds a hang).
+    pub fn wait_line(&mut self, want: &str, on_stderr: bool, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(x) => {
+                    let (err, l) = self.take(x);
+                    if err == on_stderr && l.contains(want) {
+                        return;
+                    }
+                }
+                Err(e) => panic!(
+                    "weft never printed {want:?} ({e:?}); stdout:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                ),
+            }
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling the weft we started (not reaped before `finish`).
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// Waits for weft to end (killing it and panicking after `timeout`); everything it
+    /// printed.
+    pub fn finish(mut self, timeout: Duration) -> Output {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("weft timed out after {timeout:?}; stderr:\n{}", self.stderr);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        // The readers end at EOF, once weft and anything holding its pipes are gone.
+        while let Ok(x) = self
+            .lines
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            self.take(x);
+        }
+        Output {
+            status,
+            stdout: std::mem::take(&mut self.stdout).into_bytes(),
+            stderr: std::mem::take(&mut self.stderr).into_bytes(),
+        }
+    }
+}
+
+/// A clause to add to a program whose probes count `@c`: weft prints `live` once the
+/// probes have fired, a state a test can wait for (`Background::wait_line`).
+pub const LIVE: &str = "interval:ms:10 /@c > 0 && @live == 0/ { @live = 1; printf(\"live\\n\"); }";
+
+/// Waits until `pid`'s code (the executable's mappings) matches `bin` again, for at
+/// most `timeout` (a ceiling that only bounds a hang); whether it did.
+pub fn code_restored_within(pid: i32, bin: &Path, timeout: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if code_matches_file(pid, bin) {
+            return true;
+        }
+        if start.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

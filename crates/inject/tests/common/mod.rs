@@ -83,11 +83,21 @@ impl Target {
         self.child.id() as i32
     }
 
-    /// The next line the target prints (panics after 5 s).
+    /// The next line the target prints (panics after [`CEILING`]).
     pub fn line(&mut self) -> String {
         self.lines
-            .recv_timeout(Duration::from_secs(5))
-            .expect("the target printed no line within 5 s")
+            .recv_timeout(CEILING)
+            .expect("the target printed no line within the ceiling")
+    }
+
+    /// Writes target memory without ptrace (root may write /proc/PID/mem): tells a
+    /// running target to go on.
+    pub fn poke(&self, addr: u64, data: &[u8]) {
+        let mem = fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{}/mem", self.pid()))
+            .unwrap();
+        mem.write_all_at(data, addr).unwrap();
     }
 
     /// Writes to the target's stdin and closes it.
@@ -263,6 +273,11 @@ pub fn tasks(pid: i32) -> Vec<i32> {
     tids
 }
 
+/// How long a test waits for something that must happen (a thread runs again, a
+/// target prints its line): a ceiling that only bounds a hang, never a deadline that
+/// a slow or busy machine could miss.
+pub const CEILING: Duration = Duration::from_secs(60);
+
 /// Polls `cond` every millisecond for up to `timeout`; whether it became true.
 pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;
@@ -279,7 +294,7 @@ pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 /// Waits until thread `tid` of `pid` is blocked in system call `nr`.
 pub fn wait_in_syscall(pid: i32, tid: i32, nr: i64) {
-    let blocked = eventually(Duration::from_secs(5), || {
+    let blocked = eventually(CEILING, || {
         fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
             .is_ok_and(|s| s.split_whitespace().next() == Some(&nr.to_string()))
     });
