@@ -427,6 +427,16 @@ impl TrapGuard {
         Ok(())
     }
 
+    /// The thread that makes the call: the guard's, or another if it exited while
+    /// threads were stepped (dispositions are the process's, any thread will do).
+    fn caller(&self, stopped: &StoppedProcess) -> i32 {
+        if stopped.thread(self.tid).is_ok() {
+            self.tid
+        } else {
+            stopped.pick_call_thread()
+        }
+    }
+
     /// The process's current SIGTRAP handler (0: the default, 1: ignored).
     fn handler(&self, stopped: &mut StoppedProcess) -> Result<u64> {
         let r = self.sigaction(stopped, None)?;
@@ -462,7 +472,7 @@ impl TrapGuard {
             Value(8),
         ];
         let r = stopped
-            .call(self.tid, self.syscall, &all, &data)
+            .call(self.caller(stopped), self.syscall, &all, &data)
             .map_err(|e| anyhow!("{e}"))?;
         if r.ret != 0 {
             bail!(
@@ -499,7 +509,10 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
     let mut guard: Option<Option<TrapGuard>> = None;
     let mut can_step = true;
     for &tid in &candidates {
-        let thread = stopped.thread(tid).map_err(|e| anyhow!("{e}"))?;
+        // A thread that exited while another was stepped is no longer held.
+        let Ok(thread) = stopped.thread(tid) else {
+            continue;
+        };
         let mut j = judge(stopped, layout, thread);
         // Each thread its own budget: a thread that keeps the library busy for
         // long does not leave the others no time to leave it.
@@ -525,10 +538,10 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
             // Run it (alone) back to the program's code, not into a blocking call.
             let quick: Option<&dyn Fn(&libc::user_regs_struct) -> bool> = Some(&quick_syscall);
             match stopped.step_out_within(tid, &layout.system, STEP_BUDGET, time, quick) {
-                Ok(_) => {
-                    let thread = stopped.thread(tid).map_err(|e| anyhow!("{e}"))?;
-                    j = judge(stopped, layout, thread);
-                }
+                Ok(_) => match stopped.thread(tid) {
+                    Ok(thread) => j = judge(stopped, layout, thread),
+                    Err(_) => continue,
+                },
                 Err(e) if !weft_inject::process::process_exists(pid) => bail!("{e}"),
                 Err(_) => {}
             }

@@ -469,8 +469,10 @@ impl StoppedProcess {
     }
 
     /// Where a thread at `pc` should be run to rather than single-stepped: past a
-    /// `call` (the callee may run thousands of instructions, a ptrace round trip
-    /// each) or a `rep`-prefixed string instruction (one trap per iteration).
+    /// `rep`-prefixed string instruction (one trap per iteration: a `memset` of
+    /// megabytes would take millions of steps). Not past a `call`: the callee could
+    /// make any system call, `rt_sigprocmask` blocking SIGTRAP among them, and a
+    /// trap raised blocked makes the kernel reset the thread's SIGTRAP handler.
     fn step_over_at(&self, pc: u64) -> Option<u64> {
         let mut bytes = [0u8; 15];
         self.read_mem(pc, &mut bytes).ok()?;
