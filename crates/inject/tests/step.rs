@@ -52,8 +52,16 @@ fn step_out_leaves_a_range_in_a_hot_loop() {
         vec![spinner]
     );
 
+    // Steps counted, not timed: a busy machine may take its time over each step
+    // (step_out alone gives up after 2 s).
     let steps = stopped
-        .step_out(spinner, std::slice::from_ref(&range), 1000)
+        .step_out_within(
+            spinner,
+            std::slice::from_ref(&range),
+            1000,
+            common::CEILING,
+            None,
+        )
         .unwrap();
     assert!(steps >= 1);
     let thread = stopped.thread(spinner).unwrap();
@@ -76,7 +84,13 @@ fn step_out_leaves_a_range_in_a_hot_loop() {
 
     // A range covering the whole loop cannot be left.
     let err = stopped
-        .step_out(spinner, std::slice::from_ref(&spin), 50)
+        .step_out_within(
+            spinner,
+            std::slice::from_ref(&spin),
+            50,
+            common::CEILING,
+            None,
+        )
         .unwrap_err();
     let InjectError::StepOutLimit { tid, steps, pc } = err else {
         panic!("unexpected error: {err}");
