@@ -538,9 +538,9 @@ impl StoppedProcess {
                 .map_err(|e| self.ptrace_failed("PTRACE_SETSIGMASK", tid, e))?;
         }
         let result = f(self);
-        // A run over a call may change the mask itself (a new thread leaving
-        // pthread_create's all-blocked mask, a `sigreturn`): the thread's own mask
-        // stands then. Blocking SIGTRAP again over it would let the thread's next
+        // A step over a system call may change the mask itself (a new thread
+        // leaving pthread_create's all-blocked mask, a `sigreturn`): the thread's
+        // own mask stands then. Blocking SIGTRAP again over it would let the thread's next
         // int3 reset the SIGTRAP handler and kill the process. (The thread may be
         // gone: then so is its mask.)
         if mask & trap != 0 && sys::getsigmask(tid) == Ok(mask & !trap) {
