@@ -524,7 +524,12 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
             && stopped.tgid_of(tid) == pid;
         if step && guard.is_none() {
             match TrapGuard::install(stopped, layout, tid) {
-                Ok(g) => guard = Some(g),
+                Ok(g) => {
+                    // A step's trap is harmless under our handler: steps need not
+                    // each be settled into an interrupt stop.
+                    stopped.set_trap_guarded(g.is_some());
+                    guard = Some(g);
+                }
                 Err(_) if !weft_inject::process::process_exists(pid) => {
                     bail!("process {pid} exited")
                 }
@@ -548,6 +553,7 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
         }
         verdicts.push((tid, j));
     }
+    stopped.set_trap_guarded(false);
     if let Some(Some(g)) = guard {
         g.remove(stopped)?;
     }

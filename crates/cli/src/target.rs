@@ -292,7 +292,7 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
         }
         stopped.resume().map_err(|e| anyhow!("{e}"))?;
         std::thread::sleep(pause);
-        pause = (pause * 2).min(std::time::Duration::from_millis(20));
+        pause = (pause * 2).min(std::time::Duration::from_millis(5));
         if !alive(pid) {
             bail!("process {pid} exited while weft was attaching");
         }

@@ -755,7 +755,7 @@ impl StoppedProcess {
                         .push(PendingSignal { signal, info });
                 }
                 // A stale interrupt, or a SIGSTOP's group-stop: carry on.
-                WaitEvent::EventStop { .. } | WaitEvent::OtherEvent => {}
+                WaitEvent::EventStop { .. } | WaitEvent::OtherEvent | WaitEvent::Syscall => {}
                 WaitEvent::Clone => self.note_clone(tid)?,
                 WaitEvent::Exited | WaitEvent::Killed => return Err(self.thread_exited(tid)),
             }
@@ -784,7 +784,7 @@ impl StoppedProcess {
                         .push(PendingSignal { signal, info });
                     break;
                 }
-                WaitEvent::Clone | WaitEvent::OtherEvent => {
+                WaitEvent::Clone | WaitEvent::OtherEvent | WaitEvent::Syscall => {
                     if event == WaitEvent::Clone {
                         self.note_clone(tid)?;
                     }

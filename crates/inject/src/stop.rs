@@ -5,7 +5,8 @@
 //!
 //! 1. List `/proc/PID/task`; `PTRACE_SEIZE` each thread not yet seized (with
 //!    `PTRACE_O_TRACECLONE`, so a thread it creates is attached by the kernel before it
-//!    runs) and `PTRACE_INTERRUPT` it.
+//!    runs, and `PTRACE_O_TRACESYSGOOD`, so a run over a call can stop at its system
+//!    calls) and `PTRACE_INTERRUPT` it.
 //! 2. Wait for each seized thread until it is in a ptrace-stop: an interrupt stop, a
 //!    group-stop (the process was already stopped by job control), or a
 //!    signal-delivery-stop (a signal arrived first: it is kept and delivered again on
@@ -147,6 +148,66 @@ pub struct StopStats {
     pub threads_exited: u32,
 }
 
+/// Where a step at `insn` should run to rather than single-step: past a `call` or a
+/// `rep`-prefixed string instruction (see [`StoppedProcess::step_out_within`]).
+fn run_over(insn: iced_x86::Instruction) -> Option<u64> {
+    // `call` only: iced-x86's flow control counts `syscall` as a call too.
+    let over = insn.mnemonic() == iced_x86::Mnemonic::Call
+        || ((insn.has_rep_prefix() || insn.has_repne_prefix()) && insn.is_string_instruction());
+    over.then(|| insn.next_ip())
+}
+
+/// What a step-out leaves to clean up when it ends.
+#[derive(Default)]
+struct StepState {
+    mask: TrapUnblocked,
+    /// The thread is in its last step's trap stop, not yet an interrupt stop.
+    unsettled: bool,
+}
+
+/// SIGTRAP unblocked in a thread while weft steps it: the kernel resets the handler
+/// of a trap signal that is blocked when a step raises it, which would silently
+/// remove the target's (or weft's agent's) SIGTRAP handler and unblock it.
+#[derive(Default)]
+struct TrapUnblocked {
+    /// The mask weft set and the thread's own, to put back.
+    set: Option<(u64, u64)>,
+}
+
+impl TrapUnblocked {
+    const TRAP: u64 = 1 << (libc::SIGTRAP - 1);
+
+    /// Unblocks SIGTRAP if the thread blocks it now (it may have set a new mask
+    /// since the last look: that one is what goes back).
+    fn unblock(&mut self, stopped: &mut StoppedProcess, tid: i32) -> Result<()> {
+        let mask =
+            sys::getsigmask(tid).map_err(|e| stopped.ptrace_failed("PTRACE_GETSIGMASK", tid, e))?;
+        if self.set.is_some_and(|(set, _)| set == mask) {
+            return Ok(());
+        }
+        self.set = None;
+        if mask & Self::TRAP != 0 {
+            sys::setsigmask(tid, mask & !Self::TRAP)
+                .map_err(|e| stopped.ptrace_failed("PTRACE_SETSIGMASK", tid, e))?;
+            self.set = Some((mask & !Self::TRAP, mask));
+        }
+        Ok(())
+    }
+
+    /// Puts the thread's mask back, unless it set its own meanwhile (a new thread
+    /// leaving pthread_create's all-blocked mask, a `sigreturn`): the thread's own
+    /// mask stands then. Blocking SIGTRAP again over it would let the thread's next
+    /// int3 reset the SIGTRAP handler and kill the process. (The thread may be gone:
+    /// then so is its mask.)
+    fn put_back(self, tid: i32) {
+        if let Some((set, mask)) = self.set {
+            if sys::getsigmask(tid) == Ok(set) {
+                let _ = sys::setsigmask(tid, mask);
+            }
+        }
+    }
+}
+
 /// A deadline and the budget it came from (for the error message).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Deadline {
@@ -205,6 +266,8 @@ pub struct StoppedProcess {
     pub(crate) catch_leaving: bool,
     /// Other processes sharing the memory, whose threads are held too (`sharers`).
     sharing: sharers::Sharing,
+    /// A stray SIGTRAP would be harmless (see `set_trap_guarded`).
+    trap_guarded: bool,
     _tracer_thread: PhantomData<*const ()>,
 }
 
@@ -237,6 +300,7 @@ impl StoppedProcess {
             pad_wait: crate::call::PAD_WAIT,
             catch_leaving: false,
             sharing: sharers::Sharing::default(),
+            trap_guarded: false,
             _tracer_thread: PhantomData,
         };
         loop {
@@ -413,6 +477,14 @@ impl StoppedProcess {
     /// arguments in `rdi`, `rsi`, ...): a call that blocks stalls the step until the
     /// timeout (callers accept the calls that return at once, such as `brk`, `munmap`
     /// or a futex wake). `None` steps into any call.
+    ///
+    /// A `call` is run over rather than stepped through (a hardware breakpoint at its
+    /// return address; the callee may run thousands of instructions, a ptrace round
+    /// trip each), stopping at each of the callee's system calls: one `may_enter`
+    /// refuses is taken back before it runs (the thread is left at its `syscall`
+    /// instruction), so a callee never blocks, and never blocks SIGTRAP
+    /// (`rt_sigprocmask`), while weft runs it. So is a `rep` string instruction (one
+    /// trap per iteration otherwise).
     pub fn step_out_within(
         &mut self,
         tid: i32,
@@ -422,8 +494,35 @@ impl StoppedProcess {
         may_enter: Option<&dyn Fn(&libc::user_regs_struct) -> bool>,
     ) -> Result<usize> {
         let deadline = Deadline::after(timeout);
+        let mut state = StepState::default();
+        let result = self.step_out_steps(tid, ranges, max_steps, deadline, may_enter, &mut state);
+        // Only the last trap stop is traded for an interrupt stop (see
+        // `set_trap_guarded`); the thread may be gone.
+        let settled = if state.unsettled && self.thread(tid).is_ok() {
+            self.settle_trap(tid, Deadline::after(GRACE))
+        } else {
+            Ok(())
+        };
+        state.mask.put_back(tid);
+        let steps = result?;
+        settled.map(|()| steps)
+    }
+
+    fn step_out_steps(
+        &mut self,
+        tid: i32,
+        ranges: &[Range<u64>],
+        max_steps: usize,
+        deadline: Deadline,
+        may_enter: Option<&dyn Fn(&libc::user_regs_struct) -> bool>,
+        state: &mut StepState,
+    ) -> Result<usize> {
         let inside = |pc: u64| ranges.iter().any(|r| r.contains(&pc));
+        let settle = !self.trap_guarded;
         let mut steps = 0;
+        // The thread's mask is looked at before the first step and again after any
+        // step that may have changed it (a system call, a run over a call).
+        let mut look_at_mask = true;
         loop {
             let thread = self.thread(tid)?;
             if let Some(pc) = thread.restart_pc().filter(|&pc| inside(pc)) {
@@ -438,11 +537,9 @@ impl StoppedProcess {
             }
             let pc = thread.pc();
             let regs = thread.regs;
-            let mut insn = [0u8; 2];
-            if may_enter.is_some_and(|ok| !ok(&regs))
-                && self.read_mem(pc, &mut insn).is_ok()
-                && insn == [0x0f, 0x05]
-            {
+            let insn = self.decode_at(pc);
+            let syscall = insn.is_some_and(|i| i.mnemonic() == iced_x86::Mnemonic::Syscall);
+            if syscall && may_enter.is_some_and(|ok| !ok(&regs)) {
                 return Err(InjectError::StepOutAtSyscall { tid, pc });
             }
             if steps > 0 && deadline.passed() {
@@ -460,51 +557,152 @@ impl StoppedProcess {
             } else {
                 deadline
             };
-            match self.step_over_at(pc) {
-                Some(next) => self.run_to(tid, next, step_deadline)?,
-                None => self.single_step(tid, step_deadline)?,
+            if look_at_mask {
+                state.mask.unblock(self, tid)?;
             }
+            let over = insn.and_then(run_over);
+            state.unsettled = false;
+            match over {
+                Some(next) => self.run_to(tid, next, step_deadline, may_enter, settle)?,
+                None => self.resume_until_trap(tid, step_deadline, settle)?,
+            }
+            state.unsettled = !settle;
+            look_at_mask = syscall || over.is_some();
             steps += 1;
         }
     }
 
-    /// Where a thread at `pc` should be run to rather than single-stepped: past a
-    /// `rep`-prefixed string instruction (one trap per iteration: a `memset` of
-    /// megabytes would take millions of steps). Not past a `call`: the callee could
-    /// make any system call, `rt_sigprocmask` blocking SIGTRAP among them, and a
-    /// trap raised blocked makes the kernel reset the thread's SIGTRAP handler.
-    fn step_over_at(&self, pc: u64) -> Option<u64> {
+    /// The instruction at `pc`, if it can be read and decoded.
+    fn decode_at(&self, pc: u64) -> Option<iced_x86::Instruction> {
         let mut bytes = [0u8; 15];
         self.read_mem(pc, &mut bytes).ok()?;
         let insn =
             iced_x86::Decoder::with_ip(64, &bytes, pc, iced_x86::DecoderOptions::NONE).decode();
-        if insn.is_invalid() {
-            return None;
-        }
-        // `call` only: iced-x86's flow control counts `syscall` as a call too.
-        let over = insn.mnemonic() == iced_x86::Mnemonic::Call
-            || ((insn.has_rep_prefix() || insn.has_repne_prefix()) && insn.is_string_instruction());
-        over.then(|| insn.next_ip())
+        (!insn.is_invalid()).then_some(insn)
+    }
+
+    /// Says that a SIGTRAP the kernel delivered to a held thread would be harmless
+    /// (the caller has a no-op SIGTRAP handler in place: the attach's trap guard).
+    /// Should weft die while a step's trap stop is pending, the kernel delivers the
+    /// SIGTRAP; without a guard each step's stop is therefore traded for an interrupt
+    /// stop at once (two more round trips per step); with one, only the last step's.
+    pub fn set_trap_guarded(&mut self, guarded: bool) {
+        self.trap_guarded = guarded;
     }
 
     /// Runs `tid` alone until it reaches `addr` (a hardware breakpoint in debug
-    /// register 0, cleared again before returning), as [`single_step`] runs it one
-    /// instruction: SIGTRAP unblocked meanwhile, other signals kept for resume, a
-    /// fault or the deadline ends it with an error. Were weft killed meanwhile, the
-    /// breakpoint would stay: callers hold a SIGTRAP handler in place (the trap
-    /// guard), and the next attach clears every thread's debug registers.
-    pub(crate) fn run_to(&mut self, tid: i32, addr: u64, deadline: Deadline) -> Result<()> {
+    /// register 0, cleared again before returning), stopping at each system call on
+    /// the way: one `may_enter` refuses is taken back before it runs (the thread is
+    /// left at its `syscall` instruction, with [`InjectError::StepOutAtSyscall`]).
+    /// Other signals are kept for resume; a fault or the deadline ends it with an
+    /// error. Were weft killed meanwhile, the breakpoint would stay: callers hold a
+    /// SIGTRAP handler in place (the trap guard), and the next attach clears every
+    /// thread's debug registers.
+    fn run_to(
+        &mut self,
+        tid: i32,
+        addr: u64,
+        deadline: Deadline,
+        may_enter: Option<&dyn Fn(&libc::user_regs_struct) -> bool>,
+        settle: bool,
+    ) -> Result<()> {
         /// DR7: local enable of breakpoint 0, execute, length 1.
         const DR7_L0: u64 = 1;
         sys::set_debugreg(tid, 0, addr)
             .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
         sys::set_debugreg(tid, 7, DR7_L0)
             .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
-        let result = self.with_trap_unblocked(tid, |s| s.resume_until_trap(tid, deadline, true));
+        let result = self.run_to_breakpoint(tid, deadline, may_enter, settle);
         // The thread may be gone (then so are its registers).
         let _ = sys::set_debugreg(tid, 7, 0);
         let _ = sys::set_debugreg(tid, 0, 0);
         result
+    }
+
+    fn run_to_breakpoint(
+        &mut self,
+        tid: i32,
+        deadline: Deadline,
+        may_enter: Option<&dyn Fn(&libc::user_regs_struct) -> bool>,
+        settle: bool,
+    ) -> Result<()> {
+        let go = |s: &mut Self| {
+            sys::syscall_cont(tid, 0).map_err(|e| s.ptrace_failed("PTRACE_SYSCALL", tid, e))
+        };
+        // Between a syscall-entry stop and its exit stop.
+        let mut in_call = false;
+        go(self)?;
+        loop {
+            let Some(event) = self.wait_event(tid, deadline)? else {
+                return Err(self.step_timed_out(tid, deadline));
+            };
+            match event {
+                WaitEvent::Syscall if in_call => in_call = false,
+                WaitEvent::Syscall => {
+                    let regs = self.getregs(tid)?;
+                    // As the thread was at its `syscall` instruction.
+                    let mut at = regs;
+                    at.rax = regs.orig_rax;
+                    at.rip = regs.rip.wrapping_sub(2);
+                    if may_enter.is_some_and(|ok| !ok(&at)) {
+                        return self.take_back_syscall(tid, regs);
+                    }
+                    in_call = true;
+                }
+                WaitEvent::SignalStop { signal } => {
+                    if self.trap_or_fault(tid, signal)? {
+                        break;
+                    }
+                }
+                WaitEvent::EventStop { .. } | WaitEvent::OtherEvent => {}
+                WaitEvent::Clone => self.note_clone(tid)?,
+                WaitEvent::Exited | WaitEvent::Killed => return Err(self.thread_exited(tid)),
+            }
+            go(self)?;
+        }
+        self.trap_taken(tid, deadline, settle)
+    }
+
+    /// `tid` is at the entry of a system call (registers `regs`) that must not run:
+    /// the call is skipped (`orig_rax` -1) and the thread put back at its `syscall`
+    /// instruction with the call number in `rax`, as if it had not got there yet; it
+    /// makes the call when resumed.
+    fn take_back_syscall(&mut self, tid: i32, regs: user_regs_struct) -> Result<()> {
+        let deadline = Deadline::after(GRACE);
+        let mut skip = regs;
+        skip.orig_rax = u64::MAX;
+        sys::setregs(tid, &skip).map_err(|e| self.ptrace_failed("PTRACE_SETREGS", tid, e))?;
+        sys::syscall_cont(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_SYSCALL", tid, e))?;
+        loop {
+            let Some(event) = self.wait_event(tid, deadline)? else {
+                return Err(self.step_timed_out(tid, deadline));
+            };
+            match event {
+                WaitEvent::Syscall => break,
+                WaitEvent::Exited | WaitEvent::Killed => return Err(self.thread_exited(tid)),
+                WaitEvent::SignalStop { signal } => {
+                    let info = sys::getsiginfo(tid).ok();
+                    self.thread_mut(tid)?
+                        .pending
+                        .push(PendingSignal { signal, info });
+                }
+                WaitEvent::Clone => self.note_clone(tid)?,
+                WaitEvent::EventStop { .. } | WaitEvent::OtherEvent => {}
+            }
+            sys::syscall_cont(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_SYSCALL", tid, e))?;
+        }
+        let mut back = regs;
+        back.rax = regs.orig_rax;
+        back.orig_rax = u64::MAX;
+        back.rip = regs.rip.wrapping_sub(2);
+        sys::setregs(tid, &back).map_err(|e| self.ptrace_failed("PTRACE_SETREGS", tid, e))?;
+        // From the syscall-exit stop to an interrupt stop, as after any step.
+        self.settle_trap(tid, deadline)?;
+        let regs = self.getregs(tid)?;
+        let thread = self.thread_mut(tid)?;
+        thread.regs = regs;
+        thread.stop = StopKind::Trap;
+        Err(InjectError::StepOutAtSyscall { tid, pc: back.rip })
     }
 
     /// Clears the debug registers of every stopped thread: a breakpoint
@@ -520,92 +718,96 @@ impl StoppedProcess {
     /// trap signal that is blocked when the step raises it, which would silently
     /// remove the target's (or weft's agent's) SIGTRAP handler and unblock it.
     pub(crate) fn single_step(&mut self, tid: i32, deadline: Deadline) -> Result<()> {
-        self.with_trap_unblocked(tid, |s| s.resume_until_trap(tid, deadline, false))
-    }
-
-    /// Runs `f` with SIGTRAP unblocked in `tid` (the mask is put back after, unless
-    /// the thread set its own meanwhile).
-    fn with_trap_unblocked(
-        &mut self,
-        tid: i32,
-        f: impl FnOnce(&mut Self) -> Result<()>,
-    ) -> Result<()> {
-        let mask =
-            sys::getsigmask(tid).map_err(|e| self.ptrace_failed("PTRACE_GETSIGMASK", tid, e))?;
-        let trap = 1u64 << (libc::SIGTRAP - 1);
-        if mask & trap != 0 {
-            sys::setsigmask(tid, mask & !trap)
-                .map_err(|e| self.ptrace_failed("PTRACE_SETSIGMASK", tid, e))?;
-        }
-        let result = f(self);
-        // A step over a system call may change the mask itself (a new thread
-        // leaving pthread_create's all-blocked mask, a `sigreturn`): the thread's
-        // own mask stands then. Blocking SIGTRAP again over it would let the thread's next
-        // int3 reset the SIGTRAP handler and kill the process. (The thread may be
-        // gone: then so is its mask.)
-        if mask & trap != 0 && sys::getsigmask(tid) == Ok(mask & !trap) {
-            let _ = sys::setsigmask(tid, mask);
-        }
+        let mut mask = TrapUnblocked::default();
+        mask.unblock(self, tid)?;
+        let result = self.resume_until_trap(tid, deadline, true);
+        mask.put_back(tid);
         result
     }
 
-    /// One single step, or with `breakpoint` a run to the hardware breakpoint set.
-    fn resume_until_trap(&mut self, tid: i32, deadline: Deadline, breakpoint: bool) -> Result<()> {
+    /// One single step; with `settle`, its trap stop traded for an interrupt stop.
+    fn resume_until_trap(&mut self, tid: i32, deadline: Deadline, settle: bool) -> Result<()> {
         let go = |s: &mut Self| {
-            if breakpoint {
-                sys::cont(tid, 0).map_err(|e| s.ptrace_failed("PTRACE_CONT", tid, e))
-            } else {
-                sys::singlestep(tid, 0).map_err(|e| s.ptrace_failed("PTRACE_SINGLESTEP", tid, e))
-            }
+            sys::singlestep(tid, 0).map_err(|e| s.ptrace_failed("PTRACE_SINGLESTEP", tid, e))
         };
         go(self)?;
         loop {
             let Some(event) = self.wait_event(tid, deadline)? else {
-                match self.interrupt_and_restore(tid, None)? {
-                    None => {
-                        self.threads.retain(|t| t.tid != tid);
-                        self.lost.push((tid, None));
-                    }
-                    Some(_) => self.take_queued_step_trap(tid)?,
-                }
-                return Err(InjectError::Timeout {
-                    pid: self.pid,
-                    what: "single-stepping a thread out of the given ranges",
-                    after: deadline.total,
-                });
+                return Err(self.step_timed_out(tid, deadline));
             };
             match event {
                 WaitEvent::SignalStop { signal } => {
-                    let info = sys::getsiginfo(tid).ok();
-                    if signal == libc::SIGTRAP && info.is_some_and(|i| is_step_trap(&i)) {
+                    if self.trap_or_fault(tid, signal)? {
                         break;
                     }
-                    let fault = is_fault(signal, info.as_ref());
-                    self.thread_mut(tid)?
-                        .pending
-                        .push(PendingSignal { signal, info });
-                    if fault {
-                        let regs = self.getregs(tid)?;
-                        let thread = self.thread_mut(tid)?;
-                        thread.regs = regs;
-                        thread.stop = StopKind::Signal { signal };
-                        let pc = regs.rip;
-                        return Err(InjectError::StepOutFault { tid, signal, pc });
-                    }
                 }
-                WaitEvent::EventStop { .. } | WaitEvent::OtherEvent => {}
+                WaitEvent::EventStop { .. } | WaitEvent::OtherEvent | WaitEvent::Syscall => {}
                 WaitEvent::Clone => self.note_clone(tid)?,
                 WaitEvent::Exited | WaitEvent::Killed => return Err(self.thread_exited(tid)),
             }
             // The step has not completed: ask again.
             go(self)?;
         }
-        self.settle_trap(tid, deadline)?;
+        self.trap_taken(tid, deadline, settle)
+    }
+
+    /// A signal stop during a step or a run: `true` for the step's (or breakpoint's)
+    /// own trap; another signal is kept for resume, and a fault ends the step with
+    /// an error (the thread stays in the fault's stop; the fault is delivered on
+    /// resume).
+    fn trap_or_fault(&mut self, tid: i32, signal: i32) -> Result<bool> {
+        let info = sys::getsiginfo(tid).ok();
+        if signal == libc::SIGTRAP && info.is_some_and(|i| is_step_trap(&i)) {
+            return Ok(true);
+        }
+        let fault = is_fault(signal, info.as_ref());
+        self.thread_mut(tid)?
+            .pending
+            .push(PendingSignal { signal, info });
+        if fault {
+            let regs = self.getregs(tid)?;
+            let thread = self.thread_mut(tid)?;
+            thread.regs = regs;
+            thread.stop = StopKind::Signal { signal };
+            let pc = regs.rip;
+            return Err(InjectError::StepOutFault { tid, signal, pc });
+        }
+        Ok(false)
+    }
+
+    /// The step's trap stop was reached: settle it (or leave that to the end of the
+    /// step-out) and take the registers.
+    fn trap_taken(&mut self, tid: i32, deadline: Deadline, settle: bool) -> Result<()> {
+        if settle {
+            self.settle_trap(tid, deadline)?;
+        }
         let regs = self.getregs(tid)?;
         let thread = self.thread_mut(tid)?;
         thread.regs = regs;
         thread.stop = StopKind::Trap;
         Ok(())
+    }
+
+    /// A step or run that did not complete in time: the thread is interrupted where
+    /// it got to (a trap it raised meanwhile taken and swallowed).
+    fn step_timed_out(&mut self, tid: i32, deadline: Deadline) -> InjectError {
+        let outcome = match self.interrupt_and_restore(tid, None) {
+            Ok(None) => {
+                self.threads.retain(|t| t.tid != tid);
+                self.lost.push((tid, None));
+                Ok(())
+            }
+            Ok(Some(_)) => self.take_queued_step_trap(tid),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(()) => InjectError::Timeout {
+                pid: self.pid,
+                what: "single-stepping a thread out of the given ranges",
+                after: deadline.total,
+            },
+            Err(e) => e,
+        }
     }
 
     /// After a step cut short by an interrupt: a step that completed meanwhile (in a
@@ -644,7 +846,7 @@ impl StoppedProcess {
                         .pending
                         .push(PendingSignal { signal, info });
                 }
-                WaitEvent::EventStop { .. } | WaitEvent::OtherEvent => {}
+                WaitEvent::EventStop { .. } | WaitEvent::OtherEvent | WaitEvent::Syscall => {}
                 WaitEvent::Clone => self.note_clone(tid)?,
                 WaitEvent::Exited | WaitEvent::Killed => return Err(self.thread_exited(tid)),
             }
@@ -679,7 +881,7 @@ impl StoppedProcess {
                         .push(PendingSignal { signal, info });
                     sys::cont(tid, 0).map_err(|e| self.ptrace_failed("PTRACE_CONT", tid, e))?;
                 }
-                WaitEvent::Clone | WaitEvent::OtherEvent => {
+                WaitEvent::Clone | WaitEvent::OtherEvent | WaitEvent::Syscall => {
                     if event == WaitEvent::Clone {
                         self.note_clone(tid)?;
                     }
@@ -795,7 +997,7 @@ impl StoppedProcess {
                         .push(PendingSignal { signal, info });
                     break StopKind::Signal { signal };
                 }
-                WaitEvent::Clone | WaitEvent::OtherEvent => {
+                WaitEvent::Clone | WaitEvent::OtherEvent | WaitEvent::Syscall => {
                     if event == WaitEvent::Clone {
                         self.note_clone(tid)?;
                     }
@@ -829,7 +1031,7 @@ impl StoppedProcess {
 
     /// Seizes and interrupts one listed thread. Returns whether we now wait for it.
     fn seize(&mut self, tid: i32) -> Result<bool> {
-        match sys::seize(tid, libc::PTRACE_O_TRACECLONE) {
+        match sys::seize(tid, libc::PTRACE_O_TRACECLONE | libc::PTRACE_O_TRACESYSGOOD) {
             Ok(()) => {
                 self.first_interrupt.get_or_insert_with(Instant::now);
                 match sys::interrupt(tid) {
@@ -938,7 +1140,7 @@ impl StoppedProcess {
                 let pending = PendingSignal { signal, info };
                 self.adopt(tid, StopKind::Signal { signal }, Some(pending))
             }
-            WaitEvent::Clone | WaitEvent::OtherEvent => {
+            WaitEvent::Clone | WaitEvent::OtherEvent | WaitEvent::Syscall => {
                 if event == WaitEvent::Clone {
                     self.note_clone(tid)?;
                 }

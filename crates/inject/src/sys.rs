@@ -74,6 +74,12 @@ pub(crate) fn set_debugreg(tid: pid_t, n: usize, value: u64) -> Result<(), Errno
     }
 }
 
+/// Resume, stopping at the next system call's entry or exit (a `Syscall` event).
+pub(crate) fn syscall_cont(tid: pid_t, signal: i32) -> Result<(), Errno> {
+    // SAFETY: PTRACE_SYSCALL takes the signal as a value in `data`.
+    unsafe { ptrace(libc::PTRACE_SYSCALL, tid, 0, signal as usize) }
+}
+
 pub(crate) fn singlestep(tid: pid_t, signal: i32) -> Result<(), Errno> {
     // SAFETY: PTRACE_SINGLESTEP takes the signal as a value in `data`.
     unsafe { ptrace(libc::PTRACE_SINGLESTEP, tid, 0, signal as usize) }
@@ -216,6 +222,9 @@ pub(crate) enum WaitEvent {
     },
     /// PTRACE_EVENT_CLONE: the thread created another; PTRACE_GETEVENTMSG has its tid.
     Clone,
+    /// A syscall-entry or -exit stop (only after `PTRACE_SYSCALL`; told from a
+    /// SIGTRAP by `PTRACE_O_TRACESYSGOOD`).
+    Syscall,
     /// Any other PTRACE_EVENT_* (none is enabled, so this should not happen).
     OtherEvent,
 }
@@ -229,6 +238,7 @@ fn decode(status: i32) -> WaitEvent {
     }
     let signal = libc::WSTOPSIG(status);
     match (status >> 16) & 0xff {
+        0 if signal == libc::SIGTRAP | 0x80 => WaitEvent::Syscall,
         0 => WaitEvent::SignalStop { signal },
         libc::PTRACE_EVENT_STOP => WaitEvent::EventStop { signal },
         libc::PTRACE_EVENT_CLONE => WaitEvent::Clone,
@@ -314,6 +324,10 @@ mod tests {
         assert_eq!(
             decode(0x7f | (libc::SIGTRAP << 8) | (libc::PTRACE_EVENT_EXEC << 16)),
             WaitEvent::OtherEvent
+        );
+        assert_eq!(
+            decode(0x7f | ((libc::SIGTRAP | 0x80) << 8)),
+            WaitEvent::Syscall
         );
     }
 }

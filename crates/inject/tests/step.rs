@@ -446,3 +446,159 @@ fn a_mask_the_thread_sets_during_a_step_is_kept() {
         > 3));
     assert_eq!(blocked_signals(pid, pid), 0);
 }
+
+const BLOCKTRAP: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+
+volatile unsigned long n, spins;
+
+/* Blocks SIGTRAP: a run over a call to this must stop before the system call (a
+ * step's trap raised blocked would make the kernel reset the SIGTRAP handler). */
+__attribute__((noinline)) void block_trap(void) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGTRAP);
+    sigprocmask(SIG_BLOCK, &s, 0);
+}
+
+__attribute__((noinline)) void starting(void) {
+    block_trap();
+    __asm__ volatile("nop");
+}
+
+/* Where the thread goes after the test's detour through starting(). */
+__attribute__((noinline, noreturn)) void back(void) {
+    for (;;) n++;
+}
+
+int main(void) {
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) spins++;
+}
+"#;
+
+#[test]
+fn a_run_over_a_call_stops_before_a_system_call_it_may_not_make() {
+    // The callee's rt_sigprocmask is refused: the thread is put back at its
+    // `syscall` instruction with the call not made, and makes it once resumed.
+    let program = build("blocktrap", BLOCKTRAP, &[]);
+    let target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let starting = target.function("starting");
+    let back = target.function("back");
+    let n = target.symbol("n");
+    let trap = 1u64 << (libc::SIGTRAP - 1);
+    assert_eq!(blocked_signals(pid, pid) & trap, 0);
+
+    let mut stopped = StoppedProcess::stop(pid).unwrap();
+    let mut regs = *stopped.thread(pid).unwrap().regs();
+    // As if main had called starting(), returning to back().
+    regs.rsp = ((regs.rsp - 4096) & !15) - 8;
+    stopped
+        .write_mem(regs.rsp, &back.start.to_le_bytes())
+        .unwrap();
+    regs.rip = starting.start;
+    regs.orig_rax = u64::MAX;
+    stopped.set_regs(pid, &regs).unwrap();
+    let no_sigprocmask = |r: &libc::user_regs_struct| r.rax != libc::SYS_rt_sigprocmask as u64;
+    let err = stopped
+        .step_out_within(
+            pid,
+            std::slice::from_ref(&starting),
+            100,
+            Duration::from_secs(10),
+            Some(&no_sigprocmask),
+        )
+        .unwrap_err();
+    let InjectError::StepOutAtSyscall { tid, pc } = err else {
+        panic!("unexpected error: {err}");
+    };
+    assert_eq!(tid, pid);
+    let thread = stopped.thread(pid).unwrap();
+    assert_eq!(thread.pc(), pc);
+    assert!(!starting.contains(&pc), "stopped in starting() at {pc:#x}");
+    assert_eq!(thread.regs().rax, libc::SYS_rt_sigprocmask as u64);
+    assert!(!thread.in_syscall());
+    assert_eq!(thread.stop_kind(), StopKind::Trap);
+    let mut insn = [0u8; 2];
+    stopped.read_mem(pc, &mut insn).unwrap();
+    assert_eq!(insn, [0x0f, 0x05]);
+    // Not made: SIGTRAP is not blocked yet.
+    assert_eq!(blocked_signals(pid, pid) & trap, 0);
+    stopped.resume().unwrap();
+    // The thread makes the call itself, returns through starting() into back().
+    assert!(common::eventually(Duration::from_secs(10), || target
+        .peek_u64s(n, 1)[0]
+        > 3));
+    assert_ne!(blocked_signals(pid, pid) & trap, 0);
+    assert_eq!(common::task_state(pid, pid).map(|s| s != 'Z'), Some(true));
+}
+
+#[test]
+fn guarded_steps_end_settled_like_any_other() {
+    // Under a trap guard the steps are not each traded for an interrupt stop; the
+    // last one is, so the thread ends in the same state, nothing pending.
+    let program = build("spin", SPIN, &[]);
+    let target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let spin = target.function("spin");
+    let n = target.symbol("n");
+
+    let mut stopped = StoppedProcess::stop(pid).unwrap();
+    let spinner = stopped
+        .threads()
+        .iter()
+        .find(|t| spin.contains(&t.pc()))
+        .expect("no thread inside spin()")
+        .tid();
+    let pc = stopped.thread(spinner).unwrap().pc();
+    let range = pc..pc + 16;
+    stopped.set_trap_guarded(true);
+    let steps = stopped
+        .step_out_within(
+            spinner,
+            std::slice::from_ref(&range),
+            1000,
+            common::CEILING,
+            None,
+        )
+        .unwrap();
+    stopped.set_trap_guarded(false);
+    assert!(steps >= 1);
+    let thread = stopped.thread(spinner).unwrap();
+    assert!(!range.contains(&thread.pc()));
+    assert_eq!(thread.stop_kind(), StopKind::Trap);
+    assert_eq!(thread.pending_signals(), Vec::<i32>::new());
+    // An interrupt stop (PTRACE_EVENT_STOP), not the step's SIGTRAP
+    // signal-delivery-stop (TRAP_TRACE), which a dying weft would let through.
+    let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+    // SAFETY: PTRACE_GETSIGINFO writes one siginfo_t through `data`; this thread is
+    // the tracer.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETSIGINFO,
+            spinner,
+            0,
+            info.as_mut_ptr() as *mut libc::c_void,
+        )
+    };
+    assert_eq!(r, 0);
+    // SAFETY: the call succeeded and filled it.
+    let info = unsafe { info.assume_init() };
+    assert_eq!(
+        info.si_code,
+        libc::SIGTRAP | (libc::PTRACE_EVENT_STOP << 8),
+        "not an interrupt stop"
+    );
+    stopped.resume().unwrap();
+    let counted = target.peek_u64s(n, 1)[0];
+    assert!(common::eventually(common::CEILING, || target
+        .peek_u64s(n, 1)[0]
+        > counted));
+    assert_eq!(
+        common::task_state(pid, spinner).map(|s| s != 'Z'),
+        Some(true)
+    );
+}
