@@ -78,6 +78,7 @@ pub fn apply_stepping_out_of(
         let d = shm.site(s.index);
         d.state.store(SITE_PATCHING, Ordering::Release);
         w.write_mem(s.addr, &s.patch).map_err(|e| anyhow!("{e}"))?;
+        weft_inject::die::at("site-written");
         d.state.store(SITE_PATCHED, Ordering::Release);
         if let Some(sem) = s.semaphore {
             bump_semaphore(&w, sem, 1)?;
@@ -164,6 +165,7 @@ fn restore_stopped(w: &StoppedProcess, sites: &[Planned], shm: &Shm) -> Result<(
             .map_err(|e| anyhow!("{e}"))?;
         if cur[..n] == s.patch[..] {
             w.write_mem(s.addr, &s.orig).map_err(|e| anyhow!("{e}"))?;
+            weft_inject::die::at("site-restored");
         }
         d.state.store(SITE_RESTORED, Ordering::Release);
         if let Some(sem) = s.semaphore {

@@ -11,6 +11,7 @@
 //!   signal it was kept from receiving delivered again.
 //! * [`inject_library`]: a remote `dlopen`.
 //! * [`process`]: what `/proc` says about a process, without stopping it.
+//! * [`die`]: named points at which a test makes weft SIGKILL itself.
 //!
 //! This crate knows nothing of probes: addresses come in, bytes and registers go out.
 //! Errors are [`InjectError`]s whose messages are one line, for the CLI to print.
@@ -48,6 +49,7 @@
 //!   further ones are re-sent with `tgkill` and carry weft as their sender.
 
 mod call;
+pub mod die;
 mod error;
 mod library;
 pub mod process;

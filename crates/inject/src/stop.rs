@@ -282,6 +282,7 @@ impl StoppedProcess {
         }
         let tid = this.threads[0].tid;
         this.mem = Some(open_mem(pid, tid)?);
+        crate::die::at("world-stopped");
         Ok(this)
     }
 
@@ -498,6 +499,7 @@ impl StoppedProcess {
             .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
         sys::set_debugreg(tid, 7, DR7_L0)
             .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
+        crate::die::at("step-breakpoint");
         let result = self.with_trap_unblocked(tid, |s| s.resume_until_trap(tid, deadline, true));
         // The thread may be gone (then so are its registers).
         let _ = sys::set_debugreg(tid, 7, 0);
@@ -571,6 +573,7 @@ impl StoppedProcess {
                 WaitEvent::SignalStop { signal } => {
                     let info = sys::getsiginfo(tid).ok();
                     if signal == libc::SIGTRAP && info.is_some_and(|i| is_step_trap(&i)) {
+                        crate::die::at("step-trap");
                         break;
                     }
                     let fault = is_fault(signal, info.as_ref());
