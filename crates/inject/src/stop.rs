@@ -523,7 +523,8 @@ impl StoppedProcess {
         self.with_trap_unblocked(tid, |s| s.resume_until_trap(tid, deadline, false))
     }
 
-    /// Runs `f` with SIGTRAP unblocked in `tid` (the mask is put back after).
+    /// Runs `f` with SIGTRAP unblocked in `tid` (the mask is put back after, unless
+    /// the thread set its own meanwhile).
     fn with_trap_unblocked(
         &mut self,
         tid: i32,
@@ -537,8 +538,12 @@ impl StoppedProcess {
                 .map_err(|e| self.ptrace_failed("PTRACE_SETSIGMASK", tid, e))?;
         }
         let result = f(self);
-        if mask & trap != 0 {
-            // The thread may be gone (then so is its mask).
+        // A run over a call may change the mask itself (a new thread leaving
+        // pthread_create's all-blocked mask, a `sigreturn`): the thread's own mask
+        // stands then. Blocking SIGTRAP again over it would let the thread's next
+        // int3 reset the SIGTRAP handler and kill the process. (The thread may be
+        // gone: then so is its mask.)
+        if mask & trap != 0 && sys::getsigmask(tid) == Ok(mask & !trap) {
             let _ = sys::setsigmask(tid, mask);
         }
         result

@@ -355,3 +355,92 @@ fn step_out_runs_over_calls_and_rep_string_instructions() {
         > 3));
     assert_eq!(common::task_state(pid, pid).map(|s| s != 'Z'), Some(true));
 }
+
+const UNMASK: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+
+volatile unsigned long n, spins;
+
+/* What glibc's start_thread does: a thread created with every signal blocked
+ * puts its own mask back before it runs the program's code. */
+__attribute__((noinline)) void unmask(void) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, 0);
+}
+
+__attribute__((noinline)) void starting(void) {
+    unmask();
+    __asm__ volatile("nop");
+}
+
+/* Where the thread goes after the test's detour through starting(). */
+__attribute__((noinline, noreturn)) void back(void) {
+    for (;;) n++;
+}
+
+int main(void) {
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, 0);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) spins++;
+}
+"#;
+
+/// The signals a thread blocks (`SigBlk` in its `/proc` status).
+fn blocked_signals(pid: i32, tid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("SigBlk:")).unwrap();
+    u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+}
+
+#[test]
+fn a_mask_the_thread_sets_during_a_step_is_kept() {
+    // SIGTRAP is unblocked for a step; a thread run over a call that sets its own
+    // mask (a new thread leaving pthread_create's all-blocked mask) must keep that
+    // mask, not get the stale one back: with SIGTRAP blocked again, its next int3
+    // would reset the SIGTRAP handler and kill the process.
+    let program = build("unmask", UNMASK, &[]);
+    let target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let starting = target.function("starting");
+    let back = target.function("back");
+    let n = target.symbol("n");
+    let trap = 1u64 << (libc::SIGTRAP - 1);
+    assert_ne!(blocked_signals(pid, pid) & trap, 0);
+
+    let mut stopped = StoppedProcess::stop(pid).unwrap();
+    let mut regs = *stopped.thread(pid).unwrap().regs();
+    // As if main had called starting(), returning to back().
+    regs.rsp = ((regs.rsp - 4096) & !15) - 8;
+    stopped
+        .write_mem(regs.rsp, &back.start.to_le_bytes())
+        .unwrap();
+    regs.rip = starting.start;
+    regs.orig_rax = u64::MAX;
+    stopped.set_regs(pid, &regs).unwrap();
+    stopped
+        .step_out_within(
+            pid,
+            std::slice::from_ref(&starting),
+            100,
+            Duration::from_secs(10),
+            None,
+        )
+        .unwrap();
+    let thread = stopped.thread(pid).unwrap();
+    assert!(
+        back.contains(&thread.pc()),
+        "pc {:#x} not in back()",
+        thread.pc()
+    );
+    assert_eq!(blocked_signals(pid, pid), 0);
+    stopped.resume().unwrap();
+    assert!(common::eventually(Duration::from_secs(10), || target
+        .peek_u64s(n, 1)[0]
+        > 3));
+    assert_eq!(blocked_signals(pid, pid), 0);
+}
