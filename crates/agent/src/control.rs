@@ -228,7 +228,7 @@ fn serve(fd: OwnedFd) {
             Ok(Some(m)) => m,
             _ => {
                 timers.stop();
-                weft_gone();
+                weft_gone(ending.take());
                 return;
             }
         };
@@ -297,8 +297,11 @@ fn serve(fd: OwnedFd) {
 
 /// weft closed the connection (exited, crashed or was killed): restore every site
 /// and stop running advice. The segment and code stay mapped: without weft no one
-/// can check that no thread is still inside them.
-fn weft_gone() {
+/// can check that no thread is still inside them. That holds for a session weft
+/// already ended (`ending`) but did not free as well: weft died between `MSG_END`
+/// and `MSG_FREE`, or gave up waiting for a thread to leave its code; the sites it
+/// left patched (the unwinder hooks, restored last) are restored here.
+fn weft_gone(ending: Option<Box<session::Session>>) {
     if let Some(s) = session::current() {
         s.shm
             .header()
@@ -314,6 +317,12 @@ fn weft_gone() {
         // Keep the mappings: the trap handler may still resume threads through the
         // relocated code of restored sites.
         std::mem::forget(s);
+    }
+    if let Some(s) = ending {
+        // Abandoned (leaked) first: the trap handler finds the sites being restored
+        // there, and resumes threads in their relocated code, which stays mapped.
+        let s = session::abandon(s);
+        patch::restore_all(&s.shm);
     }
     release_launch();
 }

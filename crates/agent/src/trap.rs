@@ -6,7 +6,7 @@
 //! ours go to the target's own disposition ([`signals::chain`]).
 
 use core::sync::atomic::Ordering;
-use weft_abi::{Frame, Regs, SiteKind, SITE_PATCHED, THREAD_FLAG_IGNORE};
+use weft_abi::{Frame, Regs, SiteKind, SITE_PATCHED, SITE_PATCHING, THREAD_FLAG_IGNORE};
 
 use crate::{ret, session, signals, threads};
 
@@ -37,6 +37,18 @@ pub(crate) extern "C" fn on_trap(
                     {
                         run_advice(uc, s, idx, ip);
                     }
+                    uc.uc_mcontext.gregs[libc::REG_RIP as usize] = site.resume as i64;
+                    return;
+                }
+            }
+        }
+        // A site of an abandoned session that the agent is restoring (int3 first):
+        // no advice, resume at its relocated code (abandoned code stays mapped).
+        if let Some(s) = session::abandoned() {
+            if let Some(idx) = s.shm.site_by_addr(ip) {
+                let site = s.shm.site(idx);
+                let st = site.state.load(Ordering::Acquire);
+                if site.resume != 0 && (st == SITE_PATCHED || st == SITE_PATCHING) {
                     uc.uc_mcontext.gregs[libc::REG_RIP as usize] = site.resume as i64;
                     return;
                 }
