@@ -12,7 +12,7 @@ use weft_abi::*;
 use weft_runtime::proto;
 use weft_runtime::shm::Shm;
 
-use crate::{patch, profile, ret, session, signals, threads};
+use crate::{patch, profile, ret, session, signals, threads, trap};
 
 static REQUEST: AtomicU32 = AtomicU32::new(0);
 /// The socket name of the latest connection request.
@@ -194,6 +194,7 @@ fn hello() -> Vec<u8> {
     unsafe { (v.as_mut_ptr() as *mut Hello).write_unaligned(h) };
     v.extend_from_slice(&(ret::weft_agent_on_raise as *const () as u64).to_le_bytes());
     v.extend_from_slice(&(signals::weft_agent_sigaction as *const () as u64).to_le_bytes());
+    v.extend_from_slice(&(&trap::STEP_GUARD as *const trap::StepGuard as u64).to_le_bytes());
     v
 }
 
@@ -363,6 +364,9 @@ fn map_shm(msg: &proto::Message) -> Result<u64, String> {
         unsafe { libc::munmap(p, size) };
         return Err("shared segment has the wrong magic, version or size".into());
     }
+    // A new weft cleared every debug register when it attached: a step guard a
+    // weft that died left behind guards nothing any more.
+    trap::STEP_GUARD.clear();
     session::publish(Box::new(session::Session {
         shm,
         shm_size: size,

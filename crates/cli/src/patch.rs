@@ -28,9 +28,10 @@ pub struct PatchReport {
 }
 
 /// Patch every planned site. Sites whose memory no longer holds the original bytes
-/// are marked `Skipped`.
-pub fn apply(pid: i32, sites: &mut [Planned], shm: &Shm) -> Result<PatchReport> {
-    apply_stepping_out_of(pid, sites, shm, &[])
+/// are marked `Skipped`. `step_guard` is the agent's step guard (0: none): were weft
+/// to die while it steps a thread out of the bytes, the agent swallows the trap.
+pub fn apply(pid: i32, sites: &mut [Planned], shm: &Shm, step_guard: u64) -> Result<PatchReport> {
+    apply_stepping_out_of(pid, sites, shm, &[], step_guard)
 }
 
 /// As [`apply`], and first step every thread out of `bodies` too (whole functions
@@ -40,8 +41,10 @@ pub fn apply_stepping_out_of(
     sites: &mut [Planned],
     shm: &Shm,
     bodies: &[Range<u64>],
+    step_guard: u64,
 ) -> Result<PatchReport> {
     let mut w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    w.set_step_guard(step_guard);
     guard_sharers(&mut w)?;
     let mut report = PatchReport {
         threads: w.threads().len(),

@@ -375,7 +375,13 @@ fn run(
             weft_inject::die::at("code-written");
             weft_inject::die::phase("patch");
             if !redirects.is_empty() {
-                patch::apply_stepping_out_of(*pid, &mut redirects, &seg.shm, &redirect_bodies)?;
+                patch::apply_stepping_out_of(
+                    *pid,
+                    &mut redirects,
+                    &seg.shm,
+                    &redirect_bodies,
+                    agent.step_guard,
+                )?;
                 weft_inject::die::at("redirect-patched");
                 if redirects
                     .iter()
@@ -385,7 +391,7 @@ fn run(
                     weft_inject::die::at("signals-taken");
                 }
             }
-            let report = patch::apply(*pid, &mut planned, &seg.shm)?;
+            let report = patch::apply(*pid, &mut planned, &seg.shm, agent.step_guard)?;
             weft_inject::die::at("sites-patched");
             if opts.verbose {
                 eprintln!(

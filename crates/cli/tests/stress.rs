@@ -1172,6 +1172,51 @@ impl Parked {
     }
 }
 
+/// SIGKILL of weft while patching single-steps a thread out of the bytes a jump
+/// replaces (`parked nop`: a thread in epoll_wait at the probed function's first
+/// instruction, which every stop interrupts), or runs it over a call to a hardware
+/// breakpoint (`parked call`). The kernel then gives that thread the step's SIGTRAP,
+/// or lets it meet the breakpoint, still armed, with no tracer to take it: the
+/// target (no SIGTRAP handler of its own) died of it. The agent must take those
+/// traps as weft's: the thread goes on waking up (past the breakpoint, each time),
+/// the code is intact, and a later session works.
+#[test]
+fn sigkill_of_weft_while_patching_steps_a_thread() {
+    let mut tally = Tally::new("SIGKILL of weft while patching steps a thread", "kills");
+    let bin = stress("parked.c");
+    let bs = b(&bin);
+    for (mode, point) in [
+        ("nop", "patch:step-trap"),
+        ("call", "patch:step-breakpoint"),
+    ] {
+        let prog =
+            format!("uprobe:{bs}:wait_{mode} {{ @c = count(); }} interval:ms:50 {{ exit(); }}");
+        for trial in 0..2 {
+            let mut t = Parked::start(&bin, mode);
+            let pid = t.pid().to_string();
+            let args = ["-e", prog.as_str(), "-p", pid.as_str()];
+            tally.count += 1;
+            let r = weft_dying_at(point, &args)
+                .and_then(|()| t.survives())
+                .and_then(|()| t.wakes(3))
+                .and_then(|()| match run_weft(&args, T) {
+                    Ok(o) if o.status.success() => Ok(()),
+                    Ok(o) => Err(format!(
+                        "a later session failed: {}",
+                        first_lines(&text(&o.stderr), 3)
+                    )),
+                    Err(e) => Err(format!("a later session: weft {e}")),
+                })
+                .and_then(|()| t.survives())
+                .and_then(|()| t.wakes(2));
+            if let Err(e) = r {
+                tally.fail(format!("{mode} trial {trial}: {e}"));
+            }
+        }
+    }
+    tally.finish();
+}
+
 /// weft gone while a thread is inside its code: a read that was the probed
 /// function's first instruction, relocated into the trampoline, blocks there
 /// (`parked park`). weft is killed after the agent ended the session and before it

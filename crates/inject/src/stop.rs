@@ -203,6 +203,9 @@ pub struct StoppedProcess {
     pub(crate) pad_wait: Duration,
     /// Tests: wait for pads to start leaving on their own before stopping them.
     pub(crate) catch_leaving: bool,
+    /// Where the target's handler learns which thread weft is stepping
+    /// ([`set_step_guard`](Self::set_step_guard)).
+    step_guard: Option<u64>,
     /// Other processes sharing the memory, whose threads are held too (`sharers`).
     sharing: sharers::Sharing,
     _tracer_thread: PhantomData<*const ()>,
@@ -236,6 +239,7 @@ impl StoppedProcess {
             pad: None,
             pad_wait: crate::call::PAD_WAIT,
             catch_leaving: false,
+            step_guard: None,
             sharing: sharers::Sharing::default(),
             _tracer_thread: PhantomData,
         };
@@ -491,20 +495,38 @@ impl StoppedProcess {
     /// instruction: SIGTRAP unblocked meanwhile, other signals kept for resume, a
     /// fault or the deadline ends it with an error. Were weft killed meanwhile, the
     /// breakpoint would stay: callers hold a SIGTRAP handler in place (the trap
-    /// guard), and the next attach clears every thread's debug registers.
+    /// guard, or the agent's with the step guard), and the next attach clears
+    /// every thread's debug registers.
     pub(crate) fn run_to(&mut self, tid: i32, addr: u64, deadline: Deadline) -> Result<()> {
         /// DR7: local enable of breakpoint 0, execute, length 1.
         const DR7_L0: u64 = 1;
-        sys::set_debugreg(tid, 0, addr)
-            .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
-        sys::set_debugreg(tid, 7, DR7_L0)
-            .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
-        crate::die::at("step-breakpoint");
-        let result = self.with_trap_unblocked(tid, |s| s.resume_until_trap(tid, deadline, true));
-        // The thread may be gone (then so are its registers).
-        let _ = sys::set_debugreg(tid, 7, 0);
-        let _ = sys::set_debugreg(tid, 0, 0);
-        result
+        // Armed and disarmed while the step guard names the thread.
+        self.with_trap_unblocked(tid, |s| {
+            sys::set_debugreg(tid, 0, addr)
+                .map_err(|e| s.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
+            let armed = sys::set_debugreg(tid, 7, DR7_L0)
+                .map_err(|e| s.ptrace_failed("PTRACE_POKEUSER", tid, e))
+                .and_then(|()| {
+                    crate::die::at("step-breakpoint");
+                    s.resume_until_trap(tid, deadline, true)
+                });
+            // The thread may be gone (then so are its registers).
+            let _ = sys::set_debugreg(tid, 7, 0);
+            let _ = sys::set_debugreg(tid, 0, 0);
+            armed
+        })
+    }
+
+    /// Names where in the target a SIGTRAP handler can tell weft's own traps: two
+    /// 64-bit words at `addr` that hold, while weft single-steps a thread or runs
+    /// it to a breakpoint, the thread's id and the signal mask weft changed for it
+    /// (it unblocks SIGTRAP for the step; 0 if it changed nothing), and zeroes
+    /// otherwise. Written with the world stopped. Should weft die in between, the
+    /// thread gets the step's SIGTRAP, or meets the breakpoint, with no tracer to
+    /// take it: a handler that finds its thread named there knows the trap is
+    /// weft's and swallows it (weft's agent does).
+    pub fn set_step_guard(&mut self, addr: u64) {
+        self.step_guard = (addr != 0).then_some(addr);
     }
 
     /// Clears the debug registers of every stopped thread: a breakpoint
@@ -524,7 +546,7 @@ impl StoppedProcess {
     }
 
     /// Runs `f` with SIGTRAP unblocked in `tid` (the mask is put back after, unless
-    /// the thread set its own meanwhile).
+    /// the thread set its own meanwhile), and the step guard naming the thread.
     fn with_trap_unblocked(
         &mut self,
         tid: i32,
@@ -533,6 +555,14 @@ impl StoppedProcess {
         let mask =
             sys::getsigmask(tid).map_err(|e| self.ptrace_failed("PTRACE_GETSIGMASK", tid, e))?;
         let trap = 1u64 << (libc::SIGTRAP - 1);
+        if let Some(at) = self.step_guard {
+            let mut guard = [0u8; 16];
+            guard[..8].copy_from_slice(&(tid as u64).to_le_bytes());
+            if mask & trap != 0 {
+                guard[8..].copy_from_slice(&mask.to_le_bytes());
+            }
+            self.write_mem(at, &guard)?;
+        }
         if mask & trap != 0 {
             sys::setsigmask(tid, mask & !trap)
                 .map_err(|e| self.ptrace_failed("PTRACE_SETSIGMASK", tid, e))?;
@@ -545,6 +575,11 @@ impl StoppedProcess {
         // gone: then so is its mask.)
         if mask & trap != 0 && sys::getsigmask(tid) == Ok(mask & !trap) {
             let _ = sys::setsigmask(tid, mask);
+        }
+        // The trap is settled and the breakpoint disarmed: nothing of weft's is left
+        // to reach the thread.
+        if let Some(at) = self.step_guard {
+            let _ = self.write_mem(at, &[0u8; 16]);
         }
         result
     }
