@@ -1042,6 +1042,49 @@ fn sigkill_of_weft_at_every_named_point() {
     tally.finish();
 }
 
+/// SIGKILL of weft while woven, in a target with its own SIGSEGV and SIGTRAP
+/// handlers that it re-installs every millisecond (`signals reinstall`). The agent
+/// then restores the sites itself, the sigaction redirect with them: the target's
+/// next `sigaction` reaches the kernel and puts its own SIGTRAP handler in front. A
+/// thread that had hit an int3 site and was not yet given the trap (preempted on
+/// its way back to user space) got weft's trap in the target's handler, which
+/// reported it (a third of these kills). The redirect must wait until no such
+/// signal is pending.
+#[test]
+fn sigkill_of_weft_while_the_target_reinstalls_its_handlers() {
+    let mut tally = Tally::new(
+        "SIGKILL of weft while the target re-installs its handlers",
+        "kills",
+    );
+    let bin = stress("signals.c");
+    let bs = b(&bin);
+    let prog = format!(
+        "{} uprobe:{bs}:take_ptr {{ @s[str(arg0)] = count(); }}",
+        hot_program(bs, &[], 60)
+    );
+    let mut t = Watched::start(&bin, &["reinstall"]);
+    for point in [
+        "patch:site-written#2",
+        "sites-patched",
+        "running",
+        "unweave:world-stopped",
+    ] {
+        for trial in 0..scale(4, 25) {
+            let pid = t.pid().to_string();
+            tally.count += 1;
+            let r =
+                weft_dying_at(point, &["-e", &prog, "-p", &pid]).and_then(|()| survives(&mut t));
+            if let Err(e) = r {
+                tally.fail(format!("{point}, trial {trial}: {e}"));
+                if t.health().is_err() {
+                    t = Watched::start(&bin, &["reinstall"]);
+                }
+            }
+        }
+    }
+    tally.finish();
+}
+
 /// `tests/stress/parked.c`: a thread parked in a system call at a probed function's
 /// first instruction, a worker computing, "progress ITERATIONS WAKEUPS" lines.
 struct Parked {
