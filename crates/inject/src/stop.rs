@@ -286,8 +286,54 @@ impl StoppedProcess {
         }
         let tid = this.threads[0].tid;
         this.mem = Some(open_mem(pid, tid)?);
+        this.rewind_int3_traps()?;
         crate::die::at("world-stopped");
         Ok(this)
+    }
+
+    /// A thread caught in the signal-delivery-stop of an `int3` (SIGTRAP, SI_KERNEL,
+    /// its pc just past a 0xCC byte) is put back on the `int3` and the SIGTRAP
+    /// dropped: it traps again when it resumes (or runs the original instruction if
+    /// the byte was restored meanwhile), with the same siginfo. Held instead, the
+    /// trap would be lost if weft died: a tracer's exit lets a thread in a
+    /// signal-delivery-stop go *without* its signal, and it would run on from the
+    /// middle of the instruction the `int3` replaced. (A fault needs nothing: its pc
+    /// is still on the faulting instruction, which faults again.)
+    fn rewind_int3_traps(&mut self) -> Result<()> {
+        const SI_KERNEL: i32 = 0x80;
+        let trapped: Vec<(i32, u64)> = self
+            .threads
+            .iter()
+            .filter(|t| {
+                t.stop
+                    == StopKind::Signal {
+                        signal: libc::SIGTRAP,
+                    }
+                    && t.pending.len() == 1
+                    && t.pending[0].info.is_some_and(|i| i.si_code == SI_KERNEL)
+            })
+            .map(|t| (t.tid, t.regs.rip))
+            .collect();
+        let mut rewound = false;
+        for (tid, pc) in trapped {
+            let mut byte = [0u8; 1];
+            if self.read_mem(pc.wrapping_sub(1), &mut byte).is_err() || byte[0] != 0xcc {
+                continue;
+            }
+            rewound = true;
+            self.thread_mut(tid)?.pending.clear();
+            self.settle_trap(tid, Deadline::after(GRACE))?;
+            let mut regs = self.getregs(tid)?;
+            regs.rip = pc - 1;
+            sys::setregs(tid, &regs).map_err(|e| self.ptrace_failed("PTRACE_SETREGS", tid, e))?;
+            let thread = self.thread_mut(tid)?;
+            thread.regs = regs;
+            thread.stop = StopKind::Interrupted;
+        }
+        if rewound {
+            crate::die::at("int3-held");
+        }
+        Ok(())
     }
 
     pub fn pid(&self) -> i32 {
