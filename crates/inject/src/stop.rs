@@ -286,54 +286,59 @@ impl StoppedProcess {
         }
         let tid = this.threads[0].tid;
         this.mem = Some(open_mem(pid, tid)?);
-        this.rewind_int3_traps()?;
+        for tid in this.threads.iter().map(|t| t.tid).collect::<Vec<_>>() {
+            this.rewind_int3_trap(tid)?;
+        }
         crate::die::at("world-stopped");
         Ok(this)
     }
 
-    /// A thread caught in the signal-delivery-stop of an `int3` (SIGTRAP, SI_KERNEL,
-    /// its pc just past a 0xCC byte) is put back on the `int3` and the SIGTRAP
-    /// dropped: it traps again when it resumes (or runs the original instruction if
+    /// If thread `tid` is caught in the signal-delivery-stop of an `int3` (SIGTRAP,
+    /// SI_KERNEL, its pc just past a 0xCC byte), puts it back on the `int3` and drops
+    /// the SIGTRAP: it traps again when it runs (or runs the original instruction if
     /// the byte was restored meanwhile), with the same siginfo. Held instead, the
     /// trap would be lost if weft died: a tracer's exit lets a thread in a
     /// signal-delivery-stop go *without* its signal, and it would run on from the
     /// middle of the instruction the `int3` replaced. (A fault needs nothing: its pc
     /// is still on the faulting instruction, which faults again.)
-    fn rewind_int3_traps(&mut self) -> Result<()> {
+    fn rewind_int3_trap(&mut self, tid: i32) -> Result<bool> {
         const SI_KERNEL: i32 = 0x80;
-        let trapped: Vec<(i32, u64)> = self
-            .threads
-            .iter()
-            .filter(|t| {
-                t.stop
-                    == StopKind::Signal {
-                        signal: libc::SIGTRAP,
-                    }
-                    && t.pending.len() == 1
-                    && t.pending[0].info.is_some_and(|i| i.si_code == SI_KERNEL)
-            })
-            .map(|t| (t.tid, t.regs.rip))
-            .collect();
-        let mut rewound = false;
-        for (tid, pc) in trapped {
-            let mut byte = [0u8; 1];
-            if self.read_mem(pc.wrapping_sub(1), &mut byte).is_err() || byte[0] != 0xcc {
-                continue;
+        let Ok(t) = self.thread(tid) else {
+            return Ok(false);
+        };
+        let trapped = t.stop
+            == StopKind::Signal {
+                signal: libc::SIGTRAP,
             }
-            rewound = true;
-            self.thread_mut(tid)?.pending.clear();
-            self.settle_trap(tid, Deadline::after(GRACE))?;
-            let mut regs = self.getregs(tid)?;
-            regs.rip = pc - 1;
-            sys::setregs(tid, &regs).map_err(|e| self.ptrace_failed("PTRACE_SETREGS", tid, e))?;
-            let thread = self.thread_mut(tid)?;
-            thread.regs = regs;
-            thread.stop = StopKind::Interrupted;
+            && t.pending.len() == 1
+            && t.pending[0].info.is_some_and(|i| i.si_code == SI_KERNEL);
+        if !trapped {
+            return Ok(false);
         }
-        if rewound {
-            crate::die::at("int3-held");
+        let mut regs = t.regs;
+        let at = regs.rip.wrapping_sub(1);
+        let mut byte = [0u8; 1];
+        let read = match self.mem {
+            Some(_) => self.read_mem(at, &mut byte).is_ok(),
+            // While the world is being stopped: through the thread's own file.
+            None => open_mem(self.tgid_of(tid), tid)
+                .is_ok_and(|f| f.read_exact_at(&mut byte, at).is_ok()),
+        };
+        if !read || byte[0] != 0xcc {
+            return Ok(false);
         }
-        Ok(())
+        // Back on the int3 first, while the SIGTRAP is still the stop's: should weft
+        // die from here on, the kernel drops the signal and the thread traps again.
+        regs.rip = at;
+        sys::setregs(tid, &regs).map_err(|e| self.ptrace_failed("PTRACE_SETREGS", tid, e))?;
+        self.thread_mut(tid)?.pending.clear();
+        self.settle_trap(tid, Deadline::after(GRACE))?;
+        let regs = self.getregs(tid)?;
+        let thread = self.thread_mut(tid)?;
+        thread.regs = regs;
+        thread.stop = StopKind::Interrupted;
+        crate::die::at("int3-held");
+        Ok(true)
     }
 
     pub fn pid(&self) -> i32 {
@@ -672,6 +677,7 @@ impl StoppedProcess {
                         thread.regs = regs;
                         thread.stop = StopKind::Signal { signal };
                         let pc = regs.rip;
+                        self.rewind_int3_trap(tid)?;
                         return Err(InjectError::StepOutFault { tid, signal, pc });
                     }
                 }
@@ -897,6 +903,7 @@ impl StoppedProcess {
         let thread = self.thread_mut(tid)?;
         thread.regs = regs;
         thread.stop = kind;
+        self.rewind_int3_trap(tid)?;
         Ok(Some(stopped_at))
     }
 
@@ -1018,7 +1025,11 @@ impl StoppedProcess {
             WaitEvent::SignalStop { signal } => {
                 let info = sys::getsiginfo(tid).ok();
                 let pending = PendingSignal { signal, info };
-                self.adopt(tid, StopKind::Signal { signal }, Some(pending))
+                let waiting = self.adopt(tid, StopKind::Signal { signal }, Some(pending))?;
+                if !waiting {
+                    self.rewind_int3_trap(tid)?;
+                }
+                Ok(waiting)
             }
             WaitEvent::Clone | WaitEvent::OtherEvent => {
                 if event == WaitEvent::Clone {
