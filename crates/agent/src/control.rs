@@ -13,7 +13,7 @@ use weft_abi::*;
 use weft_runtime::proto;
 use weft_runtime::shm::Shm;
 
-use crate::{patch, profile, reap, ret, session, signals, threads};
+use crate::{patch, profile, reap, ret, session, signals, threads, trap};
 
 static REQUEST: AtomicU32 = AtomicU32::new(0);
 /// The socket name of the latest connection request.
@@ -197,6 +197,7 @@ fn hello() -> Vec<u8> {
     unsafe { (v.as_mut_ptr() as *mut Hello).write_unaligned(h) };
     v.extend_from_slice(&(ret::weft_agent_on_raise as *const () as u64).to_le_bytes());
     v.extend_from_slice(&(signals::weft_agent_sigaction as *const () as u64).to_le_bytes());
+    v.extend_from_slice(&(&trap::STEP_GUARD as *const trap::StepGuard as u64).to_le_bytes());
     v
 }
 
@@ -253,7 +254,7 @@ fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
             Ok(Some(m)) => m,
             _ => {
                 timers.stop();
-                weft_gone();
+                weft_gone(ending.take());
                 return;
             }
         };
@@ -323,8 +324,11 @@ fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
 
 /// weft closed the connection (exited, crashed or was killed): restore every site
 /// and stop running advice. The segment and code stay mapped: without weft no one
-/// can check that no thread is still inside them.
-fn weft_gone() {
+/// can check that no thread is still inside them. That holds for a session weft
+/// already ended (`ending`) but did not free as well: weft died between `MSG_END`
+/// and `MSG_FREE`, or gave up waiting for a thread to leave its code; the sites it
+/// left patched (the unwinder hooks, restored last) are restored here.
+fn weft_gone(ending: Option<Box<session::Session>>) {
     if let Some(s) = session::current() {
         s.shm
             .header()
@@ -340,6 +344,12 @@ fn weft_gone() {
         // Keep the mappings: the trap handler may still resume threads through the
         // relocated code of restored sites.
         std::mem::forget(s);
+    }
+    if let Some(s) = ending {
+        // Abandoned (leaked) first: the trap handler finds the sites being restored
+        // there, and resumes threads in their relocated code, which stays mapped.
+        let s = session::abandon(s);
+        patch::restore_all(&s.shm);
     }
     release_launch();
 }
@@ -380,6 +390,9 @@ fn map_shm(msg: &proto::Message) -> Result<u64, String> {
         unsafe { libc::munmap(p, size) };
         return Err("shared segment has the wrong magic, version or size".into());
     }
+    // A new weft cleared every debug register when it attached: a step guard a
+    // weft that died left behind guards nothing any more.
+    trap::STEP_GUARD.clear();
     session::publish(Box::new(session::Session {
         shm,
         shm_size: size,

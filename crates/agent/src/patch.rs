@@ -137,7 +137,52 @@ fn read_code(addr: u64, out: &mut [u8]) -> bool {
 
 /// Restore every site of the session that is (or may be) patched. Returns the
 /// number of sites restored.
+///
+/// The redirect of glibc's `sigaction` goes last, as when weft unweaves: once it is
+/// gone, the target's `sigaction` reaches the kernel again and may put its own
+/// SIGTRAP, SIGSEGV or SIGBUS handler in front of the agent's. A thread that hit an
+/// int3 site just before it was restored, or faulted in advice, but was not yet
+/// given the signal (preempted on its way back to user space) would then get weft's
+/// trap or fault in the target's handler (or die of it). So the redirect is restored
+/// only once no thread has such a signal pending, or after [`PENDING_PATIENCE`].
 pub fn restore_all(shm: &Shm) -> usize {
+    let redirect = |s: &weft_abi::SiteDesc| {
+        s.resume == crate::signals::weft_agent_sigaction as *const () as u64
+    };
+    let mut n = restore_sites(shm, |s| !redirect(s));
+    let start = std::time::Instant::now();
+    while guarded_signal_pending() && start.elapsed() < PENDING_PATIENCE {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    n += restore_sites(shm, redirect);
+    n
+}
+
+/// How long [`restore_all`] waits for weft's traps and faults to be delivered.
+const PENDING_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Whether some thread of the process has a SIGTRAP, SIGSEGV or SIGBUS pending
+/// (`SigPnd` in its `/proc` status).
+fn guarded_signal_pending() -> bool {
+    let guarded = [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS]
+        .iter()
+        .fold(0u64, |m, &s| m | 1 << (s - 1));
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("status")).is_ok_and(|st| {
+            st.lines()
+                .find_map(|l| l.strip_prefix("SigPnd:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .is_some_and(|m| m & guarded != 0)
+        })
+    })
+}
+
+/// Restore the sites `which` selects that are (or may be) patched, with the
+/// int3-first sequence.
+fn restore_sites(shm: &Shm, which: impl Fn(&weft_abi::SiteDesc) -> bool) -> usize {
     let n = shm
         .header()
         .site_count
@@ -147,7 +192,7 @@ pub fn restore_all(shm: &Shm) -> usize {
     for i in 0..n {
         let s = shm.site(i);
         let st = s.state.load(Ordering::Acquire);
-        if st != SITE_PATCHED && st != SITE_PATCHING {
+        if (st != SITE_PATCHED && st != SITE_PATCHING) || !which(s) {
             continue;
         }
         let len = s.patch_len as usize;

@@ -3,7 +3,10 @@
 //! Sessions are published through an atomic pointer. A session that ends normally
 //! is freed only after weft has checked, with every thread stopped, that no thread
 //! is inside advice or a trampoline (`MSG_FREE`). One that ends because weft died
-//! is leaked: no one can prove it quiescent any more.
+//! is leaked: no one can prove it quiescent any more. So is one weft ended
+//! (`MSG_END`) but never freed, because it died or gave up waiting for a thread to
+//! leave the session's code: it is *abandoned* ([`abandon`]), and its sites still
+//! patched are restored by the agent.
 
 use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use weft_runtime::shm::Shm;
@@ -21,6 +24,8 @@ static CURRENT: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
 /// the return trampoline's fast path: return advice runs only for its own session.
 pub static CURRENT_GENERATION: AtomicU32 = AtomicU32::new(0);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
+/// The latest abandoned session (leaked: never freed, never unmapped).
+static ABANDONED: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
 
 pub fn current() -> Option<&'static Session> {
     let p = CURRENT.load(Ordering::Acquire);
@@ -44,6 +49,22 @@ pub fn take() -> Option<Box<Session>> {
     let p = CURRENT.swap(core::ptr::null_mut(), Ordering::AcqRel);
     // SAFETY: p came from Box::into_raw in `publish`.
     (!p.is_null()).then(|| unsafe { Box::from_raw(p) })
+}
+
+/// Leak an ended session that will never be freed, and make it the one
+/// [`abandoned`] returns: the SIGTRAP handler finds its sites there while the agent
+/// restores them.
+pub fn abandon(s: Box<Session>) -> &'static Session {
+    let s: &'static Session = Box::leak(s);
+    ABANDONED.store(s as *const Session as *mut Session, Ordering::Release);
+    s
+}
+
+/// The latest abandoned session, if any.
+pub fn abandoned() -> Option<&'static Session> {
+    let p = ABANDONED.load(Ordering::Acquire);
+    // SAFETY: abandoned sessions are leaked, so valid for the life of the process.
+    unsafe { p.as_ref() }
 }
 
 impl Drop for Session {

@@ -2,15 +2,74 @@
 //! resumes at the site's relocated copy of the displaced instruction.
 //!
 //! A trap at an address that is no longer an `int3` (the site was restored between
-//! the trap and this handler) restarts the original instruction. Traps that are not
-//! ours go to the target's own disposition ([`signals::chain`]).
+//! the trap and this handler) restarts the original instruction. A single step's or
+//! hardware breakpoint's trap of a thread weft was stepping when it died is weft's
+//! too ([`STEP_GUARD`]), and swallowed. Traps that are not ours go to the target's
+//! own disposition ([`signals::chain`]).
 
-use core::sync::atomic::Ordering;
-use weft_abi::{Frame, Regs, SiteKind, SITE_PATCHED, THREAD_FLAG_IGNORE};
+use core::sync::atomic::{AtomicU64, Ordering};
+use weft_abi::{Frame, Regs, SiteKind, SITE_PATCHED, SITE_PATCHING, THREAD_FLAG_IGNORE};
 
 use crate::{ret, session, signals, threads};
 
 const SI_KERNEL: i32 = 0x80;
+const TRAP_BRKPT: i32 = 1;
+const TRAP_TRACE: i32 = 2;
+const TRAP_HWBKPT: i32 = 4;
+
+/// Written by weft (`/proc/PID/mem`, the world stopped) while it single-steps a
+/// thread or runs it to a hardware breakpoint: the thread's id, and the signal
+/// mask weft changed for it (SIGTRAP unblocked for the step; 0 if unchanged);
+/// zeroes otherwise. If weft dies meanwhile, the kernel hands that thread the
+/// step's SIGTRAP (or lets it meet the breakpoint, still armed) with no tracer to
+/// take it: here, not to the target, whose default action would kill the process.
+/// A guard left by a weft that died stays until the next session (whose weft
+/// cleared every debug register when it attached).
+#[repr(C)]
+pub struct StepGuard {
+    tid: AtomicU64,
+    mask: AtomicU64,
+}
+
+pub static STEP_GUARD: StepGuard = StepGuard {
+    tid: AtomicU64::new(0),
+    mask: AtomicU64::new(0),
+};
+
+impl StepGuard {
+    pub fn clear(&self) {
+        self.tid.store(0, Ordering::Release);
+        self.mask.store(0, Ordering::Release);
+    }
+}
+
+/// A trap of weft's own step of this thread (see [`STEP_GUARD`]): swallow it. The
+/// kernel cleared the trap flag when it delivered the signal; a breakpoint resumes
+/// past itself (the kernel set the resume flag). The mask weft changed is put back
+/// after a step, unless the thread set its own meanwhile; not after a breakpoint,
+/// which stays armed: it must find SIGTRAP unblocked every time (a blocked trap
+/// signal makes the kernel reset the handler and kill the process).
+fn weft_stray_trap(code: i32, uc: &mut libc::ucontext_t) -> bool {
+    if !matches!(code, TRAP_BRKPT | TRAP_TRACE | TRAP_HWBKPT) {
+        return false;
+    }
+    let tid = STEP_GUARD.tid.load(Ordering::Acquire);
+    // SAFETY: gettid takes no arguments.
+    if tid == 0 || tid != unsafe { threads::raw_syscall(libc::SYS_gettid, 0, 0) } as u64 {
+        return false;
+    }
+    const EFLAGS_TF: i64 = 1 << 8;
+    uc.uc_mcontext.gregs[libc::REG_EFL as usize] &= !EFLAGS_TF;
+    let mask = STEP_GUARD.mask.load(Ordering::Acquire);
+    let trap = 1u64 << (libc::SIGTRAP - 1);
+    // SAFETY: the first 8 bytes of the saved sigset are signals 1 to 64, as the
+    // kernel's.
+    let saved = unsafe { &mut *(&mut uc.uc_sigmask as *mut libc::sigset_t as *mut u64) };
+    if code != TRAP_HWBKPT && mask & trap != 0 && *saved == mask & !trap {
+        *saved = mask;
+    }
+    true
+}
 
 pub(crate) extern "C" fn on_trap(
     sig: libc::c_int,
@@ -21,6 +80,9 @@ pub(crate) extern "C" fn on_trap(
     let (si, uc) = unsafe { (&*info, &mut *(ctx as *mut libc::ucontext_t)) };
     let g = &mut uc.uc_mcontext.gregs;
     let ip = (g[libc::REG_RIP as usize] as u64).wrapping_sub(1);
+    if si.si_code != SI_KERNEL && weft_stray_trap(si.si_code, uc) {
+        return;
+    }
     if si.si_code == SI_KERNEL {
         // Marked before the session is loaded: weft frees no session while we hold it.
         let _using = threads::using_session(threads::get_or_create());
@@ -37,6 +99,18 @@ pub(crate) extern "C" fn on_trap(
                     {
                         run_advice(uc, s, idx, ip);
                     }
+                    uc.uc_mcontext.gregs[libc::REG_RIP as usize] = site.resume as i64;
+                    return;
+                }
+            }
+        }
+        // A site of an abandoned session that the agent is restoring (int3 first):
+        // no advice, resume at its relocated code (abandoned code stays mapped).
+        if let Some(s) = session::abandoned() {
+            if let Some(idx) = s.shm.site_by_addr(ip) {
+                let site = s.shm.site(idx);
+                let st = site.state.load(Ordering::Acquire);
+                if site.resume != 0 && (st == SITE_PATCHED || st == SITE_PATCHING) {
                     uc.uc_mcontext.gregs[libc::REG_RIP as usize] = site.resume as i64;
                     return;
                 }

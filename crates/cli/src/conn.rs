@@ -106,6 +106,9 @@ pub struct Agent {
     /// Address of `weft_agent_sigaction` (glibc's `__libc_sigaction` is redirected
     /// there while woven); 0 from an agent without it.
     pub sigaction: u64,
+    /// Address of the agent's step guard (`weft_inject`'s `set_step_guard`): the
+    /// agent swallows the traps of a step weft died in; 0 from an agent without it.
+    pub step_guard: u64,
 }
 
 impl Agent {
@@ -138,6 +141,7 @@ impl Agent {
             hello,
             on_raise: extra(0),
             sigaction: extra(1),
+            step_guard: extra(2),
         })
     }
 

@@ -28,9 +28,10 @@ pub struct PatchReport {
 }
 
 /// Patch every planned site. Sites whose memory no longer holds the original bytes
-/// are marked `Skipped`.
-pub fn apply(pid: i32, sites: &mut [Planned], shm: &Shm) -> Result<PatchReport> {
-    apply_stepping_out_of(pid, sites, shm, &[])
+/// are marked `Skipped`. `step_guard` is the agent's step guard (0: none): were weft
+/// to die while it steps a thread out of the bytes, the agent swallows the trap.
+pub fn apply(pid: i32, sites: &mut [Planned], shm: &Shm, step_guard: u64) -> Result<PatchReport> {
+    apply_stepping_out_of(pid, sites, shm, &[], step_guard)
 }
 
 /// As [`apply`], and first step every thread out of `bodies` too (whole functions
@@ -40,8 +41,10 @@ pub fn apply_stepping_out_of(
     sites: &mut [Planned],
     shm: &Shm,
     bodies: &[Range<u64>],
+    step_guard: u64,
 ) -> Result<PatchReport> {
     let mut w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    w.set_step_guard(step_guard);
     guard_sharers(&mut w)?;
     let mut report = PatchReport {
         threads: w.threads().len(),
@@ -78,6 +81,7 @@ pub fn apply_stepping_out_of(
         let d = shm.site(s.index);
         d.state.store(SITE_PATCHING, Ordering::Release);
         w.write_mem(s.addr, &s.patch).map_err(|e| anyhow!("{e}"))?;
+        weft_inject::die::at("site-written");
         d.state.store(SITE_PATCHED, Ordering::Release);
         if let Some(sem) = s.semaphore {
             bump_semaphore(&w, sem, 1)?;
@@ -164,6 +168,7 @@ fn restore_stopped(w: &StoppedProcess, sites: &[Planned], shm: &Shm) -> Result<(
             .map_err(|e| anyhow!("{e}"))?;
         if cur[..n] == s.patch[..] {
             w.write_mem(s.addr, &s.orig).map_err(|e| anyhow!("{e}"))?;
+            weft_inject::die::at("site-restored");
         }
         d.state.store(SITE_RESTORED, Ordering::Release);
         if let Some(sem) = s.semaphore {

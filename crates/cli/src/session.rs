@@ -135,6 +135,9 @@ pub fn trace(prog: &Program, opts: &TraceOptions) -> Result<i32> {
             conn = Some((a, pid));
         }
     }
+    if conn.is_some() {
+        weft_inject::die::at("handshake");
+    }
     let result = run(
         prog,
         opts,
@@ -220,6 +223,7 @@ fn run(
     if let Some((agent, pid)) = conn {
         let (base, generation) =
             agent.map_shm(std::os::fd::AsRawFd::as_raw_fd(&seg.fd), seg.size())?;
+        weft_inject::die::at("shm-mapped");
         let maps = ProcMaps::read(*pid as u32).map_err(|e| anyhow!("{e}"))?;
         symbolizer = Some(Symbolizer::new(maps.modules()));
         let specs = resolve_sites(prog, &maps, *pid, probe_names)?;
@@ -368,16 +372,27 @@ fn run(
         if !printer.exited {
             // The sigaction redirect first, alone: once it is in, the agent can put
             // its handlers in front for good, before any int3 site can trap.
+            weft_inject::die::at("code-written");
+            weft_inject::die::phase("patch");
             if !redirects.is_empty() {
-                patch::apply_stepping_out_of(*pid, &mut redirects, &seg.shm, &redirect_bodies)?;
+                patch::apply_stepping_out_of(
+                    *pid,
+                    &mut redirects,
+                    &seg.shm,
+                    &redirect_bodies,
+                    agent.step_guard,
+                )?;
+                weft_inject::die::at("redirect-patched");
                 if redirects
                     .iter()
                     .any(|p| !matches!(p.outcome, Outcome::Skipped(_)))
                 {
                     agent.take_signals()?;
+                    weft_inject::die::at("signals-taken");
                 }
             }
-            let report = patch::apply(*pid, &mut planned, &seg.shm)?;
+            let report = patch::apply(*pid, &mut planned, &seg.shm, agent.step_guard)?;
+            weft_inject::die::at("sites-patched");
             if opts.verbose {
                 eprintln!(
                     "weft: patched {} sites in {} threads; target paused {:.2} ms{}",
@@ -401,6 +416,8 @@ fn run(
             }
         }
         agent.go()?;
+        weft_inject::die::phase("run");
+        weft_inject::die::at("running");
     }
 
     // 6. Run until exit(), the target ends, or a signal.
@@ -516,6 +533,7 @@ fn unweave(
     seg: &Segment,
     code: &[Range<u64>],
 ) -> Result<()> {
+    weft_inject::die::phase("unweave");
     let mut ranges = code.to_vec();
     ranges.push(agent.hello.text_start..agent.hello.text_end);
     let shadows = patch::Shadows {
@@ -533,6 +551,7 @@ fn unweave(
     });
     if !early.is_empty() || !late.is_empty() {
         patch::restore(pid, &early, &seg.shm, &shadows)?;
+        weft_inject::die::at("sites-restored");
     }
     // The sigaction redirect after the sites, once weft's last traps and faults (kept
     // from their threads by the stop above, delivered on resume) reached the agent's
@@ -545,9 +564,12 @@ fn unweave(
             &shadows,
             Duration::from_millis(500),
         )?;
+        weft_inject::die::at("redirects-restored");
     }
     agent.end()?;
+    weft_inject::die::at("ended");
     patch::wait_quiescent(pid, &shadows, &late, &seg.shm, Duration::from_secs(5))?;
+    weft_inject::die::at("quiescent");
     agent.free()
 }
 

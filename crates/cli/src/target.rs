@@ -214,6 +214,7 @@ fn exiting(pid: i32) -> bool {
 }
 
 fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration> {
+    weft_inject::die::phase("attach");
     let exe = match weft_inject::process::exe(pid) {
         Ok(e) => e,
         Err(_) if !weft_inject::process::process_exists(pid) || is_zombie(pid) => {
@@ -258,6 +259,7 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
         let mut stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
         // A step-over breakpoint left armed by a weft that died while stepping.
         stopped.clear_breakpoints();
+        weft_inject::die::at("attach-stopped");
         let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
         let modules = maps.modules();
         let loader: Vec<std::ops::Range<u64>> = modules
@@ -297,6 +299,7 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
             bail!("process {pid} exited while weft was attaching");
         }
     };
+    weft_inject::die::at("attach-borrowed");
     if !has_agent {
         let dlopen = dlopen.ok_or_else(|| {
             anyhow!("process {pid} has no dlopen (libc or libdl) to load the agent with")
@@ -304,6 +307,7 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
         let dlerror = find_function(&maps, "dlerror", LIBDL).unwrap_or(0);
         weft_inject::inject_library(&mut stopped, tid, dlopen, dlerror, agent)
             .map_err(|e| anyhow!("loading the agent into {pid}: {e}"))?;
+        weft_inject::die::at("attach-loaded");
     }
     let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
     let connect = find_function(&maps, "weft_agent_connect", &[AGENT_FILE])
@@ -313,7 +317,10 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
     stopped
         .call(tid, connect, &[CallArg::StackData], &name)
         .map_err(|e| anyhow!("asking the agent in {pid} to connect: {e}"))?;
-    stopped.resume().map_err(|e| anyhow!("{e}"))
+    weft_inject::die::at("attach-connected");
+    let pause = stopped.resume().map_err(|e| anyhow!("{e}"))?;
+    weft_inject::die::at("attach-resumed");
+    Ok(pause)
 }
 
 #[cfg(test)]

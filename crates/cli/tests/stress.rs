@@ -994,6 +994,469 @@ fn sigkill_of_weft_while_stepping_out_of_the_c_library() {
     tally.finish();
 }
 
+#[test]
+fn sigkill_of_weft_at_each_step_of_an_attach() {
+    // The attach's steps are settled only at the end of each thread's step-out (the
+    // trap guard makes a pending step trap harmless), and runs over calls and `rep`
+    // instructions arm a breakpoint: weft killed at a step's trap stop, or with the
+    // breakpoint armed, leaves a target that finishes with its exact result and takes
+    // a new session. A thread caught in the program's own code needs no step: such an
+    // attach just completes, and is tried again.
+    let mut tally = Tally::new("SIGKILL of weft at an attach's step", "kills");
+    let bin = build("libcbusy.c", Variant::O2_PIE, &["-pthread"]);
+    let bs = b(&bin);
+    let prog = format!("uprobe:{bs}:tick {{ @c = count(); }} interval:ms:50 {{ exit(); }}");
+    for (mode, threads, point) in [
+        ("grow", "1", "attach:step-trap"),
+        ("grow", "2", "attach:step-trap#7"),
+        ("fill", "1", "attach:step-breakpoint"),
+        ("churn", "4", "attach:step-breakpoint#2"),
+    ] {
+        let mut died = false;
+        for attempt in 0..20 {
+            let target = Command::new(&bin)
+                .args(["0", threads, mode])
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let pid = target.id().to_string();
+            let r = weft_dying_at(point, &["-e", &prog, "-p", pid.as_str()]);
+            died = r.is_ok();
+            if died {
+                // A later session works (it clears what the dead one left).
+                let o = run_cmd(Command::new(weft_bin()).args(["-e", &prog, "-p", &pid]), T);
+                let counted = o.as_ref().map(|o| map_value(&text(&o.stdout), "@c"));
+                tally.check(
+                    o.as_ref().is_ok_and(|o| o.status.success())
+                        && counted.as_ref().is_ok_and(|c| c.is_some_and(|c| c > 0)),
+                    || format!("{point} ({mode} {threads}): the next session: {counted:?}"),
+                );
+            }
+            tally.count += 1;
+            signal_when_caught(target.id(), libc::SIGUSR1);
+            let got = target.wait_with_output().unwrap();
+            let out = text(&got.stdout);
+            let checked = check_libcbusy(&out, mode);
+            tally.check(got.status.success() && checked.is_ok(), || {
+                format!(
+                    "{point} ({mode} {threads}, attempt {attempt}): target ended with {}, printed {out:?} ({checked:?})",
+                    got.status,
+                )
+            });
+            if died {
+                break;
+            }
+        }
+        tally.check(died, || {
+            format!("weft never reached {point} ({mode} {threads})")
+        });
+    }
+    tally.finish();
+}
+
+/// weft with `WEFT_TEST_DIE_AT=<point>` (ARCHITECTURE.md, "Dying at any point") and
+/// `args`: `Ok` if it sent itself SIGKILL at that point, else what it did instead.
+fn weft_dying_at(point: &str, args: &[&str]) -> Result<(), String> {
+    use std::os::unix::process::ExitStatusExt;
+    let o = run_cmd(
+        Command::new(weft_bin())
+            .env("WEFT_TEST_DIE_AT", point)
+            .args(args),
+        T,
+    )?;
+    if o.status.signal() == Some(libc::SIGKILL) {
+        Ok(())
+    } else {
+        Err(format!(
+            "weft did not die at {point}: it ended with {} ({})",
+            o.status,
+            first_lines(&text(&o.stderr), 3)
+        ))
+    }
+}
+
+/// After weft died: within a second the target is intact (its code and every
+/// library's equal to their files), then it makes progress.
+fn survives(t: &mut Watched) -> Result<(), String> {
+    let killed = Instant::now();
+    loop {
+        t.health()?;
+        // The program's own code too (and no panic if the target just died).
+        let bad = modules_differing_from_files(t.pid());
+        t.health()?;
+        if bad.is_empty() {
+            break;
+        }
+        if killed.elapsed() > Duration::from_secs(1) {
+            return Err(format!("not intact 1 s later: differing {bad:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    t.makes_progress(Duration::from_secs(5))
+}
+
+/// SIGKILL of weft at every named point of attaching, weaving and unweaving, on a
+/// `hammer` weft loads its agent into and on one that has it already (issue 24: a
+/// kill 74 ms into a session, code not patched, killed the target with SIGSEGV).
+/// weft must die exactly there; within a second the target's code and every
+/// library's equal their files, and it goes on computing correct results. A kill
+/// at `ended` (the agent had ended the session, weft had not yet freed it) unmapped
+/// the session's code under the target and left the unwinder hooks in libgcc
+/// jumping into it.
+#[test]
+fn sigkill_of_weft_at_every_named_point() {
+    let mut tally = Tally::new("SIGKILL of weft at every named point", "kills");
+    let bin = stress("hammer.c");
+    let prog = hot_program(b(&bin), &[], 40);
+    // (point, also reached when the agent is loaded already)
+    let points = [
+        ("attach-stopped", true),
+        ("attach-borrowed", true),
+        ("attach:call-running", true),
+        ("attach:call-landed", true),
+        ("attach:call-returned", true),
+        ("attach-loaded", false),
+        ("attach-connected", true),
+        ("attach-resumed", true),
+        ("handshake", true),
+        ("shm-mapped", true),
+        ("code-written", true),
+        ("patch:world-stopped", true),
+        ("patch:site-written", true),
+        ("redirect-patched", true),
+        ("signals-taken", true),
+        ("patch:site-written#2", true),
+        ("sites-patched", true),
+        ("running", true),
+        ("unweave:world-stopped", true),
+        ("site-restored", true),
+        ("sites-restored", true),
+        ("redirects-restored", true),
+        ("ended", true),
+        ("quiescent", true),
+    ];
+    let loaded_target = |tally: &mut Tally| {
+        let mut t = Watched::start(&bin, &["4"]);
+        let ok = cycle(&mut t, &[], &prog, Some("@c"), tally, "loading the agent");
+        assert!(ok, "a plain session failed: {:?}", tally.failures);
+        t
+    };
+    let mut loaded = loaded_target(&mut tally);
+    let trial = |t: &mut Watched, point: &str, what: &str, tally: &mut Tally| {
+        let pid = t.pid().to_string();
+        tally.count += 1;
+        let r = weft_dying_at(point, &["-e", &prog, "-p", &pid]).and_then(|()| survives(t));
+        if let Err(e) = r {
+            tally.fail(format!("{point} ({what}): {e}"));
+        }
+    };
+    for (point, when_loaded) in points {
+        let mut fresh = Watched::start(&bin, &["4"]);
+        trial(&mut fresh, point, "loading the agent", &mut tally);
+        if when_loaded {
+            trial(&mut loaded, point, "agent loaded", &mut tally);
+            if loaded.health().is_err() {
+                loaded = loaded_target(&mut tally);
+            }
+        }
+    }
+    // And a session after all that works normally.
+    cycle(
+        &mut loaded,
+        &[],
+        &prog,
+        Some("@c"),
+        &mut tally,
+        "after the kills",
+    );
+    tally.finish();
+}
+
+/// SIGKILL of weft while woven, in a target with its own SIGSEGV and SIGTRAP
+/// handlers that it re-installs every millisecond (`signals reinstall`). The agent
+/// then restores the sites itself, the sigaction redirect with them: the target's
+/// next `sigaction` reaches the kernel and puts its own SIGTRAP handler in front. A
+/// thread that had hit an int3 site and was not yet given the trap (preempted on
+/// its way back to user space) got weft's trap in the target's handler, which
+/// reported it (a third of these kills). The redirect must wait until no such
+/// signal is pending.
+#[test]
+fn sigkill_of_weft_while_the_target_reinstalls_its_handlers() {
+    let mut tally = Tally::new(
+        "SIGKILL of weft while the target re-installs its handlers",
+        "kills",
+    );
+    let bin = stress("signals.c");
+    let bs = b(&bin);
+    let prog = format!(
+        "{} uprobe:{bs}:take_ptr {{ @s[str(arg0)] = count(); }}",
+        hot_program(bs, &[], 60)
+    );
+    let mut t = Watched::start(&bin, &["reinstall"]);
+    for point in [
+        "patch:site-written#2",
+        "sites-patched",
+        "running",
+        "unweave:world-stopped",
+    ] {
+        for trial in 0..scale(4, 25) {
+            let pid = t.pid().to_string();
+            tally.count += 1;
+            let r =
+                weft_dying_at(point, &["-e", &prog, "-p", &pid]).and_then(|()| survives(&mut t));
+            if let Err(e) = r {
+                tally.fail(format!("{point}, trial {trial}: {e}"));
+                if t.health().is_err() {
+                    t = Watched::start(&bin, &["reinstall"]);
+                }
+            }
+        }
+    }
+    tally.finish();
+}
+
+/// `tests/stress/parked.c`: a thread parked in a system call at a probed function's
+/// first instruction, a worker computing, "progress ITERATIONS WAKEUPS" lines.
+struct Parked {
+    t: Spawned,
+    /// The parked (or waiting) thread.
+    tid: i32,
+    iterations: i64,
+    wakeups: i64,
+}
+
+impl Parked {
+    fn start(bin: &Path, mode: &str) -> Parked {
+        let t = Spawned::start(bin, &[mode]);
+        t.wait_line("ready", T);
+        let l = t.lines.recv_timeout(T).expect("no tid line");
+        let tid = l.strip_prefix("tid ").and_then(|n| n.parse().ok());
+        Parked {
+            t,
+            tid: tid.unwrap_or_else(|| panic!("not a tid line: {l:?}")),
+            iterations: 0,
+            wakeups: 0,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.t.pid()
+    }
+
+    /// Read what it printed; `Err` if it reported a wrong result or exited.
+    fn health(&mut self) -> Result<(), String> {
+        while let Ok(l) = self.t.lines.try_recv() {
+            if l.contains("CORRUPT") {
+                return Err(format!("target reported: {l}"));
+            }
+            let n: Vec<i64> = l
+                .strip_prefix("progress ")
+                .map(|r| r.split(' ').filter_map(|n| n.parse().ok()).collect())
+                .unwrap_or_default();
+            if let [i, w] = n[..] {
+                self.iterations = i;
+                self.wakeups = w;
+            }
+        }
+        match self.t.child.try_wait().unwrap() {
+            Some(st) => Err(format!("target exited ({st})")),
+            None => Ok(()),
+        }
+    }
+
+    /// Within a second: healthy, its code and every library's equal to their files.
+    /// Then its worker makes progress.
+    fn survives(&mut self) -> Result<(), String> {
+        let killed = Instant::now();
+        loop {
+            self.health()?;
+            // The program's own code too (and no panic if the target just died).
+            let bad = modules_differing_from_files(self.pid());
+            self.health()?;
+            if bad.is_empty() {
+                break;
+            }
+            if killed.elapsed() > Duration::from_secs(1) {
+                return Err(format!("not intact 1 s later: differing {bad:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let before = self.iterations;
+        self.until(|p| p.iterations > before, "no progress")
+    }
+
+    /// Wait (5 s at most) until `cond` holds.
+    fn until(&mut self, cond: impl Fn(&Parked) -> bool, what: &str) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            self.health()?;
+            if cond(self) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Err(format!("{what} within 5 s"))
+    }
+
+    /// SIGUSR2 `n` times: exactly `n` more wake-ups of the parked thread.
+    fn wakes(&mut self, n: i64) -> Result<(), String> {
+        self.health()?;
+        let want = self.wakeups + n;
+        for _ in 0..n {
+            // SAFETY: kill takes no pointers.
+            unsafe { libc::kill(self.pid(), libc::SIGUSR2) };
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.until(|p| p.wakeups >= want, "the parked thread did not wake up")?;
+        // Progress lines come every 100 ms: one more, and no extra wake-up.
+        let at = self.iterations;
+        self.until(|p| p.iterations > at, "no progress")?;
+        if self.wakeups != want {
+            return Err(format!("{} wake-ups, want {want}", self.wakeups));
+        }
+        Ok(())
+    }
+
+    /// The parked thread is blocked in `read` with its pc inside one of weft's code
+    /// regions (a trampoline).
+    fn parked_in_weft_code(&self) -> bool {
+        let pid = self.pid();
+        let Ok(sc) = std::fs::read_to_string(format!("/proc/{pid}/task/{}/syscall", self.tid))
+        else {
+            return false;
+        };
+        let f: Vec<&str> = sc.split_whitespace().collect();
+        let Some(pc) = f
+            .last()
+            .and_then(|p| u64::from_str_radix(p.trim_start_matches("0x"), 16).ok())
+        else {
+            return false;
+        };
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        f.first() == Some(&"0")
+            && maps.lines().filter(|l| l.contains("weft-code")).any(|l| {
+                let r = l.split_whitespace().next().unwrap_or("");
+                r.split_once('-').is_some_and(|(a, b)| {
+                    let a = u64::from_str_radix(a, 16).unwrap_or(u64::MAX);
+                    let b = u64::from_str_radix(b, 16).unwrap_or(0);
+                    (a..b).contains(&pc)
+                })
+            })
+    }
+}
+
+/// SIGKILL of weft while patching single-steps a thread out of the bytes a jump
+/// replaces (`parked nop`: a thread in epoll_wait at the probed function's first
+/// instruction, which every stop interrupts), or runs it over a call to a hardware
+/// breakpoint (`parked call`). The kernel then gives that thread the step's SIGTRAP,
+/// or lets it meet the breakpoint, still armed, with no tracer to take it: the
+/// target (no SIGTRAP handler of its own) died of it. The agent must take those
+/// traps as weft's: the thread goes on waking up (past the breakpoint, each time),
+/// the code is intact, and a later session works.
+#[test]
+fn sigkill_of_weft_while_patching_steps_a_thread() {
+    let mut tally = Tally::new("SIGKILL of weft while patching steps a thread", "kills");
+    let bin = stress("parked.c");
+    let bs = b(&bin);
+    for (mode, point) in [
+        ("nop", "patch:step-trap"),
+        ("call", "patch:step-breakpoint"),
+    ] {
+        let prog =
+            format!("uprobe:{bs}:wait_{mode} {{ @c = count(); }} interval:ms:50 {{ exit(); }}");
+        for trial in 0..2 {
+            let mut t = Parked::start(&bin, mode);
+            let pid = t.pid().to_string();
+            let args = ["-e", prog.as_str(), "-p", pid.as_str()];
+            tally.count += 1;
+            let r = weft_dying_at(point, &args)
+                .and_then(|()| t.survives())
+                .and_then(|()| t.wakes(3))
+                .and_then(|()| match run_weft(&args, T) {
+                    Ok(o) if o.status.success() => Ok(()),
+                    Ok(o) => Err(format!(
+                        "a later session failed: {}",
+                        first_lines(&text(&o.stderr), 3)
+                    )),
+                    Err(e) => Err(format!("a later session: weft {e}")),
+                })
+                .and_then(|()| t.survives())
+                .and_then(|()| t.wakes(2));
+            if let Err(e) = r {
+                tally.fail(format!("{mode} trial {trial}: {e}"));
+            }
+        }
+    }
+    tally.finish();
+}
+
+/// weft gone while a thread is inside its code: a read that was the probed
+/// function's first instruction, relocated into the trampoline, blocks there
+/// (`parked park`). weft is killed after the agent ended the session and before it
+/// could free it, or gives up waiting for the thread to leave (5 s) and exits. The
+/// agent unmapped the session's code either way, and the read returned into nothing
+/// (SIGSEGV). The code must stay mapped: the thread returns, the target goes on.
+#[test]
+fn weft_gone_with_a_thread_inside_its_code() {
+    let mut tally = Tally::new("weft gone with a thread inside its code", "sessions");
+    let bin = stress("parked.c");
+    let prog = format!("uprobe:{}:park {{ @c = count(); }}", b(&bin));
+    for die in [Some("ended"), None] {
+        let mut t = Parked::start(&bin, "park");
+        let pid = t.pid().to_string();
+        let mut cmd = Command::new(weft_bin());
+        cmd.args(["-e", &prog, "-p", &pid])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(point) = die {
+            cmd.env("WEFT_TEST_DIE_AT", point);
+        }
+        let mut w = cmd.spawn().unwrap();
+        tally.count += 1;
+        let what = die.unwrap_or("weft giving up");
+        let woven = Instant::now();
+        while code_matches_file(t.pid(), &bin) && woven.elapsed() < T {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // SAFETY: kill takes no pointers.
+        unsafe { libc::kill(t.pid(), libc::SIGUSR1) };
+        let parked = Instant::now();
+        while !t.parked_in_weft_code() && parked.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if !t.parked_in_weft_code() {
+            tally.fail(format!(
+                "{what}: the thread never blocked inside weft's code"
+            ));
+            let _ = w.kill();
+            let _ = w.wait();
+            continue;
+        }
+        // SAFETY: kill takes no pointers.
+        unsafe { libc::kill(w.id() as i32, libc::SIGINT) };
+        let o = w.wait_with_output().unwrap();
+        let err = text(&o.stderr);
+        use std::os::unix::process::ExitStatusExt;
+        let ended_as_planned = match die {
+            Some(_) => o.status.signal() == Some(libc::SIGKILL),
+            None => o.status.success() && err.contains("stayed inside advice"),
+        };
+        if !ended_as_planned {
+            tally.fail(format!(
+                "{what}: weft ended with {} ({})",
+                o.status,
+                first_lines(&err, 3)
+            ));
+            continue;
+        }
+        let r = t.wakes(1).and_then(|()| t.survives());
+        if let Err(e) = r {
+            tally.fail(format!("{what}: {e}"));
+        }
+    }
+    tally.finish();
+}
+
 /// Remote calls borrow a thread that may be computing in vector registers (no thread
 /// of this target ever blocks in a system call): its x87/SSE/AVX state must survive
 /// the agent's remote dlopen.

@@ -638,6 +638,7 @@ impl StoppedProcess {
             return Err(self.ptrace_failed("PTRACE_CONT", tid, e));
         }
 
+        crate::die::at("call-running");
         let deadline = Deadline::after(timeout);
         match self.wait_for_return(tid, pad, deadline)? {
             CallEnd::Returned { ret, self_restored } => {
@@ -653,6 +654,7 @@ impl StoppedProcess {
                 } else {
                     self.restore_after_call(tid, original, fp, mask)?;
                 }
+                crate::die::at("call-returned");
                 self.collect_new_threads()?;
                 Ok((ret, duration))
             }
@@ -765,6 +767,7 @@ impl StoppedProcess {
 
     /// The call returned into the pad: stop the thread there and read the result.
     fn stop_landed(&mut self, tid: i32, pad: Landing) -> Result<CallEnd> {
+        crate::die::at("call-landed");
         let deadline = Deadline::after(GRACE);
         sys::interrupt(tid).map_err(|e| self.ptrace_failed("PTRACE_INTERRUPT", tid, e))?;
         loop {

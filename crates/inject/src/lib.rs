@@ -11,6 +11,7 @@
 //!   signal it was kept from receiving delivered again.
 //! * [`inject_library`]: a remote `dlopen`.
 //! * [`process`]: what `/proc` says about a process, without stopping it.
+//! * [`die`]: named points at which a test makes weft SIGKILL itself.
 //!
 //! This crate knows nothing of probes: addresses come in, bytes and registers go out.
 //! Errors are [`InjectError`]s whose messages are one line, for the CLI to print.
@@ -46,8 +47,14 @@
 //!   [`InjectError::CallFaulted`]).
 //! * Per thread, the first held signal is re-delivered with its original siginfo;
 //!   further ones are re-sent with `tgkill` and carry weft as their sender.
+//! * If the calling process dies while it holds a stop, the kernel lets a thread
+//!   caught in a signal-delivery-stop go *without* that signal. A fault is raised
+//!   again (the thread is still on the faulting instruction); an `int3`'s SIGTRAP is
+//!   too, as a stop puts such a thread back on the `int3`; any other signal caught
+//!   so is lost.
 
 mod call;
+pub mod die;
 mod error;
 mod library;
 pub mod process;

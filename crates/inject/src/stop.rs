@@ -165,28 +165,39 @@ struct StepState {
     unsettled: bool,
 }
 
-/// SIGTRAP unblocked in a thread while weft steps it: the kernel resets the handler
-/// of a trap signal that is blocked when a step raises it, which would silently
-/// remove the target's (or weft's agent's) SIGTRAP handler and unblock it.
+/// SIGTRAP unblocked in a thread for each step weft makes it take: the kernel
+/// resets the handler of a trap signal that is blocked when a step raises it, which
+/// would silently remove the target's (or weft's agent's) SIGTRAP handler and
+/// unblock it. With the agent's step guard ([`StoppedProcess::set_step_guard`]),
+/// the guard names the thread (and the mask weft changed) from the first step to
+/// the end of the step-out.
 #[derive(Default)]
 struct TrapUnblocked {
-    /// The mask weft set and the thread's own, to put back.
+    /// The mask weft set and the thread's own, to put back after the step.
     set: Option<(u64, u64)>,
+    /// The step guard's address and the mask written there, once written.
+    guard: Option<(u64, u64)>,
 }
 
 impl TrapUnblocked {
     const TRAP: u64 = 1 << (libc::SIGTRAP - 1);
 
-    /// Unblocks SIGTRAP if the thread blocks it now (it may have set a new mask
-    /// since the last look: that one is what goes back).
+    /// Before a step: unblocks SIGTRAP if the thread blocks it (its mask now: it
+    /// may have set a new one since the last step).
     fn unblock(&mut self, stopped: &mut StoppedProcess, tid: i32) -> Result<()> {
         let mask =
             sys::getsigmask(tid).map_err(|e| stopped.ptrace_failed("PTRACE_GETSIGMASK", tid, e))?;
-        if self.set.is_some_and(|(set, _)| set == mask) {
-            return Ok(());
+        let changed = if mask & Self::TRAP != 0 { mask } else { 0 };
+        if let Some(at) = stopped.step_guard {
+            if self.guard != Some((at, changed)) {
+                let mut words = [0u8; 16];
+                words[..8].copy_from_slice(&(tid as u64).to_le_bytes());
+                words[8..].copy_from_slice(&changed.to_le_bytes());
+                stopped.write_mem(at, &words)?;
+                self.guard = Some((at, changed));
+            }
         }
-        self.set = None;
-        if mask & Self::TRAP != 0 {
+        if changed != 0 {
             sys::setsigmask(tid, mask & !Self::TRAP)
                 .map_err(|e| stopped.ptrace_failed("PTRACE_SETSIGMASK", tid, e))?;
             self.set = Some((mask & !Self::TRAP, mask));
@@ -194,16 +205,28 @@ impl TrapUnblocked {
         Ok(())
     }
 
-    /// Puts the thread's mask back, unless it set its own meanwhile (a new thread
-    /// leaving pthread_create's all-blocked mask, a `sigreturn`): the thread's own
-    /// mask stands then. Blocking SIGTRAP again over it would let the thread's next
-    /// int3 reset the SIGTRAP handler and kill the process. (The thread may be gone:
-    /// then so is its mask.)
-    fn put_back(self, tid: i32) {
-        if let Some((set, mask)) = self.set {
-            if sys::getsigmask(tid) == Ok(set) {
-                let _ = sys::setsigmask(tid, mask);
-            }
+    /// Whether the next step must look at the mask again (it was put back).
+    fn after_step(&mut self, tid: i32) -> bool {
+        let Some((set, mask)) = self.set.take() else {
+            return false;
+        };
+        // A step over a call may change the mask itself (a new thread leaving
+        // pthread_create's all-blocked mask, a `sigreturn`): the thread's own mask
+        // stands then. Blocking SIGTRAP again over it would let the thread's next
+        // int3 reset the SIGTRAP handler and kill the process. (The thread may be
+        // gone: then so is its mask.)
+        if sys::getsigmask(tid) == Ok(set) {
+            let _ = sys::setsigmask(tid, mask);
+        }
+        true
+    }
+
+    /// At the end of the step-out (its last trap settled, no breakpoint armed):
+    /// nothing of weft's is left to reach the thread.
+    fn put_back(mut self, stopped: &StoppedProcess, tid: i32) {
+        self.after_step(tid);
+        if let Some((at, _)) = self.guard {
+            let _ = stopped.write_mem(at, &[0u8; 16]);
         }
     }
 }
@@ -264,6 +287,9 @@ pub struct StoppedProcess {
     pub(crate) pad_wait: Duration,
     /// Tests: wait for pads to start leaving on their own before stopping them.
     pub(crate) catch_leaving: bool,
+    /// Where the target's handler learns which thread weft is stepping
+    /// ([`set_step_guard`](Self::set_step_guard)).
+    step_guard: Option<u64>,
     /// Other processes sharing the memory, whose threads are held too (`sharers`).
     sharing: sharers::Sharing,
     /// A stray SIGTRAP would be harmless (see `set_trap_guarded`).
@@ -299,6 +325,7 @@ impl StoppedProcess {
             pad: None,
             pad_wait: crate::call::PAD_WAIT,
             catch_leaving: false,
+            step_guard: None,
             sharing: sharers::Sharing::default(),
             trap_guarded: false,
             _tracer_thread: PhantomData,
@@ -346,7 +373,59 @@ impl StoppedProcess {
         }
         let tid = this.threads[0].tid;
         this.mem = Some(open_mem(pid, tid)?);
+        for tid in this.threads.iter().map(|t| t.tid).collect::<Vec<_>>() {
+            this.rewind_int3_trap(tid)?;
+        }
+        crate::die::at("world-stopped");
         Ok(this)
+    }
+
+    /// If thread `tid` is caught in the signal-delivery-stop of an `int3` (SIGTRAP,
+    /// SI_KERNEL, its pc just past a 0xCC byte), puts it back on the `int3` and drops
+    /// the SIGTRAP: it traps again when it runs (or runs the original instruction if
+    /// the byte was restored meanwhile), with the same siginfo. Held instead, the
+    /// trap would be lost if weft died: a tracer's exit lets a thread in a
+    /// signal-delivery-stop go *without* its signal, and it would run on from the
+    /// middle of the instruction the `int3` replaced. (A fault needs nothing: its pc
+    /// is still on the faulting instruction, which faults again.)
+    fn rewind_int3_trap(&mut self, tid: i32) -> Result<bool> {
+        const SI_KERNEL: i32 = 0x80;
+        let Ok(t) = self.thread(tid) else {
+            return Ok(false);
+        };
+        let trapped = t.stop
+            == StopKind::Signal {
+                signal: libc::SIGTRAP,
+            }
+            && t.pending.len() == 1
+            && t.pending[0].info.is_some_and(|i| i.si_code == SI_KERNEL);
+        if !trapped {
+            return Ok(false);
+        }
+        let mut regs = t.regs;
+        let at = regs.rip.wrapping_sub(1);
+        let mut byte = [0u8; 1];
+        let read = match self.mem {
+            Some(_) => self.read_mem(at, &mut byte).is_ok(),
+            // While the world is being stopped: through the thread's own file.
+            None => open_mem(self.tgid_of(tid), tid)
+                .is_ok_and(|f| f.read_exact_at(&mut byte, at).is_ok()),
+        };
+        if !read || byte[0] != 0xcc {
+            return Ok(false);
+        }
+        // Back on the int3 first, while the SIGTRAP is still the stop's: should weft
+        // die from here on, the kernel drops the signal and the thread traps again.
+        regs.rip = at;
+        sys::setregs(tid, &regs).map_err(|e| self.ptrace_failed("PTRACE_SETREGS", tid, e))?;
+        self.thread_mut(tid)?.pending.clear();
+        self.settle_trap(tid, Deadline::after(GRACE))?;
+        let regs = self.getregs(tid)?;
+        let thread = self.thread_mut(tid)?;
+        thread.regs = regs;
+        thread.stop = StopKind::Interrupted;
+        crate::die::at("int3-held");
+        Ok(true)
     }
 
     pub fn pid(&self) -> i32 {
@@ -503,7 +582,7 @@ impl StoppedProcess {
         } else {
             Ok(())
         };
-        state.mask.put_back(tid);
+        std::mem::take(&mut state.mask).put_back(self, tid);
         let steps = result?;
         settled.map(|()| steps)
     }
@@ -562,12 +641,14 @@ impl StoppedProcess {
             }
             let over = insn.and_then(run_over);
             state.unsettled = false;
-            match over {
-                Some(next) => self.run_to(tid, next, step_deadline, may_enter, settle)?,
-                None => self.resume_until_trap(tid, step_deadline, settle)?,
-            }
-            state.unsettled = !settle;
-            look_at_mask = syscall || over.is_some();
+            let stepped = match over {
+                Some(next) => self.run_to(tid, next, step_deadline, may_enter, settle),
+                None => self.resume_until_trap(tid, step_deadline, settle),
+            };
+            state.unsettled = stepped.is_ok() && !settle;
+            let put_back = state.mask.after_step(tid);
+            stepped?;
+            look_at_mask = syscall || over.is_some() || put_back;
             steps += 1;
         }
     }
@@ -596,8 +677,8 @@ impl StoppedProcess {
     /// left at its `syscall` instruction, with [`InjectError::StepOutAtSyscall`]).
     /// Other signals are kept for resume; a fault or the deadline ends it with an
     /// error. Were weft killed meanwhile, the breakpoint would stay: callers hold a
-    /// SIGTRAP handler in place (the trap guard), and the next attach clears every
-    /// thread's debug registers.
+    /// SIGTRAP handler in place (the trap guard, or the agent's with the step
+    /// guard), and the next attach clears every thread's debug registers.
     fn run_to(
         &mut self,
         tid: i32,
@@ -612,11 +693,24 @@ impl StoppedProcess {
             .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
         sys::set_debugreg(tid, 7, DR7_L0)
             .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
+        crate::die::at("step-breakpoint");
         let result = self.run_to_breakpoint(tid, deadline, may_enter, settle);
         // The thread may be gone (then so are its registers).
         let _ = sys::set_debugreg(tid, 7, 0);
         let _ = sys::set_debugreg(tid, 0, 0);
         result
+    }
+
+    /// Names where in the target a SIGTRAP handler can tell weft's own traps: two
+    /// 64-bit words at `addr` that hold, while weft single-steps a thread or runs
+    /// it to a breakpoint, the thread's id and the signal mask weft changed for it
+    /// (it unblocks SIGTRAP for the step; 0 if it changed nothing), and zeroes
+    /// otherwise. Written with the world stopped. Should weft die in between, the
+    /// thread gets the step's SIGTRAP, or meets the breakpoint, with no tracer to
+    /// take it: a handler that finds its thread named there knows the trap is
+    /// weft's and swallows it (weft's agent does).
+    pub fn set_step_guard(&mut self, addr: u64) {
+        self.step_guard = (addr != 0).then_some(addr);
     }
 
     fn run_to_breakpoint(
@@ -721,7 +815,7 @@ impl StoppedProcess {
         let mut mask = TrapUnblocked::default();
         mask.unblock(self, tid)?;
         let result = self.resume_until_trap(tid, deadline, true);
-        mask.put_back(tid);
+        mask.put_back(self, tid);
         result
     }
 
@@ -758,6 +852,7 @@ impl StoppedProcess {
     fn trap_or_fault(&mut self, tid: i32, signal: i32) -> Result<bool> {
         let info = sys::getsiginfo(tid).ok();
         if signal == libc::SIGTRAP && info.is_some_and(|i| is_step_trap(&i)) {
+            crate::die::at("step-trap");
             return Ok(true);
         }
         let fault = is_fault(signal, info.as_ref());
@@ -770,6 +865,7 @@ impl StoppedProcess {
             thread.regs = regs;
             thread.stop = StopKind::Signal { signal };
             let pc = regs.rip;
+            self.rewind_int3_trap(tid)?;
             return Err(InjectError::StepOutFault { tid, signal, pc });
         }
         Ok(false)
@@ -1017,6 +1113,7 @@ impl StoppedProcess {
         let thread = self.thread_mut(tid)?;
         thread.regs = regs;
         thread.stop = kind;
+        self.rewind_int3_trap(tid)?;
         Ok(Some(stopped_at))
     }
 
@@ -1138,7 +1235,11 @@ impl StoppedProcess {
             WaitEvent::SignalStop { signal } => {
                 let info = sys::getsiginfo(tid).ok();
                 let pending = PendingSignal { signal, info };
-                self.adopt(tid, StopKind::Signal { signal }, Some(pending))
+                let waiting = self.adopt(tid, StopKind::Signal { signal }, Some(pending))?;
+                if !waiting {
+                    self.rewind_int3_trap(tid)?;
+                }
+                Ok(waiting)
             }
             WaitEvent::Clone | WaitEvent::OtherEvent | WaitEvent::Syscall => {
                 if event == WaitEvent::Clone {

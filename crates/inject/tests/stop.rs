@@ -530,3 +530,94 @@ fn stop_holds_a_clone_vm_child_sharing_the_memory() {
     // SAFETY: killing the child we made the target make.
     unsafe { libc::kill(child, libc::SIGKILL) };
 }
+
+const HELD_TRAP: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+volatile unsigned long traps, spins, n;
+
+static void on_trap(int sig) { (void)sig; traps++; }
+
+/* The test points the thread here: an int3 (its SIGTRAP is what the tracer holds),
+ * then on to after(). */
+__asm__(".text\n.globl gadget\n.type gadget, @function\ngadget:\n  int3\n  jmp after\n"
+        ".size gadget, .-gadget\n");
+
+/* write(2), not stdio: main may have been stopped anywhere, in stdio too. */
+__attribute__((used, noreturn)) void after(void) {
+    const char *m = traps == 1 ? "trapped\n" : "lost the trap\n";
+    if (write(1, m, traps == 1 ? 8 : 14)) {}
+    for (;;) n++;
+}
+
+int main(void) {
+    signal(SIGTRAP, on_trap);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) spins++;
+}
+"#;
+
+/// In a forked child: seize the main thread of `pid`, send it to `gadget` (an
+/// int3) and let it trap, leaving its signal-delivery-stop unreported; stop the
+/// process (which finds that stop), then die holding it.
+fn tracer_dying_holding_a_trap(pid: i32, gadget: u64) -> ! {
+    // SAFETY: ptrace and waitpid on our tracee with valid pointers; this child
+    // process does nothing else before it dies.
+    unsafe {
+        let mut st = 0;
+        let none = std::ptr::null_mut::<libc::c_void>();
+        if libc::ptrace(libc::PTRACE_SEIZE, pid, none, none) != 0
+            || libc::ptrace(libc::PTRACE_INTERRUPT, pid, none, none) != 0
+            || libc::waitpid(pid, &mut st, libc::__WALL) != pid
+        {
+            libc::_exit(1);
+        }
+        let mut regs: libc::user_regs_struct = std::mem::zeroed();
+        libc::ptrace(libc::PTRACE_GETREGS, pid, none, &mut regs as *mut _);
+        regs.rsp = ((regs.rsp - 4096) & !15) - 8;
+        regs.rip = gadget;
+        regs.orig_rax = u64::MAX;
+        libc::ptrace(libc::PTRACE_SETREGS, pid, none, &regs as *const _);
+        libc::ptrace(libc::PTRACE_CONT, pid, none, none);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let stopped = StoppedProcess::stop(pid).unwrap_or_else(|_| {
+        // SAFETY: leaving the forked child.
+        unsafe { libc::_exit(2) }
+    });
+    std::mem::forget(stopped);
+    // SAFETY: dying as a killed weft would: no detach, no cleanup.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+        libc::_exit(3)
+    }
+}
+
+#[test]
+fn an_int3_trap_held_by_a_tracer_that_dies_is_not_lost() {
+    // A tracer's exit lets a thread in a signal-delivery-stop go without its signal.
+    // Held so, an int3's SIGTRAP would be lost and the thread run on from the byte
+    // after the int3 (the middle of the instruction an int3 site replaced): a stop
+    // puts such a thread back on the int3 instead, to trap again.
+    let program = build("held_trap", HELD_TRAP, &[]);
+    let mut target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let gadget = target.function("gadget");
+    // SAFETY: the child runs tracer_dying_holding_a_trap only, and never returns.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        tracer_dying_holding_a_trap(pid, gadget.start);
+    }
+    let mut st = 0;
+    // SAFETY: waiting for our own child.
+    assert_eq!(unsafe { libc::waitpid(child, &mut st, 0) }, child);
+    assert!(
+        libc::WIFSIGNALED(st) && libc::WTERMSIG(st) == libc::SIGKILL,
+        "the tracer did not get to die holding the trap (status {st:#x})"
+    );
+    assert_eq!(target.line(), "trapped");
+    assert_eq!(task_state(pid, pid).map(|s| s != 'Z'), Some(true));
+}
