@@ -42,7 +42,7 @@ pub const SAFE_POINT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How far each thread in a system library is single-stepped towards the
 /// program's code at each look, and for how long (the process is paused meanwhile).
 const STEP_BUDGET: usize = 20_000;
-const STEP_TIME: Duration = Duration::from_millis(20);
+const STEP_TIME: Duration = Duration::from_millis(40);
 /// After a second of looking (a loaded machine, where every step waits for a CPU),
 /// a look may step for longer.
 const STEP_TIME_LATER: Duration = Duration::from_millis(60);
