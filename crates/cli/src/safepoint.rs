@@ -28,7 +28,9 @@
 //! that has no handler for it yet; a trap guard (a no-op handler, `TrapGuard`) is
 //! held in place while stepping.
 
+use std::collections::HashMap;
 use std::ops::Range;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
@@ -184,6 +186,8 @@ impl LibcSpots {
 pub struct Layout {
     /// Code of the system libraries.
     system: Vec<Range<u64>>,
+    /// The system libraries (for their call-frame information).
+    system_modules: Vec<Module>,
     /// Data of the system libraries (where their internal locks live).
     system_data: Vec<Range<u64>>,
     /// Code of the dynamic loader.
@@ -221,6 +225,7 @@ impl Layout {
                 .iter()
                 .flat_map(|m| ranges(maps, Some(m), exec))
                 .collect(),
+            system_modules: system.iter().map(|&m| m.clone()).collect(),
             system_data: system
                 .iter()
                 .flat_map(|m| ranges(maps, Some(m), write))
@@ -240,6 +245,58 @@ impl Layout {
 
     fn in_system(&self, pc: u64) -> bool {
         self.system.iter().any(|r| r.contains(&pc))
+    }
+}
+
+/// Where a thread inside the system libraries returns to in the program: their
+/// call-frame information (`.eh_frame`), read once per attach.
+#[derive(Default)]
+pub struct Unwinder {
+    tables: HashMap<PathBuf, Option<weft_symbols::FrameTable>>,
+    /// Threads run out of the libraries in one run to their return address, and
+    /// threads stepped out (no call-frame information led out).
+    pub ran: usize,
+    pub stepped: usize,
+}
+
+impl Unwinder {
+    /// Frames walked at most.
+    const DEPTH: usize = 64;
+
+    /// The first return address outside the system libraries on the stack of a
+    /// thread stopped inside them, if their call-frame information leads there.
+    fn return_to_program(
+        &mut self,
+        stopped: &StoppedProcess,
+        layout: &Layout,
+        regs: &libc::user_regs_struct,
+    ) -> Option<u64> {
+        let read = |at: u64| {
+            let mut b = [0u8; 8];
+            stopped.read_mem(at, &mut b).ok()?;
+            Some(u64::from_le_bytes(b))
+        };
+        let mut frame = weft_symbols::Frame {
+            pc: regs.rip,
+            sp: regs.rsp,
+            bp: regs.rbp,
+        };
+        for depth in 0..Self::DEPTH {
+            if !layout.in_system(frame.pc) {
+                return (depth > 0).then_some(frame.pc);
+            }
+            let m = layout
+                .system_modules
+                .iter()
+                .find(|m| m.contains(frame.pc))?;
+            let table = self
+                .tables
+                .entry(m.path.clone())
+                .or_insert_with(|| weft_symbols::FrameTable::of(&m.open().ok()?))
+                .as_ref()?;
+            frame = table.caller(frame, m.load_bias, depth == 0, read)?;
+        }
+        None
     }
 }
 
@@ -484,6 +541,63 @@ impl TrapGuard {
     }
 }
 
+/// Traps a weft that died while stepping left on their way to a thread (a step's
+/// last trap, or its breakpoint, hit again and again until this attach cleared the
+/// debug registers): queued in the kernel or caught by the stop, they would be
+/// delivered after the resume, and once the trap guard is gone the default
+/// disposition would kill the process. A single step's trap (`TRAP_TRACE`) or a
+/// hardware breakpoint's (`TRAP_HWBKPT`) is weft's when the process has no SIGTRAP
+/// handler of its own (none, or the guard a dead weft left): the program itself
+/// sets neither without a handler to take them. Taken and dropped; returns how
+/// many were caught by the stop.
+pub fn drop_stray_traps(stopped: &mut StoppedProcess, layout: &Layout) -> Result<usize> {
+    const TRAP_TRACE: i32 = 2;
+    const TRAP_HWBKPT: i32 = 4;
+    let is_step_trap = |sig: i32, info: Option<&libc::siginfo_t>| {
+        sig == libc::SIGTRAP && info.is_some_and(|i| matches!(i.si_code, TRAP_TRACE | TRAP_HWBKPT))
+    };
+    let pid = stopped.pid();
+    let trap = 1u64 << (libc::SIGTRAP - 1);
+    // Queued ones first, kept with the others: a remote call would take them.
+    if stopped
+        .threads()
+        .iter()
+        .any(|t| weft_inject::process::signal_mask(pid, t.tid(), "SigPnd") & trap != 0)
+    {
+        stopped.take_queued_traps().map_err(|e| anyhow!("{e}"))?;
+    }
+    let held: Vec<i32> = stopped
+        .threads()
+        .iter()
+        .filter(|t| t.pending_signals().contains(&libc::SIGTRAP))
+        .map(|t| t.tid())
+        .collect();
+    if held.is_empty() {
+        return Ok(0);
+    }
+    let caught =
+        weft_inject::process::signal_mask(pid, pid, "SigCgt") & (1 << (libc::SIGTRAP - 1)) != 0;
+    if caught {
+        let (Some(syscall), Some(ret)) = (layout.syscall, layout.ret) else {
+            return Ok(0);
+        };
+        let probe = TrapGuard {
+            tid: stopped.pick_call_thread(),
+            syscall,
+        };
+        if probe.handler(stopped)? != ret {
+            return Ok(0);
+        }
+    }
+    let mut dropped = 0;
+    for tid in held {
+        dropped += stopped
+            .drop_pending(tid, is_step_trap)
+            .map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(dropped)
+}
+
 /// The outcome of one look at a stopped process.
 pub enum Look {
     /// Borrow this thread now.
@@ -494,7 +608,12 @@ pub enum Look {
 
 /// Looks at a stopped process and says which thread to borrow, if any yet; threads
 /// in the system libraries are stepped towards the program's code first. `since` is when the search began.
-pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Result<Look> {
+pub fn look(
+    stopped: &mut StoppedProcess,
+    layout: &Layout,
+    unwinder: &mut Unwinder,
+    since: Instant,
+) -> Result<Look> {
     let pid = stopped.pid();
     // Threads of processes sharing the memory (a vfork child) count for the locks
     // they may hold, but are never borrowed.
@@ -542,7 +661,22 @@ pub fn look(stopped: &mut StoppedProcess, layout: &Layout, since: Instant) -> Re
         if step {
             // Run it (alone) back to the program's code, not into a blocking call.
             let quick: Option<&dyn Fn(&libc::user_regs_struct) -> bool> = Some(&quick_syscall);
-            match stopped.step_out_within(tid, &layout.system, STEP_BUDGET, time, quick) {
+            // In one run to where it returns to the program, if the call-frame
+            // information tells; else step by step.
+            let regs = *stopped.thread(tid).map_err(|e| anyhow!("{e}"))?.regs();
+            let out = match unwinder.return_to_program(stopped, layout, &regs) {
+                Some(ra) => {
+                    unwinder.ran += 1;
+                    stopped.run_until(tid, ra, time, quick).map(drop)
+                }
+                None => {
+                    unwinder.stepped += 1;
+                    stopped
+                        .step_out_within(tid, &layout.system, STEP_BUDGET, time, quick)
+                        .map(drop)
+                }
+            };
+            match out {
                 Ok(_) => match stopped.thread(tid) {
                     Ok(thread) => j = judge(stopped, layout, thread),
                     Err(_) => continue,
@@ -604,6 +738,7 @@ mod tests {
     fn signal_frames_are_told_from_stale_trampoline_addresses() {
         let layout = Layout {
             system: vec![],
+            system_modules: vec![],
             system_data: vec![],
             loader: vec![],
             restorers: vec![0x7f00_0003_c050],
@@ -634,6 +769,7 @@ mod tests {
     fn futex_waits_are_told_apart() {
         let layout = Layout {
             system: std::iter::once(0x7000_0000..0x7010_0000).collect(),
+            system_modules: vec![],
             system_data: std::iter::once(0x7020_0000..0x7021_0000).collect(),
             loader: vec![],
             restorers: vec![],

@@ -118,11 +118,17 @@ pub fn trace(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         Target::Attach(pid) => {
             let agent = target::agent_path()?;
             let pid = *pid;
-            let pause = target::attach(pid, &agent, &listener.name)?;
+            let report = target::attach(pid, &agent, &listener.name)?;
             if opts.verbose {
+                let moved = match (report.ran_out, report.stepped_out) {
+                    (0, 0) => String::new(),
+                    (r, s) => format!(
+                        "; threads moved out of the C library: {r} run to their callers, {s} single-stepped"
+                    ),
+                };
                 eprintln!(
-                    "weft: agent loaded into {pid} (target paused {:.1} ms)",
-                    pause.as_secs_f64() * 1e3
+                    "weft: agent loaded into {pid} (target paused {:.1} ms{moved})",
+                    report.pause.as_secs_f64() * 1e3
                 );
             }
             let a = listener.accept(pid, Duration::from_secs(10), || {

@@ -176,7 +176,17 @@ fn is_zombie(pid: i32) -> bool {
 
 /// Load the agent into running process `pid` (unless it is already there) and tell
 /// it to connect to `socket`. Returns the pause the target saw.
-pub fn attach(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration> {
+/// What an attach did, for `-v`.
+pub struct AttachReport {
+    /// How long the target was stopped in all.
+    pub pause: std::time::Duration,
+    /// Threads run out of the system libraries to their callers, and threads
+    /// single-stepped out (see `safepoint::look`), over every look.
+    pub ran_out: usize,
+    pub stepped_out: usize,
+}
+
+pub fn attach(pid: i32, agent: &Path, socket: &str) -> Result<AttachReport> {
     if !weft_inject::process::process_exists(pid) {
         bail!("no process with pid {pid}");
     }
@@ -213,7 +223,7 @@ fn exiting(pid: i32) -> bool {
     }
 }
 
-fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration> {
+fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<AttachReport> {
     weft_inject::die::phase("attach");
     let exe = match weft_inject::process::exe(pid) {
         Ok(e) => e,
@@ -252,6 +262,7 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
             spots.complete().then_some(spots)
         })
         .flatten();
+    let mut unwinder = safepoint::Unwinder::default();
     let mut pause = std::time::Duration::from_millis(2);
     // Looked up once it is there (libc mapped), not again at every look.
     let mut dlopen = None;
@@ -280,7 +291,8 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
             break (stopped, maps, tid);
         } else {
             let layout = safepoint::Layout::new(&stopped, &maps, &modules, &mut spots);
-            match safepoint::look(&mut stopped, &layout, since)? {
+            safepoint::drop_stray_traps(&mut stopped, &layout)?;
+            match safepoint::look(&mut stopped, &layout, &mut unwinder, since)? {
                 safepoint::Look::Borrow(tid) => break (stopped, maps, tid),
                 safepoint::Look::Later(busy) => busy,
             }
@@ -320,7 +332,11 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<std::time::Duration
     weft_inject::die::at("attach-connected");
     let pause = stopped.resume().map_err(|e| anyhow!("{e}"))?;
     weft_inject::die::at("attach-resumed");
-    Ok(pause)
+    Ok(AttachReport {
+        pause,
+        ran_out: unwinder.ran,
+        stepped_out: unwinder.stepped,
+    })
 }
 
 #[cfg(test)]

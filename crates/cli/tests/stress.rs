@@ -996,19 +996,21 @@ fn sigkill_of_weft_while_stepping_out_of_the_c_library() {
 
 #[test]
 fn sigkill_of_weft_at_each_step_of_an_attach() {
-    // The attach's steps are settled only at the end of each thread's step-out (the
-    // trap guard makes a pending step trap harmless), and runs over calls and `rep`
-    // instructions arm a breakpoint: weft killed at a step's trap stop, or with the
-    // breakpoint armed, leaves a target that finishes with its exact result and takes
-    // a new session. A thread caught in the program's own code needs no step: such an
-    // attach just completes, and is tried again.
+    // The attach runs threads out of the C library to a hardware breakpoint (or
+    // steps them, settling only the last trap: the trap guard makes a pending one
+    // harmless): weft killed at a run's or step's trap stop, or with the breakpoint
+    // armed, leaves a target that finishes with its exact result and takes a new
+    // session (which clears the breakpoint, and takes and drops the traps it raised
+    // meanwhile: delivered after the guard is gone, they killed the target). A thread
+    // caught in the program's own code needs no run: such an attach just completes,
+    // and is tried again.
     let mut tally = Tally::new("SIGKILL of weft at an attach's step", "kills");
     let bin = build("libcbusy.c", Variant::O2_PIE, &["-pthread"]);
     let bs = b(&bin);
-    let prog = format!("uprobe:{bs}:tick {{ @c = count(); }} interval:ms:50 {{ exit(); }}");
+    let prog = format!("uprobe:{bs}:tick {{ @c = count(); }} interval:ms:50 /@c/ {{ exit(); }}");
     for (mode, threads, point) in [
         ("grow", "1", "attach:step-trap"),
-        ("grow", "2", "attach:step-trap#7"),
+        ("grow", "2", "attach:step-trap#2"),
         ("fill", "1", "attach:step-breakpoint"),
         ("churn", "4", "attach:step-breakpoint#2"),
     ] {

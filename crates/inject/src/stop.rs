@@ -444,6 +444,40 @@ impl StoppedProcess {
             .ok_or(InjectError::UnknownThread { pid: self.pid, tid })
     }
 
+    /// Lets each held thread that has a SIGTRAP queued (not yet delivered) take it
+    /// alone, in a signal-delivery-stop before it runs any instruction, and keeps it
+    /// (with any other signal taken on the way) for resume, where
+    /// [`drop_pending`](Self::drop_pending) can reach it: for traps a weft that died
+    /// while stepping left behind, which the process would take after the resume.
+    pub fn take_queued_traps(&mut self) -> Result<()> {
+        let own: Vec<i32> = self
+            .threads
+            .iter()
+            .map(|t| t.tid)
+            .filter(|&t| self.tgid_of(t) == self.pid)
+            .collect();
+        for tid in own {
+            if self.thread(tid).is_ok() {
+                self.take_queued_trap(tid, true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the signals kept for `tid` (delivered on resume otherwise) that `stray`
+    /// picks by number and siginfo: signals the caller knows are not the program's,
+    /// such as the step trap of a weft that died while stepping. Returns how many.
+    pub fn drop_pending(
+        &mut self,
+        tid: i32,
+        mut stray: impl FnMut(i32, Option<&siginfo_t>) -> bool,
+    ) -> Result<usize> {
+        let thread = self.thread_mut(tid)?;
+        let before = thread.pending.len();
+        thread.pending.retain(|p| !stray(p.signal, p.info.as_ref()));
+        Ok(before - thread.pending.len())
+    }
+
     pub(crate) fn thread_mut(&mut self, tid: i32) -> Result<&mut StoppedThread> {
         let pid = self.pid;
         self.threads
@@ -585,6 +619,28 @@ impl StoppedProcess {
         std::mem::take(&mut state.mask).put_back(self, tid);
         let steps = result?;
         settled.map(|()| steps)
+    }
+
+    /// Runs `tid` alone until its pc is `addr` (a hardware breakpoint, as a run
+    /// over a call), at most `timeout`: for a thread inside a library whose return
+    /// address into the program is known, one run instead of a step-out's
+    /// thousands of steps. System calls on the way are refused as in
+    /// [`step_out_within`](Self::step_out_within) (the thread is left at the
+    /// `syscall` instruction, with [`InjectError::StepOutAtSyscall`]); SIGTRAP is
+    /// unblocked meanwhile, and the thread ends in an interrupt stop.
+    pub fn run_until(
+        &mut self,
+        tid: i32,
+        addr: u64,
+        timeout: Duration,
+        may_enter: Option<&dyn Fn(&libc::user_regs_struct) -> bool>,
+    ) -> Result<()> {
+        let deadline = Deadline::after(timeout);
+        let mut mask = TrapUnblocked::default();
+        mask.unblock(self, tid)?;
+        let result = self.run_to(tid, addr, deadline, may_enter, true);
+        mask.put_back(self, tid);
+        result
     }
 
     fn step_out_steps(
@@ -912,6 +968,12 @@ impl StoppedProcess {
     /// after the detach and kill it. Let the thread take it, and swallow it; other
     /// signals taken on the way are kept for resume.
     fn take_queued_step_trap(&mut self, tid: i32) -> Result<()> {
+        self.take_queued_trap(tid, false)
+    }
+
+    /// As [`take_queued_step_trap`](Self::take_queued_step_trap); with `keep`, a
+    /// step's trap is kept for resume like any other signal (the caller decides).
+    fn take_queued_trap(&mut self, tid: i32, keep: bool) -> Result<()> {
         let trap = 1u64 << (libc::SIGTRAP - 1);
         if process::signal_mask(self.pid, tid, "SigPnd") & trap == 0 {
             return Ok(());
@@ -930,6 +992,24 @@ impl StoppedProcess {
             match event {
                 WaitEvent::SignalStop { signal } => {
                     let info = sys::getsiginfo(tid).ok();
+                    if keep && signal == libc::SIGTRAP {
+                        // Any SIGTRAP ends it: an int3's is put back on its int3
+                        // (as a stop does), any other kept.
+                        let regs = self.getregs(tid)?;
+                        let thread = self.thread_mut(tid)?;
+                        thread.regs = regs;
+                        thread.stop = StopKind::Signal { signal };
+                        thread.pending.push(PendingSignal { signal, info });
+                        if self.rewind_int3_trap(tid)? {
+                            return Ok(());
+                        }
+                        self.settle_trap(tid, deadline)?;
+                        let regs = self.getregs(tid)?;
+                        let thread = self.thread_mut(tid)?;
+                        thread.regs = regs;
+                        thread.stop = StopKind::Trap;
+                        return Ok(());
+                    }
                     if signal == libc::SIGTRAP && info.is_some_and(|i| is_step_trap(&i)) {
                         self.settle_trap(tid, deadline)?;
                         let regs = self.getregs(tid)?;

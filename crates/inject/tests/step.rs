@@ -602,3 +602,40 @@ fn guarded_steps_end_settled_like_any_other() {
         Some(true)
     );
 }
+
+#[test]
+fn run_until_reaches_a_return_address_in_one_run() {
+    // What attach does with a thread inside the C library whose caller the
+    // call-frame information names: one run to that address, through the callee's
+    // calls (here sigprocmask), SIGTRAP unblocked meanwhile and the mask put back.
+    let program = build("unmask", UNMASK, &[]);
+    let target = Target::start(&program.path, &[]);
+    let pid = target.pid();
+    let starting = target.function("starting");
+    let back = target.function("back");
+    let n = target.symbol("n");
+
+    let mut stopped = StoppedProcess::stop(pid).unwrap();
+    let mut regs = *stopped.thread(pid).unwrap().regs();
+    regs.rsp = ((regs.rsp - 4096) & !15) - 8;
+    stopped
+        .write_mem(regs.rsp, &back.start.to_le_bytes())
+        .unwrap();
+    regs.rip = starting.start;
+    regs.orig_rax = u64::MAX;
+    stopped.set_regs(pid, &regs).unwrap();
+    stopped
+        .run_until(pid, back.start, Duration::from_secs(10), None)
+        .unwrap();
+    let thread = stopped.thread(pid).unwrap();
+    assert_eq!(thread.pc(), back.start);
+    assert_eq!(thread.stop_kind(), StopKind::Trap);
+    assert_eq!(thread.pending_signals(), Vec::<i32>::new());
+    // The thread's own new mask (all clear) stands.
+    assert_eq!(blocked_signals(pid, pid), 0);
+    stopped.resume().unwrap();
+    assert!(common::eventually(Duration::from_secs(10), || target
+        .peek_u64s(n, 1)[0]
+        > 3));
+    assert_eq!(common::task_state(pid, pid).map(|s| s != 'Z'), Some(true));
+}
