@@ -11,12 +11,18 @@
 //! Code is written through `/proc/self/mem`, which writes through read-only pages
 //! without changing their protection.
 
-use core::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use weft_abi::{SiteKind, SITE_PATCHED, SITE_PATCHING, SITE_RESTORED};
 use weft_runtime::shm::Shm;
 
 static MEM_FD: AtomicI32 = AtomicI32::new(-1);
-static SYNC_CORE: AtomicBool = AtomicBool::new(false);
+/// How `sync_core` serializes: not yet known (registration is done on first use),
+/// a core-serializing membarrier, a plain expedited one, or none available.
+static BARRIER: AtomicU8 = AtomicU8::new(BARRIER_UNKNOWN);
+const BARRIER_UNKNOWN: u8 = 0;
+const BARRIER_SYNC_CORE: u8 = 1;
+const BARRIER_EXPEDITED: u8 = 2;
+const BARRIER_NONE: u8 = 3;
 const INT3: u8 = 0xcc;
 
 const MEMBARRIER_CMD_QUERY: i32 = 0;
@@ -34,32 +40,57 @@ pub fn init() {
     // SAFETY: opening our own /proc/self/mem.
     let fd = unsafe { libc::open(c"/proc/self/mem".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     MEM_FD.store(fd, Ordering::Release);
-    let cmds = membarrier(MEMBARRIER_CMD_QUERY);
-    if cmds > 0 && cmds as i32 & MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE != 0 {
-        if membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) == 0 {
-            SYNC_CORE.store(true, Ordering::Release);
-        }
-    } else if cmds > 0 && cmds as i32 & MEMBARRIER_CMD_PRIVATE_EXPEDITED != 0 {
-        membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+}
+
+/// Registers the process for expedited membarriers, the first time they are needed.
+/// Not in the constructor: in a process that already has several threads the
+/// kernel waits for an RCU grace period to register (about 10 ms here), and a
+/// remote `dlopen` runs with the whole process stopped. Only the self-unweave of a
+/// session whose weft died needs the barrier, and it can wait that long.
+fn barrier() -> u8 {
+    let known = BARRIER.load(Ordering::Acquire);
+    if known != BARRIER_UNKNOWN {
+        return known;
     }
+    let cmds = membarrier(MEMBARRIER_CMD_QUERY);
+    let kind = if cmds > 0
+        && cmds as i32 & MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE != 0
+        && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE) == 0
+    {
+        BARRIER_SYNC_CORE
+    } else if cmds > 0
+        && cmds as i32 & MEMBARRIER_CMD_PRIVATE_EXPEDITED != 0
+        && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0
+    {
+        BARRIER_EXPEDITED
+    } else {
+        BARRIER_NONE
+    };
+    // Registering twice (two threads racing here) is harmless.
+    BARRIER.store(kind, Ordering::Release);
+    kind
 }
 
 /// Make every thread of the process execute a serializing instruction before
 /// continuing, so no core runs stale instruction bytes.
 fn sync_core() {
-    if SYNC_CORE.load(Ordering::Acquire) {
-        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE);
-    } else {
-        // An IPI to every core running our threads; interrupt return serializes.
-        membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+    match barrier() {
+        BARRIER_SYNC_CORE => {
+            membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE);
+        }
+        BARRIER_EXPEDITED => {
+            // An IPI to every core running our threads; interrupt return serializes.
+            membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+        }
+        _ => {}
     }
 }
 
 /// In the child of a fork(): the inherited `/proc/self/mem` descriptor still refers
 /// to the *parent's* address space (the kernel binds it to the mm at open time), so
 /// writing through it would patch the parent. Reopen it for the child's own memory.
-/// The child's new mm is not registered for `membarrier` either; it is single-threaded
-/// here, so nothing needs serializing.
+/// The child's new mm is not registered for `membarrier` either: it registers on
+/// first use, like the parent.
 pub fn after_fork_child() {
     // SAFETY: opening our own /proc/self/mem; closing the inherited descriptor, which
     // only the agent uses.
@@ -70,7 +101,7 @@ pub fn after_fork_child() {
             libc::close(old);
         }
     }
-    SYNC_CORE.store(false, Ordering::Release);
+    BARRIER.store(BARRIER_UNKNOWN, Ordering::Release);
 }
 
 /// In the child of a fork(), while it has a single thread (this one, in the atfork

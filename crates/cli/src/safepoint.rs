@@ -139,41 +139,39 @@ pub struct LibcSpots {
 }
 
 impl LibcSpots {
-    /// Looks them up in the C library's code, read with `read` (the code does not
-    /// change: this may run before the process is stopped, keeping it out of the
-    /// pause).
-    pub fn find(
-        maps: &ProcMaps,
-        modules: &[Module],
-        read: impl Fn(u64, &mut [u8]) -> bool,
-    ) -> LibcSpots {
-        let libc: Vec<&Module> = modules
+    /// Looks them up in the C library's file (its code is the same in every
+    /// process that maps it, and reading the file's pages is much quicker than
+    /// reading the process's memory: this runs before the process is stopped,
+    /// keeping it out of the pause).
+    pub fn find(modules: &[Module]) -> LibcSpots {
+        let mut spots = LibcSpots::default();
+        let libc = modules
             .iter()
-            .filter(|m| m.file_name().starts_with("libc.so") || m.file_name().starts_with("libc-"))
-            .collect();
-        let code: Vec<Range<u64>> = libc
-            .iter()
-            .flat_map(|m| ranges(maps, Some(m), exec))
-            .collect();
-        let mut restorers = Vec::new();
-        let mut ret = None;
-        for r in &code {
-            let mut buf = vec![0u8; (r.end - r.start) as usize];
-            if !read(r.start, &mut buf) {
-                continue;
+            .filter(|m| m.file_name().starts_with("libc.so") || m.file_name().starts_with("libc-"));
+        for m in libc {
+            let Ok(elf) = m.open() else { continue };
+            for seg in elf
+                .segments()
+                .iter()
+                .filter(|s| s.is_load() && s.flags & 1 != 0)
+            {
+                let Some(code) = elf
+                    .data()
+                    .get(seg.offset as usize..(seg.offset + seg.filesz) as usize)
+                else {
+                    continue;
+                };
+                let at = |i: usize| m.runtime_addr(seg.vaddr + i as u64);
+                spots
+                    .restorers
+                    .extend(memchr::memmem::find_iter(code, &RESTORER).map(at));
+                spots.ret = spots.ret.or_else(|| memchr::memchr(0xc3, code).map(at));
             }
-            restorers
-                .extend(memchr::memmem::find_iter(&buf, &RESTORER).map(|i| r.start + i as u64));
-            ret = ret.or_else(|| memchr::memchr(0xc3, &buf).map(|i| r.start + i as u64));
+            spots.syscall = spots
+                .syscall
+                .or_else(|| elf.symbol_vaddr("syscall").map(|v| m.runtime_addr(v)));
         }
-        LibcSpots {
-            restorers,
-            ret,
-            syscall: libc.iter().find_map(|m| {
-                let v = m.open().ok()?.symbol_vaddr("syscall")?;
-                Some(m.runtime_addr(v))
-            }),
-        }
+        spots
     }
 
     /// Found everything (the C library is mapped and readable).
@@ -205,20 +203,13 @@ pub struct Layout {
 
 impl Layout {
     /// `spots` caches what is found in the C library between looks.
-    pub fn new(
-        stopped: &StoppedProcess,
-        maps: &ProcMaps,
-        modules: &[Module],
-        spots: &mut Option<LibcSpots>,
-    ) -> Layout {
+    pub fn new(maps: &ProcMaps, modules: &[Module], spots: &mut Option<LibcSpots>) -> Layout {
         let system: Vec<&Module> = modules
             .iter()
             .filter(|m| SYSTEM_LIBS.iter().any(|p| m.file_name().starts_with(p)))
             .collect();
         let spots = spots
-            .get_or_insert_with(|| {
-                LibcSpots::find(maps, modules, |at, buf| stopped.read_mem(at, buf).is_ok())
-            })
+            .get_or_insert_with(|| LibcSpots::find(modules))
             .clone();
         Layout {
             system: system
@@ -292,7 +283,7 @@ impl Unwinder {
             let table = self
                 .tables
                 .entry(m.path.clone())
-                .or_insert_with(|| weft_symbols::FrameTable::of(&m.open().ok()?))
+                .or_insert_with(|| weft_symbols::FrameTable::of(&*m.open().ok()?))
                 .as_ref()?;
             frame = table.caller(frame, m.load_bias, depth == 0, read)?;
         }

@@ -75,6 +75,9 @@ struct ProbeRef<'p> {
 /// Run a checked program. Returns the exit status.
 pub fn trace(prog: &Program, opts: &TraceOptions) -> Result<i32> {
     install_stop_handlers();
+    // The kernel's first hardware breakpoint is slow (see `weft_inject::warm`): paid
+    // while weft starts, not while the target is stopped.
+    let mut warm = matches!(opts.target, Target::Attach(_)).then(weft_inject::warm::Warm::start);
     let needs_target = prog
         .probes
         .iter()
@@ -118,7 +121,7 @@ pub fn trace(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         Target::Attach(pid) => {
             let agent = target::agent_path()?;
             let pid = *pid;
-            let report = target::attach(pid, &agent, &listener.name)?;
+            let report = target::attach(pid, &agent, &listener.name, warm.as_mut())?;
             if opts.verbose {
                 let moved = match (report.ran_out, report.stepped_out) {
                     (0, 0) => String::new(),
@@ -658,7 +661,7 @@ fn resolve_sites(
     // A coldpatched binary's file and placeholders (probe list) by function address,
     // read once per module (a whole-program weave looks up 10,000 functions).
     type Placeholders = (
-        Option<weft_symbols::ElfFile>,
+        Option<std::sync::Arc<weft_symbols::ElfFile>>,
         HashMap<u64, Vec<weft_symbols::WeftProbeSite>>,
     );
     let mut placeholders: HashMap<std::path::PathBuf, Placeholders> = Default::default();

@@ -174,8 +174,6 @@ fn is_zombie(pid: i32) -> bool {
     proc_state(pid) == Some('Z')
 }
 
-/// Load the agent into running process `pid` (unless it is already there) and tell
-/// it to connect to `socket`. Returns the pause the target saw.
 /// What an attach did, for `-v`.
 pub struct AttachReport {
     /// How long the target was stopped in all.
@@ -186,14 +184,22 @@ pub struct AttachReport {
     pub stepped_out: usize,
 }
 
-pub fn attach(pid: i32, agent: &Path, socket: &str) -> Result<AttachReport> {
+/// Load the agent into running process `pid` (unless it is already there) and tell
+/// it to connect to `socket`. `warm`, if given, is waited for before the process is
+/// stopped (see `weft_inject::warm`).
+pub fn attach(
+    pid: i32,
+    agent: &Path,
+    socket: &str,
+    warm: Option<&mut weft_inject::warm::Warm>,
+) -> Result<AttachReport> {
     if !weft_inject::process::process_exists(pid) {
         bail!("no process with pid {pid}");
     }
     if is_zombie(pid) {
         bail!("process {pid} has exited (it is a zombie waiting for its parent)");
     }
-    attach_to(pid, agent, socket).map_err(|e| {
+    attach_to(pid, agent, socket, warm).map_err(|e| {
         // Whatever step failed, a process that ended meanwhile is the reason.
         if exiting(pid) {
             anyhow!("process {pid} exited while weft was attaching")
@@ -223,7 +229,12 @@ fn exiting(pid: i32) -> bool {
     }
 }
 
-fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<AttachReport> {
+fn attach_to(
+    pid: i32,
+    agent: &Path,
+    socket: &str,
+    warm: Option<&mut weft_inject::warm::Warm>,
+) -> Result<AttachReport> {
     weft_inject::die::phase("attach");
     let exe = match weft_inject::process::exe(pid) {
         Ok(e) => e,
@@ -253,16 +264,14 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<AttachReport> {
     let since = std::time::Instant::now();
     // What the safe-point judgement needs from libc, found before the pause.
     let mut spots = (!has_agent)
-        .then(|| {
-            let mem = std::fs::File::open(format!("/proc/{pid}/mem")).ok()?;
-            let read = |at: u64, buf: &mut [u8]| {
-                std::os::unix::fs::FileExt::read_exact_at(&mem, buf, at).is_ok()
-            };
-            let spots = safepoint::LibcSpots::find(&maps, &modules, read);
-            spots.complete().then_some(spots)
-        })
-        .flatten();
+        .then(|| safepoint::LibcSpots::find(&modules))
+        .filter(safepoint::LibcSpots::complete);
     let mut unwinder = safepoint::Unwinder::default();
+    // Threads are run out of the library to a hardware breakpoint: the kernel's
+    // one-time cost of the first one is paid before the stop.
+    if let Some(w) = warm {
+        w.ready();
+    }
     let mut pause = std::time::Duration::from_millis(2);
     // Looked up once it is there (libc mapped), not again at every look.
     let mut dlopen = None;
@@ -290,7 +299,7 @@ fn attach_to(pid: i32, agent: &Path, socket: &str) -> Result<AttachReport> {
             let tid = stopped.pick_call_thread();
             break (stopped, maps, tid);
         } else {
-            let layout = safepoint::Layout::new(&stopped, &maps, &modules, &mut spots);
+            let layout = safepoint::Layout::new(&maps, &modules, &mut spots);
             safepoint::drop_stray_traps(&mut stopped, &layout)?;
             match safepoint::look(&mut stopped, &layout, &mut unwinder, since)? {
                 safepoint::Look::Borrow(tid) => break (stopped, maps, tid),

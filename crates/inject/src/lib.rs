@@ -12,6 +12,7 @@
 //! * [`inject_library`]: a remote `dlopen`.
 //! * [`process`]: what `/proc` says about a process, without stopping it.
 //! * [`die`]: named points at which a test makes weft SIGKILL itself.
+//! * [`warm`]: the kernel's one-time cost of hardware breakpoints, paid before a stop.
 //!
 //! This crate knows nothing of probes: addresses come in, bytes and registers go out.
 //! Errors are [`InjectError`]s whose messages are one line, for the CLI to print.
@@ -60,6 +61,7 @@ mod library;
 pub mod process;
 mod stop;
 mod sys;
+pub mod warm;
 
 pub use call::{CallArg, RemoteCallResult, DEFAULT_CALL_TIMEOUT, MAX_STACK_DATA};
 pub use error::{signal_name, AbandonedCall, InjectError, MemOp, Result};

@@ -37,6 +37,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use crate::elf::{ElfFile, Segment};
 use crate::error::{Error, Result};
@@ -211,8 +212,37 @@ impl Module {
 
     /// Opens the module's ELF file (from [`Module::open_path`]); the result's
     /// [`ElfFile::path`] is [`Module::path`].
-    pub fn open(&self) -> Result<ElfFile> {
-        Ok(ElfFile::open_identified(&self.open_path, self.identity)?.with_path(&self.path))
+    ///
+    /// A file known by its identity (`(st_dev, st_ino)`, checked when it was first
+    /// opened) is parsed once per weft process and shared: an attach looks up the C
+    /// library's functions several times (the safe point, `dlopen`, the internal
+    /// probes), and parsing its symbols is the larger part of each lookup.
+    pub fn open(&self) -> Result<Arc<ElfFile>> {
+        type Key = (PathBuf, PathBuf, (u64, u64));
+        static OPENED: Mutex<Option<HashMap<Key, Arc<ElfFile>>>> = Mutex::new(None);
+        let open = || {
+            ElfFile::open_identified(&self.open_path, self.identity)
+                .map(|e| Arc::new(e.with_path(&self.path)))
+        };
+        let Some(id) = self.identity else {
+            return open();
+        };
+        let key = (self.open_path.clone(), self.path.clone(), id);
+        let cached = |map: &mut Option<HashMap<Key, Arc<ElfFile>>>| {
+            map.get_or_insert_with(HashMap::new).get(&key).cloned()
+        };
+        if let Some(elf) = cached(&mut OPENED.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(elf);
+        }
+        // Parsed outside the lock (another thread may parse the same file meanwhile:
+        // either result will do).
+        let elf = open()?;
+        OPENED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(HashMap::new)
+            .insert(key, elf.clone());
+        Ok(elf)
     }
 }
 

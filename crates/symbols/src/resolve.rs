@@ -127,7 +127,7 @@ fn padding_bytes<'a>(elf: &'a ElfFile, f: &Function) -> &'a [u8] {
 
 /// Resolves a function pattern in a process's module.
 pub fn resolve_in_module(module: &Module, pattern: &str) -> Result<Vec<ResolvedFunction>> {
-    resolve(&module.open()?, pattern, Some(module.load_bias))
+    resolve(&*module.open()?, pattern, Some(module.load_bias))
 }
 
 /// Bytes given for a function whose symbol has no size: enough for its first

@@ -27,7 +27,7 @@ pub struct Symbol {
 #[derive(Debug, Default)]
 pub struct Symbolizer {
     modules: Vec<Module>,
-    files: HashMap<PathBuf, Option<ElfFile>>,
+    files: HashMap<PathBuf, Option<std::sync::Arc<ElfFile>>>,
 }
 
 impl Symbolizer {
@@ -65,7 +65,7 @@ impl Symbolizer {
             .files
             .entry(module.open_path.clone())
             .or_insert_with(|| module.open().ok())
-            .as_ref();
+            .as_deref();
         let found = elf.and_then(|elf| containing_function(elf, vaddr));
         Some(match found {
             Some((name, demangled, start)) => Symbol {
@@ -85,7 +85,7 @@ impl Symbolizer {
 
     /// The loaded file for a module path, if it was loaded and readable.
     pub fn file(&self, open_path: &Path) -> Option<&ElfFile> {
-        self.files.get(open_path)?.as_ref()
+        self.files.get(open_path)?.as_deref()
     }
 }
 
