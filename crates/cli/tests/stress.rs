@@ -541,7 +541,7 @@ fn threads_created_and_exiting_during_weaving() {
     tally.check(threads >= want_total, || {
         format!("{threads} threads counted while woven, {want_total} wanted")
     });
-    if let Err(e) = t.makes_progress(Duration::from_secs(5)) {
+    if let Err(e) = t.makes_progress(T) {
         tally.fail(format!("threads: {e}"));
     }
     eprintln!("threads: {threads} threads counted while woven");
@@ -1077,24 +1077,33 @@ fn weft_dying_at(point: &str, args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// After weft died: within a second the target is intact (its code and every
-/// library's equal to their files), then it makes progress.
+/// After weft died: the target becomes intact (its code and every library's equal
+/// to their files: the agent restores them once it sees its socket close; a
+/// ceiling, not a deadline, as a loaded machine may take its time), then it makes
+/// progress.
 fn survives(t: &mut Watched) -> Result<(), String> {
+    let pid = t.pid();
+    intact_within(|| t.health(), pid)?;
+    t.makes_progress(T)
+}
+
+/// Waits (at most [`T`]) until every module of `pid` equals its file, checking
+/// `health` meanwhile (a target that dies is reported, not waited for).
+fn intact_within(mut health: impl FnMut() -> Result<(), String>, pid: i32) -> Result<(), String> {
     let killed = Instant::now();
     loop {
-        t.health()?;
+        health()?;
         // The program's own code too (and no panic if the target just died).
-        let bad = modules_differing_from_files(t.pid());
-        t.health()?;
+        let bad = modules_differing_from_files(pid);
+        health()?;
         if bad.is_empty() {
-            break;
+            return Ok(());
         }
-        if killed.elapsed() > Duration::from_secs(1) {
-            return Err(format!("not intact 1 s later: differing {bad:?}"));
+        if killed.elapsed() > T {
+            return Err(format!("not intact {T:?} later: differing {bad:?}"));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    t.makes_progress(Duration::from_secs(5))
 }
 
 /// SIGKILL of weft at every named point of attaching, weaving and unweaving, on a
@@ -1269,27 +1278,15 @@ impl Parked {
     /// Within a second: healthy, its code and every library's equal to their files.
     /// Then its worker makes progress.
     fn survives(&mut self) -> Result<(), String> {
-        let killed = Instant::now();
-        loop {
-            self.health()?;
-            // The program's own code too (and no panic if the target just died).
-            let bad = modules_differing_from_files(self.pid());
-            self.health()?;
-            if bad.is_empty() {
-                break;
-            }
-            if killed.elapsed() > Duration::from_secs(1) {
-                return Err(format!("not intact 1 s later: differing {bad:?}"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let pid = self.pid();
+        intact_within(|| self.health(), pid)?;
         let before = self.iterations;
         self.until(|p| p.iterations > before, "no progress")
     }
 
-    /// Wait (5 s at most) until `cond` holds.
+    /// Wait (a ceiling of [`T`]) until `cond` holds.
     fn until(&mut self, cond: impl Fn(&Parked) -> bool, what: &str) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let deadline = Instant::now() + T;
         while Instant::now() < deadline {
             self.health()?;
             if cond(self) {
@@ -1297,7 +1294,7 @@ impl Parked {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Err(format!("{what} within 5 s"))
+        Err(format!("{what} within {T:?}"))
     }
 
     /// SIGUSR2 `n` times: exactly `n` more wake-ups of the parked thread.
@@ -1305,11 +1302,13 @@ impl Parked {
         self.health()?;
         let want = self.wakeups + n;
         for _ in 0..n {
+            // One at a time, each once the previous one woke the thread: two sent
+            // before the thread takes the first would be one pending signal.
+            let next = self.wakeups + 1;
             // SAFETY: kill takes no pointers.
             unsafe { libc::kill(self.pid(), libc::SIGUSR2) };
-            std::thread::sleep(Duration::from_millis(20));
+            self.until(|p| p.wakeups >= next, "the parked thread did not wake up")?;
         }
-        self.until(|p| p.wakeups >= want, "the parked thread did not wake up")?;
         // Progress lines come every 100 ms: one more, and no extra wake-up.
         let at = self.iterations;
         self.until(|p| p.iterations > at, "no progress")?;
@@ -1423,7 +1422,7 @@ fn weft_gone_with_a_thread_inside_its_code() {
         // SAFETY: kill takes no pointers.
         unsafe { libc::kill(t.pid(), libc::SIGUSR1) };
         let parked = Instant::now();
-        while !t.parked_in_weft_code() && parked.elapsed() < Duration::from_secs(5) {
+        while !t.parked_in_weft_code() && parked.elapsed() < T {
             std::thread::sleep(Duration::from_millis(2));
         }
         if !t.parked_in_weft_code() {
