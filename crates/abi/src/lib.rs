@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -323,8 +323,11 @@ pub struct ThreadSlot {
     pub comm: [u8; 16],
     /// Hits of target probes on this thread.
     pub hits: AtomicU64,
-    /// Cache of the last scalar key lookups: reserved.
-    pub _reserved: [u64; 8],
+    /// Process of the thread (a session may span several processes).
+    pub pid: u32,
+    pub _pad: u32,
+    /// Reserved.
+    pub _reserved: [u64; 7],
 }
 
 /// Size reserved for the [`ThreadSlot`] header before the ring.

@@ -391,7 +391,7 @@ pub fn attach_slot(th: &mut AgentThread) -> *mut ThreadSlot {
     if th.session == s.generation && !th.slot.is_null() {
         return th.slot;
     }
-    let Some(slot) = slots::claim(&s.shm, th.tid) else {
+    let Some(slot) = slots::claim(&s.shm, th.pid, th.tid) else {
         s.shm
             .header()
             .threads_dropped

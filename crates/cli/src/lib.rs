@@ -1,26 +1,17 @@
-//! The `weft` command: flags and subcommands, and the session that runs one trace.
+//! The `weft` command: flags and subcommands, and the output. The work is the
+//! engine's (`weft_engine`): `weft trace` reads as the pipeline — compile, start a
+//! session, weave, deliver records to the printer, finish.
 //!
 //! * [`args`]: the command line (clap).
-//! * [`session`]: one `weft trace` run, the pipeline in order.
-//! * [`target`]: launching a command with the agent, or loading it into a process.
-//! * [`segment`], [`conn`]: the shared segment and the control channel.
-//! * [`weave`], [`patch`]: planning sites, writing code, patching with threads stopped.
-//! * [`local`]: BEGIN/END/interval advice, run in weft.
-//! * [`printer`]: events and maps, through `weft-output`.
+//! * [`trace`](mod@trace): one `weft trace` run.
+//! * [`printer`]: records and maps as bpftrace prints them (a `weft_trace::Sink`).
+//! * [`demo`], [`coldpatch_cmd`]: the other subcommands.
 
 pub mod args;
 pub mod coldpatch_cmd;
-pub mod conn;
 pub mod demo;
-pub mod dwarf;
-pub mod local;
-pub mod patch;
 pub mod printer;
-pub mod safepoint;
-pub mod segment;
-pub mod session;
-pub mod target;
-pub mod weave;
+pub mod trace;
 
 use std::io::IsTerminal;
 
@@ -29,7 +20,8 @@ use clap::Parser;
 
 use args::{Cli, Command, ListArgs, TraceArgs};
 use printer::OutputFormat;
-use session::{Target, TraceOptions};
+use trace::{Target, TraceOptions};
+use weft_engine::{dwarf, segment, target};
 
 /// Run the command line; returns the exit status.
 pub fn main() -> Result<i32> {
@@ -128,7 +120,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         },
         inline: !t.no_inline,
     };
-    session::trace(&prog, &opts)
+    trace::run(&prog, &opts)
 }
 
 /// The stack the front end runs on. Its stages recurse over the program's tree,

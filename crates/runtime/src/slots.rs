@@ -19,9 +19,10 @@ use weft_abi::{
 use crate::map;
 use crate::shm::Shm;
 
-/// A slot for the calling thread (`tid`), LIVE on return; `None` when `max_live`
-/// threads hold one or none is free (the caller counts the hit as dropped).
-pub fn claim(shm: &Shm, tid: u32) -> Option<*mut ThreadSlot> {
+/// A slot for the calling thread (`tid` of process `pid`), LIVE on return; `None`
+/// when `max_live` threads hold one or none is free (the caller counts the hit as
+/// dropped).
+pub fn claim(shm: &Shm, pid: u32, tid: u32) -> Option<*mut ThreadSlot> {
     let h = shm.header();
     let mut live = h.threads_live.load(Ordering::Relaxed);
     loop {
@@ -48,6 +49,7 @@ pub fn claim(shm: &Shm, tid: u32) -> Option<*mut ThreadSlot> {
     // FREE, zeroed, before pushing it) or taken fresh past `slots_used`.
     unsafe {
         (*slot).tid = tid;
+        (*slot).pid = pid;
         (*slot).state.store(THREAD_LIVE, Ordering::Release);
     }
     Some(slot)
@@ -164,6 +166,7 @@ pub fn retire(shm: &Shm, slots: &[u32]) {
         // SAFETY: as above; plain fields of a slot no thread owns.
         unsafe {
             (*slot).tid = 0;
+            (*slot).pid = 0;
             (*slot).comm = [0; 16];
         }
         s.state.store(THREAD_FREE, Ordering::Release);
@@ -210,22 +213,22 @@ mod tests {
     #[test]
     fn live_limit_and_reuse_after_retire() {
         let (_m, shm) = segment(2, &[]);
-        let a = claim(&shm, 100).unwrap();
-        let b = claim(&shm, 101).unwrap();
+        let a = claim(&shm, 7, 100).unwrap();
+        let b = claim(&shm, 7, 101).unwrap();
         assert_eq!(slot_index(&shm, a), FIRST_THREAD_SLOT);
         assert_eq!(slot_index(&shm, b), FIRST_THREAD_SLOT + 1);
-        assert!(claim(&shm, 102).is_none(), "two live threads at most");
+        assert!(claim(&shm, 7, 102).is_none(), "two live threads at most");
         release(&shm, a);
         release(&shm, a);
         assert_eq!(shm.header().threads_live.load(Ordering::Relaxed), 1);
         // The released slot waits for weft; another never-used slot serves meanwhile.
-        let c = claim(&shm, 102).unwrap();
+        let c = claim(&shm, 7, 102).unwrap();
         assert_eq!(slot_index(&shm, c), FIRST_THREAD_SLOT + 2);
         assert_eq!(dead(&shm), vec![FIRST_THREAD_SLOT]);
         retire(&shm, &dead(&shm));
         assert!(dead(&shm).is_empty());
         release(&shm, b);
-        let d = claim(&shm, 103).unwrap();
+        let d = claim(&shm, 7, 103).unwrap();
         assert_eq!(d, a, "the retired slot is reused first");
         // SAFETY: a slot of the segment.
         assert_eq!(unsafe { (*d).tid }, 103);
@@ -237,14 +240,14 @@ mod tests {
     fn slots_run_out_when_weft_does_not_drain() {
         let (_m, shm) = segment(1, &[]);
         // Two slots per live thread: the second serves while the first is not drained.
-        let a = claim(&shm, 1).unwrap();
+        let a = claim(&shm, 7, 1).unwrap();
         release(&shm, a);
-        let b = claim(&shm, 2).unwrap();
+        let b = claim(&shm, 7, 2).unwrap();
         release(&shm, b);
-        assert!(claim(&shm, 3).is_none());
+        assert!(claim(&shm, 7, 3).is_none());
         assert_eq!(shm.header().threads_live.load(Ordering::Relaxed), 0);
         retire(&shm, &dead(&shm));
-        assert!(claim(&shm, 3).is_some());
+        assert!(claim(&shm, 7, 3).is_some());
     }
 
     /// Values of exited threads stay in every map's merged value, with each kind's
@@ -272,13 +275,13 @@ mod tests {
                 }
             }
         };
-        let a = claim(&shm, 1).unwrap();
+        let a = claim(&shm, 7, 1).unwrap();
         run(a, &[5, -3, 9]);
         // SAFETY: the slot of a thread we just claimed for.
         unsafe { (*a).errors[1].store(2, Ordering::Relaxed) };
         release(&shm, a);
         retire(&shm, &dead(&shm));
-        let b = claim(&shm, 2).unwrap();
+        let b = claim(&shm, 7, 2).unwrap();
         assert_eq!(b, a);
         // The reused slot starts from zero.
         let d = shm.map(0);

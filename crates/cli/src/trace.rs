@@ -1,0 +1,138 @@
+//! One `weft trace` run: the engine's session, with the printer as its sink.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+use anyhow::{bail, Context, Result};
+use weft_engine::segment::Sizes;
+use weft_engine::{target, Options, Session};
+use weft_ir::{AttachPoint, Program};
+
+use crate::printer::{OutputFormat, Printer};
+
+/// Where the probes go.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// No process: only BEGIN/END/interval probes.
+    None,
+    /// Launch a command (argv).
+    Launch(Vec<String>),
+    /// Attach to a running process.
+    Attach(i32),
+}
+
+#[derive(Clone, Debug)]
+pub struct TraceOptions {
+    pub target: Target,
+    pub output: Option<PathBuf>,
+    pub format: OutputFormat,
+    pub quiet: bool,
+    pub verbose: bool,
+    pub unsafe_ok: bool,
+    pub sizes: Sizes,
+    /// Compile simple advice into trampolines.
+    pub inline: bool,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    STOP_SIGNAL.store(sig, Ordering::Relaxed);
+    STOP.store(true, Ordering::Release);
+}
+
+fn install_stop_handlers() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a handler that only stores to atomics.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Run a checked program. Returns the exit status.
+pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
+    install_stop_handlers();
+    let needs_target = prog
+        .probes
+        .iter()
+        .any(|p| p.attach.iter().any(AttachPoint::runs_in_target));
+    if needs_target && matches!(opts.target, Target::None) {
+        bail!("uprobe probes need a target process: give -p PID or -c 'CMD' (or -- CMD ARGS...)");
+    }
+    let out: Box<dyn Write> = match &opts.output {
+        Some(p) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => Box::new(std::io::stdout()),
+    };
+    let mut printer = Printer {
+        out,
+        format: opts.format,
+        unsafe_ok: opts.unsafe_ok,
+    };
+    let engine = Options {
+        sizes: opts.sizes,
+        inline: opts.inline,
+        verbose: opts.verbose,
+        ..Options::default()
+    };
+    let attaching = matches!(opts.target, Target::Attach(_));
+    let mut session = Session::new(prog, engine, attaching)?;
+    match &opts.target {
+        Target::None => {}
+        Target::Launch(argv) => {
+            session.launch(argv)?;
+        }
+        Target::Attach(pid) => session.attach(*pid)?,
+    }
+    match weave_and_run(&mut session, &mut printer, opts) {
+        Ok(()) => {}
+        Err(e) => {
+            session.abandon();
+            // A target that dies mid-session breaks the agent's connection: say what
+            // happened.
+            if let Some(pid) = session.first_pid().filter(|&p| !target::alive(p)) {
+                return Err(e.context(format!("process {pid} exited while weft was working on it")));
+            }
+            return Err(e);
+        }
+    }
+    let done = session.finish(&mut printer)?;
+    let _ = printer.out.flush();
+    let l = &done.losses;
+    if l.events_lost > 0 {
+        eprint!("{}", weft_output::lost_events_line(l.events_lost));
+    }
+    for line in l.report() {
+        eprintln!("{line}");
+    }
+    if opts.verbose && done.had_targets {
+        eprintln!(
+            "weft: at most {} threads held a slot at once (--max-threads {}); {} slots of threads that ended were drained and reused",
+            done.threads_peak, done.max_live, done.threads_retired
+        );
+    }
+    Ok(0)
+}
+
+/// Prepare, announce, BEGIN, patch, and run until the session should end.
+fn weave_and_run(
+    session: &mut Session<'_>,
+    printer: &mut Printer<'_>,
+    opts: &TraceOptions,
+) -> Result<()> {
+    let n_probes = session.prepare()?;
+    if !opts.quiet {
+        printer.attaching(n_probes);
+    }
+    session.begin(printer);
+    session.go()?;
+    session.run(printer, &STOP)?;
+    Ok(())
+}

@@ -1,0 +1,260 @@
+//! One process of a session: its agent's connection, the code weft wrote into it,
+//! and its sites, from weaving to unweaving.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::process::Child;
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use weft_ir::Program;
+use weft_jit::Env;
+use weft_symbols::{ProcMaps, Symbolizer};
+
+use crate::conn::Agent;
+use crate::patch::{self, PatchReport};
+use crate::pointcut::{self, ProbeNames};
+use crate::segment::Segment;
+use crate::weave::{CodeRegion, Outcome, Planned, Weaver};
+
+/// A process in the session.
+pub struct Member {
+    pub pid: i32,
+    pub agent: Agent,
+    /// The command weft launched (`-c`), if this is it.
+    pub child: Option<Child>,
+    /// Where the agent mapped the segment, and the agent's session generation.
+    shm_base: u64,
+    generation: u32,
+    /// Code regions weft wrote trampolines and advice into.
+    regions: Vec<CodeRegion>,
+    /// Sites planned and written (or to be written).
+    pub planned: Vec<Planned>,
+    /// The `sigaction` redirect, and the function bodies it covers.
+    redirects: Vec<Planned>,
+    redirect_bodies: Vec<Range<u64>>,
+    /// Probes with sites here (and profile probes), for "Attaching N probes".
+    pub site_probes: usize,
+    /// Symbols of the process, for `usym`/`ustack`.
+    pub symbolizer: Option<Symbolizer>,
+    /// Still running (not exited or gone from the session).
+    pub alive: bool,
+}
+
+/// How a member was woven, for `-v`.
+pub struct Prepared {
+    pub sites: usize,
+    pub elapsed: Duration,
+    pub regions: Vec<Range<u64>>,
+}
+
+impl Member {
+    /// A process whose agent has connected: it maps the session's segment.
+    pub fn join(pid: i32, agent: Agent, child: Option<Child>, seg: &Segment) -> Result<Member> {
+        let (base, generation) =
+            agent.map_shm(std::os::fd::AsRawFd::as_raw_fd(&seg.fd), seg.size())?;
+        weft_inject::die::at("shm-mapped");
+        Ok(Member {
+            pid,
+            agent,
+            child,
+            shm_base: base,
+            generation,
+            regions: Vec::new(),
+            planned: Vec::new(),
+            redirects: Vec::new(),
+            redirect_bodies: Vec::new(),
+            site_probes: 0,
+            symbolizer: None,
+            alive: true,
+        })
+    }
+
+    /// Resolve the program's attach points in this process, compile its advice and
+    /// write the trampolines; nothing is patched yet. `note` gets `-v` lines.
+    pub fn prepare(
+        &mut self,
+        prog: &Program,
+        seg: &Segment,
+        names: &mut ProbeNames,
+        inline: bool,
+        note: &mut dyn FnMut(String),
+    ) -> Result<Prepared> {
+        let t = std::time::Instant::now();
+        let maps = ProcMaps::read(self.pid as u32).map_err(|e| anyhow!("{e}"))?;
+        self.symbolizer = Some(Symbolizer::new(maps.modules()));
+        let resolved = pointcut::resolve(prog, &maps, self.pid, names)?;
+        let mut specs: Vec<_> = resolved.sites.into_values().collect();
+        self.site_probes = specs.iter().map(|s| s.entry.len() + s.ret.len()).sum();
+        let agent = &self.agent;
+        let mut weaver = Weaver::new(agent, seg, prog, self.shm_base, self.generation);
+        weaver.inline = inline;
+        weaver.regions = std::mem::take(&mut self.regions);
+        let result = (|| -> Result<()> {
+            // Advice: one compiled function per probe body that runs in the target.
+            let mut advice_addr = BTreeMap::new();
+            let no_symbols = |_: &str| None;
+            let env = Env {
+                helpers: &agent.hello.helpers,
+                maps: &seg.maps,
+                thread_agg_off: seg.layout.agg_off,
+                symbol: &no_symbols,
+                usdt_args: None,
+            };
+            for s in &mut specs {
+                for c in s.entry.iter_mut().chain(s.ret.iter_mut()) {
+                    let body = c.advice as usize;
+                    let addr = match (&s.usdt_args, advice_addr.get(&body)) {
+                        (None, Some(a)) => *a,
+                        (usdt, _) => {
+                            // USDT arguments differ per site: compile for this site.
+                            let env = Env {
+                                usdt_args: usdt.as_deref(),
+                                ..env
+                            };
+                            let code = weft_jit::compile(&prog.probes[body].body, prog, &env)?;
+                            let a = weaver.put_anywhere(&code)?;
+                            if usdt.is_none() {
+                                advice_addr.insert(body, a);
+                            }
+                            a
+                        }
+                    };
+                    c.advice = addr;
+                }
+            }
+            // Exceptions must not unwind through hijacked return addresses.
+            if specs.iter().any(|s| !s.ret.is_empty()) && agent.on_raise != 0 {
+                specs.extend(pointcut::unwind_hooks(&maps, agent.on_raise));
+            }
+            for s in &specs {
+                let p = weaver.site(s, agent.hello.thread_attach)?;
+                note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
+                self.planned.push(p);
+            }
+            // The target's sigaction goes through the agent while woven, so its own
+            // SIGTRAP/SIGSEGV/SIGBUS handlers never displace weft's (see the agent's
+            // `signals`).
+            if agent.sigaction != 0 {
+                if let Some(spec) = pointcut::sigaction_redirect(&maps) {
+                    let p = weaver.redirect_site(&spec, agent.sigaction)?;
+                    note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
+                    self.redirect_bodies.push(spec.func.addr..spec.func.end());
+                    self.redirects.push(p);
+                }
+            }
+            // profile:hz:N probes: advice in a code region, sampled by the agent's
+            // timers.
+            for (k, pr) in resolved.profiles.iter().enumerate() {
+                let code = weft_jit::compile(&prog.probes[pr.body].body, prog, &env)?;
+                let advice = weaver.put_anywhere(&code)?;
+                let h = seg.shm.header() as *const weft_abi::ShmHeader as *mut weft_abi::ShmHeader;
+                // SAFETY: the agent reads the profile table only once weft says go.
+                unsafe {
+                    (*h).profiles[k] = weft_abi::ProfileDesc {
+                        hz: pr.hz,
+                        probe: pr.probe,
+                        advice,
+                    };
+                }
+            }
+            Ok(())
+        })();
+        self.regions = std::mem::take(&mut weaver.regions);
+        result?;
+        self.site_probes += resolved.profiles.len();
+        Ok(Prepared {
+            sites: self.planned.len(),
+            elapsed: t.elapsed(),
+            regions: self.code_ranges(),
+        })
+    }
+
+    /// Where the session's code lives in this process: no thread may be there when
+    /// the agent unmaps it.
+    fn code_ranges(&self) -> Vec<Range<u64>> {
+        self.regions
+            .iter()
+            .map(|r| r.addr..r.addr + r.size)
+            .collect()
+    }
+
+    /// Patch every planned site, the `sigaction` redirect first, alone: once it is
+    /// in, the agent can put its handlers in front for good, before any int3 site
+    /// can trap. Sites that could not be woven are reported through `warn`.
+    pub fn patch(&mut self, seg: &Segment, warn: &mut dyn FnMut(String)) -> Result<PatchReport> {
+        weft_inject::die::at("code-written");
+        weft_inject::die::phase("patch");
+        if !self.redirects.is_empty() {
+            patch::apply_stepping_out_of(
+                self.pid,
+                &mut self.redirects,
+                &seg.shm,
+                &self.redirect_bodies,
+                self.agent.step_guard,
+            )?;
+            weft_inject::die::at("redirect-patched");
+            if self
+                .redirects
+                .iter()
+                .any(|p| !matches!(p.outcome, Outcome::Skipped(_)))
+            {
+                self.agent.take_signals()?;
+                weft_inject::die::at("signals-taken");
+            }
+        }
+        let report = patch::apply(self.pid, &mut self.planned, &seg.shm, self.agent.step_guard)?;
+        weft_inject::die::at("sites-patched");
+        for p in self.planned.iter().chain(&self.redirects) {
+            if let Outcome::Skipped(r) = &p.outcome {
+                warn(format!("{} not woven: {r}", p.label));
+            }
+        }
+        Ok(report)
+    }
+
+    /// Restore every site, end the agent's session once no thread is inside the
+    /// session's code, and free it.
+    pub fn unweave(&self, seg: &Segment) -> Result<()> {
+        weft_inject::die::phase("unweave");
+        let agent = &self.agent;
+        let mut ranges = self.code_ranges();
+        ranges.push(agent.hello.text_start..agent.hello.text_end);
+        let shadows = patch::Shadows {
+            busy_code: &ranges,
+            tls_offset: agent.hello.tls_offset,
+            return_trampoline: agent.hello.return_trampoline,
+        };
+        // The unwinder hooks (jump sites) stay until the last hijacked frame is gone:
+        // a thread inside an entry trampoline at the restore may still hijack its
+        // return address, then throw. An int3 hook cannot stay: without a session the
+        // trap handler would no longer know it.
+        let (late, early): (Vec<Planned>, Vec<Planned>) =
+            self.planned.iter().cloned().partition(|p| {
+                crate::weave::is_internal(&p.label)
+                    && matches!(p.outcome, Outcome::Jump | Outcome::JumpInline)
+            });
+        if !early.is_empty() || !late.is_empty() {
+            patch::restore(self.pid, &early, &seg.shm, &shadows)?;
+            weft_inject::die::at("sites-restored");
+        }
+        // The sigaction redirect after the sites, once weft's last traps and faults
+        // (kept from their threads by the stop above, delivered on resume) reached
+        // the agent's handlers.
+        if !self.redirects.is_empty() {
+            patch::restore_redirects(
+                self.pid,
+                &self.redirects,
+                &seg.shm,
+                &shadows,
+                Duration::from_millis(500),
+            )?;
+            weft_inject::die::at("redirects-restored");
+        }
+        agent.end()?;
+        weft_inject::die::at("ended");
+        patch::wait_quiescent(self.pid, &shadows, &late, &seg.shm, Duration::from_secs(5))?;
+        weft_inject::die::at("quiescent");
+        agent.free()
+    }
+}

@@ -1,0 +1,174 @@
+//! Pointcut kinds: each resolves its attach points against one process into sites
+//! (or, for `profile`, sampled advice). One resolver per kind, behind
+//! [`PointcutKind`]; adding a kind is a new file here and an entry in [`KINDS`],
+//! not a change to the session.
+
+mod internal;
+mod profile;
+mod uprobe;
+mod usdt;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Result;
+use weft_ir::{AttachPoint, Program};
+use weft_symbols::{ElfFile, Module, ProcMaps, TargetContext, WeftProbeSite};
+
+use crate::weave::SiteSpec;
+
+pub use internal::{sigaction_redirect, unwind_hooks};
+
+/// A `profile:hz:N` probe: its advice is sampled by the agent's timers.
+#[derive(Clone, Copy, Debug)]
+pub struct ProfileSpec {
+    pub hz: u32,
+    /// Probe name index.
+    pub probe: u32,
+    /// Index of the probe body in the program.
+    pub body: usize,
+}
+
+/// What the attach points of a program resolve to in one process.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    /// Sites by address (one site may carry several probes' advice). The `advice`
+    /// field of each `Call` holds the probe index until advice is compiled.
+    pub sites: BTreeMap<u64, SiteSpec>,
+    pub profiles: Vec<ProfileSpec>,
+}
+
+/// What a resolver works with.
+pub struct Cx<'a> {
+    pub prog: &'a Program,
+    pub pid: i32,
+    pub maps: &'a ProcMaps,
+    pub target: TargetContext<'a>,
+    pub names: &'a mut ProbeNames,
+    /// A coldpatched binary's file and placeholders by function address, read once
+    /// per module (a whole-program weave looks up 10,000 functions).
+    pub placeholders: HashMap<PathBuf, Placeholders>,
+}
+
+/// A module's file (if it has a probe list) and its placeholders by function vaddr.
+pub type Placeholders = (Option<Arc<ElfFile>>, HashMap<u64, Vec<WeftProbeSite>>);
+
+/// One kind of pointcut.
+pub trait PointcutKind: Sync {
+    /// Whether `a` is of this kind.
+    fn handles(&self, a: &AttachPoint) -> bool;
+    /// Add what `a` (an attach point of probe `probe_index`, named by the program's
+    /// probe name `name`) resolves to in the process of `cx` to `out`.
+    fn resolve(
+        &self,
+        a: &AttachPoint,
+        probe_index: usize,
+        name: u32,
+        cx: &mut Cx<'_>,
+        out: &mut Resolved,
+    ) -> Result<()>;
+}
+
+/// Every kind of pointcut that runs in a target process.
+pub static KINDS: &[&dyn PointcutKind] = &[&uprobe::Uprobe, &usdt::Usdt, &profile::Profile];
+
+/// Resolve every attach point of `prog` that runs in a target against process `pid`.
+pub fn resolve(
+    prog: &Program,
+    maps: &ProcMaps,
+    pid: i32,
+    names: &mut ProbeNames,
+) -> Result<Resolved> {
+    let modules = maps.modules();
+    let search = weft_symbols::LibrarySearch::system();
+    let mut cx = Cx {
+        prog,
+        pid,
+        maps,
+        target: TargetContext {
+            process: Some((pid as u32, &modules)),
+            executable: None,
+            search: &search,
+        },
+        names,
+        placeholders: HashMap::new(),
+    };
+    let mut out = Resolved::default();
+    for ((pi, p), names) in prog
+        .probes
+        .iter()
+        .enumerate()
+        .zip(attach_name_indices(prog))
+    {
+        for (a, name) in p.attach.iter().zip(names) {
+            if let Some(kind) = KINDS.iter().find(|k| k.handles(a)) {
+                kind.resolve(a, pi, name, &mut cx, &mut out)?;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The module a probe's target names, in the process of `cx`.
+fn module_of(a: &AttachPoint, target: &str, cx: &Cx<'_>) -> Result<Module> {
+    let t = weft_symbols::resolve_target(target, &cx.target)
+        .map_err(|e| anyhow::anyhow!("{a}: {e}"))?;
+    t.module.ok_or_else(|| {
+        anyhow::anyhow!(
+            "{a}: {} is not mapped in process {}",
+            t.path.display(),
+            cx.pid
+        )
+    })
+}
+
+/// For each probe, the indices in `prog.probe_names` of its attach points: the
+/// front end names them as written, in source order, one per attach point.
+pub fn attach_name_indices(prog: &Program) -> Vec<Vec<u32>> {
+    let mut k = 0u32;
+    prog.probes
+        .iter()
+        .map(|p| {
+            p.attach
+                .iter()
+                .map(|_| {
+                    k += 1;
+                    k - 1
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Probe names with their indices (the program's, then one per expanded site).
+#[derive(Clone, Debug, Default)]
+pub struct ProbeNames {
+    pub names: Vec<String>,
+    index: HashMap<String, u32>,
+}
+
+impl ProbeNames {
+    /// The program's own names keep their positions (its code refers to them).
+    pub fn new(initial: &[String]) -> ProbeNames {
+        let mut index = HashMap::new();
+        for (i, n) in initial.iter().enumerate() {
+            index.entry(n.clone()).or_insert(i as u32);
+        }
+        ProbeNames {
+            names: initial.to_vec(),
+            index,
+        }
+    }
+
+    /// The index of `s`, added if new.
+    pub fn intern(&mut self, s: String) -> u32 {
+        if let Some(&i) = self.index.get(&s) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        self.index.insert(s.clone(), i);
+        self.names.push(s);
+        i
+    }
+}

@@ -1,0 +1,175 @@
+//! `uprobe:BIN:FUNC[+OFF]` and `uretprobe:BIN:FUNC`: a function's entry (or an
+//! offset in it) and its return. In a coldpatched binary, advice that needs nothing
+//! of the machine state goes to the function's NOP placeholders instead (HotPatch).
+
+use std::collections::HashMap;
+
+use anyhow::{anyhow, Result};
+use weft_ir::AttachPoint;
+
+use super::{module_of, Cx, PointcutKind, Resolved};
+use crate::weave::{Call, SiteSpec};
+
+pub struct Uprobe;
+
+impl PointcutKind for Uprobe {
+    fn handles(&self, a: &AttachPoint) -> bool {
+        matches!(
+            a,
+            AttachPoint::Uprobe { .. } | AttachPoint::Uretprobe { .. }
+        )
+    }
+
+    fn resolve(
+        &self,
+        a: &AttachPoint,
+        pi: usize,
+        _name: u32,
+        cx: &mut Cx<'_>,
+        out: &mut Resolved,
+    ) -> Result<()> {
+        let (target_spec, func, offset, is_ret) = match a {
+            AttachPoint::Uprobe {
+                target,
+                func,
+                offset,
+            } => (target, func, *offset, false),
+            AttachPoint::Uretprobe { target, func } => (target, func, 0, true),
+            _ => return Ok(()),
+        };
+        let module = module_of(a, target_spec, cx)?;
+        let funcs = weft_symbols::resolve_in_module(&module, func).map_err(|e| anyhow!("{e}"))?;
+        let (elf, list) = cx
+            .placeholders
+            .entry(module.open_path.clone())
+            .or_insert_with(|| {
+                let elf = module.open().ok();
+                let mut list: HashMap<u64, Vec<_>> = HashMap::new();
+                for w in elf
+                    .as_ref()
+                    .and_then(|e| e.weft_probes().ok())
+                    .unwrap_or_default()
+                {
+                    if let Some(f) = w.function_vaddr.filter(|_| !w.inlined) {
+                        list.entry(f).or_default().push(w);
+                    }
+                }
+                (elf.filter(|_| !list.is_empty()), list)
+            });
+        let frame_free = !uses_frame_state(&cx.prog.probes[pi].body);
+        let by_addr = &mut out.sites;
+        for f in funcs {
+            let Some(addr) = f.runtime_addr else { continue };
+            if f.ifunc {
+                continue;
+            }
+            let kind = if is_ret { "uretprobe" } else { "uprobe" };
+            let label = if offset != 0 {
+                format!("{kind}:{}:{}+{offset}", module.path.display(), f.name)
+            } else {
+                format!("{kind}:{}:{}", module.path.display(), f.name)
+            };
+            let probe = cx.names.intern(label.clone());
+            // HotPatch: advice that needs nothing of the machine state at the
+            // function's entry or return runs at the coldpatched placeholders
+            // instead (plain NOP sites, no return-address hijack).
+            if offset == 0 && frame_free {
+                let want = if is_ret {
+                    weft_symbols::WeftProbeKind::Exit
+                } else {
+                    weft_symbols::WeftProbeKind::Entry
+                };
+                let sites: Vec<&weft_symbols::WeftProbeSite> = list
+                    .get(&f.vaddr)
+                    .into_iter()
+                    .flatten()
+                    .filter(|w| w.kind == want)
+                    .collect();
+                if !sites.is_empty() {
+                    for w in sites {
+                        let site_addr = module.runtime_addr(w.vaddr);
+                        // A stripped binary's functions have no size; the planner
+                        // then sees the function up to the end of the placeholder
+                        // (one NOP instruction: nothing can branch into it).
+                        let (bytes, padding) = if f.size > 0 {
+                            (f.bytes.clone(), f.padding.clone())
+                        } else {
+                            let len = w.vaddr + u64::from(w.len) - f.vaddr;
+                            let bytes = elf
+                                .as_ref()
+                                .and_then(|e| e.read_vaddr(f.vaddr, len).ok())
+                                .map(<[u8]>::to_vec);
+                            (bytes.unwrap_or_default(), Vec::new())
+                        };
+                        let spec = by_addr.entry(site_addr).or_insert_with(|| SiteSpec {
+                            func: weft_x86::FunctionCode {
+                                addr,
+                                size_known: !bytes.is_empty(),
+                                bytes,
+                                padding,
+                            },
+                            name: f.demangled.clone().unwrap_or_else(|| f.name.clone()),
+                            site_addr,
+                            entry: Vec::new(),
+                            ret: Vec::new(),
+                            label: format!(
+                                "{label} ({} placeholder)",
+                                if is_ret { "exit" } else { "entry" }
+                            ),
+                            usdt_args: None,
+                            semaphore: None,
+                        });
+                        spec.entry.push(Call {
+                            advice: pi as u64,
+                            probe,
+                            body: Some(pi),
+                        });
+                    }
+                    continue;
+                }
+            }
+            let site_addr = addr + offset;
+            let spec = by_addr.entry(site_addr).or_insert_with(|| SiteSpec {
+                func: weft_x86::FunctionCode {
+                    addr,
+                    bytes: f.bytes.clone(),
+                    size_known: f.size > 0,
+                    padding: f.padding.clone(),
+                },
+                name: f.demangled.clone().unwrap_or_else(|| f.name.clone()),
+                site_addr,
+                entry: Vec::new(),
+                ret: Vec::new(),
+                label: label.clone(),
+                usdt_args: None,
+                semaphore: None,
+            });
+            let call = Call {
+                advice: pi as u64,
+                probe,
+                body: Some(pi),
+            };
+            if is_ret {
+                spec.ret.push(call);
+            } else {
+                spec.entry.push(call);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether a probe body reads the machine state at its site (arguments, return
+/// value, registers, the instruction pointer, the stack): such advice must run at the
+/// function's real entry or return.
+fn uses_frame_state(f: &weft_ir::Function) -> bool {
+    use weft_ir::{CtxValue, Inst};
+    f.code.iter().any(|i| match i {
+        Inst::Ctx { value, .. } => matches!(
+            value,
+            CtxValue::Arg(_) | CtxValue::Retval | CtxValue::Reg(_) | CtxValue::Ip
+        ),
+        Inst::UStack { .. } => true,
+        _ => false,
+    })
+}

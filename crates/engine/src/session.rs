@@ -1,0 +1,526 @@
+//! A session: one program woven into target processes, from the first agent to
+//! the last map.
+//!
+//! ```text
+//! Session::new ─▶ launch / attach (agents join) ─▶ prepare (resolve, compile,
+//! write code) ─▶ begin (BEGIN) ─▶ go (patch, release) ─▶ run (events, intervals)
+//! ─▶ finish (unweave, END, final maps, losses)
+//! ```
+//!
+//! Records go to a [`Sink`] (`weft_trace`); the session's own diagnostics (`-v`
+//! lines, sites that could not be woven) go to [`Options::note`].
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use weft_ir::{AttachPoint, FmtId, Format, Program};
+use weft_output::{Resolver, Symbol};
+use weft_symbols::Symbolizer;
+use weft_trace::{decode, Context, Decoder, Losses, Record, Sink};
+
+use crate::conn::Listener;
+use crate::local::Local;
+use crate::member::Member;
+use crate::pointcut::{attach_name_indices, ProbeNames};
+use crate::segment::{Segment, Sizes};
+use crate::target;
+
+/// How a session runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub sizes: Sizes,
+    /// Compile simple advice into trampolines.
+    pub inline: bool,
+    /// Report how each site was woven, pause times, thread counts.
+    pub verbose: bool,
+    /// Where diagnostics go (each line starts with `weft: `).
+    pub note: fn(&str),
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            sizes: Sizes::default(),
+            inline: true,
+            verbose: false,
+            note: |l| eprintln!("{l}"),
+        }
+    }
+}
+
+/// Why [`Session::run`] returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// Advice called `exit()`.
+    Exit,
+    /// Every target process ended.
+    TargetsGone,
+    /// The caller's stop flag was raised (SIGINT, SIGTERM).
+    Stopped,
+}
+
+/// What a finished session reports.
+#[derive(Clone, Debug)]
+pub struct Finished {
+    /// What advice could not do (nothing is lost silently).
+    pub losses: Losses,
+    /// The session had target processes.
+    pub had_targets: bool,
+    /// Most target threads holding a slot at once, the limit, and the slots of
+    /// threads that ended that were drained and reused.
+    pub threads_peak: u32,
+    pub max_live: u32,
+    pub threads_retired: u64,
+}
+
+/// One program woven into any number of processes.
+pub struct Session<'p> {
+    prog: &'p Program,
+    opts: Options,
+    pub seg: Segment,
+    listener: Listener,
+    names: ProbeNames,
+    local: Local,
+    begin: Vec<(usize, u32)>,
+    end: Vec<(usize, u32)>,
+    intervals: Vec<(usize, u32, u64)>,
+    pub members: Vec<Member>,
+    decoder: Decoder,
+    resolver: SessionResolver,
+    /// Opened while weft starts, so that the kernel's first hardware breakpoint
+    /// is not paid while a target is stopped (`weft_inject::warm`).
+    warm: Option<weft_inject::warm::Warm>,
+}
+
+impl<'p> Session<'p> {
+    /// A session for `prog`: its segment, and its BEGIN/END/interval advice
+    /// compiled for weft. `attaching`: a process will be attached to (the kernel's
+    /// hardware-breakpoint set-up starts now, in the background).
+    pub fn new(prog: &'p Program, opts: Options, attaching: bool) -> Result<Session<'p>> {
+        let warm = attaching.then(weft_inject::warm::Warm::start);
+        let seg = Segment::create(prog, opts.sizes, 0)?;
+        // SAFETY: gettid has no preconditions.
+        let own_slot = seg.claim_own_slot(unsafe { libc::gettid() } as u32);
+        let mut begin = Vec::new();
+        let mut end = Vec::new();
+        let mut intervals = Vec::new();
+        let mut bodies = Vec::new();
+        for (p, names) in prog.probes.iter().zip(attach_name_indices(prog)) {
+            for (a, name) in p.attach.iter().zip(names) {
+                let slot = bodies.len();
+                match a {
+                    AttachPoint::Begin => begin.push((slot, name)),
+                    AttachPoint::End => end.push((slot, name)),
+                    AttachPoint::Interval { period_ns } => intervals.push((slot, name, *period_ns)),
+                    _ => continue,
+                }
+                bodies.push(&p.body);
+            }
+        }
+        let local = Local::new(
+            prog,
+            &bodies,
+            &seg.maps,
+            seg.layout.agg_off,
+            seg.shm,
+            own_slot,
+        )?;
+        let names = ProbeNames::new(&prog.probe_names);
+        Ok(Session {
+            prog,
+            resolver: SessionResolver {
+                symbolizers: RefCell::new(HashMap::new()),
+                current: Cell::new(0),
+                probe_names: names.names.clone(),
+                formats: prog.formats.clone(),
+            },
+            opts,
+            seg,
+            listener: Listener::new()?,
+            names,
+            local,
+            begin,
+            end,
+            intervals,
+            members: Vec::new(),
+            decoder: Decoder::default(),
+            warm,
+        })
+    }
+
+    fn note(&self, line: &str) {
+        (self.opts.note)(&format!("weft: {line}"));
+    }
+
+    fn verbose(&self, line: &str) {
+        if self.opts.verbose {
+            self.note(line);
+        }
+    }
+
+    /// Launch `argv` with the agent preloaded; it waits before `main` until
+    /// [`Session::go`].
+    pub fn launch(&mut self, argv: &[String]) -> Result<i32> {
+        let agent = target::agent_path()?;
+        let mut c = target::launch(argv, &agent, &self.listener.name)?;
+        let pid = c.id() as i32;
+        let a = self
+            .listener
+            .accept(pid, Duration::from_secs(30), || match c.try_wait()? {
+                Some(st) => bail!("{} exited ({st}) before weft could attach", argv[0]),
+                None => Ok(()),
+            });
+        let a = match a {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(e);
+            }
+        };
+        self.join(pid, a, Some(c))?;
+        Ok(pid)
+    }
+
+    /// Load the agent into running process `pid` (unless it is there already).
+    pub fn attach(&mut self, pid: i32) -> Result<()> {
+        let agent = target::agent_path()?;
+        let report = target::attach(pid, &agent, &self.listener.name, self.warm.as_mut())?;
+        let moved = match (report.ran_out, report.stepped_out) {
+            (0, 0) => String::new(),
+            (r, s) => format!(
+                "; threads moved out of the C library: {r} run to their callers, {s} single-stepped"
+            ),
+        };
+        self.verbose(&format!(
+            "agent loaded into {pid} (target paused {:.1} ms{moved})",
+            report.pause.as_secs_f64() * 1e3
+        ));
+        let a = self.listener.accept(pid, Duration::from_secs(10), || {
+            if target::alive(pid) {
+                Ok(())
+            } else {
+                bail!("process {pid} exited while weft was attaching")
+            }
+        })?;
+        self.join(pid, a, None)
+    }
+
+    fn join(&mut self, pid: i32, agent: crate::conn::Agent, child: Option<Child>) -> Result<()> {
+        weft_inject::die::at("handshake");
+        if self.members.is_empty() {
+            let (uid, gid) = proc_ids(pid).unwrap_or((0, 0));
+            let cpid = if child.is_some() { pid as u64 } else { 0 };
+            self.seg.set_target(pid as u32, cpid, uid, gid);
+        }
+        let m = Member::join(pid, agent, child, &self.seg)?;
+        self.members.push(m);
+        Ok(())
+    }
+
+    /// Resolve the program in every member, compile its advice and write the code;
+    /// returns the number of probes ("Attaching N probes").
+    pub fn prepare(&mut self) -> Result<usize> {
+        let (prog, inline, verbose, note) = (
+            self.prog,
+            self.opts.inline,
+            self.opts.verbose,
+            self.opts.note,
+        );
+        let mut lines = |l: String| {
+            if verbose {
+                note(&format!("weft: {l}"));
+            }
+        };
+        let mut site_probes = 0;
+        for m in &mut self.members {
+            let p = m.prepare(prog, &self.seg, &mut self.names, inline, &mut lines)?;
+            site_probes += m.site_probes;
+            lines(format!(
+                "resolved, planned and compiled {} sites in {:.1} ms",
+                p.sites,
+                p.elapsed.as_secs_f64() * 1e3
+            ));
+            for r in &p.regions {
+                lines(format!("code region {:#x}..{:#x}", r.start, r.end));
+            }
+            let symbolizer = m.symbolizer.take();
+            if let Some(s) = symbolizer {
+                self.resolver
+                    .symbolizers
+                    .borrow_mut()
+                    .insert(m.pid as u32, s);
+            }
+        }
+        self.resolver.probe_names = self.names.names.clone();
+        Ok(site_probes + self.begin.len() + self.end.len() + self.intervals.len())
+    }
+
+    /// Run the BEGIN probes and deliver what they printed.
+    pub fn begin(&mut self, sink: &mut dyn Sink) {
+        for &(i, probe) in &self.begin {
+            self.local.run(i, probe);
+        }
+        self.drain(sink);
+    }
+
+    /// Patch every member (unless BEGIN called `exit()`) and let advice run;
+    /// launched targets start.
+    pub fn go(&mut self) -> Result<()> {
+        let exited = self.decoder.exited;
+        for i in 0..self.members.len() {
+            if !exited {
+                let (seg, note) = (&self.seg, self.opts.note);
+                let m = &mut self.members[i];
+                let report = m.patch(seg, &mut |l| note(&format!("weft: {l}")))?;
+                self.verbose(&format!(
+                    "patched {} sites in {} threads; target paused {:.2} ms{}",
+                    report.patched,
+                    report.threads,
+                    report.pause.as_secs_f64() * 1e3,
+                    if report.stepped_threads > 0 {
+                        format!(
+                            " ({} threads stepped out of patched bytes)",
+                            report.stepped_threads
+                        )
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
+            self.members[i].agent.go()?;
+        }
+        if !self.members.is_empty() {
+            weft_inject::die::phase("run");
+            weft_inject::die::at("running");
+        }
+        // The breakpoint set-up is no longer needed (the kernel keeps it a moment).
+        self.warm = None;
+        Ok(())
+    }
+
+    /// Deliver events, run interval probes, until `exit()`, every target ends, or
+    /// `stop` is raised.
+    pub fn run(&mut self, sink: &mut dyn Sink, stop: &AtomicBool) -> Result<RunEnd> {
+        let start = Instant::now();
+        let mut next_tick: Vec<Instant> = self
+            .intervals
+            .iter()
+            .map(|&(_, _, p)| start + Duration::from_nanos(p))
+            .collect();
+        loop {
+            if self.decoder.exited {
+                return Ok(RunEnd::Exit);
+            }
+            if stop.load(Ordering::Acquire) {
+                return Ok(RunEnd::Stopped);
+            }
+            let now = Instant::now();
+            for (k, &(i, probe, period)) in self.intervals.iter().enumerate() {
+                if now >= next_tick[k] {
+                    self.local.run(i, probe);
+                    next_tick[k] += Duration::from_nanos(period);
+                    if next_tick[k] < now {
+                        next_tick[k] = now + Duration::from_nanos(period);
+                    }
+                }
+            }
+            self.drain(sink);
+            if !self.members.is_empty() && self.reap_members()? {
+                return Ok(RunEnd::TargetsGone);
+            }
+            if self.seg.shm.header().exit_requested.load(Ordering::Acquire) != 0 {
+                self.drain(sink);
+                return Ok(RunEnd::Exit);
+            }
+            if self.decoder.exited {
+                return Ok(RunEnd::Exit);
+            }
+            let sleep = next_tick
+                .iter()
+                .map(|t| t.saturating_duration_since(Instant::now()))
+                .min();
+            std::thread::sleep(
+                sleep
+                    .unwrap_or(Duration::from_millis(5))
+                    .min(Duration::from_millis(5)),
+            );
+        }
+    }
+
+    /// Notice members that ended; true when none is left.
+    fn reap_members(&mut self) -> Result<bool> {
+        for m in &mut self.members {
+            if !m.alive {
+                continue;
+            }
+            let gone = match m.child.as_mut() {
+                // As bpftrace: weft's status does not follow the command's.
+                Some(c) => c.try_wait()?.is_some(),
+                None => !target::alive(m.pid),
+            };
+            if gone {
+                m.alive = false;
+            }
+        }
+        Ok(self.members.iter().all(|m| !m.alive))
+    }
+
+    /// End the session: after `exit()` a launched command gets SIGTERM (as with
+    /// bpftrace); every member still alive is unwoven; END runs; the sink gets the
+    /// final maps. Returns what advice could not do, and thread counts.
+    pub fn finish(mut self, sink: &mut dyn Sink) -> Result<Finished> {
+        let exited = self.decoder.exited
+            || self.seg.shm.header().exit_requested.load(Ordering::Acquire) != 0;
+        if exited {
+            for m in &mut self.members {
+                let (Some(c), true) = (m.child.as_mut(), m.alive) else {
+                    continue;
+                };
+                // SAFETY: signalling our own child.
+                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+                let deadline = Instant::now() + Duration::from_secs(1);
+                while Instant::now() < deadline {
+                    if c.try_wait()?.is_some() {
+                        m.alive = false;
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+        // Unweave while the targets live.
+        for m in &self.members {
+            if m.alive {
+                if let Err(e) = m.unweave(&self.seg) {
+                    self.note(&format!("{e:#}"));
+                }
+            }
+        }
+        self.drain(sink);
+        // END, maps, losses.
+        self.decoder.resume();
+        for &(i, probe) in &self.end {
+            self.local.run(i, probe);
+        }
+        self.drain(sink);
+        let maps = decode::all_maps(&self.seg.shm, self.prog);
+        sink.finish(&maps, &self.context());
+        sink.flush();
+        let h = self.seg.shm.header();
+        let finished = Finished {
+            losses: Losses::of(&self.seg.shm, self.prog),
+            had_targets: !self.members.is_empty(),
+            threads_peak: h.threads_live_peak.load(Ordering::Relaxed),
+            max_live: h.max_live,
+            threads_retired: h.threads_retired.load(Ordering::Relaxed),
+        };
+        for m in &mut self.members {
+            if let Some(c) = m.child.as_mut() {
+                let _ = c.wait();
+            }
+        }
+        Ok(finished)
+    }
+
+    /// Kill launched commands (the session failed before they could run).
+    pub fn abandon(&mut self) {
+        for m in &mut self.members {
+            if let Some(c) = m.child.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    /// Whether every member has exited.
+    pub fn targets_gone(&self) -> bool {
+        !self.members.is_empty() && self.members.iter().all(|m| !m.alive)
+    }
+
+    /// The first member's process id (for messages).
+    pub fn first_pid(&self) -> Option<i32> {
+        self.members.first().map(|m| m.pid)
+    }
+
+    fn context(&self) -> Context<'_> {
+        Context {
+            prog: self.prog,
+            resolver: &self.resolver,
+        }
+    }
+
+    /// Deliver every pending record to `sink`.
+    fn drain(&mut self, sink: &mut dyn Sink) {
+        let records = self.decoder.drain(&self.seg.shm, self.prog);
+        self.deliver(&records, sink);
+    }
+
+    fn deliver(&self, records: &[Record], sink: &mut dyn Sink) {
+        let cx = self.context();
+        for r in records {
+            self.resolver.current.set(r.pid);
+            sink.record(r, &cx);
+        }
+        sink.flush();
+    }
+}
+
+/// Symbolizes target addresses (in the process of the record being delivered) and
+/// names probes for the sinks.
+struct SessionResolver {
+    symbolizers: RefCell<HashMap<u32, Symbolizer>>,
+    /// Process of the record being delivered (0: none, e.g. the final maps).
+    current: Cell<u32>,
+    probe_names: Vec<String>,
+    formats: Vec<Format>,
+}
+
+impl Resolver for SessionResolver {
+    fn usym(&self, addr: u64) -> Option<Symbol> {
+        let mut all = self.symbolizers.borrow_mut();
+        let current = self.current.get();
+        // The record's process first, then any member that maps the address.
+        let mut pids: Vec<u32> = all.keys().copied().collect();
+        pids.sort_by_key(|&p| p != current);
+        for pid in pids {
+            let s = all.get_mut(&pid)?;
+            if s.module_of(addr).is_none() {
+                continue;
+            }
+            let sym = s.symbolize(addr)?;
+            return Some(Symbol {
+                name: sym.demangled.or(sym.name)?,
+                offset: sym.offset,
+                module: sym.module.display().to_string(),
+            });
+        }
+        None
+    }
+
+    fn probe_name(&self, id: u64) -> String {
+        self.probe_names
+            .get(id as usize)
+            .cloned()
+            .unwrap_or_else(|| format!("probe{id}"))
+    }
+
+    fn format(&self, id: FmtId) -> Option<&Format> {
+        self.formats.get(id.0 as usize)
+    }
+}
+
+fn proc_ids(pid: i32) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |k: &str| {
+        s.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((field("Uid:")?, field("Gid:")?))
+}

@@ -1,0 +1,133 @@
+//! Records from the shared segment: the one place that reads the agent's rings.
+
+use weft_abi::*;
+use weft_ir::{MapValue, Program};
+use weft_runtime::map;
+use weft_runtime::ring;
+use weft_runtime::shm::Shm;
+use weft_runtime::slots;
+
+use crate::event::{Event, MapSnapshot, Record};
+
+/// Drains a session's rings into records.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    /// An `exit()` was seen: later events are dropped (until [`Decoder::resume`]).
+    pub exited: bool,
+    raw: Vec<(u32, u32, ring::Event)>,
+}
+
+impl Decoder {
+    /// Every complete event in every thread's ring, in time order, as records.
+    /// `print(@m)` is snapshotted and `clear(@m)`/`zero(@m)` applied in that order,
+    /// as advice asked; nothing after an `exit()` is delivered or applied. Then the
+    /// slots of threads that were gone before this drain began (their rings are now
+    /// empty for good) are folded into the retired slot and freed for new threads.
+    pub fn drain(&mut self, shm: &Shm, prog: &Program) -> Vec<Record> {
+        let dead = slots::dead(shm);
+        let h = shm.header();
+        let mut one = Vec::new();
+        for t in 0..shm.slots_used() {
+            let slot = shm.thread_slot(t);
+            // SAFETY: slot t was handed out; weft is the only consumer of its ring.
+            let (pid, tid) = unsafe { ((*slot).pid, (*slot).tid) };
+            // SAFETY: as above.
+            unsafe { ring::consume(slot, shm.ring(slot), h.ring_size, &mut one) };
+            self.raw.extend(one.drain(..).map(|e| (pid, tid, e)));
+        }
+        self.raw.sort_by_key(|(_, _, e)| e.header.nsecs);
+        let mut out = Vec::new();
+        for (pid, tid, e) in self.raw.drain(..) {
+            if self.exited {
+                break;
+            }
+            let h = &e.header;
+            let event = match h.kind {
+                EVENT_PRINTF => Event::Printf {
+                    format: h.id,
+                    args: e.payload,
+                },
+                EVENT_CAT => Event::Cat {
+                    format: h.id,
+                    args: e.payload,
+                },
+                EVENT_SYSTEM => Event::System {
+                    format: h.id,
+                    args: e.payload,
+                },
+                EVENT_TIME => Event::Time { format: h.id },
+                EVENT_JOIN => Event::Join {
+                    format: h.id,
+                    args: e.payload,
+                },
+                EVENT_PRINT_VALUE => Event::Print {
+                    format: h.id,
+                    value: e.payload,
+                },
+                EVENT_PRINT_MAP if (h.id as usize) < prog.maps.len() => {
+                    Event::Map(snapshot(shm, prog, h.id, h.arg0, h.arg1))
+                }
+                EVENT_CLEAR_MAP if h.id < shm.map_count() => {
+                    map::clear(shm, shm.map(h.id));
+                    continue;
+                }
+                EVENT_ZERO_MAP if h.id < shm.map_count() => {
+                    map::zero(shm, shm.map(h.id));
+                    continue;
+                }
+                EVENT_EXIT => {
+                    self.exited = true;
+                    Event::Exit
+                }
+                _ => continue,
+            };
+            out.push(Record {
+                nsecs: h.nsecs,
+                pid,
+                tid,
+                event,
+            });
+        }
+        slots::retire(shm, &dead);
+        out
+    }
+
+    /// Deliver events again after an `exit()` (END probes run after it).
+    pub fn resume(&mut self) {
+        self.exited = false;
+    }
+}
+
+/// Map `id`'s merged entries now.
+pub fn snapshot(shm: &Shm, prog: &Program, id: u32, top: u32, div: u32) -> MapSnapshot {
+    let d = shm.map(id);
+    let plain = matches!(prog.maps[id as usize].value, MapValue::Plain(_));
+    let entries = map::live_entries(shm, d)
+        .into_iter()
+        .map(|i| {
+            let key = map::key_bytes(shm, d, i).to_vec();
+            let mut value = vec![0u8; d.value_size as usize];
+            if plain {
+                let v = map::plain_value_ptr(shm, d, i);
+                // SAFETY: the entry's value holds value_size bytes.
+                unsafe { std::ptr::copy_nonoverlapping(v, value.as_mut_ptr(), value.len()) };
+            } else {
+                map::merge(shm, d, i, &mut value);
+            }
+            (key, value)
+        })
+        .collect();
+    MapSnapshot {
+        map: id,
+        top,
+        div,
+        entries,
+    }
+}
+
+/// Every map of the program now, in the program's order.
+pub fn all_maps(shm: &Shm, prog: &Program) -> Vec<MapSnapshot> {
+    (0..prog.maps.len() as u32)
+        .map(|i| snapshot(shm, prog, i, 0, 0))
+        .collect()
+}

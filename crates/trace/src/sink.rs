@@ -1,0 +1,46 @@
+//! Where records go.
+
+use weft_ir::Program;
+use weft_output::Resolver;
+
+use crate::event::{MapSnapshot, Record};
+
+/// What a sink needs to read records: the program (formats, maps, probe names) and a
+/// resolver for addresses in the targets.
+pub struct Context<'a> {
+    pub prog: &'a Program,
+    pub resolver: &'a dyn Resolver,
+}
+
+/// An output of a session. Records arrive in time order across every thread and
+/// process of the session.
+pub trait Sink {
+    /// One record.
+    fn record(&mut self, rec: &Record, cx: &Context<'_>);
+    /// The session is over: every map of the program (in the program's order) as
+    /// it ends. bpftrace prints them here.
+    fn finish(&mut self, maps: &[MapSnapshot], cx: &Context<'_>);
+    /// A batch of records was delivered (an output may flush).
+    fn flush(&mut self) {}
+}
+
+/// Many sinks as one (text on stdout and a recording, say).
+pub struct Tee<'s>(pub Vec<&'s mut dyn Sink>);
+
+impl Sink for Tee<'_> {
+    fn record(&mut self, rec: &Record, cx: &Context<'_>) {
+        for s in &mut self.0 {
+            s.record(rec, cx);
+        }
+    }
+    fn finish(&mut self, maps: &[MapSnapshot], cx: &Context<'_>) {
+        for s in &mut self.0 {
+            s.finish(maps, cx);
+        }
+    }
+    fn flush(&mut self) {
+        for s in &mut self.0 {
+            s.flush();
+        }
+    }
+}
