@@ -983,6 +983,54 @@ fn attach_runs_threads_out_of_the_c_library_to_their_callers() {
 }
 
 #[test]
+fn attach_whose_runs_run_out_of_time_leaves_no_breakpoint() {
+    // Threads inside memset are run to their return address, to a hardware
+    // breakpoint, within a time budget. A run whose budget ran out just as the
+    // thread reached the breakpoint left the thread half-settled, the breakpoint
+    // could not be cleared, and the thread met it after the detach with no one to
+    // take its SIGTRAP: the target died. A budget of a few hundred microseconds
+    // (WEFT_TEST_STEP_BUDGET_US) makes runs run out at every look; before the fix
+    // most of these attaches killed the target.
+    let bin = build("libcbusy.c", Variant::O2_PIE, &["-pthread"]);
+    let b = bin_str(&bin);
+    let prog = format!("uprobe:{b}:tick {{ @c = count(); }} interval:ms:50 /@c/ {{ exit(); }}");
+    for (case, budget) in ["200", "500", "1000", "2000"]
+        .iter()
+        .cycle()
+        .take(12)
+        .enumerate()
+    {
+        let child = std::process::Command::new(&bin)
+            .args(["0", "2", "fill"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let w = std::process::Command::new(weft_bin())
+            .args(["-e", &prog, "-p", &child.id().to_string()])
+            .env("WEFT_TEST_STEP_BUDGET_US", budget)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = wait_output(w, T);
+        signal_when_caught(child.id(), libc::SIGUSR1);
+        let got = child.wait_with_output().unwrap();
+        assert!(
+            got.status.success(),
+            "case {case} ({budget} us): target ended with {} after weft said: {}",
+            got.status,
+            text(&o.stderr)
+        );
+        check_libcbusy(&text(&got.stdout), "fill")
+            .unwrap_or_else(|e| panic!("case {case} ({budget} us): {e}"));
+        assert!(
+            map_value(&ok(&o), "@c").is_some_and(|c| c > 0),
+            "case {case} ({budget} us)"
+        );
+    }
+}
+
+#[test]
 fn attach_never_nests_in_the_c_library() {
     // The target lives inside malloc, free and atexit: a remote dlopen nested in
     // one of them corrupts the heap or deadlocks. weft must borrow a thread only at a

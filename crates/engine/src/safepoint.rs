@@ -50,6 +50,20 @@ const STEP_TIME: Duration = Duration::from_millis(40);
 const STEP_TIME_LATER: Duration = Duration::from_millis(60);
 const STEP_LONGER_AFTER: Duration = Duration::from_secs(1);
 
+/// `WEFT_TEST_STEP_BUDGET_US=N`: each thread's budget at each look, in
+/// microseconds, for tests of what happens when a run or a step-out runs out of
+/// time (a budget of a few microseconds makes most of them do, on any machine).
+fn test_step_time() -> Option<Duration> {
+    static T: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        std::env::var("WEFT_TEST_STEP_BUDGET_US")
+            .ok()?
+            .parse()
+            .ok()
+            .map(Duration::from_micros)
+    })
+}
+
 /// The system calls a step may go into: those that return at once, the
 /// allocator's among them (so that a thread growing or trimming its heap can be
 /// stepped out), and futex wakes (a thread leaving the library releases its locks).
@@ -609,11 +623,11 @@ pub fn look(
     // Threads of processes sharing the memory (a vfork child) count for the locks
     // they may hold, but are never borrowed.
     let candidates: Vec<i32> = stopped.threads().iter().map(|t| t.tid()).collect();
-    let step_time = if since.elapsed() >= STEP_LONGER_AFTER {
+    let step_time = test_step_time().unwrap_or(if since.elapsed() >= STEP_LONGER_AFTER {
         STEP_TIME_LATER
     } else {
         STEP_TIME
-    };
+    });
     let mut verdicts = Vec::new();
     // None: not needed yet; Some(None): stepping unguarded is fine (or impossible).
     let mut guard: Option<Option<TrapGuard>> = None;

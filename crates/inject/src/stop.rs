@@ -270,6 +270,9 @@ pub struct StoppedProcess {
     /// Threads that did not stop when interrupted after an abandoned remote call or
     /// step, with the registers to put back (if any) once they do.
     pub(crate) lost: Vec<(i32, Option<user_regs_struct>)>,
+    /// Threads [`run_to`](Self::run_to) set a breakpoint on that is not cleared
+    /// yet (they were not in a stop when their run ended).
+    armed: Vec<i32>,
     /// Threads seen exiting; never seized again.
     dead: Vec<i32>,
     /// Traced threads that are exiting (killed while stopped, or a main thread that
@@ -316,6 +319,7 @@ impl StoppedProcess {
             awaiting: Vec::new(),
             foreign: Vec::new(),
             lost: Vec::new(),
+            armed: Vec::new(),
             dead: Vec::new(),
             dying: Vec::new(),
             leader_reaped: false,
@@ -747,14 +751,34 @@ impl StoppedProcess {
         const DR7_L0: u64 = 1;
         sys::set_debugreg(tid, 0, addr)
             .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
+        self.armed.push(tid);
         sys::set_debugreg(tid, 7, DR7_L0)
             .map_err(|e| self.ptrace_failed("PTRACE_POKEUSER", tid, e))?;
         crate::die::at("step-breakpoint");
         let result = self.run_to_breakpoint(tid, deadline, may_enter, settle);
-        // The thread may be gone (then so are its registers).
-        let _ = sys::set_debugreg(tid, 7, 0);
-        let _ = sys::set_debugreg(tid, 0, 0);
+        self.disarm(tid);
         result
+    }
+
+    /// Clears the breakpoint [`run_to`](Self::run_to) set on `tid`, if the thread is
+    /// in a stop now; else it stays listed and is cleared once the thread is stopped
+    /// again (at the latest before it is let go: a thread left with its breakpoint
+    /// armed would meet it with no tracer, and its SIGTRAP would kill the process).
+    fn disarm(&mut self, tid: i32) {
+        // The thread may be gone (then so are its registers).
+        let gone =
+            !self.threads.iter().any(|t| t.tid == tid) && !self.lost.iter().any(|(t, _)| *t == tid);
+        if gone || (sys::set_debugreg(tid, 7, 0).is_ok() && sys::set_debugreg(tid, 0, 0).is_ok()) {
+            self.armed.retain(|&t| t != tid);
+        }
+    }
+
+    /// Clears every breakpoint still listed (threads that were not stopped when
+    /// their run ended), now that they are.
+    fn disarm_all(&mut self) {
+        for tid in self.armed.clone() {
+            self.disarm(tid);
+        }
     }
 
     /// Names where in the target a SIGTRAP handler can tell weft's own traps: two
@@ -810,7 +834,7 @@ impl StoppedProcess {
             }
             go(self)?;
         }
-        self.trap_taken(tid, deadline, settle)
+        self.trap_taken(tid, settle)
     }
 
     /// `tid` is at the entry of a system call (registers `regs`) that must not run:
@@ -898,7 +922,7 @@ impl StoppedProcess {
             // The step has not completed: ask again.
             go(self)?;
         }
-        self.trap_taken(tid, deadline, settle)
+        self.trap_taken(tid, settle)
     }
 
     /// A signal stop during a step or a run: `true` for the step's (or breakpoint's)
@@ -928,10 +952,12 @@ impl StoppedProcess {
     }
 
     /// The step's trap stop was reached: settle it (or leave that to the end of the
-    /// step-out) and take the registers.
-    fn trap_taken(&mut self, tid: i32, deadline: Deadline, settle: bool) -> Result<()> {
+    /// step-out) and take the registers. Settling has its own time: the step or run
+    /// whose budget is spent got there, and a thread left half-settled (interrupted,
+    /// not yet stopped) could not have its breakpoint cleared.
+    fn trap_taken(&mut self, tid: i32, settle: bool) -> Result<()> {
         if settle {
-            self.settle_trap(tid, deadline)?;
+            self.settle_trap(tid, Deadline::after(GRACE))?;
         }
         let regs = self.getregs(tid)?;
         let thread = self.thread_mut(tid)?;
@@ -1096,6 +1122,7 @@ impl StoppedProcess {
             }
         }
         self.release_pad();
+        self.disarm_all();
         for thread in std::mem::take(&mut self.threads) {
             match detach_thread(self.tgid_of(thread.tid), &thread) {
                 Ok(true) => {}
@@ -1122,6 +1149,7 @@ impl StoppedProcess {
         });
         match self.interrupt_and_restore(tid, regs.as_ref()) {
             Ok(Some(_)) => {
+                self.disarm(tid);
                 let thread = self.threads.iter().find(|t| t.tid == tid).cloned();
                 self.threads.retain(|t| t.tid != tid);
                 let tgid = self.tgid_of(tid);
