@@ -9,8 +9,8 @@
 //!    each process maps it where it likes.
 //! 2. **Code regions** (memfds created by the agent near the code it must reach within
 //!    ±2 GiB, mapped RX in the target and RW in weft): trampolines and compiled advice.
-//! 3. **Control messages** on a `SOCK_SEQPACKET` Unix socket ([`Msg`]), with file
-//!    descriptors passed as `SCM_RIGHTS`.
+//! 3. **Control messages** on a `SOCK_SEQPACKET` Unix socket ([`msg::Msg`]), with
+//!    file descriptors passed as `SCM_RIGHTS`.
 //!
 //! Advice runs as `extern "C" fn(*mut Frame)`; [`Frame`] is built on the stack by the
 //! trampoline. Everything here is `#[repr(C)]` and versioned by [`VERSION`].
@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -103,8 +103,6 @@ pub struct ShmHeader {
     /// Hits on threads the agent had no per-thread state for (its pool of
     /// [`AGENT_POOL_THREADS`] was exhausted): their advice did not run.
     pub pool_dropped: AtomicU64,
-    /// `profile:hz:N` probes: sampled by per-thread CPU-time timers in the agent.
-    pub profiles: [ProfileDesc; MAX_PROFILES],
     /// Errors counted outside any thread slot.
     pub global_errors: [AtomicU64; ERROR_KINDS],
 }
@@ -114,7 +112,7 @@ pub const MAX_PROFILES: usize = 4;
 
 /// One `profile:hz:N` probe (`hz == 0`: unused).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ProfileDesc {
     pub hz: u32,
     /// Probe name index for `probe`.
@@ -404,6 +402,11 @@ pub struct SiteDesc {
     pub state: AtomicU32,
     pub orig_len: u32,
     pub patch_len: u32,
+    /// The process the site is in ([`msg::Msg::MapShm`]'s `space`): one segment
+    /// serves every process of a session, and the same address may be a site in
+    /// several of them.
+    pub space: u32,
+    pub _space_pad: u32,
     pub orig: [u8; SITE_MAX_BYTES],
     pub patch: [u8; SITE_MAX_BYTES],
     /// Entry advice (`extern "C" fn(*mut Frame)`) or 0.
@@ -534,9 +537,9 @@ pub const HELPER_COUNT: usize = Helper::Pid as usize + 1;
 // Control messages
 // ---------------------------------------------------------------------------------
 
-/// Agent → weft, first message on a new connection.
+/// Agent → weft, first message on a new connection ([`msg::Msg::Hello`]).
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
     pub version: u32,
     pub pid: u32,
@@ -559,30 +562,22 @@ pub struct Hello {
     pub busy: u32,
     pub _pad: u32,
     pub helpers: [u64; HELPER_COUNT],
+    /// Address of `weft_agent_on_raise` (the unwinder hooks' advice).
+    pub on_raise: u64,
+    /// Address of `weft_agent_sigaction` (glibc's `__libc_sigaction` is redirected
+    /// there while woven).
+    pub sigaction: u64,
+    /// Address of the agent's step guard (`weft_inject`'s `set_step_guard`): the
+    /// agent swallows the traps of a step weft died in.
+    pub step_guard: u64,
+    /// A child forked by a member of a session that follows forks: its parent's pid
+    /// and the site space it inherited (its code is the parent's, woven); 0
+    /// otherwise.
+    pub parent: u32,
+    pub parent_space: u32,
 }
 
-/// Message tags.
-pub const MSG_HELLO: u32 = 1;
-/// weft → agent: map the shared segment (fd attached); payload `u64 size`. The agent
-/// answers `MSG_OK` with `u64 address` of its mapping and `u64 session generation`.
-pub const MSG_MAP_SHM: u32 = 2;
-/// weft → agent: allocate a code region near an address; payload `u64 near, u64 size`.
-pub const MSG_ALLOC_CODE: u32 = 3;
-/// agent → weft: code region; payload `u64 addr, u64 size`, fd attached.
-pub const MSG_CODE_REGION: u32 = 4;
-/// weft → agent: sites are patched, advice may run (releases a launched target).
-pub const MSG_GO: u32 = 5;
-/// weft → agent: the session is over and all sites restored; drop the segment and
-/// code regions once weft confirms no thread is inside them (`MSG_FREE`).
-pub const MSG_END: u32 = 6;
-pub const MSG_FREE: u32 = 7;
-pub const MSG_OK: u32 = 8;
-/// agent → weft: payload is a UTF-8 message.
-pub const MSG_ERR: u32 = 9;
-/// weft → agent: glibc's `sigaction` now goes through the agent (the redirect is
-/// patched); make the kernel hold the agent's SIGTRAP/SIGSEGV/SIGBUS handlers, the
-/// target's becoming its virtual dispositions.
-pub const MSG_TAKE_SIGNALS: u32 = 10;
+pub mod msg;
 
 /// Name of the environment variable that tells an `LD_PRELOAD`ed agent which
 /// abstract socket to connect to.

@@ -9,6 +9,7 @@
 use core::sync::atomic::{AtomicU32, Ordering};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
+use weft_abi::msg::Msg;
 use weft_abi::*;
 use weft_runtime::proto;
 use weft_runtime::shm::Shm;
@@ -176,9 +177,9 @@ fn agent_text() -> (u64, u64) {
     ret::trampoline_range()
 }
 
-fn hello() -> Vec<u8> {
+fn hello() -> Hello {
     let (text_start, text_end) = agent_text();
-    let h = Hello {
+    Hello {
         version: VERSION,
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() } as u32,
@@ -191,14 +192,12 @@ fn hello() -> Vec<u8> {
         busy: u32::from(session::current().is_some()),
         _pad: 0,
         helpers: weft_runtime::helpers::helper_table(),
-    };
-    let mut v = vec![0u8; core::mem::size_of::<Hello>()];
-    // SAFETY: Hello is repr(C) plain data.
-    unsafe { (v.as_mut_ptr() as *mut Hello).write_unaligned(h) };
-    v.extend_from_slice(&(ret::weft_agent_on_raise as *const () as u64).to_le_bytes());
-    v.extend_from_slice(&(signals::weft_agent_sigaction as *const () as u64).to_le_bytes());
-    v.extend_from_slice(&(&trap::STEP_GUARD as *const trap::StepGuard as u64).to_le_bytes());
-    v
+        on_raise: ret::weft_agent_on_raise as *const () as u64,
+        sigaction: signals::weft_agent_sigaction as *const () as u64,
+        step_guard: &trap::STEP_GUARD as *const trap::StepGuard as u64,
+        parent: 0,
+        parent_space: 0,
+    }
 }
 
 /// Serve one session on `fd` until weft closes it. Between messages: look for
@@ -207,7 +206,7 @@ fn hello() -> Vec<u8> {
 /// profile timers (every 100 ms while profiling).
 fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
     let sock = fd.as_raw_fd();
-    if proto::send(sock, MSG_HELLO, &hello(), None).is_err() {
+    if proto::send(sock, &Msg::Hello(hello()), None).is_err() {
         return;
     }
     let mut regions: Vec<(u64, usize)> = Vec::new();
@@ -250,7 +249,7 @@ fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
         if r == 0 {
             continue;
         }
-        let msg = match proto::recv(sock) {
+        let received = match proto::recv(sock) {
             Ok(Some(m)) => m,
             _ => {
                 timers.stop();
@@ -258,44 +257,61 @@ fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
                 return;
             }
         };
-        let reply = match msg.tag {
-            MSG_MAP_SHM => match map_shm(&msg) {
-                Ok(addr) => {
-                    let generation = session::current().map_or(0, |s| s.generation as u32);
-                    let _ = proto::send(
-                        sock,
-                        MSG_OK,
-                        &proto::u64s(&[addr, u64::from(generation)]),
-                        None,
-                    );
-                    continue;
+        let reply = match received.msg() {
+            Ok(Msg::MapShm { size, space, flags }) => {
+                match map_shm(received.fd.as_ref(), size, space, flags) {
+                    Ok(addr) => {
+                        let generation = session::current().map_or(0, |s| s.generation as u32);
+                        let _ = proto::send(sock, &Msg::ShmMapped { addr, generation }, None);
+                        continue;
+                    }
+                    Err(e) => Err(e),
                 }
-                Err(e) => Err(e),
-            },
-            MSG_ALLOC_CODE => match alloc_code(msg.u64_at(0), msg.u64_at(1), msg.u64_at(2)) {
+            }
+            Ok(Msg::AllocCode { lo, hi, size }) => match alloc_code(lo, hi, size) {
                 Ok((addr, size, memfd)) => {
                     regions.push((addr, size));
                     let _ = proto::send(
                         sock,
-                        MSG_CODE_REGION,
-                        &proto::u64s(&[addr, size as u64]),
+                        &Msg::CodeRegion {
+                            addr,
+                            size: size as u64,
+                        },
                         Some(memfd.as_raw_fd()),
                     );
                     continue;
                 }
                 Err(e) => Err(e),
             },
-            MSG_GO => {
+            Ok(Msg::SetProfile { index, desc }) => {
+                match session::current().and_then(|s| s.profiles.get(index as usize)) {
+                    Some(p) => {
+                        p.probe.store(desc.probe, Ordering::Release);
+                        p.advice.store(desc.advice, Ordering::Release);
+                        p.hz.store(desc.hz, Ordering::Release);
+                        Ok(())
+                    }
+                    None => Err(format!("no profile probe {index} (or no session)")),
+                }
+            }
+            Ok(Msg::SetSites { on, sites }) => match session::current() {
+                Some(s) => {
+                    patch::set_sites(&s.shm, s.space, sites.iter(), on);
+                    Ok(())
+                }
+                None => Err("no session".to_string()),
+            },
+            Ok(Msg::Go) => {
                 // Timers first, then reply, then release: a launched program may run
                 // to its end at once.
                 running = true;
                 timers.refresh();
                 timers_at = Instant::now();
-                let _ = proto::send(sock, MSG_OK, &[], None);
+                let _ = proto::send(sock, &Msg::Ok, None);
                 release_launch();
                 continue;
             }
-            MSG_END => {
+            Ok(Msg::End) => {
                 running = false;
                 timers.stop();
                 threads::detach_all();
@@ -305,19 +321,20 @@ fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
                 }
                 Ok(())
             }
-            MSG_TAKE_SIGNALS => {
+            Ok(Msg::TakeSignals) => {
                 signals::take_over();
                 Ok(())
             }
-            MSG_FREE => {
+            Ok(Msg::Free) => {
                 drop(ending.take());
                 Ok(())
             }
-            other => Err(format!("unknown message {other}")),
+            Ok(other) => Err(format!("unexpected message {other:?}")),
+            Err(e) => Err(e.to_string()),
         };
         let _ = match reply {
-            Ok(()) => proto::send(sock, MSG_OK, &[], None),
-            Err(e) => proto::send(sock, MSG_ERR, e.as_bytes(), None),
+            Ok(()) => proto::send(sock, &Msg::Ok, None),
+            Err(e) => proto::send(sock, &Msg::Err(&e), None),
         };
     }
 }
@@ -330,11 +347,7 @@ fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
 /// left patched (the unwinder hooks, restored last) are restored here.
 fn weft_gone(ending: Option<Box<session::Session>>) {
     if let Some(s) = session::current() {
-        s.shm
-            .header()
-            .session_state
-            .store(SessionState::Ending as u32, Ordering::Release);
-        patch::restore_all(&s.shm);
+        patch::restore_all(&s.shm, s.space);
     }
     // Threads keep their slots: one may be inside advice (or return advice, through
     // a hijacked return) right now, and would write through a slot pointer nulled
@@ -349,14 +362,14 @@ fn weft_gone(ending: Option<Box<session::Session>>) {
         // Abandoned (leaked) first: the trap handler finds the sites being restored
         // there, and resumes threads in their relocated code, which stays mapped.
         let s = session::abandon(s);
-        patch::restore_all(&s.shm);
+        patch::restore_all(&s.shm, s.space);
     }
     release_launch();
 }
 
-fn map_shm(msg: &proto::Message) -> Result<u64, String> {
-    let fd = msg.fd.as_ref().ok_or("MAP_SHM without a file descriptor")?;
-    let size = msg.u64_at(0) as usize;
+fn map_shm(fd: Option<&OwnedFd>, size: u64, space: u32, _flags: u32) -> Result<u64, String> {
+    let fd = fd.ok_or("MapShm without a file descriptor")?;
+    let size = size as usize;
     if session::current().is_some() {
         return Err("a session is already active in this process".into());
     }
@@ -397,6 +410,8 @@ fn map_shm(msg: &proto::Message) -> Result<u64, String> {
         shm,
         shm_size: size,
         generation: session::next_generation(),
+        space,
+        profiles: Default::default(),
         code: Vec::new(),
     }));
     Ok(p as u64)

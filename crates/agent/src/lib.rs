@@ -99,7 +99,7 @@ extern "C" fn after_fork_child() {
     threads::after_fork_child();
     patch::after_fork_child();
     if let Some(s) = session::current() {
-        patch::unweave_forked_child(&s.shm);
+        patch::unweave_forked_child(&s.shm, s.space);
     }
     threads::detach_all();
     if let Some(s) = session::take() {

@@ -115,7 +115,7 @@ pub fn after_fork_child() {
 /// followed by the patch's or the original's tail (the child was forked while the
 /// parent's agent was restoring it with the int3-first sequence). Returns the number
 /// of sites restored.
-pub fn unweave_forked_child(shm: &Shm) -> usize {
+pub fn unweave_forked_child(shm: &Shm, space: u32) -> usize {
     let n = shm
         .header()
         .site_count
@@ -126,7 +126,7 @@ pub fn unweave_forked_child(shm: &Shm) -> usize {
         let s = shm.site(i);
         let len = s.patch_len as usize;
         let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
-        if len == 0 || len > cur.len() || s.orig_len as usize != len {
+        if s.space != space || len == 0 || len > cur.len() || s.orig_len as usize != len {
             continue;
         }
         if !read_code(s.addr, &mut cur[..len]) || cur[..len] == s.orig[..len] {
@@ -166,8 +166,8 @@ fn read_code(addr: u64, out: &mut [u8]) -> bool {
     n == out.len() as isize
 }
 
-/// Restore every site of the session that is (or may be) patched. Returns the
-/// number of sites restored.
+/// Restore every site of the session in this process (site space `space`) that is
+/// (or may be) patched. Returns the number of sites restored.
 ///
 /// The redirect of glibc's `sigaction` goes last, as when weft unweaves: once it is
 /// gone, the target's `sigaction` reaches the kernel again and may put its own
@@ -176,16 +176,16 @@ fn read_code(addr: u64, out: &mut [u8]) -> bool {
 /// given the signal (preempted on its way back to user space) would then get weft's
 /// trap or fault in the target's handler (or die of it). So the redirect is restored
 /// only once no thread has such a signal pending, or after [`PENDING_PATIENCE`].
-pub fn restore_all(shm: &Shm) -> usize {
+pub fn restore_all(shm: &Shm, space: u32) -> usize {
     let redirect = |s: &weft_abi::SiteDesc| {
         s.resume == crate::signals::weft_agent_sigaction as *const () as u64
     };
-    let mut n = restore_sites(shm, |s| !redirect(s));
+    let mut n = restore_sites(shm, |s| s.space == space && !redirect(s));
     let start = std::time::Instant::now();
     while guarded_signal_pending() && start.elapsed() < PENDING_PATIENCE {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    n += restore_sites(shm, redirect);
+    n += restore_sites(shm, |s| s.space == space && redirect(s));
     n
 }
 
@@ -219,26 +219,63 @@ fn restore_sites(shm: &Shm, which: impl Fn(&weft_abi::SiteDesc) -> bool) -> usiz
         .site_count
         .load(Ordering::Acquire)
         .min(shm.header().max_sites);
+    let todo: Vec<u32> = (0..n).filter(|&i| which(shm.site(i))).collect();
+    rewrite(shm, &todo, false)
+}
+
+/// While the session runs (weft asked, [`weft_abi::msg::Msg::SetSites`]): write the
+/// patch (`on`) or the original bytes at `sites` of this process (site space
+/// `space`). Returns how many changed.
+pub fn set_sites(shm: &Shm, space: u32, sites: impl Iterator<Item = u32>, on: bool) -> usize {
+    let max = shm
+        .header()
+        .site_count
+        .load(Ordering::Acquire)
+        .min(shm.header().max_sites);
+    let todo: Vec<u32> = sites
+        .filter(|&i| i < max && shm.site(i).space == space)
+        .collect();
+    rewrite(shm, &todo, on)
+}
+
+/// Write the patch (`on`) or the original bytes of `sites` with the int3-first
+/// sequence, each write followed by a core-serializing barrier: int3 over the first
+/// byte of multi-byte writes, then the tail, then the first byte. A thread that
+/// meets the int3 meanwhile traps and the trap handler sends it to the site's
+/// relocated original instructions. Only sites whose bytes are what the other state
+/// says are rewritten (a site patched by someone else is left alone).
+fn rewrite(shm: &Shm, sites: &[u32], on: bool) -> usize {
     let mut todo = Vec::new();
-    for i in 0..n {
+    for &i in sites {
         let s = shm.site(i);
         let st = s.state.load(Ordering::Acquire);
-        if (st != SITE_PATCHED && st != SITE_PATCHING) || !which(s) {
-            continue;
-        }
+        let from_state = if on {
+            st == SITE_RESTORED || st == weft_abi::SITE_UNUSED
+        } else {
+            st == SITE_PATCHED || st == SITE_PATCHING
+        };
         let len = s.patch_len as usize;
         let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
-        if len == 0 || len > cur.len() || !read_code(s.addr, &mut cur[..len]) {
+        if !from_state
+            || len == 0
+            || len > cur.len()
+            || s.orig_len != s.patch_len
+            || !read_code(s.addr, &mut cur[..len])
+        {
             continue;
         }
-        if cur[..len] == s.patch[..len] {
+        let (from, _) = bytes_of(s, on);
+        if cur[..len] == from[..len] {
+            if on {
+                s.state.store(SITE_PATCHING, Ordering::Release);
+            }
             todo.push(i);
-        } else {
+        } else if !on {
             // Never patched (weft died before writing), or changed by someone else.
             s.state.store(SITE_RESTORED, Ordering::Release);
         }
     }
-    // 1. int3 over the first byte of multi-byte patches.
+    // 1. int3 over the first byte of multi-byte writes.
     for &i in &todo {
         let s = shm.site(i);
         if s.kind != SiteKind::Int3 as u32 && s.patch_len > 1 {
@@ -250,26 +287,46 @@ fn restore_sites(shm: &Shm, which: impl Fn(&weft_abi::SiteDesc) -> bool) -> usiz
     for &i in &todo {
         let s = shm.site(i);
         if s.kind != SiteKind::Int3 as u32 && s.patch_len > 1 {
-            write_code(s.addr + 1, &s.orig[1..s.patch_len as usize]);
+            let (_, to) = bytes_of(s, on);
+            write_code(s.addr + 1, &to[1..s.patch_len as usize]);
         }
     }
     sync_core();
     // 3. the first byte.
     for &i in &todo {
         let s = shm.site(i);
-        write_code(s.addr, &s.orig[..1]);
-        s.state.store(SITE_RESTORED, Ordering::Release);
+        let (_, to) = bytes_of(s, on);
+        write_code(s.addr, &to[..1]);
+        s.state.store(
+            if on { SITE_PATCHED } else { SITE_RESTORED },
+            Ordering::Release,
+        );
     }
     sync_core();
-    // USDT semaphores go back down, so PROBE_ENABLED() code stops running.
+    // USDT semaphores follow, so PROBE_ENABLED() code runs only while woven.
     for &i in &todo {
         let sem = shm.site(i).semaphore;
         if sem != 0 {
             // SAFETY: weft recorded the address of a 16-bit semaphore in a writable
             // data section of this process, which it incremented when patching.
             let w = unsafe { &*(sem as *const core::sync::atomic::AtomicU16) };
-            let _ = w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| v.checked_sub(1));
+            let _ = w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                if on {
+                    v.checked_add(1)
+                } else {
+                    v.checked_sub(1)
+                }
+            });
         }
     }
     todo.len()
+}
+
+/// `(bytes there now, bytes to write)` of a site being patched (`on`) or restored.
+fn bytes_of(s: &weft_abi::SiteDesc, on: bool) -> (&[u8], &[u8]) {
+    if on {
+        (&s.orig, &s.patch)
+    } else {
+        (&s.patch, &s.orig)
+    }
 }

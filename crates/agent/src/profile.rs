@@ -40,8 +40,12 @@ impl Timers {
             self.stop();
             return;
         };
-        let profiles = s.shm.header().profiles;
-        if profiles.iter().all(|p| p.hz == 0) {
+        let profiles: Vec<u32> = s
+            .profiles
+            .iter()
+            .map(|p| p.hz.load(Ordering::Acquire))
+            .collect();
+        if profiles.iter().all(|&hz| hz == 0) {
             return;
         }
         if !self.active {
@@ -68,11 +72,11 @@ impl Timers {
             alive
         });
         for &tid in tids.iter().filter(|&&t| t != me) {
-            for (i, p) in profiles.iter().enumerate().take(MAX_PROFILES) {
-                if p.hz == 0 || self.timers.contains_key(&(tid, i)) {
+            for (i, &hz) in profiles.iter().enumerate().take(MAX_PROFILES) {
+                if hz == 0 || self.timers.contains_key(&(tid, i)) {
                     continue;
                 }
-                if let Some(t) = create_timer(tid, i, p.hz) {
+                if let Some(t) = create_timer(tid, i, hz) {
                     self.timers.insert((tid, i), t);
                 }
             }
@@ -149,10 +153,14 @@ extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     // Marked before the session is loaded: weft frees no session while we hold it.
     let _using = threads::using_session(threads::get_or_create());
     let Some(s) = session::current() else { return };
-    let Some(p) = s.shm.header().profiles.get(index).copied() else {
+    let Some(p) = s.profiles.get(index) else {
         return;
     };
-    if p.hz == 0 || p.advice == 0 {
+    let (probe, advice) = (
+        p.probe.load(Ordering::Acquire),
+        p.advice.load(Ordering::Acquire),
+    );
+    if p.hz.load(Ordering::Acquire) == 0 || advice == 0 {
         return;
     }
     let t = threads::get_or_create();
@@ -172,10 +180,10 @@ extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     let mut frame: Frame = trap::frame_from(uc, ip, s, slot, t);
     frame.site = u64::MAX;
     frame.func = 0;
-    frame.probe = u64::from(p.probe);
+    frame.probe = u64::from(probe);
     th.nest += 1;
     // SAFETY: compiled advice in a code region of this session.
-    let f: extern "C" fn(*mut Frame) = unsafe { core::mem::transmute(p.advice) };
+    let f: extern "C" fn(*mut Frame) = unsafe { core::mem::transmute(advice) };
     f(&mut frame);
     th.nest -= 1;
 }

@@ -15,8 +15,21 @@ pub struct Session {
     pub shm: Shm,
     pub shm_size: usize,
     pub generation: u64,
+    /// This process's site space in the segment (one segment serves every process
+    /// of a session): its sites are those of this space.
+    pub space: u32,
+    /// The profile probes, compiled for this process (set before advice runs).
+    pub profiles: [Profile; weft_abi::MAX_PROFILES],
     /// Code regions mapped for this session: (address, size).
     pub code: Vec<(u64, usize)>,
+}
+
+/// A `profile:hz:N` probe of the session; `hz == 0`: none.
+#[derive(Default)]
+pub struct Profile {
+    pub hz: AtomicU32,
+    pub probe: AtomicU32,
+    pub advice: AtomicU64,
 }
 
 static CURRENT: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());

@@ -50,9 +50,14 @@ pub struct TraceArgs {
     /// Launch this command (split like a shell would) and trace it from its start.
     #[arg(short = 'c', value_name = "CMD")]
     pub command: Option<String>,
-    /// Attach to this running process.
-    #[arg(short = 'p', value_name = "PID", value_parser = pid_parser())]
-    pub pid: Option<i32>,
+    /// Attach to this running process; repeat it (or give a comma list) to weave the
+    /// same program into several processes.
+    #[arg(short = 'p', value_name = "PID", value_parser = pid_parser(), value_delimiter = ',')]
+    pub pids: Vec<i32>,
+    /// With several processes: refuse the whole session if any of them cannot be
+    /// attached to (by default the others are woven and that one is reported).
+    #[arg(long = "all-or-nothing")]
+    pub all_or_nothing: bool,
     /// Write output to FILE instead of stdout.
     #[arg(short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -123,10 +128,24 @@ mod tests {
     fn pid(args: &[&str]) -> Result<Option<i32>, String> {
         let cli = Cli::try_parse_from(args).map_err(|e| e.kind().to_string())?;
         Ok(match cli.command {
-            Some(Command::Trace(t)) => t.pid,
+            Some(Command::Trace(t)) => t.pids.first().copied(),
             Some(Command::List(l)) => l.pid,
-            _ => cli.trace.pid,
+            _ => cli.trace.pids.first().copied(),
         })
+    }
+
+    fn pids(args: &[&str]) -> Vec<i32> {
+        Cli::try_parse_from(args).unwrap().trace.pids
+    }
+
+    #[test]
+    fn several_pids_repeated_or_in_a_list() {
+        assert_eq!(
+            pids(&["weft", "-e", "BEGIN {}", "-p", "4", "-p", "7"]),
+            [4, 7]
+        );
+        assert_eq!(pids(&["weft", "-e", "BEGIN {}", "-p", "4,7,9"]), [4, 7, 9]);
+        assert!(Cli::try_parse_from(["weft", "-e", "BEGIN {}", "-p", "4,0"]).is_err());
     }
 
     /// A process id is positive (issue 24): 0 and negative numbers name process groups

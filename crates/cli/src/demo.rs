@@ -49,7 +49,8 @@ pub fn run(requests: u32) -> Result<i32> {
     crate::trace(TraceArgs {
         program: Some(prog),
         command: Some(format!("{b} {requests}")),
-        pid: None,
+        pids: Vec::new(),
+        all_or_nothing: false,
         output: None,
         format: None,
         quiet: false,

@@ -35,7 +35,7 @@ pub fn main() -> Result<i32> {
             if let Some(pattern) = cli.trace.list.clone() {
                 return list(ListArgs {
                     args: vec![pattern],
-                    pid: cli.trace.pid,
+                    pid: cli.trace.pids.first().copied(),
                 });
             }
             trace(cli.trace)
@@ -69,7 +69,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         _ => None,
     };
     let resolver = dwarf::DwarfArgs {
-        pid: t.pid,
+        pid: t.pids.first().copied(),
         executable,
     };
     let opts = weft_lang::Options {
@@ -94,11 +94,11 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
     let Some(prog) = out.program else {
         return Ok(1);
     };
-    let target = match (&t.command, t.pid, &t.cmd) {
-        (Some(c), None, v) if v.is_empty() => Target::Launch(target::split_command(c)?),
-        (None, Some(pid), v) if v.is_empty() => Target::Attach(pid),
-        (None, None, v) if !v.is_empty() => Target::Launch(v.clone()),
-        (None, None, _) => Target::None,
+    let target = match (&t.command, t.pids.is_empty(), &t.cmd) {
+        (Some(c), true, v) if v.is_empty() => Target::Launch(target::split_command(c)?),
+        (None, false, v) if v.is_empty() => Target::Attach(t.pids.clone()),
+        (None, true, v) if !v.is_empty() => Target::Launch(v.clone()),
+        (None, true, _) => Target::None,
         _ => bail!("give only one of -c CMD, -p PID and -- CMD ARGS..."),
     };
     let opts = TraceOptions {
@@ -119,6 +119,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
             ..segment::Sizes::default()
         },
         inline: !t.no_inline,
+        all_or_nothing: t.all_or_nothing,
     };
     trace::run(&prog, &opts)
 }

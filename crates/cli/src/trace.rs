@@ -18,8 +18,8 @@ pub enum Target {
     None,
     /// Launch a command (argv).
     Launch(Vec<String>),
-    /// Attach to a running process.
-    Attach(i32),
+    /// Attach to running processes.
+    Attach(Vec<i32>),
 }
 
 #[derive(Clone, Debug)]
@@ -33,6 +33,8 @@ pub struct TraceOptions {
     pub sizes: Sizes,
     /// Compile simple advice into trampolines.
     pub inline: bool,
+    /// Several processes: refuse the session if one cannot be attached to.
+    pub all_or_nothing: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -80,6 +82,7 @@ pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         sizes: opts.sizes,
         inline: opts.inline,
         verbose: opts.verbose,
+        all_or_nothing: opts.all_or_nothing,
         ..Options::default()
     };
     let attaching = matches!(opts.target, Target::Attach(_));
@@ -89,7 +92,7 @@ pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         Target::Launch(argv) => {
             session.launch(argv)?;
         }
-        Target::Attach(pid) => session.attach(*pid)?,
+        Target::Attach(pids) => attach_all(&mut session, pids, opts.all_or_nothing)?,
     }
     match weave_and_run(&mut session, &mut printer, opts) {
         Ok(()) => {}
@@ -119,6 +122,41 @@ pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// Attach to every process of `pids`. One that cannot be attached to is reported
+/// and left out, unless `all_or_nothing` (then the session is refused); none at all
+/// is an error.
+fn attach_all(session: &mut Session<'_>, pids: &[i32], all_or_nothing: bool) -> Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    let pids: Vec<i32> = pids.iter().copied().filter(|p| seen.insert(*p)).collect();
+    if all_or_nothing {
+        // Refused before any agent is loaded, where it can be told in advance.
+        if let Some(pid) = pids.iter().find(|&&p| !target::alive(p)) {
+            bail!("no process with pid {pid} (--all-or-nothing: nothing woven)");
+        }
+    }
+    let mut first_error = None;
+    for &pid in &pids {
+        match session.attach(pid) {
+            Ok(()) => {}
+            Err(e) if pids.len() == 1 || all_or_nothing => {
+                return Err(if pids.len() > 1 {
+                    e.context(format!("process {pid} (--all-or-nothing: nothing woven)"))
+                } else {
+                    e
+                });
+            }
+            Err(e) => {
+                eprintln!("weft: process {pid} left out: {e:#}");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match (session.members.is_empty(), first_error) {
+        (true, Some(e)) => Err(e.context("no process could be attached to")),
+        _ => Ok(()),
+    }
 }
 
 /// Prepare, announce, BEGIN, patch, and run until the session should end.

@@ -1080,3 +1080,93 @@ fn attach_never_nests_in_the_c_library() {
         }
     }
 }
+
+/// Three processes of one program in one session (`-p A,B -p C`): each counted
+/// exactly, by pid and merged, in maps the three share.
+#[test]
+fn one_session_over_three_processes() {
+    let bin = build("member.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let ns = [1000u64, 2000, 3000];
+    let targets: Vec<Spawned> = ns
+        .iter()
+        .map(|n| {
+            let t = Spawned::start(&bin, &[&n.to_string()]);
+            t.wait_line("ready", T);
+            t
+        })
+        .collect();
+    let pids: Vec<String> = targets.iter().map(|t| t.pid().to_string()).collect();
+    let total: u64 = ns.iter().sum();
+    let prog = format!(
+        "uprobe:{b}:ping /@seen[pid] == 0/ {{ @seen[pid] = 1; printf(\"live %d %s\\n\", pid, comm); }} \
+         uprobe:{b}:work {{ @w[pid] = count(); @all = count(); @sum[pid] = sum(arg0); }} \
+         interval:ms:20 /@all == {total}/ {{ exit(); }}"
+    );
+    let first_two = format!("{},{}", pids[0], pids[1]);
+    let mut w = Background::start(&["-e", &prog, "-p", &first_two, "-p", &pids[2]]);
+    // The counted calls start once the probes are live in all three.
+    for _ in 0..3 {
+        w.wait_line("live ", false, T);
+    }
+    for t in &targets {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(t.pid(), libc::SIGUSR1) };
+    }
+    let o = w.finish(T);
+    let out = ok(&o);
+    assert_eq!(map_value(&out, "@all"), Some(total as i64), "{out}");
+    for (t, n) in targets.iter().zip(ns) {
+        let pid = t.pid();
+        assert!(out.contains(&format!("live {pid} member")), "{out}");
+        assert_eq!(
+            map_value(&out, &format!("@w[{pid}]")),
+            Some(n as i64),
+            "{out}"
+        );
+        let sum = (n * (n - 1) / 2) as i64;
+        assert_eq!(map_value(&out, &format!("@sum[{pid}]")), Some(sum), "{out}");
+    }
+    for mut t in targets {
+        t.wait_line("done", T);
+        assert!(code_matches_file(t.pid(), &bin));
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(t.pid(), libc::SIGUSR2) };
+        assert!(t.child.wait().unwrap().success());
+    }
+}
+
+/// A pid that cannot be attached to among several: the others are woven and that
+/// one reported; with --all-or-nothing the session is refused, nothing woven.
+#[test]
+fn one_bad_pid_among_several() {
+    let bin = build("member.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let t = Spawned::start(&bin, &["10"]);
+    t.wait_line("ready", T);
+    // A pid that is no process: a child that has been reaped.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let prog = format!("uprobe:{b}:ping {{ @c = count(); }} interval:ms:20 /@c/ {{ exit(); }}");
+    let list = format!("{},{}", t.pid(), gone.id());
+    let o = weft(&["-e", &prog, "-p", &list], T);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "process {} left out: no process with pid",
+            gone.id()
+        )),
+        "{err}"
+    );
+    assert!(map_value(&ok(&o), "@c").is_some_and(|c| c > 0));
+    let o = weft(&["--all-or-nothing", "-e", &prog, "-p", &list], T);
+    let err = text(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--all-or-nothing: nothing woven"), "{err}");
+    assert!(code_matches_file(t.pid(), &bin));
+    let mut t = t;
+    let _ = t.child.kill();
+    let _ = t.child.wait();
+}

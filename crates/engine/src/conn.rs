@@ -5,8 +5,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use weft_abi::*;
-use weft_runtime::proto::{self, Message};
+use weft_abi::msg::{Msg, MsgError};
+use weft_abi::{Hello, ProfileDesc, VERSION};
+use weft_runtime::proto::{self, Received};
 
 pub struct Listener {
     fd: OwnedFd,
@@ -101,24 +102,16 @@ impl Listener {
 pub struct Agent {
     fd: OwnedFd,
     pub hello: Hello,
-    /// Address of `weft_agent_on_raise`.
-    pub on_raise: u64,
-    /// Address of `weft_agent_sigaction` (glibc's `__libc_sigaction` is redirected
-    /// there while woven); 0 from an agent without it.
-    pub sigaction: u64,
-    /// Address of the agent's step guard (`weft_inject`'s `set_step_guard`): the
-    /// agent swallows the traps of a step weft died in; 0 from an agent without it.
-    pub step_guard: u64,
 }
 
 impl Agent {
     fn handshake(fd: OwnedFd) -> Result<Agent> {
-        let m = recv_timeout(fd.as_raw_fd(), Duration::from_secs(10))?;
-        if m.tag != MSG_HELLO || m.payload.len() < std::mem::size_of::<Hello>() {
-            bail!("the agent sent no valid hello");
-        }
-        // SAFETY: the payload holds a Hello (checked length); repr(C) plain data.
-        let hello = unsafe { (m.payload.as_ptr() as *const Hello).read_unaligned() };
+        let r = recv_timeout(fd.as_raw_fd(), Duration::from_secs(10))?;
+        let hello = match r.msg() {
+            Ok(Msg::Hello(h)) => h,
+            Ok(_) | Err(MsgError::Truncated) => bail!("the agent sent no valid hello"),
+            Err(e) => bail!("the agent sent no valid hello: {e}"),
+        };
         if hello.version != VERSION {
             bail!(
                 "the agent in the target speaks protocol version {}, this weft speaks {}; \
@@ -130,73 +123,90 @@ impl Agent {
         if hello.busy != 0 {
             bail!("another weft session is active in this process");
         }
-        let off = std::mem::size_of::<Hello>();
-        let extra = |k: usize| {
-            m.payload
-                .get(off + 8 * k..off + 8 * k + 8)
-                .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
-        };
-        Ok(Agent {
-            fd,
-            hello,
-            on_raise: extra(0),
-            sigaction: extra(1),
-            step_guard: extra(2),
-        })
+        Ok(Agent { fd, hello })
     }
 
     pub fn raw(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
 
-    fn request(&self, tag: u32, payload: &[u8], fd: Option<RawFd>) -> Result<Message> {
-        proto::send(self.raw(), tag, payload, fd).context("sending to the agent")?;
-        let m = recv_timeout(self.raw(), Duration::from_secs(10))?;
-        if m.tag == MSG_ERR {
-            bail!("agent: {}", String::from_utf8_lossy(&m.payload));
+    /// Send `msg` (with `fd`) and wait for the answer; an error answer is an error.
+    fn request(&self, msg: Msg<'_>, fd: Option<RawFd>) -> Result<Received> {
+        proto::send(self.raw(), &msg, fd).context("sending to the agent")?;
+        let r = recv_timeout(self.raw(), Duration::from_secs(10))?;
+        if let Ok(Msg::Err(e)) = r.msg() {
+            bail!("agent: {e}");
         }
-        Ok(m)
+        Ok(r)
     }
 
-    /// Have the agent map the segment; returns its address in the target and the
-    /// session's generation number.
-    pub fn map_shm(&self, fd: RawFd, size: u64) -> Result<(u64, u32)> {
-        let m = self.request(MSG_MAP_SHM, &proto::u64s(&[size]), Some(fd))?;
-        Ok((m.u64_at(0), m.u64_at(1) as u32))
+    /// Send `msg` and expect `Ok`.
+    fn command(&self, msg: Msg<'_>) -> Result<()> {
+        let r = self.request(msg, None)?;
+        match r.msg() {
+            Ok(Msg::Ok) => Ok(()),
+            other => bail!("unexpected answer {other:?} from the agent to {msg:?}"),
+        }
+    }
+
+    /// Have the agent map the segment as site space `space`; returns its address in
+    /// the target and the session's generation number.
+    pub fn map_shm(&self, fd: RawFd, size: u64, space: u32, flags: u32) -> Result<(u64, u32)> {
+        let r = self.request(Msg::MapShm { size, space, flags }, Some(fd))?;
+        match r.msg() {
+            Ok(Msg::ShmMapped { addr, generation }) => Ok((addr, generation)),
+            other => bail!("unexpected answer {other:?} from the agent to a segment"),
+        }
     }
 
     /// A code region inside `[lo, hi)`: its address and the memfd to map it RW.
     pub fn alloc_code(&self, lo: u64, hi: u64, size: u64) -> Result<(u64, u64, OwnedFd)> {
-        let m = self.request(MSG_ALLOC_CODE, &proto::u64s(&[lo, hi, size]), None)?;
-        if m.tag != MSG_CODE_REGION {
-            bail!("unexpected reply {} to a code region request", m.tag);
-        }
-        let (addr, size) = (m.u64_at(0), m.u64_at(1));
+        let r = self.request(Msg::AllocCode { lo, hi, size }, None)?;
+        let (addr, size) = match r.msg() {
+            Ok(Msg::CodeRegion { addr, size }) => (addr, size),
+            other => bail!("unexpected answer {other:?} to a code region request"),
+        };
         let fd =
-            m.fd.ok_or_else(|| anyhow!("code region without a file descriptor"))?;
+            r.fd.ok_or_else(|| anyhow!("code region without a file descriptor"))?;
         Ok((addr, size, fd))
     }
 
+    /// Profile probe `index`, compiled for this process.
+    pub fn set_profile(&self, index: u32, desc: ProfileDesc) -> Result<()> {
+        self.command(Msg::SetProfile { index, desc })
+    }
+
+    /// Write the patch (`on`) or the original bytes at `sites` while the process
+    /// runs (at most `SiteList::MAX` of them).
+    pub fn set_sites(&self, sites: &[u32], on: bool) -> Result<()> {
+        let mut bytes = vec![0u8; sites.len() * 4];
+        let n = weft_abi::msg::SiteList::bytes_of(sites, &mut bytes);
+        self.command(Msg::SetSites {
+            on,
+            sites: weft_abi::msg::SiteList::new(&bytes[..n]),
+        })
+    }
+
     pub fn go(&self) -> Result<()> {
-        self.request(MSG_GO, &[], None).map(drop)
+        self.command(Msg::Go)
     }
 
     /// The sigaction redirect is patched: the agent puts its signal handlers back in
     /// front, with the target's as its virtual dispositions.
     pub fn take_signals(&self) -> Result<()> {
-        self.request(MSG_TAKE_SIGNALS, &[], None).map(drop)
+        self.command(Msg::TakeSignals)
     }
 
     pub fn end(&self) -> Result<()> {
-        self.request(MSG_END, &[], None).map(drop)
+        self.command(Msg::End)
     }
 
     pub fn free(&self) -> Result<()> {
-        self.request(MSG_FREE, &[], None).map(drop)
+        self.command(Msg::Free)
     }
 }
 
-fn recv_timeout(fd: RawFd, timeout: Duration) -> Result<Message> {
+fn recv_timeout(fd: RawFd, timeout: Duration) -> Result<Received> {
     let mut pfd = libc::pollfd {
         fd,
         events: libc::POLLIN,

@@ -28,4 +28,4 @@ pub mod session;
 pub mod target;
 pub mod weave;
 
-pub use session::{Finished, Options, RunEnd, Session};
+pub use session::{Finished, Options, RunEnd, Session, Weaving};

@@ -23,6 +23,8 @@ pub struct Member {
     pub agent: Agent,
     /// The command weft launched (`-c`), if this is it.
     pub child: Option<Child>,
+    /// This process's site space in the segment.
+    pub space: u32,
     /// Where the agent mapped the segment, and the agent's session generation.
     shm_base: u64,
     generation: u32,
@@ -35,29 +37,54 @@ pub struct Member {
     redirect_bodies: Vec<Range<u64>>,
     /// Probes with sites here (and profile probes), for "Attaching N probes".
     pub site_probes: usize,
+    /// The unwinder hooks (needed once a return probe is woven) are planned.
+    unwind_hooked: bool,
+    /// The `sigaction` redirect is patched.
+    redirected: bool,
+    /// Profile probes given to the agent.
+    profiles: u32,
     /// Symbols of the process, for `usym`/`ustack`.
     pub symbolizer: Option<Symbolizer>,
     /// Still running (not exited or gone from the session).
     pub alive: bool,
 }
 
-/// How a member was woven, for `-v`.
+/// What [`Member::prepare`] planned.
 pub struct Prepared {
-    pub sites: usize,
+    /// Indices in [`Member::planned`] of the probes' sites planned.
+    pub sites: Vec<usize>,
+    /// And of the agent's internal sites planned with them (the unwinder hooks, woven
+    /// until the session ends).
+    pub internal: Vec<usize>,
+    /// Probes with sites (and profile probes) among those prepared.
+    pub probes: usize,
     pub elapsed: Duration,
     pub regions: Vec<Range<u64>>,
 }
 
 impl Member {
-    /// A process whose agent has connected: it maps the session's segment.
-    pub fn join(pid: i32, agent: Agent, child: Option<Child>, seg: &Segment) -> Result<Member> {
-        let (base, generation) =
-            agent.map_shm(std::os::fd::AsRawFd::as_raw_fd(&seg.fd), seg.size())?;
+    /// A process whose agent has connected: it maps the session's segment, its
+    /// sites being those of site space `space`.
+    pub fn join(
+        pid: i32,
+        agent: Agent,
+        child: Option<Child>,
+        seg: &Segment,
+        space: u32,
+        flags: u32,
+    ) -> Result<Member> {
+        let (base, generation) = agent.map_shm(
+            std::os::fd::AsRawFd::as_raw_fd(&seg.fd),
+            seg.size(),
+            space,
+            flags,
+        )?;
         weft_inject::die::at("shm-mapped");
         Ok(Member {
             pid,
             agent,
             child,
+            space,
             shm_base: base,
             generation,
             regions: Vec::new(),
@@ -65,13 +92,17 @@ impl Member {
             redirects: Vec::new(),
             redirect_bodies: Vec::new(),
             site_probes: 0,
+            unwind_hooked: false,
+            redirected: false,
+            profiles: 0,
             symbolizer: None,
             alive: true,
         })
     }
 
-    /// Resolve the program's attach points in this process, compile its advice and
-    /// write the trampolines; nothing is patched yet. `note` gets `-v` lines.
+    /// Resolve the attach points of the probes `select` picks in this process,
+    /// compile their advice and write the trampolines; nothing is patched yet.
+    /// `note` gets `-v` lines.
     pub fn prepare(
         &mut self,
         prog: &Program,
@@ -79,16 +110,20 @@ impl Member {
         names: &mut ProbeNames,
         inline: bool,
         note: &mut dyn FnMut(String),
+        select: &dyn Fn(usize) -> bool,
     ) -> Result<Prepared> {
         let t = std::time::Instant::now();
         let maps = ProcMaps::read(self.pid as u32).map_err(|e| anyhow!("{e}"))?;
         self.symbolizer = Some(Symbolizer::new(maps.modules()));
-        let resolved = pointcut::resolve(prog, &maps, self.pid, names)?;
+        let resolved = pointcut::resolve(prog, &maps, self.pid, names, select)?;
         let mut specs: Vec<_> = resolved.sites.into_values().collect();
-        self.site_probes = specs.iter().map(|s| s.entry.len() + s.ret.len()).sum();
+        let first_new = self.planned.len();
+        let probes: usize = specs.iter().map(|s| s.entry.len() + s.ret.len()).sum();
+        self.site_probes += probes;
         let agent = &self.agent;
         let mut weaver = Weaver::new(agent, seg, prog, self.shm_base, self.generation);
         weaver.inline = inline;
+        weaver.space = self.space;
         weaver.regions = std::mem::take(&mut self.regions);
         let result = (|| -> Result<()> {
             // Advice: one compiled function per probe body that runs in the target.
@@ -124,8 +159,12 @@ impl Member {
                 }
             }
             // Exceptions must not unwind through hijacked return addresses.
-            if specs.iter().any(|s| !s.ret.is_empty()) && agent.on_raise != 0 {
-                specs.extend(pointcut::unwind_hooks(&maps, agent.on_raise));
+            if !self.unwind_hooked
+                && specs.iter().any(|s| !s.ret.is_empty())
+                && agent.hello.on_raise != 0
+            {
+                specs.extend(pointcut::unwind_hooks(&maps, agent.hello.on_raise));
+                self.unwind_hooked = true;
             }
             for s in &specs {
                 let p = weaver.site(s, agent.hello.thread_attach)?;
@@ -135,9 +174,9 @@ impl Member {
             // The target's sigaction goes through the agent while woven, so its own
             // SIGTRAP/SIGSEGV/SIGBUS handlers never displace weft's (see the agent's
             // `signals`).
-            if agent.sigaction != 0 {
+            if agent.hello.sigaction != 0 && self.redirects.is_empty() {
                 if let Some(spec) = pointcut::sigaction_redirect(&maps) {
-                    let p = weaver.redirect_site(&spec, agent.sigaction)?;
+                    let p = weaver.redirect_site(&spec, agent.hello.sigaction)?;
                     note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
                     self.redirect_bodies.push(spec.func.addr..spec.func.end());
                     self.redirects.push(p);
@@ -145,26 +184,36 @@ impl Member {
             }
             // profile:hz:N probes: advice in a code region, sampled by the agent's
             // timers.
-            for (k, pr) in resolved.profiles.iter().enumerate() {
+            for pr in &resolved.profiles {
+                if self.profiles as usize >= weft_abi::MAX_PROFILES {
+                    anyhow::bail!(
+                        "at most {} profile probes per session",
+                        weft_abi::MAX_PROFILES
+                    );
+                }
                 let code = weft_jit::compile(&prog.probes[pr.body].body, prog, &env)?;
                 let advice = weaver.put_anywhere(&code)?;
-                let h = seg.shm.header() as *const weft_abi::ShmHeader as *mut weft_abi::ShmHeader;
-                // SAFETY: the agent reads the profile table only once weft says go.
-                unsafe {
-                    (*h).profiles[k] = weft_abi::ProfileDesc {
+                self.profiles += 1;
+                agent.set_profile(
+                    self.profiles - 1,
+                    weft_abi::ProfileDesc {
                         hz: pr.hz,
                         probe: pr.probe,
                         advice,
-                    };
-                }
+                    },
+                )?;
             }
             Ok(())
         })();
         self.regions = std::mem::take(&mut weaver.regions);
         result?;
         self.site_probes += resolved.profiles.len();
+        let (internal, sites): (Vec<usize>, Vec<usize>) = (first_new..self.planned.len())
+            .partition(|&i| crate::weave::is_internal(&self.planned[i].label));
         Ok(Prepared {
-            sites: self.planned.len(),
+            sites,
+            internal,
+            probes: probes + resolved.profiles.len(),
             elapsed: t.elapsed(),
             regions: self.code_ranges(),
         })
@@ -179,20 +228,29 @@ impl Member {
             .collect()
     }
 
-    /// Patch every planned site, the `sigaction` redirect first, alone: once it is
-    /// in, the agent can put its handlers in front for good, before any int3 site
-    /// can trap. Sites that could not be woven are reported through `warn`.
-    pub fn patch(&mut self, seg: &Segment, warn: &mut dyn FnMut(String)) -> Result<PatchReport> {
+    /// Patch the planned sites `which` (indices in [`Member::planned`]) with the
+    /// process stopped, the `sigaction` redirect first, alone (the first time):
+    /// once it is in, the agent can put its handlers in front for good, before any
+    /// int3 site can trap. Sites that could not be woven are reported through
+    /// `warn`.
+    pub fn patch(
+        &mut self,
+        seg: &Segment,
+        which: &[usize],
+        warn: &mut dyn FnMut(String),
+    ) -> Result<PatchReport> {
         weft_inject::die::at("code-written");
         weft_inject::die::phase("patch");
-        if !self.redirects.is_empty() {
+        if !self.redirects.is_empty() && !self.redirected {
             patch::apply_stepping_out_of(
                 self.pid,
                 &mut self.redirects,
                 &seg.shm,
+                self.space,
                 &self.redirect_bodies,
-                self.agent.step_guard,
+                self.agent.hello.step_guard,
             )?;
+            self.redirected = true;
             weft_inject::die::at("redirect-patched");
             if self
                 .redirects
@@ -202,15 +260,68 @@ impl Member {
                 self.agent.take_signals()?;
                 weft_inject::die::at("signals-taken");
             }
+            for p in &self.redirects {
+                if let Outcome::Skipped(r) = &p.outcome {
+                    warn(format!("{} not woven: {r}", p.label));
+                }
+            }
         }
-        let report = patch::apply(self.pid, &mut self.planned, &seg.shm, self.agent.step_guard)?;
+        let mut sites: Vec<Planned> = which.iter().map(|&i| self.planned[i].clone()).collect();
+        let report = patch::apply(
+            self.pid,
+            &mut sites,
+            &seg.shm,
+            self.space,
+            self.agent.hello.step_guard,
+        )?;
+        for (&i, p) in which.iter().zip(sites) {
+            self.planned[i] = p;
+        }
         weft_inject::die::at("sites-patched");
-        for p in self.planned.iter().chain(&self.redirects) {
-            if let Outcome::Skipped(r) = &p.outcome {
-                warn(format!("{} not woven: {r}", p.label));
+        for &i in which {
+            if let Outcome::Skipped(r) = &self.planned[i].outcome {
+                warn(format!("{} not woven: {r}", self.planned[i].label));
             }
         }
         Ok(report)
+    }
+
+    /// Write the original bytes back at the sites `which` while the process runs
+    /// (the agent's int3-first sequence: a jump site's patch is one instruction, so
+    /// no thread can be inside it). Their code stays until the session ends.
+    pub fn disable(&self, which: &[usize]) -> Result<()> {
+        self.set_sites(which, false)
+    }
+
+    /// Patch again the sites `which`, woven before: those whose patch replaces one
+    /// instruction while the process runs, the others with it stopped. Returns
+    /// whether a stop was needed.
+    pub fn enable(&mut self, seg: &Segment, which: &[usize]) -> Result<bool> {
+        let (atomic, stopped): (Vec<usize>, Vec<usize>) = which
+            .iter()
+            .copied()
+            .filter(|&i| !matches!(self.planned[i].outcome, Outcome::Skipped(_)))
+            .partition(|&i| self.planned[i].atomic);
+        // The stop first: a thread stepped out of bytes about to be patched must not
+        // meet a site enabled meanwhile (its trap is the agent's to take, not the
+        // step's).
+        if !stopped.is_empty() {
+            self.patch(seg, &stopped, &mut |_| {})?;
+        }
+        self.set_sites(&atomic, true)?;
+        Ok(!stopped.is_empty())
+    }
+
+    fn set_sites(&self, which: &[usize], on: bool) -> Result<()> {
+        let indices: Vec<u32> = which
+            .iter()
+            .map(|&i| self.planned[i].index)
+            .filter(|&i| i != u32::MAX)
+            .collect();
+        for chunk in indices.chunks(weft_abi::msg::SiteList::MAX) {
+            self.agent.set_sites(chunk, on)?;
+        }
+        Ok(())
     }
 
     /// Restore every site, end the agent's session once no thread is inside the

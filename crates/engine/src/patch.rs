@@ -30,8 +30,59 @@ pub struct PatchReport {
 /// Patch every planned site. Sites whose memory no longer holds the original bytes
 /// are marked `Skipped`. `step_guard` is the agent's step guard (0: none): were weft
 /// to die while it steps a thread out of the bytes, the agent swallows the trap.
-pub fn apply(pid: i32, sites: &mut [Planned], shm: &Shm, step_guard: u64) -> Result<PatchReport> {
-    apply_stepping_out_of(pid, sites, shm, &[], step_guard)
+/// `space` is the process's site space in `shm`.
+pub fn apply(
+    pid: i32,
+    sites: &mut [Planned],
+    shm: &Shm,
+    space: u32,
+    step_guard: u64,
+) -> Result<PatchReport> {
+    apply_stepping_out_of(pid, sites, shm, space, &[], step_guard)
+}
+
+/// Threads the stop caught holding the SIGTRAP of a site's int3 that is gone since
+/// (the agent wrote a site's bytes while the process ran, with the int3-first
+/// sequence, and the thread trapped on the int3 before the handler could run): they
+/// are put back on the site's first byte, the trap dropped, so they run the bytes
+/// there now (as the agent's handler would have sent them). Else such a thread sits
+/// one byte into the site, where a step-out would step it with the trap pending.
+fn rewind_stale_traps(w: &mut StoppedProcess, shm: &Shm, space: u32) -> Result<()> {
+    const SI_KERNEL: i32 = 0x80;
+    // Raised but not yet taken (the stop came first): taken now, and held.
+    let pid = w.pid();
+    let trap = 1u64 << (libc::SIGTRAP - 1);
+    if w.threads().iter().any(|t| {
+        weft_inject::process::signal_mask(w.tgid_of(t.tid()), t.tid(), "SigPnd") & trap != 0
+    }) {
+        w.take_queued_traps().map_err(|e| anyhow!("{e}"))?;
+    }
+    let _ = pid;
+    let caught: Vec<(i32, libc::user_regs_struct)> = w
+        .threads()
+        .iter()
+        .filter(|t| t.pending_signals().contains(&libc::SIGTRAP))
+        .map(|t| (t.tid(), *t.regs()))
+        .collect();
+    for (tid, regs) in caught {
+        let ip = regs.rip.wrapping_sub(1);
+        let mut b = [0u8; 1];
+        let restored = w.read_mem(ip, &mut b).is_ok() && b[0] != weft_x86::INT3;
+        if !restored || shm.site_by_addr(ip, space).is_none() {
+            continue;
+        }
+        let dropped = w
+            .drop_pending(tid, |sig, info| {
+                sig == libc::SIGTRAP && info.is_some_and(|i| i.si_code == SI_KERNEL)
+            })
+            .map_err(|e| anyhow!("{e}"))?;
+        if dropped > 0 {
+            let mut back = regs;
+            back.rip = ip;
+            w.set_regs(tid, &back).map_err(|e| anyhow!("{e}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// As [`apply`], and first step every thread out of `bodies` too (whole functions
@@ -40,12 +91,14 @@ pub fn apply_stepping_out_of(
     pid: i32,
     sites: &mut [Planned],
     shm: &Shm,
+    space: u32,
     bodies: &[Range<u64>],
     step_guard: u64,
 ) -> Result<PatchReport> {
     let mut w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
     w.set_step_guard(step_guard);
     guard_sharers(&mut w)?;
+    rewind_stale_traps(&mut w, shm, space)?;
     let mut report = PatchReport {
         threads: w.threads().len(),
         ..PatchReport::default()

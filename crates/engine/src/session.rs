@@ -39,6 +39,9 @@ pub struct Options {
     pub verbose: bool,
     /// Where diagnostics go (each line starts with `weft: `).
     pub note: fn(&str),
+    /// With several processes, a failure in one fails the session (else that one is
+    /// left out and reported, and the others go on).
+    pub all_or_nothing: bool,
 }
 
 impl Default for Options {
@@ -48,6 +51,7 @@ impl Default for Options {
             inline: true,
             verbose: false,
             note: |l| eprintln!("{l}"),
+            all_or_nothing: false,
         }
     }
 }
@@ -61,6 +65,27 @@ pub enum RunEnd {
     TargetsGone,
     /// The caller's stop flag was raised (SIGINT, SIGTERM).
     Stopped,
+}
+
+/// Sites woven together (by one [`Session::weave`]), in every member.
+#[derive(Clone, Debug, Default)]
+pub struct Weaving {
+    /// Indices of the program's probes.
+    pub probes: Vec<usize>,
+    /// Per member (by site space): indices in the member's planned sites.
+    sites: Vec<(u32, Vec<usize>)>,
+    /// The agent's internal sites planned with them (patched with them, never
+    /// unwoven before the session ends).
+    internal: Vec<(u32, Vec<usize>)>,
+    /// Patched now.
+    pub woven: bool,
+}
+
+impl Weaving {
+    /// Sites in all members.
+    pub fn site_count(&self) -> usize {
+        self.sites.iter().map(|(_, v)| v.len()).sum()
+    }
 }
 
 /// What a finished session reports.
@@ -94,6 +119,8 @@ pub struct Session<'p> {
     /// Opened while weft starts, so that the kernel's first hardware breakpoint
     /// is not paid while a target is stopped (`weft_inject::warm`).
     warm: Option<weft_inject::warm::Warm>,
+    /// What [`Session::prepare`] planned, patched by [`Session::go`].
+    initial: Weaving,
 }
 
 impl<'p> Session<'p> {
@@ -149,6 +176,7 @@ impl<'p> Session<'p> {
             members: Vec::new(),
             decoder: Decoder::default(),
             warm,
+            initial: Weaving::default(),
         })
     }
 
@@ -217,7 +245,8 @@ impl<'p> Session<'p> {
             let cpid = if child.is_some() { pid as u64 } else { 0 };
             self.seg.set_target(pid as u32, cpid, uid, gid);
         }
-        let m = Member::join(pid, agent, child, &self.seg)?;
+        let space = self.members.len() as u32 + 1;
+        let m = Member::join(pid, agent, child, &self.seg, space, 0)?;
         self.members.push(m);
         Ok(())
     }
@@ -225,6 +254,21 @@ impl<'p> Session<'p> {
     /// Resolve the program in every member, compile its advice and write the code;
     /// returns the number of probes ("Attaching N probes").
     pub fn prepare(&mut self) -> Result<usize> {
+        let all: Vec<usize> = (0..self.prog.probes.len()).collect();
+        self.prepare_probes(&all)
+    }
+
+    /// As [`Session::prepare`], for the probes `probes` only (by index); the others
+    /// may be woven later ([`Session::weave`]).
+    pub fn prepare_probes(&mut self, probes: &[usize]) -> Result<usize> {
+        let (w, n) = self.plan(probes)?;
+        self.initial = w;
+        Ok(n + self.begin.len() + self.end.len() + self.intervals.len())
+    }
+
+    /// Plan `probes` in every live member: resolve, compile, write code. A member
+    /// that fails is left out (or exited meanwhile), unless `all_or_nothing`.
+    fn plan(&mut self, probes: &[usize]) -> Result<(Weaving, usize)> {
         let (prog, inline, verbose, note) = (
             self.prog,
             self.opts.inline,
@@ -236,28 +280,72 @@ impl<'p> Session<'p> {
                 note(&format!("weft: {l}"));
             }
         };
-        let mut site_probes = 0;
-        for m in &mut self.members {
-            let p = m.prepare(prog, &self.seg, &mut self.names, inline, &mut lines)?;
-            site_probes += m.site_probes;
+        let select = |i: usize| probes.contains(&i);
+        let mut w = Weaving {
+            probes: probes.to_vec(),
+            ..Weaving::default()
+        };
+        let mut n_probes = 0;
+        for i in 0..self.members.len() {
+            if !self.members[i].alive {
+                continue;
+            }
+            let m = &mut self.members[i];
+            let p = match m.prepare(
+                prog,
+                &self.seg,
+                &mut self.names,
+                inline,
+                &mut lines,
+                &select,
+            ) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.member_failed(i, e, "weaving")?;
+                    continue;
+                }
+            };
+            n_probes += p.probes;
             lines(format!(
                 "resolved, planned and compiled {} sites in {:.1} ms",
-                p.sites,
+                p.sites.len() + p.internal.len(),
                 p.elapsed.as_secs_f64() * 1e3
             ));
             for r in &p.regions {
                 lines(format!("code region {:#x}..{:#x}", r.start, r.end));
             }
-            let symbolizer = m.symbolizer.take();
-            if let Some(s) = symbolizer {
+            if let Some(s) = m.symbolizer.take() {
                 self.resolver
                     .symbolizers
                     .borrow_mut()
                     .insert(m.pid as u32, s);
             }
+            w.sites.push((m.space, p.sites));
+            w.internal.push((m.space, p.internal));
         }
         self.resolver.probe_names = self.names.names.clone();
-        Ok(site_probes + self.begin.len() + self.end.len() + self.intervals.len())
+        Ok((w, n_probes))
+    }
+
+    /// Member `i` failed `what`: it exited meanwhile (no error for the others), or
+    /// it is left out and reported (its sites restored), unless it is the only one
+    /// or the session is all or nothing.
+    fn member_failed(&mut self, i: usize, e: anyhow::Error, what: &str) -> Result<()> {
+        let m = &mut self.members[i];
+        let pid = m.pid;
+        if !target::alive(pid) {
+            m.alive = false;
+            self.note(&format!("process {pid} exited while weft was {what} it"));
+            return Ok(());
+        }
+        if self.members.len() == 1 || self.opts.all_or_nothing {
+            return Err(e);
+        }
+        let m = &mut self.members[i];
+        let _ = m.unweave(&self.seg);
+        m.alive = false;
+        self.note(&format!("process {pid} left out: {e:#}"));
+        Ok(())
     }
 
     /// Run the BEGIN probes and deliver what they printed.
@@ -271,28 +359,18 @@ impl<'p> Session<'p> {
     /// Patch every member (unless BEGIN called `exit()`) and let advice run;
     /// launched targets start.
     pub fn go(&mut self) -> Result<()> {
-        let exited = self.decoder.exited;
+        if !self.decoder.exited {
+            let initial = std::mem::take(&mut self.initial);
+            self.patch(&initial)?;
+            self.initial = initial;
+        }
         for i in 0..self.members.len() {
-            if !exited {
-                let (seg, note) = (&self.seg, self.opts.note);
-                let m = &mut self.members[i];
-                let report = m.patch(seg, &mut |l| note(&format!("weft: {l}")))?;
-                self.verbose(&format!(
-                    "patched {} sites in {} threads; target paused {:.2} ms{}",
-                    report.patched,
-                    report.threads,
-                    report.pause.as_secs_f64() * 1e3,
-                    if report.stepped_threads > 0 {
-                        format!(
-                            " ({} threads stepped out of patched bytes)",
-                            report.stepped_threads
-                        )
-                    } else {
-                        String::new()
-                    }
-                ));
+            if !self.members[i].alive {
+                continue;
             }
-            self.members[i].agent.go()?;
+            if let Err(e) = self.members[i].agent.go() {
+                self.member_failed(i, e, "starting")?;
+            }
         }
         if !self.members.is_empty() {
             weft_inject::die::phase("run");
@@ -301,6 +379,102 @@ impl<'p> Session<'p> {
         // The breakpoint set-up is no longer needed (the kernel keeps it a moment).
         self.warm = None;
         Ok(())
+    }
+
+    /// Patch `w`'s sites (and the internal ones planned with them), one stop per
+    /// member.
+    fn patch(&mut self, w: &Weaving) -> Result<()> {
+        for (space, sites) in &w.sites {
+            let internal = w.internal.iter().find(|(s, _)| s == space);
+            let sites: Vec<usize> = sites
+                .iter()
+                .chain(internal.into_iter().flat_map(|(_, v)| v))
+                .copied()
+                .collect();
+            let Some(i) = self
+                .members
+                .iter()
+                .position(|m| m.space == *space && m.alive)
+            else {
+                continue;
+            };
+            let (seg, note) = (&self.seg, self.opts.note);
+            let report =
+                match self.members[i].patch(seg, &sites, &mut |l| note(&format!("weft: {l}"))) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.member_failed(i, e, "patching")?;
+                        continue;
+                    }
+                };
+            self.verbose(&format!(
+                "patched {} sites in {} threads; target paused {:.2} ms{}",
+                report.patched,
+                report.threads,
+                report.pause.as_secs_f64() * 1e3,
+                if report.stepped_threads > 0 {
+                    format!(
+                        " ({} threads stepped out of patched bytes)",
+                        report.stepped_threads
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        Ok(())
+    }
+
+    /// Weave `probes` (indices of the program's probes) into every member while the
+    /// session runs: resolve, compile, write code, patch (one stop per process).
+    pub fn weave(&mut self, probes: &[usize]) -> Result<Weaving> {
+        let (mut w, _) = self.plan(probes)?;
+        self.patch(&w)?;
+        w.woven = true;
+        Ok(w)
+    }
+
+    /// Take `w`'s sites out while the processes run (no stop: the agents write the
+    /// original bytes with the int3-first sequence). Their code stays until the
+    /// session ends, so [`Session::reweave`] is cheap.
+    pub fn unweave(&mut self, w: &mut Weaving) -> Result<()> {
+        for (space, sites) in &w.sites {
+            let Some(i) = self
+                .members
+                .iter()
+                .position(|m| m.space == *space && m.alive)
+            else {
+                continue;
+            };
+            if let Err(e) = self.members[i].disable(sites) {
+                self.member_failed(i, e, "unweaving")?;
+            }
+        }
+        w.woven = false;
+        Ok(())
+    }
+
+    /// Put `w`'s sites back: while the processes run for sites whose patch
+    /// replaces one instruction (placeholders, int3 sites), with one stop per
+    /// process for the others. Returns how many processes had to be stopped.
+    pub fn reweave(&mut self, w: &mut Weaving) -> Result<usize> {
+        let mut stops = 0;
+        for (space, sites) in &w.sites {
+            let Some(i) = self
+                .members
+                .iter()
+                .position(|m| m.space == *space && m.alive)
+            else {
+                continue;
+            };
+            let seg = &self.seg;
+            match self.members[i].enable(seg, sites) {
+                Ok(stopped) => stops += usize::from(stopped),
+                Err(e) => self.member_failed(i, e, "weaving")?,
+            }
+        }
+        w.woven = true;
+        Ok(stops)
     }
 
     /// Deliver events, run interval probes, until `exit()`, every target ends, or
@@ -435,6 +609,11 @@ impl<'p> Session<'p> {
                 let _ = c.wait();
             }
         }
+    }
+
+    /// Map `id`'s merged entries now (every member's threads, ended ones too).
+    pub fn snapshot(&self, id: u32) -> weft_trace::MapSnapshot {
+        decode::snapshot(&self.seg.shm, self.prog, id, 0, 0)
     }
 
     /// Whether every member has exited.

@@ -157,6 +157,9 @@ pub struct Planned {
     pub outcome: Outcome,
     /// USDT semaphore incremented while patched.
     pub semaphore: Option<u64>,
+    /// The patch replaces one instruction: it can be written while the process
+    /// runs (the agent's int3-first sequence), not only with it stopped.
+    pub atomic: bool,
 }
 
 /// Rough bytes per site (trampoline head + relocated code + a stub).
@@ -175,6 +178,8 @@ pub struct Weaver<'a> {
     /// Compile simple advice into trampolines (`--no-inline` turns it off).
     pub inline: bool,
     pub regions: Vec<CodeRegion>,
+    /// The site space of the process woven into (recorded in each site).
+    pub space: u32,
 }
 
 const TWO_GIB: u64 = 1 << 31;
@@ -198,6 +203,7 @@ impl<'a> Weaver<'a> {
             thread_agg_off: seg.layout.agg_off,
             inline: true,
             regions: Vec::new(),
+            space: 0,
         }
     }
 
@@ -284,6 +290,7 @@ impl<'a> Weaver<'a> {
                     label: spec.label.clone(),
                     outcome: Outcome::Skipped(reason.to_string()),
                     semaphore: None,
+                    atomic: false,
                 })
             }
             SitePlan::Jump {
@@ -448,6 +455,7 @@ impl<'a> Weaver<'a> {
             d.func = spec.func.addr;
             d.kind = kind as u32;
             d.orig_len = orig.len() as u32;
+            d.space = self.space;
             d.patch_len = patch.len() as u32;
             d.orig[..orig.len()].copy_from_slice(&orig);
             d.patch[..patch.len()].copy_from_slice(&patch);
@@ -475,6 +483,7 @@ impl<'a> Weaver<'a> {
             label: spec.label.clone(),
             outcome,
             semaphore: spec.semaphore,
+            atomic: plan.single_instruction(),
         })
     }
 
@@ -502,6 +511,7 @@ impl<'a> Weaver<'a> {
                     label: spec.label.clone(),
                     outcome: Outcome::Skipped(reason.to_string()),
                     semaphore: None,
+                    atomic: false,
                 })
             }
             SitePlan::Jump { patch_addr, .. } => {
@@ -543,6 +553,7 @@ impl<'a> Weaver<'a> {
         d.func = spec.func.addr;
         d.kind = kind as u32;
         d.orig_len = orig.len() as u32;
+        d.space = self.space;
         d.patch_len = patch.len() as u32;
         d.orig[..orig.len()].copy_from_slice(&orig);
         d.patch[..patch.len()].copy_from_slice(&patch);
@@ -569,6 +580,7 @@ impl<'a> Weaver<'a> {
             label: spec.label.clone(),
             outcome,
             semaphore: None,
+            atomic: plan.single_instruction(),
         })
     }
 

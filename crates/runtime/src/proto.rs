@@ -1,37 +1,35 @@
-//! Framing of control messages on the `SOCK_SEQPACKET` socket between weft and the
-//! agent: one datagram per message, `u32 tag` then a little-endian payload, file
-//! descriptors as `SCM_RIGHTS`. Not on the hot path.
+//! Control messages on the `SOCK_SEQPACKET` socket between weft and the agent: one
+//! datagram per [`Msg`] (encoded by `weft_abi::msg`), file descriptors as
+//! `SCM_RIGHTS`. Not on the hot path.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-pub const MAX_MSG: usize = 4096;
+use weft_abi::msg::{Msg, MsgError, MAX_MSG};
 
-/// A received message.
+/// A received datagram (and the descriptor that came with it).
 #[derive(Debug)]
-pub struct Message {
-    pub tag: u32,
-    pub payload: Vec<u8>,
+pub struct Received {
+    bytes: Vec<u8>,
     pub fd: Option<OwnedFd>,
 }
 
-impl Message {
-    /// The `i`-th little-endian u64 of the payload (0 if absent).
-    pub fn u64_at(&self, i: usize) -> u64 {
-        self.payload
-            .get(i * 8..i * 8 + 8)
-            .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
+impl Received {
+    /// The message it holds.
+    pub fn msg(&self) -> Result<Msg<'_>, MsgError> {
+        Msg::decode(&self.bytes)
     }
 }
 
-/// Send `tag` + `payload`, with `fd` attached if given.
-pub fn send(sock: RawFd, tag: u32, payload: &[u8], fd: Option<RawFd>) -> io::Result<()> {
-    let mut buf = Vec::with_capacity(4 + payload.len());
-    buf.extend_from_slice(&tag.to_le_bytes());
-    buf.extend_from_slice(payload);
+/// Send `msg`, with `fd` attached if given.
+pub fn send(sock: RawFd, msg: &Msg<'_>, fd: Option<RawFd>) -> io::Result<()> {
+    let mut buf = vec![0u8; MAX_MSG];
+    let n = msg
+        .encode(&mut buf)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "control message too long"))?;
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut _,
-        iov_len: buf.len(),
+        iov_len: n,
     };
     let mut cmsg_buf = [0u64; 4];
     // SAFETY: msghdr is plain data; every pointer in it refers to live locals.
@@ -61,8 +59,8 @@ pub fn send(sock: RawFd, tag: u32, payload: &[u8], fd: Option<RawFd>) -> io::Res
     }
 }
 
-/// Receive one message. `Ok(None)` when the peer closed the connection.
-pub fn recv(sock: RawFd) -> io::Result<Option<Message>> {
+/// Receive one datagram. `Ok(None)` when the peer closed the connection.
+pub fn recv(sock: RawFd) -> io::Result<Option<Received>> {
     let mut buf = vec![0u8; MAX_MSG];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr() as *mut _,
@@ -98,26 +96,9 @@ pub fn recv(sock: RawFd) -> io::Result<Option<Message>> {
             }
             c = libc::CMSG_NXTHDR(&msg, c);
         }
-        if n < 4 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "short control message",
-            ));
-        }
-        let tag = u32::from_le_bytes(buf[..4].try_into().unwrap());
         buf.truncate(n);
-        buf.drain(..4);
-        Ok(Some(Message {
-            tag,
-            payload: buf,
-            fd,
-        }))
+        Ok(Some(Received { bytes: buf, fd }))
     }
-}
-
-/// Payload of little-endian u64s.
-pub fn u64s(values: &[u64]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 /// An abstract-namespace address for `name` (no leading NUL in `name`).

@@ -114,8 +114,9 @@ impl Shm {
         self.at(self.header().site_hash_off) as *mut u32
     }
 
-    /// Index of the site patched at `addr`, for the int3 handler.
-    pub fn site_by_addr(&self, addr: u64) -> Option<u32> {
+    /// Index of the site patched at `addr` in the process of site space `space`,
+    /// for the int3 handler.
+    pub fn site_by_addr(&self, addr: u64, space: u32) -> Option<u32> {
         let h = self.header();
         let cap = h.site_hash_cap as usize;
         if cap == 0 {
@@ -123,18 +124,26 @@ impl Shm {
         }
         let table = self.site_hash();
         let mut i = (addr_hash(addr) as usize) & (cap - 1);
+        // A site woven, unwoven and woven again in one session has several entries:
+        // the one patched now is the one to follow.
+        let mut first = None;
         for _ in 0..cap {
             // SAFETY: i < cap; the table has cap entries.
             let v = unsafe { core::ptr::read_volatile(table.add(i)) };
             if v == 0 {
-                return None;
+                break;
             }
-            if self.site(v - 1).addr == addr {
-                return Some(v - 1);
+            let site = self.site(v - 1);
+            if site.addr == addr && site.space == space {
+                let st = site.state.load(core::sync::atomic::Ordering::Acquire);
+                if st == weft_abi::SITE_PATCHED || st == weft_abi::SITE_PATCHING {
+                    return Some(v - 1);
+                }
+                first.get_or_insert(v - 1);
             }
             i = (i + 1) & (cap - 1);
         }
-        None
+        first
     }
 
     /// Record site `index` in the address hash (weft side, before patching).

@@ -145,6 +145,28 @@ impl SitePlan {
         }
     }
 
+    /// The patch replaces exactly one instruction (an int3 site; a jump over one
+    /// instruction of at least 5 bytes, such as a 5-byte NOP placeholder, the
+    /// alignment padding after it aside). No thread can then be in the middle of
+    /// the replaced bytes, so the patch can be written while the process runs, with
+    /// the int3-first sequence, instead of with every thread stopped.
+    pub fn single_instruction(&self) -> bool {
+        match self {
+            SitePlan::Jump {
+                patch_addr,
+                displaced,
+                padding,
+                ..
+            } => {
+                let code = &displaced[..displaced.len() - padding];
+                let sweep = decode::sweep(code, *patch_addr);
+                sweep.error_at.is_none() && sweep.insns.len() == 1
+            }
+            SitePlan::Int3 { .. } => true,
+            SitePlan::Refused { .. } => false,
+        }
+    }
+
     /// The int3 plan for the same site, for when a jump plan cannot be used after all
     /// (e.g. no trampoline could be placed within ±2 GiB). Int3 and refused plans are
     /// returned unchanged.

@@ -1150,3 +1150,19 @@ fn nop_placeholders_are_recognised() {
     let f = func(0x401000, &[0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3]);
     assert!(!plan_site(&f, 0x401000).is_placeholder());
 }
+
+#[test]
+fn single_instruction_patches_are_told_apart() {
+    // A 5-byte NOP (fentry, coldpatch): one instruction, patchable while running.
+    let f = func(0x401000, &[0x0f, 0x1f, 0x44, 0x00, 0x00, 0x89, 0xf8, 0xc3]);
+    assert!(plan_site(&f, 0x401000).single_instruction());
+    // Five 1-byte NOPs (-fpatchable-function-entry=5): a thread may be between two.
+    let f = func(0x401000, &[0x90, 0x90, 0x90, 0x90, 0x90, 0x89, 0xf8, 0xc3]);
+    assert!(!plan_site(&f, 0x401000).single_instruction());
+    // push rbp; mov rbp, rsp; ...: several instructions displaced.
+    let f = func(0x401000, &[0x55, 0x48, 0x89, 0xe5, 0x89, 0xf8, 0x5d, 0xc3]);
+    assert!(!plan_site(&f, 0x401000).single_instruction());
+    // An int3 site replaces one byte of one instruction.
+    let g = func(0x401000, &[0xc3, 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3]);
+    assert!(plan_site(&g, 0x401000).single_instruction());
+}

@@ -73,12 +73,14 @@ pub trait PointcutKind: Sync {
 /// Every kind of pointcut that runs in a target process.
 pub static KINDS: &[&dyn PointcutKind] = &[&uprobe::Uprobe, &usdt::Usdt, &profile::Profile];
 
-/// Resolve every attach point of `prog` that runs in a target against process `pid`.
+/// Resolve the attach points of `prog`'s probes that `select` picks (by index) and
+/// that run in a target against process `pid`.
 pub fn resolve(
     prog: &Program,
     maps: &ProcMaps,
     pid: i32,
     names: &mut ProbeNames,
+    select: &dyn Fn(usize) -> bool,
 ) -> Result<Resolved> {
     let modules = maps.modules();
     let search = weft_symbols::LibrarySearch::system();
@@ -101,6 +103,9 @@ pub fn resolve(
         .enumerate()
         .zip(attach_name_indices(prog))
     {
+        if !select(pi) {
+            continue;
+        }
         for (a, name) in p.attach.iter().zip(names) {
             if let Some(kind) = KINDS.iter().find(|k| k.handles(a)) {
                 kind.resolve(a, pi, name, &mut cx, &mut out)?;

@@ -1,0 +1,210 @@
+//! Weaving and unweaving while a session runs, through the engine's API, into a
+//! real 8-thread C target that checks every result it computes.
+
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use weft_engine::{Options, Session};
+use weft_trace::{Context, MapSnapshot, Record, Sink};
+
+const T: Duration = Duration::from_secs(60);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `tests/stress/hammer.c`, built once per test binary.
+fn hammer() -> PathBuf {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("engine-hammer");
+    let src = repo().join("tests/stress/hammer.c");
+    let st = Command::new("gcc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .arg("-I")
+        .arg(repo().join("tests/stress"))
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "building {}", src.display());
+    out
+}
+
+struct Target {
+    child: Child,
+    lines: Receiver<String>,
+    last_progress: i64,
+}
+
+impl Target {
+    fn start(bin: &Path, threads: &str) -> Target {
+        let mut child = Command::new(bin)
+            .arg(threads)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let t = Target {
+            child,
+            lines: rx,
+            last_progress: 0,
+        };
+        assert_eq!(t.lines.recv_timeout(T).unwrap(), "ready");
+        t
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Healthy: running, no wrong result reported. Returns the latest progress.
+    fn healthy(&mut self) -> i64 {
+        while let Ok(l) = self.lines.try_recv() {
+            assert!(!l.contains("CORRUPT"), "target reported: {l}");
+            if let Some(n) = l.strip_prefix("progress ") {
+                self.last_progress = n.trim().parse().unwrap();
+            }
+        }
+        assert!(
+            self.child.try_wait().unwrap().is_none(),
+            "the target exited"
+        );
+        self.last_progress
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The executable's code in the process equals its file, byte for byte.
+fn code_matches_file(pid: i32, bin: &Path) -> bool {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let bin = bin.canonicalize().unwrap();
+    let file = std::fs::read(&bin).unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut checked = 0;
+    for l in maps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || !f[1].contains('x') || Path::new(f[5]) != bin {
+            continue;
+        }
+        let (a, b) = f[0].split_once('-').unwrap();
+        let a = u64::from_str_radix(a, 16).unwrap();
+        let b = u64::from_str_radix(b, 16).unwrap();
+        let off = usize::from_str_radix(f[2], 16).unwrap();
+        let len = ((b - a) as usize).min(file.len() - off);
+        let mut live = vec![0u8; len];
+        mem.seek(SeekFrom::Start(a)).unwrap();
+        mem.read_exact(&mut live).unwrap();
+        if live != file[off..off + len] {
+            return false;
+        }
+        checked += 1;
+    }
+    assert!(checked > 0, "no executable mapping of {}", bin.display());
+    true
+}
+
+/// Records nothing (the test reads maps itself).
+struct Quiet;
+
+impl Sink for Quiet {
+    fn record(&mut self, _: &Record, _: &Context<'_>) {}
+    fn finish(&mut self, _: &[MapSnapshot], _: &Context<'_>) {}
+}
+
+fn count(s: &Session<'_>, map: u32) -> u64 {
+    s.snapshot(map)
+        .entries
+        .first()
+        .map_or(0, |(_, v)| u64::from_le_bytes(v[..8].try_into().unwrap()))
+}
+
+fn compile(text: &str) -> weft_ir::Program {
+    let out = weft_lang::compile(text, "-e", &weft_lang::Options::default());
+    assert!(out.diagnostics.is_empty(), "{:?}", out.diagnostics);
+    out.program.unwrap()
+}
+
+/// Waits until `f` holds (a ceiling, not a deadline).
+fn until(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < T, "{what} within {T:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn weave_and_unweave_a_thousand_times_in_one_session() {
+    let bin = hammer();
+    let b = bin.display();
+    let mut t = Target::start(&bin, "8");
+    // Probe 0: entry and return of a jump site, an int3 site and a recursive one.
+    let prog = compile(&format!(
+        "uprobe:{b}:hot_jump,uprobe:{b}:hot_int3,uprobe:{b}:hot_rec {{ @c = count(); }} \
+         uretprobe:{b}:hot_jump,uretprobe:{b}:hot_rec {{ @r = count(); }}"
+    ));
+    let mut s = Session::new(&prog, Options::default(), true).unwrap();
+    s.attach(t.pid()).unwrap();
+    // Nothing woven at the start; the probes come in while the session runs.
+    s.prepare_probes(&[]).unwrap();
+    s.go().unwrap();
+    assert!(code_matches_file(t.pid(), &bin));
+    let mut sink = Quiet;
+    let all: Vec<usize> = (0..prog.probes.len()).collect();
+    // One weave: take its sites out and put them back, 1,000 times.
+    let mut initial = s.weave(&all).unwrap();
+    // hot_jump, hot_int3 and hot_rec (the unwinder hooks are not the weave's).
+    let sites = initial.site_count();
+    assert_eq!(sites, 3);
+    let mut stops = 0;
+    for cycle in 0..1000 {
+        let before = count(&s, 0);
+        until("hits while woven", || count(&s, 0) > before);
+        s.unweave(&mut initial).unwrap();
+        assert!(
+            code_matches_file(t.pid(), &bin),
+            "cycle {cycle}: code restored"
+        );
+        t.healthy();
+        stops += s.reweave(&mut initial).unwrap();
+    }
+    // Jump sites (several instructions displaced) need a stop to go back in.
+    assert!(stops >= 1000, "{stops} stops");
+    s.unweave(&mut initial).unwrap();
+    // And fresh weaves: new sites each time (at the same addresses), patched with
+    // one stop per process.
+    for cycle in 0..20 {
+        let mut fresh = s.weave(&all).unwrap();
+        assert_eq!(fresh.site_count(), sites, "cycle {cycle}");
+        let before = count(&s, 0);
+        until("hits while woven again", || count(&s, 0) > before);
+        s.unweave(&mut fresh).unwrap();
+        assert!(code_matches_file(t.pid(), &bin), "fresh cycle {cycle}");
+    }
+    assert!(code_matches_file(t.pid(), &bin));
+    // Nothing counts while nothing is woven.
+    let at = count(&s, 0);
+    let progress = t.healthy();
+    until("progress", || t.healthy() > progress + 1);
+    assert_eq!(count(&s, 0), at, "hits while unwoven");
+    s.finish(&mut sink).unwrap();
+    assert!(code_matches_file(t.pid(), &bin));
+    let p = t.healthy();
+    until("progress after the session", || t.healthy() > p);
+}
