@@ -582,6 +582,10 @@ pub mod msg;
 /// Name of the environment variable that tells an `LD_PRELOAD`ed agent which
 /// abstract socket to connect to.
 pub const ENV_SOCKET: &str = "WEFT_SOCKET";
+/// Set (to `1`) in a launched command's environment when the session follows its
+/// children: the agent then leaves `LD_PRELOAD` and [`ENV_SOCKET`] in place, so
+/// that the programs they exec load the agent too and join the session.
+pub const ENV_FOLLOW: &str = "WEFT_FOLLOW";
 
 // ---------------------------------------------------------------------------------
 // Agent-private thread state (read by trampolines at fixed offsets)

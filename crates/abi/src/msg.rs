@@ -38,6 +38,10 @@ pub enum Msg<'a> {
     /// instruction (no thread can be inside it); the others are patched by weft
     /// with the process stopped.
     SetSites { on: bool, sites: SiteList<'a> },
+    /// weft → agent (a forked child's, which inherited its parent's session): the
+    /// session's sites in this process are now those of site space `space` (weft
+    /// copied the parent's into it). Answered by [`Msg::Ok`].
+    Adopt { space: u32 },
     /// weft → agent: the sites are patched, advice may run (releases a launched
     /// target).
     Go,
@@ -112,6 +116,7 @@ const TAKE_SIGNALS: u32 = 10;
 const SHM_MAPPED: u32 = 11;
 const SET_PROFILE: u32 = 12;
 const SET_SITES: u32 = 13;
+const ADOPT: u32 = 14;
 
 /// Largest encoded message (the hello, with room to spare).
 pub const MAX_MSG: usize = 4096;
@@ -236,6 +241,10 @@ impl<'a> Msg<'a> {
                 w.u32(u32::from(on))?;
                 w.bytes(sites.0)?;
             }
+            Msg::Adopt { space } => {
+                w.u32(ADOPT)?;
+                w.u32(space)?;
+            }
             Msg::Go => w.u32(GO)?,
             Msg::TakeSignals => w.u32(TAKE_SIGNALS)?,
             Msg::End => w.u32(END)?,
@@ -297,6 +306,7 @@ impl<'a> Msg<'a> {
                     sites: SiteList(rest),
                 }
             }
+            ADOPT => Msg::Adopt { space: r.u32()? },
             GO => Msg::Go,
             TAKE_SIGNALS => Msg::TakeSignals,
             END => Msg::End,
@@ -367,6 +377,7 @@ mod tests {
                 on: true,
                 sites: SiteList::new(&[1, 0, 0, 0, 9, 0, 0, 0]),
             },
+            Msg::Adopt { space: 5 },
             Msg::Go,
             Msg::TakeSignals,
             Msg::End,

@@ -96,8 +96,9 @@ fn request_name() -> String {
     String::from_utf8_lossy(&bytes[..n]).into_owned()
 }
 
-/// Body of the control thread. `initial` is the connection of a launched target.
-pub fn main(initial: Option<OwnedFd>) {
+/// The calling thread is the agent's control thread: advice never runs on it, and
+/// the target's signals go to its own threads.
+fn mark_control_thread() {
     threads::mark_ignored();
     // SAFETY: blocking every signal on this thread so the target's signals go to its
     // own threads; prctl names the thread for `ps`/`top`.
@@ -113,13 +114,24 @@ pub fn main(initial: Option<OwnedFd>) {
             0,
         );
     }
+}
+
+/// Body of the control thread. `initial` is the connection of a launched target.
+pub fn main(initial: Option<OwnedFd>) {
+    mark_control_thread();
     // Threads that ended between sessions are found at the next one.
     let mut reaper = reap::Reaper::default();
     if let Some(fd) = initial {
-        serve(fd, &mut reaper);
+        serve(fd, &mut reaper, None);
     }
     release_launch();
-    let mut seen = 0;
+    // A request made before this thread ran counts (weft asks right after dlopen).
+    serve_requests(&mut reaper, 0);
+}
+
+/// Serve one session per connection request (`weft_agent_connect`) after the
+/// `seen`-th, forever.
+fn serve_requests(reaper: &mut reap::Reaper, mut seen: u32) -> ! {
     loop {
         let now = REQUEST.load(Ordering::Acquire);
         if now == seen {
@@ -130,10 +142,59 @@ pub fn main(initial: Option<OwnedFd>) {
         let name = request_name();
         if let Ok(fd) = proto::connect(&name) {
             if peer_allowed(fd.as_raw_fd()) {
-                serve(fd, &mut reaper);
+                remember_socket(&name);
+                serve(fd, reaper, None);
             }
         }
     }
+}
+
+/// The name of weft's socket of the current session (a forked child reconnects to
+/// it).
+static SOCKET: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// Remember the socket of the session being served.
+pub fn remember_socket(name: &str) {
+    if let Ok(mut s) = SOCKET.lock() {
+        name.clone_into(&mut s);
+    }
+}
+
+/// In the child of a fork() of a process whose session follows forks (see
+/// `after_fork_child`): a control thread of the child's own connects to weft, says
+/// it is `parent`'s child with its sites in `parent_space`, and serves the session
+/// weft adopts it into. If weft cannot be reached, the child unweaves itself.
+pub fn start_forked(parent: u32, parent_space: u32) -> bool {
+    // The child has one thread: the lock is free (a parent thread that held it is
+    // not here), but its state may be poisoned or held: take it without waiting.
+    let name = match SOCKET.try_lock() {
+        Ok(s) => s.clone(),
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
+        Err(std::sync::TryLockError::WouldBlock) => return false,
+    };
+    if name.is_empty() {
+        return false;
+    }
+    let seen_at_fork = REQUEST.load(Ordering::Acquire);
+    std::thread::Builder::new()
+        .name("weft-agent".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let _ = std::panic::catch_unwind(move || {
+                mark_control_thread();
+                let mut reaper = reap::Reaper::default();
+                match proto::connect(&name) {
+                    Ok(fd) if peer_allowed(fd.as_raw_fd()) => {
+                        serve(fd, &mut reaper, Some((parent, parent_space)));
+                    }
+                    _ => weft_gone(None),
+                }
+                // Later sessions (`weft -p CHILD`) are served as in any process
+                // (requests the parent had are not the child's).
+                serve_requests(&mut reaper, seen_at_fork);
+            });
+        })
+        .is_ok()
 }
 
 pub fn release_launch() {
@@ -177,7 +238,7 @@ fn agent_text() -> (u64, u64) {
     ret::trampoline_range()
 }
 
-fn hello() -> Hello {
+fn hello(parent: u32, parent_space: u32) -> Hello {
     let (text_start, text_end) = agent_text();
     Hello {
         version: VERSION,
@@ -195,8 +256,8 @@ fn hello() -> Hello {
         on_raise: ret::weft_agent_on_raise as *const () as u64,
         sigaction: signals::weft_agent_sigaction as *const () as u64,
         step_guard: &trap::STEP_GUARD as *const trap::StepGuard as u64,
-        parent: 0,
-        parent_space: 0,
+        parent,
+        parent_space,
     }
 }
 
@@ -204,15 +265,22 @@ fn hello() -> Hello {
 /// threads that are gone (`reap`, every few milliseconds while threads come and go),
 /// keep weft's signal handlers in front (every 500 ms) and give new threads their
 /// profile timers (every 100 ms while profiling).
-fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
+fn serve(fd: OwnedFd, reaper: &mut reap::Reaper, forked: Option<(u32, u32)>) {
     let sock = fd.as_raw_fd();
-    if proto::send(sock, &Msg::Hello(hello()), None).is_err() {
+    let (parent, parent_space) = forked.unwrap_or((0, 0));
+    if proto::send(sock, &Msg::Hello(hello(parent, parent_space)), None).is_err() {
+        // A forked child that cannot reach weft is unwoven at once.
+        if forked.is_some() {
+            weft_gone(None);
+        }
         return;
     }
     let mut regions: Vec<(u64, usize)> = Vec::new();
     let mut ending: Option<Box<session::Session>> = None;
     let mut timers = profile::Timers::default();
-    let mut running = false;
+    // A forked child's session is running already (its profile timers, per thread,
+    // were not inherited).
+    let mut running = forked.is_some();
     let now = Instant::now();
     let (mut next_reap, mut next_handlers, mut timers_at) = (now, now, now);
     loop {
@@ -296,10 +364,18 @@ fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
             }
             Ok(Msg::SetSites { on, sites }) => match session::current() {
                 Some(s) => {
-                    patch::set_sites(&s.shm, s.space, sites.iter(), on);
+                    patch::set_sites(&s.shm, s.space(), sites.iter(), on);
                     Ok(())
                 }
                 None => Err("no session".to_string()),
+            },
+            Ok(Msg::Adopt { space }) => match session::current() {
+                Some(s) => {
+                    s.space.store(space, Ordering::Release);
+                    s.adopted.store(true, Ordering::Release);
+                    Ok(())
+                }
+                None => Err("no session to adopt".to_string()),
             },
             Ok(Msg::Go) => {
                 // Timers first, then reply, then release: a launched program may run
@@ -347,7 +423,13 @@ fn serve(fd: OwnedFd, reaper: &mut reap::Reaper) {
 /// left patched (the unwinder hooks, restored last) are restored here.
 fn weft_gone(ending: Option<Box<session::Session>>) {
     if let Some(s) = session::current() {
-        patch::restore_all(&s.shm, s.space);
+        if s.adopted.load(Ordering::Acquire) {
+            patch::restore_all(&s.shm, s.space());
+        } else {
+            // A forked child weft never adopted: its sites are its parent's entries,
+            // which it must not write.
+            patch::unweave_forked_child(&s.shm, s.space());
+        }
     }
     // Threads keep their slots: one may be inside advice (or return advice, through
     // a hijacked return) right now, and would write through a slot pointer nulled
@@ -362,12 +444,12 @@ fn weft_gone(ending: Option<Box<session::Session>>) {
         // Abandoned (leaked) first: the trap handler finds the sites being restored
         // there, and resumes threads in their relocated code, which stays mapped.
         let s = session::abandon(s);
-        patch::restore_all(&s.shm, s.space);
+        patch::restore_all(&s.shm, s.space());
     }
     release_launch();
 }
 
-fn map_shm(fd: Option<&OwnedFd>, size: u64, space: u32, _flags: u32) -> Result<u64, String> {
+fn map_shm(fd: Option<&OwnedFd>, size: u64, space: u32, flags: u32) -> Result<u64, String> {
     let fd = fd.ok_or("MapShm without a file descriptor")?;
     let size = size as usize;
     if session::current().is_some() {
@@ -410,7 +492,9 @@ fn map_shm(fd: Option<&OwnedFd>, size: u64, space: u32, _flags: u32) -> Result<u
         shm,
         shm_size: size,
         generation: session::next_generation(),
-        space,
+        space: AtomicU32::new(space),
+        flags,
+        adopted: core::sync::atomic::AtomicBool::new(true),
         profiles: Default::default(),
         code: Vec::new(),
     }));

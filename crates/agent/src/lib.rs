@@ -65,41 +65,66 @@ fn init() {
 }
 
 /// For `weft trace -c`: connect to the socket named in `WEFT_SOCKET`, and remove
-/// the variable and the agent from `LD_PRELOAD` so children start clean.
+/// the variable and the agent from `LD_PRELOAD` so children start clean — unless
+/// the session follows children (`WEFT_FOLLOW`): then what they exec loads the
+/// agent too and joins the session.
 fn launch_socket() -> Option<OwnedFd> {
     let name = std::env::var(weft_abi::ENV_SOCKET).ok()?;
+    let follow = std::env::var_os(weft_abi::ENV_FOLLOW).is_some();
     // SAFETY: the constructor of a launched program runs before main, with no other
     // thread of the program reading the environment.
     unsafe {
-        std::env::remove_var(weft_abi::ENV_SOCKET);
-        if let Ok(pre) = std::env::var("LD_PRELOAD") {
-            let rest: Vec<&str> = pre
-                .split([':', ' '])
-                .filter(|p| !p.is_empty() && !p.ends_with("libweft_agent.so"))
-                .collect();
-            if rest.is_empty() {
-                std::env::remove_var("LD_PRELOAD");
-            } else {
-                std::env::set_var("LD_PRELOAD", rest.join(":"));
+        if !follow {
+            std::env::remove_var(weft_abi::ENV_SOCKET);
+            if let Ok(pre) = std::env::var("LD_PRELOAD") {
+                let rest: Vec<&str> = pre
+                    .split([':', ' '])
+                    .filter(|p| !p.is_empty() && !p.ends_with("libweft_agent.so"))
+                    .collect();
+                if rest.is_empty() {
+                    std::env::remove_var("LD_PRELOAD");
+                } else {
+                    std::env::set_var("LD_PRELOAD", rest.join(":"));
+                }
             }
         }
     }
+    control::remember_socket(&name);
     weft_runtime::proto::connect(&name).ok()
 }
 
-/// In a child after fork(): the child is unwoven. Its session belongs to the parent
-/// (weft neither reads its rings nor restores its code), so before anything else the
-/// child puts the original bytes back in its own copy of every patched site, while it
-/// has a single thread. Pending return addresses replaced by the parent's return
-/// probes still work (the return trampoline and the shadow stack are the child's own
-/// copies; no advice runs for them). Code regions stay mapped: the forking thread may
-/// return into a trampoline's relocated instructions. Children made without the
-/// `fork()` wrapper (a raw `clone` system call) do not run this handler.
+/// In a child after fork(), while it has a single thread.
+///
+/// If the session follows forks, the child stays woven: its code, its trampolines
+/// (shared memory) and its segment are its parent's, so advice runs in it at once;
+/// its thread takes a slot of its own at its next hit, and a control thread of its
+/// own connects to weft, which adopts it as a member of the session
+/// (`control::start_forked`). Until then its sites are its parent's entries, which
+/// it reads and never writes.
+///
+/// Otherwise the child is unwoven: its session belongs to the parent (weft neither
+/// reads its rings nor restores its code), so before anything else the child puts
+/// the original bytes back in its own copy of every patched site. Pending return
+/// addresses replaced by the parent's return probes still work (the return
+/// trampoline and the shadow stack are the child's own copies; no advice runs for
+/// them). Code regions stay mapped: the forking thread may return into a
+/// trampoline's relocated instructions. Children made without the `fork()` wrapper
+/// (a raw `clone` system call) do not run this handler.
 extern "C" fn after_fork_child() {
     threads::after_fork_child();
     patch::after_fork_child();
     if let Some(s) = session::current() {
-        patch::unweave_forked_child(&s.shm, s.space);
+        if s.follows_forks() {
+            s.adopted
+                .store(false, core::sync::atomic::Ordering::Release);
+            threads::adopt_fork();
+            // SAFETY: getppid has no preconditions.
+            let parent = unsafe { libc::getppid() } as u32;
+            if control::start_forked(parent, s.space()) {
+                return;
+            }
+        }
+        patch::unweave_forked_child(&s.shm, s.space());
     }
     threads::detach_all();
     if let Some(s) = session::take() {

@@ -8,7 +8,7 @@
 //! leave the session's code: it is *abandoned* ([`abandon`]), and its sites still
 //! patched are restored by the agent.
 
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use weft_runtime::shm::Shm;
 
 pub struct Session {
@@ -17,7 +17,13 @@ pub struct Session {
     pub generation: u64,
     /// This process's site space in the segment (one segment serves every process
     /// of a session): its sites are those of this space.
-    pub space: u32,
+    pub space: AtomicU32,
+    /// `weft_abi::msg::SESSION_*` flags.
+    pub flags: u32,
+    /// The site entries of `space` are this process's own. Not yet in the child of
+    /// a fork() that weft has not adopted: its sites are still its parent's entries
+    /// (same addresses, same code), which it reads but never writes.
+    pub adopted: AtomicBool,
     /// The profile probes, compiled for this process (set before advice runs).
     pub profiles: [Profile; weft_abi::MAX_PROFILES],
     /// Code regions mapped for this session: (address, size).
@@ -39,6 +45,16 @@ pub static CURRENT_GENERATION: AtomicU32 = AtomicU32::new(0);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The latest abandoned session (leaked: never freed, never unmapped).
 static ABANDONED: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
+
+impl Session {
+    pub fn space(&self) -> u32 {
+        self.space.load(Ordering::Acquire)
+    }
+
+    pub fn follows_forks(&self) -> bool {
+        self.flags & weft_abi::msg::SESSION_FOLLOW_FORK != 0
+    }
+}
 
 pub fn current() -> Option<&'static Session> {
     let p = CURRENT.load(Ordering::Acquire);

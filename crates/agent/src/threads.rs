@@ -275,6 +275,35 @@ pub fn get_or_create() -> *mut AgentThread {
     t
 }
 
+/// In the child of a fork() that stays woven (the session follows forks), while it
+/// has one thread: the forking thread's entry becomes the child thread's (its tid
+/// and pid are the child's; its slot, the parent thread's, is left to the parent:
+/// it claims a slot of its own at its next hit); every other entry was a thread
+/// of the parent that the child does not have, and is free again (without giving
+/// back its slot: that is the parent thread's).
+pub fn adopt_fork() {
+    let me = current();
+    for (i, r) in RECORDS.iter().enumerate().take(high_water()) {
+        let t = entry(i);
+        // SAFETY: the child has this one thread: no one else touches the pool.
+        unsafe {
+            (*t).slot = core::ptr::null_mut();
+            if t == me {
+                (*t).tid = raw_syscall(libc::SYS_gettid, 0, 0) as u32;
+                (*t).pid = PID.load(Ordering::Relaxed);
+                continue;
+            }
+            if r.state.load(Ordering::Acquire) == RECORD_FREE {
+                continue;
+            }
+            AtomicU32::from_ptr(core::ptr::addr_of_mut!((*t).shadow_depth))
+                .store(0, Ordering::Release);
+        }
+        r.state.store(RECORD_FREE, Ordering::Release);
+        free_list().push(i as u32);
+    }
+}
+
 /// A hit ran no advice because this thread has no `AgentThread` (the pool is
 /// exhausted): count it in the session's `pool_dropped`.
 ///

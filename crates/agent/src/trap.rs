@@ -87,7 +87,7 @@ pub(crate) extern "C" fn on_trap(
         // Marked before the session is loaded: weft frees no session while we hold it.
         let _using = threads::using_session(threads::get_or_create());
         if let Some(s) = session::current() {
-            if let Some(idx) = s.shm.site_by_addr(ip, s.space) {
+            if let Some(idx) = s.shm.site_by_addr(ip, s.space()) {
                 let site = s.shm.site(idx);
                 if site.resume != 0 {
                     let patched = site.state.load(Ordering::Acquire) == SITE_PATCHED;
@@ -107,7 +107,7 @@ pub(crate) extern "C" fn on_trap(
         // A site of an abandoned session that the agent is restoring (int3 first):
         // no advice, resume at its relocated code (abandoned code stays mapped).
         if let Some(s) = session::abandoned() {
-            if let Some(idx) = s.shm.site_by_addr(ip, s.space) {
+            if let Some(idx) = s.shm.site_by_addr(ip, s.space()) {
                 let site = s.shm.site(idx);
                 let st = site.state.load(Ordering::Acquire);
                 if site.resume != 0 && (st == SITE_PATCHED || st == SITE_PATCHING) {

@@ -58,6 +58,11 @@ pub struct TraceArgs {
     /// attached to (by default the others are woven and that one is reported).
     #[arg(long = "all-or-nothing")]
     pub all_or_nothing: bool,
+    /// Children the traced processes fork join the session, woven (their calls are
+    /// counted with the parent's); with -c, programs they exec join too, the probes
+    /// resolved against the new image.
+    #[arg(long = "follow-fork")]
+    pub follow_fork: bool,
     /// Write output to FILE instead of stdout.
     #[arg(short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,

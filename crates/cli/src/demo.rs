@@ -51,6 +51,7 @@ pub fn run(requests: u32) -> Result<i32> {
         command: Some(format!("{b} {requests}")),
         pids: Vec::new(),
         all_or_nothing: false,
+        follow_fork: false,
         output: None,
         format: None,
         quiet: false,

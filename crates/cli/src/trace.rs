@@ -35,6 +35,8 @@ pub struct TraceOptions {
     pub inline: bool,
     /// Several processes: refuse the session if one cannot be attached to.
     pub all_or_nothing: bool,
+    /// Children join the session.
+    pub follow_fork: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -83,6 +85,7 @@ pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         inline: opts.inline,
         verbose: opts.verbose,
         all_or_nothing: opts.all_or_nothing,
+        follow_fork: opts.follow_fork,
         ..Options::default()
     };
     let attaching = matches!(opts.target, Target::Attach(_));

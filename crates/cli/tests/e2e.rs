@@ -1170,3 +1170,102 @@ fn one_bad_pid_among_several() {
     let _ = t.child.kill();
     let _ = t.child.wait();
 }
+
+/// `weft -c CMD` with its stdin piped: `line` written to it once weft runs (the
+/// command reads it only after the probes are in: it starts once weft says go).
+fn weft_with_input(args: &[&str], line: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut w = std::process::Command::new(weft_bin())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = w.stdin.take().unwrap();
+    input.write_all(line.as_bytes()).unwrap();
+    drop(input);
+    wait_output(w, T)
+}
+
+/// A forking server: every call of every child it forks is counted, with the
+/// parent's, exactly (the children stay woven and join the session); without
+/// --follow-fork only the parent's are.
+#[test]
+fn follow_fork_counts_every_child() {
+    let bin = build("forkserver.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = format!(
+        "uprobe:{b}:work {{ @all = count(); @pids[pid] = count(); }} uprobe:{b}:done {{ @done = count(); }}"
+    );
+    let cmd = format!("{b} 200 100");
+    let o = weft_with_input(&["--follow-fork", "-e", &prog, "-c", &cmd], "go\n");
+    let out = ok(&o);
+    assert!(out.contains("served 200 5050"), "{out}");
+    assert_eq!(map_value(&out, "@all"), Some(100 + 200 * 100), "{out}");
+    assert_eq!(map_value(&out, "@done"), Some(1), "{out}");
+    // 201 processes, 100 calls each.
+    let per_pid: Vec<&str> = out.lines().filter(|l| l.starts_with("@pids[")).collect();
+    assert_eq!(per_pid.len(), 201, "{out}");
+    assert!(per_pid.iter().all(|l| l.ends_with(": 100")), "{out}");
+    // Without it, the children are unwoven: only the parent's calls count.
+    let o = weft_with_input(&["-e", &prog, "-c", &cmd], "go\n");
+    let out = ok(&o);
+    assert_eq!(map_value(&out, "@all"), Some(100), "{out}");
+}
+
+/// Attached with --follow-fork (`-p`): children forked afterwards are counted too.
+#[test]
+fn follow_fork_after_attach() {
+    use std::io::Write;
+    let bin = build("forkserver.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let mut t = std::process::Command::new(&bin)
+        .args(["50", "100"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(t.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let prog = format!(
+        "uprobe:{b}:work {{ @all = count(); }} uprobe:{b}:done {{ @done = count(); }} \
+         interval:ms:20 /@done/ {{ exit(); }} {LIVE}"
+    )
+    .replace("@c > 0", "@all >= 0");
+    let mut w = Background::start(&["--follow-fork", "-e", &prog, "-p", &t.id().to_string()]);
+    w.wait_line("live", false, T);
+    t.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let o = w.finish(T);
+    let text_out = ok(&o);
+    assert_eq!(
+        map_value(&text_out, "@all"),
+        Some(100 + 50 * 100),
+        "{text_out}"
+    );
+    assert!(t.wait().unwrap().success());
+}
+
+/// What a launched command's processes exec (or posix_spawn) joins the session: the
+/// probes are resolved against the new image, woven before its main runs.
+#[test]
+fn follow_fork_into_exec_and_posix_spawn() {
+    let server = build("forkserver.c", Variant::O2_PIE, &[]);
+    let worker = build("worker.c", Variant::O2_PIE, &[]);
+    let (s, w) = (bin_str(&server), bin_str(&worker));
+    let prog = format!("uprobe:{w}:step {{ @steps[comm] = count(); @n = count(); }}");
+    for (mode, k, n) in [("exec", 3, 100), ("posix_spawn", 5, 1000)] {
+        let cmd = format!("{s} {k} {n} {mode} {w}");
+        let o = weft_with_input(&["--follow-fork", "-e", &prog, "-c", &cmd], "go\n");
+        let out = ok(&o);
+        assert!(out.contains(&format!("served {k} ")), "{mode}: {out}");
+        assert_eq!(map_value(&out, "@n"), Some(k * n), "{mode}: {out}");
+        assert_eq!(
+            map_value(&out, "@steps[worker]"),
+            Some(k * n),
+            "{mode}: {out}"
+        );
+    }
+}

@@ -98,6 +98,42 @@ impl Listener {
     }
 }
 
+impl Listener {
+    /// A connection waiting to be accepted, if any (no wait): an agent that joins
+    /// the session by itself (a followed child), checked to run as our user (or
+    /// `allowed` to tell), with the pid it runs in.
+    pub fn try_accept(&self, allowed: impl Fn(i32) -> bool) -> Result<Option<(Agent, i32)>> {
+        loop {
+            // SAFETY: accept4 on our listening (non-blocking) socket.
+            let raw = unsafe {
+                libc::accept4(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    libc::SOCK_CLOEXEC,
+                )
+            };
+            if raw < 0 {
+                return Ok(None);
+            }
+            // SAFETY: a fresh connected fd.
+            let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+            let cred = proto::peer_cred(raw)?;
+            // SAFETY: getuid has no preconditions.
+            let me = unsafe { libc::getuid() };
+            if (me != 0 && cred.uid != me) || !allowed(cred.pid) {
+                // Not one of ours: refuse it and look for the next.
+                continue;
+            }
+            match Agent::handshake(fd) {
+                Ok(a) => return Ok(Some((a, cred.pid))),
+                // Gone before it said hello (a short-lived child): nothing to do.
+                Err(_) => continue,
+            }
+        }
+    }
+}
+
 /// A connected agent.
 pub struct Agent {
     fd: OwnedFd,
@@ -120,7 +156,8 @@ impl Agent {
                 VERSION
             );
         }
-        if hello.busy != 0 {
+        // A followed child inherited its parent's session, which is ours.
+        if hello.busy != 0 && hello.parent == 0 {
             bail!("another weft session is active in this process");
         }
         Ok(Agent { fd, hello })
@@ -169,6 +206,11 @@ impl Agent {
         let fd =
             r.fd.ok_or_else(|| anyhow!("code region without a file descriptor"))?;
         Ok((addr, size, fd))
+    }
+
+    /// A forked child's sites are now those of site space `space`.
+    pub fn adopt(&self, space: u32) -> Result<()> {
+        self.command(Msg::Adopt { space })
     }
 
     /// Profile probe `index`, compiled for this process.

@@ -30,6 +30,11 @@ pub struct Member {
     generation: u32,
     /// Code regions weft wrote trampolines and advice into.
     regions: Vec<CodeRegion>,
+    /// Code regions it inherited (a forked child: its parent's, mapped shared).
+    inherited: Vec<Range<u64>>,
+    /// A forked child: its parent's site space, and its own planned site for each
+    /// of its parent's (by index).
+    pub origin: Option<(u32, std::collections::HashMap<usize, usize>)>,
     /// Sites planned and written (or to be written).
     pub planned: Vec<Planned>,
     /// The `sigaction` redirect, and the function bodies it covers.
@@ -47,6 +52,16 @@ pub struct Member {
     pub symbolizer: Option<Symbolizer>,
     /// Still running (not exited or gone from the session).
     pub alive: bool,
+}
+
+/// How [`Member::prepare`] plans.
+#[derive(Clone, Copy, Debug)]
+pub struct How {
+    /// Compile simple advice into trampolines.
+    pub inline: bool,
+    /// A probe on a file this process does not map is no error (another process
+    /// of the session may map it).
+    pub lenient: bool,
 }
 
 /// What [`Member::prepare`] planned.
@@ -88,6 +103,8 @@ impl Member {
             shm_base: base,
             generation,
             regions: Vec::new(),
+            inherited: Vec::new(),
+            origin: None,
             planned: Vec::new(),
             redirects: Vec::new(),
             redirect_bodies: Vec::new(),
@@ -108,14 +125,15 @@ impl Member {
         prog: &Program,
         seg: &Segment,
         names: &mut ProbeNames,
-        inline: bool,
+        how: How,
         note: &mut dyn FnMut(String),
         select: &dyn Fn(usize) -> bool,
     ) -> Result<Prepared> {
+        let How { inline, lenient } = how;
         let t = std::time::Instant::now();
         let maps = ProcMaps::read(self.pid as u32).map_err(|e| anyhow!("{e}"))?;
         self.symbolizer = Some(Symbolizer::new(maps.modules()));
-        let resolved = pointcut::resolve(prog, &maps, self.pid, names, select)?;
+        let resolved = pointcut::resolve(prog, &maps, self.pid, names, select, lenient)?;
         let mut specs: Vec<_> = resolved.sites.into_values().collect();
         let first_new = self.planned.len();
         let probes: usize = specs.iter().map(|s| s.entry.len() + s.ret.len()).sum();
@@ -225,7 +243,89 @@ impl Member {
         self.regions
             .iter()
             .map(|r| r.addr..r.addr + r.size)
+            .chain(self.inherited.iter().cloned())
             .collect()
+    }
+
+    /// A child `parent` forked, whose agent connected by itself: it runs its
+    /// parent's code, woven, with its parent's segment and trampolines (shared
+    /// memory). Its sites get entries of their own, in site space `space`, copied
+    /// from its parent's (patched where the child's bytes say so), and the child's
+    /// agent adopts them.
+    pub fn forked(
+        pid: i32,
+        agent: Agent,
+        parent: &Member,
+        seg: &Segment,
+        space: u32,
+    ) -> Result<Member> {
+        use std::os::unix::fs::FileExt;
+        let mem = std::fs::File::open(format!("/proc/{pid}/mem"))
+            .map_err(|e| anyhow!("reading the memory of process {pid}: {e}"))?;
+        let mut map = std::collections::HashMap::new();
+        let copy = |p: &Planned| -> Result<Planned> {
+            if p.index == u32::MAX {
+                return Ok(p.clone());
+            }
+            let h = seg.shm.header();
+            let index = h.site_count.load(std::sync::atomic::Ordering::Acquire);
+            if index >= h.max_sites {
+                anyhow::bail!("too many probe sites (limit {})", h.max_sites);
+            }
+            let mut now = vec![0u8; p.patch.len()];
+            let patched = mem.read_exact_at(&mut now, p.addr).is_ok() && now == p.patch;
+            // SAFETY: entry `index` is unused (site_count not yet bumped), entry
+            // `p.index` is a filled one: a byte copy of plain data, then its own space
+            // and state, before the entry is published.
+            unsafe {
+                let to = seg.shm.site_mut(index);
+                core::ptr::copy_nonoverlapping(seg.shm.site(p.index), to, 1);
+                (*to).space = space;
+                (*to).state.store(
+                    if patched {
+                        weft_abi::SITE_PATCHED
+                    } else {
+                        weft_abi::SITE_RESTORED
+                    },
+                    std::sync::atomic::Ordering::Release,
+                );
+            }
+            seg.shm.site_hash_insert(index);
+            h.site_count
+                .store(index + 1, std::sync::atomic::Ordering::Release);
+            Ok(Planned { index, ..p.clone() })
+        };
+        let mut planned = Vec::with_capacity(parent.planned.len());
+        for (k, p) in parent.planned.iter().enumerate() {
+            map.insert(k, planned.len());
+            planned.push(copy(p)?);
+        }
+        let redirects = parent
+            .redirects
+            .iter()
+            .map(copy)
+            .collect::<Result<Vec<_>>>()?;
+        agent.adopt(space)?;
+        Ok(Member {
+            pid,
+            agent,
+            child: None,
+            space,
+            shm_base: parent.shm_base,
+            generation: parent.generation,
+            regions: Vec::new(),
+            inherited: parent.code_ranges(),
+            origin: Some((parent.space, map)),
+            planned,
+            redirects,
+            redirect_bodies: parent.redirect_bodies.clone(),
+            site_probes: parent.site_probes,
+            unwind_hooked: parent.unwind_hooked,
+            redirected: parent.redirected,
+            profiles: parent.profiles,
+            symbolizer: None,
+            alive: true,
+        })
     }
 
     /// Patch the planned sites `which` (indices in [`Member::planned`]) with the

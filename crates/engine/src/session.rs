@@ -42,6 +42,10 @@ pub struct Options {
     /// With several processes, a failure in one fails the session (else that one is
     /// left out and reported, and the others go on).
     pub all_or_nothing: bool,
+    /// Children the members fork join the session, woven; the programs a launched
+    /// command's processes exec load the agent and join, the program resolved
+    /// against their image.
+    pub follow_fork: bool,
 }
 
 impl Default for Options {
@@ -52,6 +56,7 @@ impl Default for Options {
             verbose: false,
             note: |l| eprintln!("{l}"),
             all_or_nothing: false,
+            follow_fork: false,
         }
     }
 }
@@ -194,7 +199,7 @@ impl<'p> Session<'p> {
     /// [`Session::go`].
     pub fn launch(&mut self, argv: &[String]) -> Result<i32> {
         let agent = target::agent_path()?;
-        let mut c = target::launch(argv, &agent, &self.listener.name)?;
+        let mut c = target::launch(argv, &agent, &self.listener.name, self.opts.follow_fork)?;
         let pid = c.id() as i32;
         let a = self
             .listener
@@ -246,7 +251,12 @@ impl<'p> Session<'p> {
             self.seg.set_target(pid as u32, cpid, uid, gid);
         }
         let space = self.members.len() as u32 + 1;
-        let m = Member::join(pid, agent, child, &self.seg, space, 0)?;
+        let flags = if self.opts.follow_fork {
+            weft_abi::msg::SESSION_FOLLOW_FORK
+        } else {
+            0
+        };
+        let m = Member::join(pid, agent, child, &self.seg, space, flags)?;
         self.members.push(m);
         Ok(())
     }
@@ -261,19 +271,21 @@ impl<'p> Session<'p> {
     /// As [`Session::prepare`], for the probes `probes` only (by index); the others
     /// may be woven later ([`Session::weave`]).
     pub fn prepare_probes(&mut self, probes: &[usize]) -> Result<usize> {
-        let (w, n) = self.plan(probes)?;
+        let (w, n) = self.plan(probes, None)?;
         self.initial = w;
         Ok(n + self.begin.len() + self.end.len() + self.intervals.len())
     }
 
-    /// Plan `probes` in every live member: resolve, compile, write code. A member
-    /// that fails is left out (or exited meanwhile), unless `all_or_nothing`.
-    fn plan(&mut self, probes: &[usize]) -> Result<(Weaving, usize)> {
-        let (prog, inline, verbose, note) = (
+    /// Plan `probes` in every live member (or only member `only`): resolve,
+    /// compile, write code. A member that fails is left out (or exited meanwhile),
+    /// unless `all_or_nothing`.
+    fn plan(&mut self, probes: &[usize], only: Option<usize>) -> Result<(Weaving, usize)> {
+        let (prog, inline, verbose, note, lenient) = (
             self.prog,
             self.opts.inline,
             self.opts.verbose,
             self.opts.note,
+            self.opts.follow_fork,
         );
         let mut lines = |l: String| {
             if verbose {
@@ -287,18 +299,12 @@ impl<'p> Session<'p> {
         };
         let mut n_probes = 0;
         for i in 0..self.members.len() {
-            if !self.members[i].alive {
+            if !self.members[i].alive || only.is_some_and(|o| o != i) {
                 continue;
             }
             let m = &mut self.members[i];
-            let p = match m.prepare(
-                prog,
-                &self.seg,
-                &mut self.names,
-                inline,
-                &mut lines,
-                &select,
-            ) {
+            let how = crate::member::How { inline, lenient };
+            let p = match m.prepare(prog, &self.seg, &mut self.names, how, &mut lines, &select) {
                 Ok(p) => p,
                 Err(e) => {
                     self.member_failed(i, e, "weaving")?;
@@ -428,7 +434,7 @@ impl<'p> Session<'p> {
     /// Weave `probes` (indices of the program's probes) into every member while the
     /// session runs: resolve, compile, write code, patch (one stop per process).
     pub fn weave(&mut self, probes: &[usize]) -> Result<Weaving> {
-        let (mut w, _) = self.plan(probes)?;
+        let (mut w, _) = self.plan(probes, None)?;
         self.patch(&w)?;
         w.woven = true;
         Ok(w)
@@ -438,15 +444,8 @@ impl<'p> Session<'p> {
     /// original bytes with the int3-first sequence). Their code stays until the
     /// session ends, so [`Session::reweave`] is cheap.
     pub fn unweave(&mut self, w: &mut Weaving) -> Result<()> {
-        for (space, sites) in &w.sites {
-            let Some(i) = self
-                .members
-                .iter()
-                .position(|m| m.space == *space && m.alive)
-            else {
-                continue;
-            };
-            if let Err(e) = self.members[i].disable(sites) {
+        for (i, sites) in self.members_sites(w) {
+            if let Err(e) = self.members[i].disable(&sites) {
                 self.member_failed(i, e, "unweaving")?;
             }
         }
@@ -454,21 +453,45 @@ impl<'p> Session<'p> {
         Ok(())
     }
 
+    /// `w`'s sites in each live member: those it was woven into, and the children
+    /// they forked since (which have copies of their parent's sites).
+    fn members_sites(&self, w: &Weaving) -> Vec<(usize, Vec<usize>)> {
+        let mut out = Vec::new();
+        for (i, m) in self.members.iter().enumerate() {
+            if !m.alive {
+                continue;
+            }
+            let mine = w
+                .sites
+                .iter()
+                .find_map(|(space, sites)| self.sites_in(m, *space, sites));
+            if let Some(sites) = mine.filter(|s| !s.is_empty()) {
+                out.push((i, sites));
+            }
+        }
+        out
+    }
+
+    /// Member `m`'s sites for the sites `sites` of site space `space`: the same if
+    /// it is that space, its copies if it descends from the member that is.
+    fn sites_in(&self, m: &Member, space: u32, sites: &[usize]) -> Option<Vec<usize>> {
+        if m.space == space {
+            return Some(sites.to_vec());
+        }
+        let (parent_space, map) = m.origin.as_ref()?;
+        let parent = self.members.iter().find(|p| p.space == *parent_space)?;
+        let theirs = self.sites_in(parent, space, sites)?;
+        Some(theirs.iter().filter_map(|k| map.get(k).copied()).collect())
+    }
+
     /// Put `w`'s sites back: while the processes run for sites whose patch
     /// replaces one instruction (placeholders, int3 sites), with one stop per
     /// process for the others. Returns how many processes had to be stopped.
     pub fn reweave(&mut self, w: &mut Weaving) -> Result<usize> {
         let mut stops = 0;
-        for (space, sites) in &w.sites {
-            let Some(i) = self
-                .members
-                .iter()
-                .position(|m| m.space == *space && m.alive)
-            else {
-                continue;
-            };
+        for (i, sites) in self.members_sites(w) {
             let seg = &self.seg;
-            match self.members[i].enable(seg, sites) {
+            match self.members[i].enable(seg, &sites) {
                 Ok(stopped) => stops += usize::from(stopped),
                 Err(e) => self.member_failed(i, e, "weaving")?,
             }
@@ -477,10 +500,86 @@ impl<'p> Session<'p> {
         Ok(stops)
     }
 
+    /// Agents that joined by themselves (the session follows children): a forked
+    /// child, adopted with copies of its parent's sites; a program a member (or a
+    /// child of one) exec'd, or a process a member spawned, woven like a new
+    /// member. Returns how many joined.
+    fn accept_joiners(&mut self, sink: &mut dyn Sink) -> Result<usize> {
+        let mut joined = 0;
+        loop {
+            let members: Vec<i32> = self.members.iter().map(|m| m.pid).collect();
+            let related = |pid: i32| {
+                members.contains(&pid) || parent_of(pid).is_some_and(|pp| members.contains(&pp))
+            };
+            let Some((agent, pid)) = self.listener.try_accept(related)? else {
+                return Ok(joined);
+            };
+            joined += 1;
+            let (parent, parent_space) = (agent.hello.parent, agent.hello.parent_space);
+            let space = self.members.len() as u32 + 1;
+            if parent != 0 {
+                let Some(p) = self.members.iter().position(|m| m.space == parent_space) else {
+                    // Not a session of ours: dropping the connection makes the child
+                    // unweave itself.
+                    continue;
+                };
+                match Member::forked(pid, agent, &self.members[p], &self.seg, space) {
+                    Ok(m) => {
+                        self.verbose(&format!("process {pid} (forked by {parent}) joined"));
+                        self.members.push(m);
+                    }
+                    // Ended, or exec'd (its new image joins by itself): not an error.
+                    Err(e) if !target::alive(pid) || is_broken_connection(&e) => {
+                        self.verbose(&format!("process {pid} (forked by {parent}) went: {e:#}"));
+                        continue;
+                    }
+                    Err(e) => {
+                        self.note(&format!(
+                            "process {pid} (forked by {parent}) left out: {e:#}"
+                        ));
+                        continue;
+                    }
+                }
+            } else {
+                // The same pid: the member exec'd a new program (its old image and
+                // sites are gone with it).
+                for m in self.members.iter_mut().filter(|m| m.pid == pid && m.alive) {
+                    m.alive = false;
+                }
+                if let Err(e) = self.join(pid, agent, None) {
+                    self.note(&format!("process {pid} left out: {e:#}"));
+                    continue;
+                }
+                let i = self.members.len() - 1;
+                let all: Vec<usize> = (0..self.prog.probes.len()).collect();
+                let (w, _) = self.plan(&all, Some(i))?;
+                self.patch(&w)?;
+                if self.members[i].alive {
+                    if let Err(e) = self.members[i].agent.go() {
+                        self.member_failed(i, e, "starting")?;
+                    }
+                }
+                self.verbose(&format!("process {pid} joined"));
+            }
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let rec = Record {
+                nsecs: weft_runtime::clock::monotonic_ns(),
+                pid: pid as u32,
+                tid: pid as u32,
+                event: weft_trace::Event::ProcessJoined {
+                    pid: pid as u32,
+                    comm: comm.trim().to_string(),
+                },
+            };
+            self.deliver(std::slice::from_ref(&rec), sink);
+        }
+    }
+
     /// Deliver events, run interval probes, until `exit()`, every target ends, or
     /// `stop` is raised.
     pub fn run(&mut self, sink: &mut dyn Sink, stop: &AtomicBool) -> Result<RunEnd> {
         let start = Instant::now();
+        let mut next_release = start;
         let mut next_tick: Vec<Instant> = self
             .intervals
             .iter()
@@ -504,6 +603,13 @@ impl<'p> Session<'p> {
                 }
             }
             self.drain(sink);
+            if self.opts.follow_fork {
+                self.accept_joiners(sink)?;
+            }
+            if Instant::now() >= next_release {
+                self.release_gone_processes();
+                next_release = Instant::now() + Duration::from_millis(100);
+            }
             if !self.members.is_empty() && self.reap_members()? {
                 return Ok(RunEnd::TargetsGone);
             }
@@ -523,6 +629,25 @@ impl<'p> Session<'p> {
                     .unwrap_or(Duration::from_millis(5))
                     .min(Duration::from_millis(5)),
             );
+        }
+    }
+
+    /// Slots of threads whose process is gone (a member that exited, a child
+    /// that ended before it was adopted): no agent is left there to say so, so weft
+    /// does, and the slots are drained and reused like those of any thread that
+    /// ended. A pid reused meanwhile only delays it.
+    fn release_gone_processes(&mut self) {
+        let mut gone: HashMap<u32, bool> = HashMap::new();
+        for (idx, pid) in weft_runtime::slots::live(&self.seg.shm) {
+            if pid == 0 {
+                continue;
+            }
+            let dead = *gone
+                .entry(pid)
+                .or_insert_with(|| !target::alive(pid as i32));
+            if dead {
+                weft_runtime::slots::release_index(&self.seg.shm, idx);
+            }
         }
     }
 
@@ -691,6 +816,26 @@ impl Resolver for SessionResolver {
     fn format(&self, id: FmtId) -> Option<&Format> {
         self.formats.get(id.0 as usize)
     }
+}
+
+/// The agent's end of the connection is gone (its process exited or exec'd).
+fn is_broken_connection(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            )
+        })
+    }) || e.to_string().contains("closed the connection")
+}
+
+/// The parent of process `pid` (`/proc/PID/stat`).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn proc_ids(pid: i32) -> Option<(u64, u64)> {

@@ -116,7 +116,7 @@ pub fn which(cmd: &str) -> Option<PathBuf> {
 
 /// Start `argv` with the agent preloaded; its constructor connects to `socket` and
 /// holds `main` until weft says go.
-pub fn launch(argv: &[String], agent: &Path, socket: &str) -> Result<Child> {
+pub fn launch(argv: &[String], agent: &Path, socket: &str, follow: bool) -> Result<Child> {
     let exe = which(&argv[0]).ok_or_else(|| anyhow!("command not found: {}", argv[0]))?;
     check_executable(&exe)?;
     let mut preload = agent.display().to_string();
@@ -125,12 +125,14 @@ pub fn launch(argv: &[String], agent: &Path, socket: &str) -> Result<Child> {
             preload = format!("{preload}:{old}");
         }
     }
-    Command::new(&exe)
-        .args(&argv[1..])
+    let mut cmd = Command::new(&exe);
+    cmd.args(&argv[1..])
         .env("LD_PRELOAD", preload)
-        .env(weft_abi::ENV_SOCKET, socket)
-        .spawn()
-        .with_context(|| format!("starting {}", argv[0]))
+        .env(weft_abi::ENV_SOCKET, socket);
+    if follow {
+        cmd.env(weft_abi::ENV_FOLLOW, "1");
+    }
+    cmd.spawn().with_context(|| format!("starting {}", argv[0]))
 }
 
 /// Address of an exported function in a process's modules (first module that

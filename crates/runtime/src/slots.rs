@@ -103,6 +103,25 @@ pub fn release(shm: &Shm, slot: *const ThreadSlot) {
     }
 }
 
+/// weft: the LIVE slots of target threads, with their process ids.
+pub fn live(shm: &Shm) -> Vec<(u32, u32)> {
+    (FIRST_THREAD_SLOT..shm.slots_used())
+        .filter_map(|i| {
+            // SAFETY: i < slots_used: a slot of this segment.
+            let s = unsafe { &*shm.thread_slot(i) };
+            (s.state.load(Ordering::Acquire) == THREAD_LIVE).then_some((i, s.pid))
+        })
+        .collect()
+}
+
+/// weft: slot `idx`'s process is gone (its agent cannot say so any more): the slot
+/// may be drained, as [`release`] does for a thread the agent found gone.
+pub fn release_index(shm: &Shm, idx: u32) {
+    if idx >= FIRST_THREAD_SLOT && idx < shm.slots_used() {
+        release(shm, shm.thread_slot(idx));
+    }
+}
+
 /// weft: its own slot (BEGIN, END and interval advice run on it).
 pub fn claim_weft(shm: &Shm, tid: u32) -> *mut ThreadSlot {
     let slot = shm.thread_slot(WEFT_SLOT);

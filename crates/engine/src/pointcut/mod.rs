@@ -49,6 +49,9 @@ pub struct Cx<'a> {
     /// A coldpatched binary's file and placeholders by function address, read once
     /// per module (a whole-program weave looks up 10,000 functions).
     pub placeholders: HashMap<PathBuf, Placeholders>,
+    /// A probe on a file this process does not map has no site here, and that is
+    /// no error (a session that follows children: another process may map it).
+    pub lenient: bool,
 }
 
 /// A module's file (if it has a probe list) and its placeholders by function vaddr.
@@ -81,6 +84,7 @@ pub fn resolve(
     pid: i32,
     names: &mut ProbeNames,
     select: &dyn Fn(usize) -> bool,
+    lenient: bool,
 ) -> Result<Resolved> {
     let modules = maps.modules();
     let search = weft_symbols::LibrarySearch::system();
@@ -95,6 +99,7 @@ pub fn resolve(
         },
         names,
         placeholders: HashMap::new(),
+        lenient,
     };
     let mut out = Resolved::default();
     for ((pi, p), names) in prog
@@ -115,17 +120,29 @@ pub fn resolve(
     Ok(out)
 }
 
-/// The module a probe's target names, in the process of `cx`.
-fn module_of(a: &AttachPoint, target: &str, cx: &Cx<'_>) -> Result<Module> {
-    let t = weft_symbols::resolve_target(target, &cx.target)
-        .map_err(|e| anyhow::anyhow!("{a}: {e}"))?;
-    t.module.ok_or_else(|| {
-        anyhow::anyhow!(
+/// The module a probe's target names, in the process of `cx`; `None` if the process
+/// does not map it and `cx` is lenient.
+fn module_of(a: &AttachPoint, target: &str, cx: &Cx<'_>) -> Result<Option<Module>> {
+    let t = match weft_symbols::resolve_target(target, &cx.target) {
+        Ok(t) => t,
+        // Not in this process; another may map it (a file that exists, or a
+        // library name).
+        Err(weft_symbols::Error::TargetNotFound { .. })
+            if cx.lenient && (!target.contains('/') || std::path::Path::new(target).is_file()) =>
+        {
+            return Ok(None)
+        }
+        Err(e) => anyhow::bail!("{a}: {e}"),
+    };
+    match t.module {
+        Some(m) => Ok(Some(m)),
+        None if cx.lenient => Ok(None),
+        None => anyhow::bail!(
             "{a}: {} is not mapped in process {}",
             t.path.display(),
             cx.pid
-        )
-    })
+        ),
+    }
 }
 
 /// For each probe, the indices in `prog.probe_names` of its attach points: the

@@ -37,7 +37,9 @@ impl PointcutKind for Uprobe {
             AttachPoint::Uretprobe { target, func } => (target, func, 0, true),
             _ => return Ok(()),
         };
-        let module = module_of(a, target_spec, cx)?;
+        let Some(module) = module_of(a, target_spec, cx)? else {
+            return Ok(());
+        };
         let funcs = weft_symbols::resolve_in_module(&module, func).map_err(|e| anyhow!("{e}"))?;
         let (elf, list) = cx
             .placeholders

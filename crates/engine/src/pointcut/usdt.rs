@@ -31,7 +31,9 @@ impl PointcutKind for Usdt {
         else {
             return Ok(());
         };
-        let module = module_of(a, target, cx)?;
+        let Some(module) = module_of(a, target, cx)? else {
+            return Ok(());
+        };
         let elf = module.open().map_err(|e| anyhow!("{e}"))?;
         let probes =
             weft_symbols::resolve_usdt(&elf, provider, name).map_err(|e| anyhow!("{e}"))?;
