@@ -144,6 +144,17 @@ pub enum MapKind {
     Lhist = 8,
 }
 
+/// Aggregation op codes: what advice passes to the `MapAgg` helper (and what the
+/// runtime's `aggregate` applies), here once for the code generator and the runtime.
+pub const AGG_COUNT: u32 = 0;
+pub const AGG_SUM: u32 = 1;
+pub const AGG_MIN: u32 = 2;
+pub const AGG_MAX: u32 = 3;
+pub const AGG_AVG: u32 = 4;
+pub const AGG_STATS: u32 = 5;
+pub const AGG_HIST: u32 = 6;
+pub const AGG_LHIST: u32 = 7;
+
 #[repr(C)]
 pub struct MapDesc {
     /// [`MapKind`] as u32.

@@ -57,7 +57,7 @@ impl Sink for Printer<'_> {
         match &r.event {
             Event::Printf { format, args } => {
                 if let Some(f) = fmt(*format) {
-                    let text = weft_output::format_printf(&f.text, &f.args, args, cx.resolver);
+                    let text = weft_output::format_printf(f, args, cx.resolver);
                     match self.format {
                         OutputFormat::Text => {
                             let _ = self.out.write_all(&text);
@@ -70,7 +70,7 @@ impl Sink for Printer<'_> {
             }
             Event::Cat { format, args } | Event::System { format, args } => {
                 if let Some(f) = fmt(*format) {
-                    let arg = weft_output::format_printf(&f.text, &f.args, args, cx.resolver);
+                    let arg = weft_output::format_printf(f, args, cx.resolver);
                     let arg = String::from_utf8_lossy(&arg).into_owned();
                     if matches!(r.event, Event::Cat { .. }) {
                         // At most max_cat_bytes, as bpftrace: `cat("/dev/zero")` or a

@@ -35,6 +35,8 @@ use std::fmt;
 // ---------------------------------------------------------------------------------
 
 /// The type of a value, as the checker inferred it.
+pub mod format;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Type {
     /// No value (statements, `printf(...)` used as an expression).
@@ -373,6 +375,19 @@ pub struct Format {
     /// Types of the arguments, in order; the event payload is a [`Type::Tuple`] of
     /// these.
     pub args: Vec<Type>,
+    /// The conversions of `text` (parsed once, by [`Format::new`]).
+    pub conversions: Vec<format::Conversion>,
+}
+
+impl Format {
+    pub fn new(text: String, args: Vec<Type>) -> Format {
+        let conversions = format::conversions(&text);
+        Format {
+            text,
+            args,
+            conversions,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

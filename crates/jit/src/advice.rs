@@ -883,14 +883,14 @@ impl Cx<'_> {
         op: AggOp,
     ) -> Result<(), JitError> {
         let (code, value) = match op {
-            AggOp::Count => (weft_runtime_ops::COUNT, None),
-            AggOp::Sum(r) => (weft_runtime_ops::SUM, Some(r)),
-            AggOp::Min(r) => (weft_runtime_ops::MIN, Some(r)),
-            AggOp::Max(r) => (weft_runtime_ops::MAX, Some(r)),
-            AggOp::Avg(r) => (weft_runtime_ops::AVG, Some(r)),
-            AggOp::Stats(r) => (weft_runtime_ops::STATS, Some(r)),
-            AggOp::Hist(r) => (weft_runtime_ops::HIST, Some(r)),
-            AggOp::Lhist(r) => (weft_runtime_ops::LHIST, Some(r)),
+            AggOp::Count => (weft_abi::AGG_COUNT, None),
+            AggOp::Sum(r) => (weft_abi::AGG_SUM, Some(r)),
+            AggOp::Min(r) => (weft_abi::AGG_MIN, Some(r)),
+            AggOp::Max(r) => (weft_abi::AGG_MAX, Some(r)),
+            AggOp::Avg(r) => (weft_abi::AGG_AVG, Some(r)),
+            AggOp::Stats(r) => (weft_abi::AGG_STATS, Some(r)),
+            AggOp::Hist(r) => (weft_abi::AGG_HIST, Some(r)),
+            AggOp::Lhist(r) => (weft_abi::AGG_LHIST, Some(r)),
         };
         let layout = self.map_layout(map)?;
         let inline = key.is_none()
@@ -994,20 +994,6 @@ impl Cx<'_> {
         self.a.mov(r9d, len)?;
         self.call(Helper::Emit)
     }
-}
-
-/// Aggregation op codes of the `MapAgg` helper (same values as
-/// `weft_runtime::map::AGG_*`; duplicated so the code generator does not link the
-/// runtime).
-mod weft_runtime_ops {
-    pub const COUNT: u32 = 0;
-    pub const SUM: u32 = 1;
-    pub const MIN: u32 = 2;
-    pub const MAX: u32 = 3;
-    pub const AVG: u32 = 4;
-    pub const STATS: u32 = 5;
-    pub const HIST: u32 = 6;
-    pub const LHIST: u32 = 7;
 }
 
 const TSTATE_TID_OFF: i32 = core::mem::offset_of!(weft_abi::AgentThread, tid) as i32;

@@ -449,10 +449,7 @@ fn division_edge_cases_never_trap() {
 #[test]
 fn str_read_faults_and_printf_event() {
     // printf("%s %d\n", str(arg0), tid) -- payload: (string[16], u64)
-    let fmt = Format {
-        text: "%s %d\n".into(),
-        args: vec![Type::Str { cap: 16 }, Type::U64],
-    };
+    let fmt = Format::new("%s %d\n".into(), vec![Type::Str { cap: 16 }, Type::U64]);
     let p = Program {
         formats: vec![fmt],
         ..Program::default()
@@ -517,10 +514,7 @@ impl StrPrintf {
     fn new() -> StrPrintf {
         let ty = Type::Str { cap: 64 };
         let p = Program {
-            formats: vec![Format {
-                text: "%s\n".into(),
-                args: vec![ty.clone()],
-            }],
+            formats: vec![Format::new("%s\n".into(), vec![ty.clone()])],
             ..Program::default()
         };
         let mut f = Function::default();
@@ -563,7 +557,7 @@ impl StrPrintf {
         }
         assert_eq!(ev.len(), 1);
         let fmt = &self.p.formats[0];
-        let line = weft_output::format_printf(&fmt.text, &fmt.args, &ev[0].payload, &NoSymbols);
+        let line = weft_output::format_printf(fmt, &ev[0].payload, &NoSymbols);
         (line, ev[0].payload.clone())
     }
 }

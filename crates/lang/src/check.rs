@@ -13,10 +13,11 @@ use std::collections::HashMap;
 use weft_ir::{AttachPoint, CField, CStruct, Config, MapValue, StackMode, Type, PRINTF_MAX_WIDTH};
 
 use crate::ast::*;
+use crate::builtins;
 use crate::diag::{suggest, Diagnostic, Diags};
-use crate::format::{conversions, not_conversions, ArgKind};
 use crate::unsupported;
 use crate::Options;
+use weft_ir::format::{conversions, not_conversions, ArgKind};
 
 /// The checked program: the typed tree plus what lowering needs.
 #[derive(Clone, Debug)]
@@ -58,57 +59,6 @@ impl Checked {
 pub const USTACK_DEPTH: u32 = 127;
 /// Capacity of `comm` (the kernel's TASK_COMM_LEN).
 pub const COMM_CAP: u32 = 16;
-
-/// Aggregating functions: valid only as `@m[...] = f(...)`.
-pub const AGGREGATIONS: &[&str] = &[
-    "count", "sum", "min", "max", "avg", "stats", "hist", "lhist",
-];
-
-/// Every function name weft knows (for suggestions).
-pub const FUNCTIONS: &[&str] = &[
-    "printf",
-    "print",
-    "exit",
-    "str",
-    "count",
-    "sum",
-    "min",
-    "max",
-    "avg",
-    "stats",
-    "hist",
-    "lhist",
-    "delete",
-    "clear",
-    "zero",
-    "len",
-    "has_key",
-    "time",
-    "strftime",
-    "join",
-    "usym",
-    "uaddr",
-    "system",
-    "signal",
-    "cat",
-    "ustack",
-    "buf",
-    "strncmp",
-    "strcontains",
-    "reg",
-    "sizeof",
-    "offsetof",
-];
-
-/// Builtin variables weft knows (for suggestions); `argN` too.
-pub const BUILTINS: &[&str] = &[
-    "pid", "tid", "uid", "gid", "nsecs", "elapsed", "cpu", "cpid", "rand", "comm", "func", "probe",
-    "retval", "args", "ustack", "arg0", "arg1", "arg2", "arg3", "arg4", "arg5",
-];
-
-const VOID_FUNCTIONS: &[&str] = &[
-    "printf", "print", "exit", "clear", "zero", "time", "join", "system", "signal", "cat",
-];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -1231,7 +1181,7 @@ impl<'a> Checker<'a> {
             return Type::Void;
         }
         if let ExprKind::Call { name, .. } = &v.kind {
-            if VOID_FUNCTIONS.contains(&name.as_str()) {
+            if builtins::function(name).is_some_and(|b| b.void) {
                 self.err(v.span, format!("`{name}()` does not return a value"));
             }
         }
@@ -1300,7 +1250,7 @@ impl<'a> Checker<'a> {
                 self.touch_map(m);
                 let key = self.map_keys(m);
                 if let (None, ExprKind::Call { name, .. }) = (op, &value.kind) {
-                    if AGGREGATIONS.contains(&name.as_str()) {
+                    if builtins::is_aggregation(name) {
                         let agg = self.aggregation(value);
                         self.set_map_key(m, key);
                         if let Some(agg) = agg {
@@ -1572,7 +1522,9 @@ impl<'a> Checker<'a> {
         }
         call.ty = Type::Void;
         let nargs = tys.len();
-        let arity = |ck: &mut Self, lo: usize, hi: usize| -> bool {
+        let (lo, hi) =
+            builtins::function(&name).map_or((0, usize::MAX), |b| (b.min_args, b.max_args));
+        let arity = |ck: &mut Self| -> bool {
             if nargs < lo || nargs > hi {
                 ck.err(
                     span,
@@ -1600,9 +1552,9 @@ impl<'a> Checker<'a> {
             _ => return None,
         };
         match name.as_str() {
-            "count" => arity(self, 0, 0).then_some(MapValue::Count),
+            "count" => arity(self).then_some(MapValue::Count),
             "sum" | "min" | "max" | "avg" | "stats" => {
-                if !arity(self, 1, 1) || !int_arg(self, 0) {
+                if !arity(self) || !int_arg(self, 0) {
                     return None;
                 }
                 let signed = signed(&tys[0]);
@@ -1615,7 +1567,7 @@ impl<'a> Checker<'a> {
                 })
             }
             "hist" => {
-                if !arity(self, 1, 2) || !int_arg(self, 0) {
+                if !arity(self) || !int_arg(self, 0) {
                     return None;
                 }
                 let k = if nargs == 2 {
@@ -1632,7 +1584,7 @@ impl<'a> Checker<'a> {
                 Some(MapValue::Hist { k })
             }
             "lhist" => {
-                if !arity(self, 4, 4) || !int_arg(self, 0) {
+                if !arity(self) || !int_arg(self, 0) {
                     return None;
                 }
                 let mut lits = Vec::new();
@@ -2200,13 +2152,13 @@ impl<'a> Checker<'a> {
                 self.err(span, format!("{name}: argument number is too large"));
                 return Type::Void;
             }
-            if let Some(p) = self.all_kinds(|k| matches!(k, Kind::Uprobe | Kind::Usdt)) {
-                self.err(
-                    span,
-                    format!("{name} can only be used in uprobe and usdt probes (not in `{p}`)"),
-                );
+            if let Some(b) = builtins::variable(name) {
+                self.allowed(b, name, span, span);
             }
             return Type::U64;
+        }
+        if let Some(b) = builtins::variable(name) {
+            self.allowed(b, name, span, span);
         }
         match name {
             "pid" | "tid" | "uid" | "gid" | "cpu" | "cpid" | "nsecs" | "elapsed" => Type::U64,
@@ -2216,33 +2168,12 @@ impl<'a> Checker<'a> {
             },
             "comm" => Type::Str { cap: COMM_CAP },
             "probe" => Type::ProbeName,
-            "func" => {
-                if let Some(p) = self.all_kinds(|k| matches!(k, Kind::Uprobe | Kind::Uretprobe)) {
-                    self.err(
-                        span,
-                        format!(
-                            "func can only be used in uprobe and uretprobe probes (not in `{p}`)"
-                        ),
-                    );
-                }
-                Type::USym
-            }
-            "retval" => {
-                if let Some(p) = self.all_kinds(|k| k == Kind::Uretprobe) {
-                    self.err(
-                        span,
-                        format!("retval can only be used in uretprobe probes (not in `{p}`)"),
-                    );
-                }
-                Type::U64
-            }
-            "ustack" => {
-                self.need_target_stack(span);
-                Type::UStack {
-                    depth: USTACK_DEPTH,
-                    mode: self.stack_mode,
-                }
-            }
+            "func" => Type::USym,
+            "retval" => Type::U64,
+            "ustack" => Type::UStack {
+                depth: USTACK_DEPTH,
+                mode: self.stack_mode,
+            },
             "args" => {
                 let t = self.args_type(span);
                 if t != Type::Void {
@@ -2258,7 +2189,7 @@ impl<'a> Checker<'a> {
                     self.err(span, msg);
                     return Type::Void;
                 }
-                if FUNCTIONS.contains(&name) {
+                if builtins::function(name).is_some() {
                     self.err(
                         span,
                         format!("`{name}` is a function; call it as `{name}(...)`"),
@@ -2266,7 +2197,7 @@ impl<'a> Checker<'a> {
                     return Type::Void;
                 }
                 let mut msg = format!("unknown identifier `{name}`");
-                if let Some(s) = suggest(name, BUILTINS.iter().copied()) {
+                if let Some(s) = suggest(name, builtins::variable_names()) {
                     msg = format!("{msg}; did you mean `{s}`?");
                 }
                 self.err(span, msg);
@@ -2275,11 +2206,29 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn need_target_stack(&mut self, span: Span) {
-        if let Some(p) = self.all_kinds(Kind::in_target) {
+    /// A builtin used where the table does not allow it (in the probes it may be
+    /// used in; `--unsafe`), reported at `name_span` / `span`.
+    fn allowed(&mut self, b: &builtins::Builtin, shown: &str, name_span: Span, span: Span) {
+        if b.needs_unsafe && !self.config.unsafe_ok {
+            self.push(
+                Diagnostic::error(name_span, format!("{shown} needs --unsafe"))
+                    .with_help(format!("run weft with --unsafe to allow {shown}")),
+            );
+        }
+        let ok: fn(Kind) -> bool = match b.only {
+            builtins::Where::Anywhere => return,
+            builtins::Where::InTarget => Kind::in_target,
+            builtins::Where::FunctionProbes => |k| matches!(k, Kind::Uprobe | Kind::Uretprobe),
+            builtins::Where::ArgumentProbes => |k| matches!(k, Kind::Uprobe | Kind::Usdt),
+            builtins::Where::ReturnProbes => |k| k == Kind::Uretprobe,
+        };
+        if let Some(p) = self.all_kinds(ok) {
             self.err(
                 span,
-                format!("ustack can only be used in probes that run in the target (not in `{p}`)"),
+                format!(
+                    "{shown} can only be used in {} (not in `{p}`)",
+                    b.only.describe()
+                ),
             );
         }
     }
@@ -2300,7 +2249,7 @@ impl<'a> Checker<'a> {
         let name_span = *name_span;
         let n = args.len();
 
-        if AGGREGATIONS.contains(&name.as_str()) {
+        if builtins::is_aggregation(&name) {
             for a in args.iter_mut() {
                 self.expr(a);
             }
@@ -2310,7 +2259,7 @@ impl<'a> Checker<'a> {
             );
             return Type::Void;
         }
-        if !FUNCTIONS.contains(&name.as_str()) {
+        let Some(builtin) = builtins::function(&name) else {
             for a in args.iter_mut() {
                 self.expr(a);
             }
@@ -2319,16 +2268,15 @@ impl<'a> Checker<'a> {
                 return Type::Void;
             }
             let mut msg = format!("unknown function `{name}`");
-            if let Some(s) = suggest(&name, FUNCTIONS.iter().copied()) {
+            if let Some(s) = suggest(&name, builtins::function_names()) {
                 msg = format!("{msg}; did you mean `{s}`?");
             }
             self.err(name_span, msg);
             return Type::Void;
-        }
+        };
 
         // Arguments that are maps (print(@m), clear(@m), delete(@m[k]), has_key,
         // len) are checked as map references, not as map reads.
-        let map_arg_fns = ["print", "clear", "zero", "delete", "has_key", "len"];
         let mut tys = Vec::with_capacity(n);
         for (i, a) in args.iter_mut().enumerate() {
             if name == "ustack"
@@ -2337,9 +2285,7 @@ impl<'a> Checker<'a> {
                 tys.push(Type::Void);
                 continue;
             }
-            let as_map = map_arg_fns.contains(&name.as_str())
-                && i == 0
-                && matches!(a.kind, ExprKind::Map(_));
+            let as_map = builtin.map_first && i == 0 && matches!(a.kind, ExprKind::Map(_));
             if as_map {
                 let ExprKind::Map(m) = &mut a.kind else {
                     unreachable!()
@@ -2378,7 +2324,9 @@ impl<'a> Checker<'a> {
             }
         }
         let args_snapshot: Vec<Expr> = args.clone();
-        let arity = |ck: &mut Self, lo: usize, hi: usize| -> bool {
+        self.allowed(builtin, &builtin.shown(), name_span, span);
+        let (lo, hi) = (builtin.min_args, builtin.max_args);
+        let arity = |ck: &mut Self| -> bool {
             if n < lo || n > hi {
                 ck.err(
                     span,
@@ -2429,20 +2377,14 @@ impl<'a> Checker<'a> {
         };
         match name.as_str() {
             "printf" | "system" | "cat" => {
-                if !arity(self, 1, usize::MAX) {
+                if !arity(self) {
                     return Type::Void;
-                }
-                if name == "system" && !self.config.unsafe_ok {
-                    self.push(
-                        Diagnostic::error(name_span, "system() needs --unsafe")
-                            .with_help("run weft with --unsafe to allow system()"),
-                    );
                 }
                 self.format_args(&name, a, &tys, span);
                 Type::Void
             }
             "print" => {
-                if !arity(self, 1, 3) {
+                if !arity(self) {
                     return Type::Void;
                 }
                 if matches!(a[0].kind, ExprKind::Map(MapRef { keys: None, .. })) {
@@ -2480,14 +2422,14 @@ impl<'a> Checker<'a> {
                 Type::Void
             }
             "exit" => {
-                arity(self, 0, 1);
+                arity(self);
                 if n == 1 {
                     int_at(self, 0);
                 }
                 Type::Void
             }
             "str" => {
-                if !arity(self, 1, 2) {
+                if !arity(self) {
                     return Type::Void;
                 }
                 if n == 2 {
@@ -2518,7 +2460,7 @@ impl<'a> Checker<'a> {
                 }
             }
             "buf" => {
-                if !arity(self, 1, 2) {
+                if !arity(self) {
                     return Type::Void;
                 }
                 int_at(self, 0);
@@ -2542,7 +2484,7 @@ impl<'a> Checker<'a> {
                             "delete() takes a map element: `delete(@m[key])` or `delete(@m, key)`",
                         ),
                     }
-                } else if arity(self, 1, 2) && map_at(self, 0, false) {
+                } else if arity(self) && map_at(self, 0, false) {
                     if let ExprKind::Map(m) = &a[0].kind {
                         let key_t = storage(&tys[1]);
                         if let Some(Some(Some(k))) = self.map_state(&m.name).map(|s| s.key) {
@@ -2558,7 +2500,7 @@ impl<'a> Checker<'a> {
                 Type::Bool
             }
             "has_key" => {
-                if arity(self, 2, usize::MAX) && map_at(self, 0, false) {
+                if arity(self) && map_at(self, 0, false) {
                     if let ExprKind::Map(m) = &a[0].kind {
                         let key_t = if n == 2 {
                             storage(&tys[1])
@@ -2585,13 +2527,13 @@ impl<'a> Checker<'a> {
                 Type::Bool
             }
             "clear" | "zero" => {
-                if arity(self, 1, 1) {
+                if arity(self) {
                     map_at(self, 0, false);
                 }
                 Type::Void
             }
             "len" => {
-                if arity(self, 1, 1) {
+                if arity(self) {
                     if matches!(a[0].kind, ExprKind::Map(_)) {
                         map_at(self, 0, false);
                     } else if matches!(tys[0], Type::UStack { .. }) {
@@ -2603,21 +2545,21 @@ impl<'a> Checker<'a> {
                 Type::U64
             }
             "time" => {
-                arity(self, 0, 1);
+                arity(self);
                 if n == 1 {
                     self.literal_string(&name, &a[0]);
                 }
                 Type::Void
             }
             "strftime" => {
-                if arity(self, 2, 2) {
+                if arity(self) {
                     self.literal_string(&name, &a[0]);
                     int_at(self, 1);
                 }
                 Type::Timestamp
             }
             "join" => {
-                if arity(self, 1, 2) {
+                if arity(self) {
                     int_at(self, 0);
                     if n == 2 {
                         self.literal_string(&name, &a[1]);
@@ -2626,13 +2568,13 @@ impl<'a> Checker<'a> {
                 Type::Void
             }
             "usym" => {
-                if arity(self, 1, 1) {
+                if arity(self) {
                     int_at(self, 0);
                 }
                 Type::USym
             }
             "uaddr" => {
-                if arity(self, 1, 1) {
+                if arity(self) {
                     self.literal_string(&name, &a[0]);
                 }
                 Type::Ptr(Box::new(Type::Int {
@@ -2641,13 +2583,7 @@ impl<'a> Checker<'a> {
                 }))
             }
             "signal" => {
-                if !self.config.unsafe_ok {
-                    self.push(
-                        Diagnostic::error(name_span, "signal() needs --unsafe")
-                            .with_help("run weft with --unsafe to allow signal()"),
-                    );
-                }
-                if arity(self, 1, 1) {
+                if arity(self) {
                     if let ExprKind::Str(s) = &a[0].kind {
                         if signal_number(&String::from_utf8_lossy(s)).is_none() {
                             self.err(a[0].span, "signal(): unknown signal name");
@@ -2656,14 +2592,10 @@ impl<'a> Checker<'a> {
                         int_at(self, 0);
                     }
                 }
-                if let Some(p) = self.all_kinds(|k| k.in_target()) {
-                    self.err(span, format!("signal() can only be used in probes that run in the target (not in `{p}`)"));
-                }
                 Type::Void
             }
             "ustack" => {
-                self.need_target_stack(span);
-                if !arity(self, 0, 2) {
+                if !arity(self) {
                     return Type::Void;
                 }
                 let mut mode = self.stack_mode;
@@ -2682,7 +2614,7 @@ impl<'a> Checker<'a> {
                 Type::UStack { depth, mode }
             }
             "strncmp" => {
-                if arity(self, 3, 3) {
+                if arity(self) {
                     str_at(self, 0);
                     str_at(self, 1);
                     if literal_int(&a[2]).is_none_or(|v| v < 0) {
@@ -2695,14 +2627,14 @@ impl<'a> Checker<'a> {
                 Type::I64
             }
             "strcontains" => {
-                if arity(self, 2, 2) {
+                if arity(self) {
                     str_at(self, 0);
                     str_at(self, 1);
                 }
                 Type::Bool
             }
             "reg" => {
-                if arity(self, 1, 1) {
+                if arity(self) {
                     match &a[0].kind {
                         ExprKind::Str(s) if machine_reg(&String::from_utf8_lossy(s)).is_some() => {}
                         _ => self.err(
@@ -2710,9 +2642,6 @@ impl<'a> Checker<'a> {
                             "reg(): expected a register name such as \"rsp\" or \"ip\"",
                         ),
                     }
-                }
-                if let Some(p) = self.all_kinds(|k| k.in_target()) {
-                    self.err(span, format!("reg() can only be used in probes that run in the target (not in `{p}`)"));
                 }
                 Type::U64
             }
@@ -2735,7 +2664,7 @@ impl<'a> Checker<'a> {
         let max = u64::from(PRINTF_MAX_WIDTH);
         let mut total = 0u64;
         let mut each_ok = true;
-        for f in crate::format::fields(fmt) {
+        for f in weft_ir::format::fields(fmt) {
             for (what, v) in [("width", Some(f.width)), ("precision", f.precision)] {
                 let Some(v) = v else { continue };
                 if v > max {

@@ -10,11 +10,12 @@
 //! No IO: text in, program and diagnostics out.
 
 pub mod ast;
+pub mod builtins;
 pub mod check;
 pub mod diag;
 pub mod dump;
 pub mod expand;
-pub mod format;
+pub use weft_ir::format;
 pub mod lexer;
 pub mod lower;
 pub mod parser;

@@ -148,7 +148,7 @@ impl<'a> Fx<'a> {
         self.temps_free.extend(freed);
     }
     fn format(&mut self, text: String, args: Vec<Type>) -> FmtId {
-        let fm = Format { text, args };
+        let fm = Format::new(text, args);
         if let Some(i) = self.formats.iter().position(|f| *f == fm) {
             return FmtId(i as u32);
         }

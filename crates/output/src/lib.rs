@@ -39,7 +39,7 @@ mod sort;
 mod value;
 
 pub use maps::{exit_header, exit_order, print_map, print_map_json};
-pub use printf::{format_printf, validate_format, validate_printf};
+pub use printf::{format_printf, format_text, validate_format, validate_printf};
 pub use render::print_value;
 pub use value::{decode, Value};
 

@@ -17,145 +17,12 @@
 //!   `\xNN`, `%rh` as `NN NN`; with a width (`%10r`) glibc sees an unknown conversion and
 //!   prints it literally.
 
-use weft_ir::Type;
+use weft_ir::format::{conversions, Conversion};
+use weft_ir::{Format, Type};
 
 use crate::render::{self, hex_format_buffer, Style};
 use crate::value::{decode, Value};
 use crate::Resolver;
-
-/// Conversions bpftrace accepts, longest first, with the argument kind each takes.
-/// (Longest first reproduces what bpftrace's regex matches for `%rx` and `%rh`.)
-const SPECS: &[(&str, ArgKind)] = &{
-    use ArgKind::*;
-    [
-        ("hhd", Integer),
-        ("hhu", Integer),
-        ("hho", Integer),
-        ("hhx", Integer),
-        ("hhX", Integer),
-        ("hhp", Integer),
-        ("lld", Integer),
-        ("llu", Integer),
-        ("llo", Integer),
-        ("llx", Integer),
-        ("llX", Integer),
-        ("llp", Integer),
-        ("rx", Buffer),
-        ("rh", Buffer),
-        ("hd", Integer),
-        ("hu", Integer),
-        ("ho", Integer),
-        ("hx", Integer),
-        ("hX", Integer),
-        ("hp", Integer),
-        ("ld", Integer),
-        ("lu", Integer),
-        ("lo", Integer),
-        ("lx", Integer),
-        ("lX", Integer),
-        ("lp", Integer),
-        ("jd", Integer),
-        ("ju", Integer),
-        ("jo", Integer),
-        ("jx", Integer),
-        ("jX", Integer),
-        ("jp", Integer),
-        ("zd", Integer),
-        ("zu", Integer),
-        ("zo", Integer),
-        ("zx", Integer),
-        ("zX", Integer),
-        ("zp", Integer),
-        ("td", Integer),
-        ("tu", Integer),
-        ("to", Integer),
-        ("tx", Integer),
-        ("tX", Integer),
-        ("tp", Integer),
-        ("s", String),
-        ("r", Buffer),
-        ("c", Integer),
-        ("d", Integer),
-        ("u", Integer),
-        ("o", Integer),
-        ("x", Integer),
-        ("X", Integer),
-        ("p", Integer),
-    ]
-};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ArgKind {
-    Integer,
-    String,
-    Buffer,
-}
-
-impl ArgKind {
-    fn name(self) -> &'static str {
-        match self {
-            ArgKind::Integer => "integer",
-            ArgKind::String => "string",
-            ArgKind::Buffer => "buffer",
-        }
-    }
-}
-
-/// A conversion bpftrace recognizes in a format string.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Token {
-    start: usize,
-    end: usize,
-    /// The conversion without flags, width and precision (`lld`, `rx`).
-    spec: &'static str,
-    kind: ArgKind,
-}
-
-/// The conversions of `text`, as bpftrace's `format_specifier_re` finds them.
-fn tokens(text: &[u8]) -> Vec<Token> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < text.len() {
-        match token_at(text, i) {
-            Some(t) => {
-                i = t.end;
-                out.push(t);
-            }
-            None => i += 1,
-        }
-    }
-    out
-}
-
-fn token_at(text: &[u8], start: usize) -> Option<Token> {
-    if text.get(start) != Some(&b'%') {
-        return None;
-    }
-    let digit = |j: usize| text.get(j).is_some_and(u8::is_ascii_digit);
-    let mut j = start + 1;
-    if text.get(j) == Some(&b'-') {
-        j += 1;
-    }
-    while digit(j) {
-        j += 1;
-    }
-    if text.get(j) == Some(&b'.') && digit(j + 1) {
-        j += 1;
-        while digit(j) {
-            j += 1;
-        }
-    }
-    let rest = &text[j..];
-    SPECS
-        .iter()
-        .find(|(s, _)| rest.starts_with(s.as_bytes()))
-        .map(|&(spec, kind)| Token {
-            start,
-            end: j + spec.len(),
-            spec,
-            kind,
-        })
-}
 
 /// What bpftrace calls the type of a printf argument in its error messages.
 fn arg_kind_name(ty: &Type) -> &'static str {
@@ -183,7 +50,7 @@ pub fn validate_printf(text: &str, args: &[Type]) -> Result<(), String> {
 /// [`validate_printf`] for any function taking a format (`printf`, `system`, `cat`):
 /// `func` prefixes the message.
 pub fn validate_format(func: &str, text: &str, args: &[Type]) -> Result<(), String> {
-    let toks = tokens(text.as_bytes());
+    let toks = conversions(text);
     if args.len() < toks.len() {
         return Err(format!(
             "{func}: Not enough arguments for format string ({} supplied, {} expected)",
@@ -200,33 +67,47 @@ pub fn validate_format(func: &str, text: &str, args: &[Type]) -> Result<(), Stri
     }
     for (tok, ty) in toks.iter().zip(args) {
         let supplied = arg_kind_name(ty);
-        if supplied != tok.kind.name() {
+        if supplied != tok.kind.type_name() {
             return Err(format!(
                 "{func}: %{} specifier expects a value of type {} ({supplied} supplied)",
                 tok.spec,
-                tok.kind.name()
+                tok.kind.type_name()
             ));
         }
     }
     Ok(())
 }
 
-/// Format a `printf`: `payload` is the argument tuple laid out as `Type::Tuple(args)`.
-/// Returns the bytes bpftrace prints (no newline is added).
-pub fn format_printf(text: &str, args: &[Type], payload: &[u8], r: &dyn Resolver) -> Vec<u8> {
+/// Format a `printf` of format `f`: `payload` is the argument tuple laid out as
+/// `Type::Tuple(f.args)`. Returns the bytes bpftrace prints (no newline is added).
+pub fn format_printf(f: &Format, payload: &[u8], r: &dyn Resolver) -> Vec<u8> {
+    format_at(&f.text, &f.conversions, &f.args, payload, r)
+}
+
+/// [`format_printf`] of a format given as text (parsed here).
+pub fn format_text(text: &str, args: &[Type], payload: &[u8], r: &dyn Resolver) -> Vec<u8> {
+    format_at(text, &conversions(text), args, payload, r)
+}
+
+fn format_at(
+    text: &str,
+    toks: &[Conversion],
+    args: &[Type],
+    payload: &[u8],
+    r: &dyn Resolver,
+) -> Vec<u8> {
     let tuple = Type::Tuple(args.to_vec());
     let values = match decode(&tuple, payload) {
         Value::Tuple(v) => v,
         _ => Vec::new(),
     };
     let text = text.as_bytes();
-    let toks = tokens(text);
 
     // bpftrace's FormatString::split: each piece ends with a conversion; the rest of
     // the text, if any, is a last piece.
     let mut pieces = Vec::new();
     let mut last = 0;
-    for t in &toks {
+    for t in toks {
         pieces.push(&text[last..t.end]);
         last = t.end;
     }
@@ -600,12 +481,7 @@ mod tests {
 
     #[test]
     fn tokens_follow_bpftrace_regex() {
-        let specs = |t: &str| {
-            tokens(t.as_bytes())
-                .iter()
-                .map(|t| t.spec)
-                .collect::<Vec<_>>()
-        };
+        let specs = |t: &str| conversions(t).iter().map(|t| t.spec).collect::<Vec<_>>();
         assert_eq!(
             specs("%d %-5s %05.2lld %rx %rh %r %hhu"),
             ["d", "s", "lld", "rx", "rh", "r", "hhu"]

@@ -302,7 +302,7 @@ impl Run {
         weft_output::validate_printf(fmt, &tys).unwrap();
         let vals: Vec<V> = args.iter().map(|(_, v)| v.clone()).collect();
         let payload = encode(&Type::Tuple(tys.clone()), &V::T(vals));
-        let text = weft_output::format_printf(fmt, &tys, &payload, &self.r);
+        let text = weft_output::format_text(fmt, &tys, &payload, &self.r);
         if self.json {
             self.out.extend_from_slice(&json::printf(&text));
         } else {

@@ -47,10 +47,7 @@ impl Resolver for R {
 
 fn r() -> R {
     R {
-        formats: vec![Format {
-            text: "%s.%f".into(),
-            args: Vec::new(),
-        }],
+        formats: vec![Format::new("%s.%f".into(), Vec::new())],
     }
 }
 
@@ -85,7 +82,7 @@ fn usym_values_keys_and_printf() {
         "@f[main]: worker\n"
     );
     assert_eq!(
-        text(weft_output::format_printf(
+        text(weft_output::format_text(
             "%s|%-8s|%s\n",
             &[Type::USym, Type::USym, Type::USym],
             &[
@@ -162,7 +159,7 @@ fn stacks_in_each_mode() {
         "\n        main+16\n\n"
     );
     assert_eq!(
-        text(weft_output::format_printf(
+        text(weft_output::format_text(
             "[%s]",
             std::slice::from_ref(&ty),
             &stack_bytes(&ips[..1], 4),
@@ -261,12 +258,7 @@ fn timestamps() {
         "1000000000.123456\n"
     );
     assert_eq!(
-        text(weft_output::format_printf(
-            "%s|",
-            &[Type::Timestamp],
-            &b,
-            &r
-        )),
+        text(weft_output::format_text("%s|", &[Type::Timestamp], &b, &r)),
         "1000000000.123456|"
     );
     // bpftrace 0.17 does not quote timestamps in JSON.

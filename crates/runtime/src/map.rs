@@ -308,15 +308,8 @@ fn bump(w: &AtomicU64, by: u64) {
     );
 }
 
-/// Aggregation operations, as passed to the `MapAgg` helper.
-pub const AGG_COUNT: u32 = 0;
-pub const AGG_SUM: u32 = 1;
-pub const AGG_MIN: u32 = 2;
-pub const AGG_MAX: u32 = 3;
-pub const AGG_AVG: u32 = 4;
-pub const AGG_STATS: u32 = 5;
-pub const AGG_HIST: u32 = 6;
-pub const AGG_LHIST: u32 = 7;
+/// Aggregation operations, as passed to the `MapAgg` helper (`weft_abi::AGG_*`).
+pub use weft_abi::{AGG_AVG, AGG_COUNT, AGG_HIST, AGG_LHIST, AGG_MAX, AGG_MIN, AGG_STATS, AGG_SUM};
 
 /// Apply an aggregation to this thread's accumulator `acc` of map `d`.
 #[inline]

@@ -1,7 +1,9 @@
-//! printf-style format strings: find the conversions and the argument kind each
-//! expects.
+//! printf-style format strings: the conversions and the argument kind each
+//! expects, found once by the front end (checking the arguments) and kept in each
+//! [`crate::Format`] for the printer (`weft-output`), which formats piece by piece
+//! at them, exactly as bpftrace 0.17.
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ArgKind {
     /// `%d %u %x %X %o`, with or without a length modifier
     Int,
@@ -15,12 +17,26 @@ pub enum ArgKind {
     Buf,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+impl ArgKind {
+    /// What bpftrace calls the type a conversion takes, in its messages.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            ArgKind::Int | ArgKind::Char | ArgKind::Ptr => "integer",
+            ArgKind::Str => "string",
+            ArgKind::Buf => "buffer",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Conversion {
     /// Byte range of the conversion in the format text.
     pub start: usize,
     pub end: usize,
+    /// The conversion without flags, width and precision (`lld`, `rx`).
+    pub spec: &'static str,
     pub kind: ArgKind,
+    /// The conversion as written (`%-20.5lld`).
     pub text: String,
 }
 
@@ -129,6 +145,7 @@ fn conversion_at(fmt: &str, start: usize) -> Option<Conversion> {
     Some(Conversion {
         start,
         end,
+        spec,
         kind,
         text: fmt[start..end].to_string(),
     })
@@ -179,7 +196,7 @@ pub struct Field {
 /// Every `%` sequence of a format (not `%%`), conversion or not: glibc pads and zero-fills
 /// by what it reads there even when bpftrace would not take the sequence as a
 /// conversion (`%+20d`), so the front end bounds them all
-/// ([`weft_ir::PRINTF_MAX_WIDTH`]).
+/// ([`crate::PRINTF_MAX_WIDTH`]).
 pub fn fields(fmt: &str) -> Vec<Field> {
     let b = fmt.as_bytes();
     let mut out = Vec::new();
