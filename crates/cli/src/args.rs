@@ -69,6 +69,10 @@ pub struct TraceArgs {
     /// Output format: text (default) or json.
     #[arg(short = 'f', value_name = "FORMAT")]
     pub format: Option<String>,
+    /// Also write every record to FILE, in weft's record format
+    /// (docs/record-format.md), for other tools.
+    #[arg(long = "record", value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// Quiet: no "Attaching N probes..." line.
     #[arg(short = 'q')]
     pub quiet: bool,

@@ -53,6 +53,7 @@ pub fn run(requests: u32) -> Result<i32> {
         all_or_nothing: false,
         follow_fork: false,
         output: None,
+        record: None,
         format: None,
         quiet: false,
         verbose: false,

@@ -104,6 +104,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
     let opts = TraceOptions {
         target,
         output: t.output.clone(),
+        record: t.record.clone(),
         format: match t.format.as_deref() {
             None | Some("text") => OutputFormat::Text,
             Some("json") => OutputFormat::Json,

@@ -21,19 +21,6 @@ pub struct Printer<'a> {
 }
 
 impl Printer<'_> {
-    /// `Attaching N probes...` (text: on stderr, as bpftrace; JSON: a record on the
-    /// output).
-    pub fn attaching(&mut self, n: usize) {
-        match self.format {
-            OutputFormat::Text => eprint!("{}", weft_output::attaching_line(n as u64)),
-            OutputFormat::Json => {
-                let _ = self
-                    .out
-                    .write_all(&weft_output::json::attached_probes(n as u64));
-            }
-        }
-    }
-
     fn print_map(&mut self, m: &MapSnapshot, cx: &Context<'_>) {
         let Some(decl) = cx.prog.maps.get(m.map as usize) else {
             return;
@@ -146,6 +133,19 @@ impl Sink for Printer<'_> {
 
     fn flush(&mut self) {
         let _ = self.out.flush();
+    }
+
+    /// `Attaching N probes...` (text: on stderr, as bpftrace; JSON: a record on the
+    /// output).
+    fn attached(&mut self, n: usize) {
+        match self.format {
+            OutputFormat::Text => eprint!("{}", weft_output::attaching_line(n as u64)),
+            OutputFormat::Json => {
+                let _ = self
+                    .out
+                    .write_all(&weft_output::json::attached_probes(n as u64));
+            }
+        }
     }
 }
 

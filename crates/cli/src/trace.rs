@@ -26,6 +26,8 @@ pub enum Target {
 pub struct TraceOptions {
     pub target: Target,
     pub output: Option<PathBuf>,
+    /// Where to write the record file, if anywhere.
+    pub record: Option<PathBuf>,
     pub format: OutputFormat,
     pub quiet: bool,
     pub verbose: bool,
@@ -80,6 +82,17 @@ pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         format: opts.format,
         unsafe_ok: opts.unsafe_ok,
     };
+    let mut recorder = match &opts.record {
+        Some(p) => {
+            let f =
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+            Some(
+                weft_trace::record::Writer::new(std::io::BufWriter::new(f), prog)
+                    .with_context(|| format!("writing {}", p.display()))?,
+            )
+        }
+        None => None,
+    };
     let engine = Options {
         sizes: opts.sizes,
         inline: opts.inline,
@@ -97,7 +110,12 @@ pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         }
         Target::Attach(pids) => attach_all(&mut session, pids, opts.all_or_nothing)?,
     }
-    match weave_and_run(&mut session, &mut printer, opts) {
+    let mut sinks: Vec<&mut dyn weft_trace::Sink> = vec![&mut printer];
+    if let Some(r) = recorder.as_mut() {
+        sinks.push(r);
+    }
+    let mut sink = weft_trace::sink::Tee(sinks);
+    match weave_and_run(&mut session, &mut sink, opts) {
         Ok(()) => {}
         Err(e) => {
             session.abandon();
@@ -109,7 +127,12 @@ pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
             return Err(e);
         }
     }
-    let done = session.finish(&mut printer)?;
+    let done = session.finish(&mut sink)?;
+    drop(sink);
+    if let (Some(r), Some(p)) = (recorder, &opts.record) {
+        r.close()
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
     let _ = printer.out.flush();
     let l = &done.losses;
     if l.events_lost > 0 {
@@ -165,15 +188,15 @@ fn attach_all(session: &mut Session<'_>, pids: &[i32], all_or_nothing: bool) -> 
 /// Prepare, announce, BEGIN, patch, and run until the session should end.
 fn weave_and_run(
     session: &mut Session<'_>,
-    printer: &mut Printer<'_>,
+    sink: &mut dyn weft_trace::Sink,
     opts: &TraceOptions,
 ) -> Result<()> {
     let n_probes = session.prepare()?;
     if !opts.quiet {
-        printer.attaching(n_probes);
+        sink.attached(n_probes);
     }
-    session.begin(printer);
+    session.begin(sink);
     session.go()?;
-    session.run(printer, &STOP)?;
+    session.run(sink, &STOP)?;
     Ok(())
 }

@@ -1278,3 +1278,68 @@ fn follow_fork_into_exec_and_posix_spawn() {
         );
     }
 }
+
+/// `--record FILE`: every record in weft's record format, read back by a program
+/// that is not weft (`scripts/weft-record-dump`, Python): printf arguments, the
+/// final maps, each with the process and thread that produced it.
+#[test]
+fn record_file_is_read_by_another_tool() {
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let dir = std::env::temp_dir().join(format!("weft-record-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("session.weftrec");
+    let prog = format!(
+        "uprobe:{b}:work /@n < 3/ {{ @n = count(); printf(\"work %d in %s\\n\", arg0, comm); }} \
+         END {{ @total = count(); }}"
+    );
+    let o = weft(
+        &[
+            "--record",
+            file.to_str().unwrap(),
+            "-e",
+            &prog,
+            "-c",
+            &format!("{b} 100"),
+        ],
+        T,
+    );
+    let out = ok(&o);
+    assert_eq!(out.matches("work ").count(), 3, "{out}");
+    let dump = std::process::Command::new(repo_root().join("scripts/weft-record-dump"))
+        .arg(&file)
+        .output()
+        .expect("python3 runs scripts/weft-record-dump");
+    assert!(dump.status.success(), "{}", text(&dump.stderr));
+    let lines: Vec<serde_json::Value> = text(&dump.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["kind"], "metadata");
+    let printfs: Vec<&serde_json::Value> = lines.iter().filter(|l| l["kind"] == "printf").collect();
+    assert_eq!(printfs.len(), 3, "{lines:?}");
+    for p in &printfs {
+        assert_eq!(p["text"], "work %d in %s\n");
+        assert_eq!(p["args"][1], "calls");
+        assert!(p["pid"].as_u64().unwrap() > 0 && p["tid"] == p["pid"]);
+    }
+    // The arguments are the first three calls' (work(i) for i = 0, 1, 2 in calls.c).
+    let firsts: Vec<i64> = printfs
+        .iter()
+        .map(|p| p["args"][0].as_i64().unwrap())
+        .collect();
+    assert_eq!(
+        firsts,
+        out.lines()
+            .filter_map(|l| l.strip_prefix("work "))
+            .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+            .collect::<Vec<i64>>()
+    );
+    let finals: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["kind"] == "final_map").collect();
+    let n = finals.iter().find(|m| m["name"] == "@n").unwrap();
+    assert_eq!(n["entries"][0]["value"], 3);
+    let total = finals.iter().find(|m| m["name"] == "@total").unwrap();
+    assert_eq!(total["entries"][0]["value"], 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}

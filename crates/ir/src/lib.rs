@@ -34,9 +34,9 @@ use std::fmt;
 // Types
 // ---------------------------------------------------------------------------------
 
-/// The type of a value, as the checker inferred it.
 pub mod format;
 
+/// The type of a value, as the checker inferred it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Type {
     /// No value (statements, `printf(...)` used as an expression).

@@ -22,6 +22,9 @@ pub trait Sink {
     fn finish(&mut self, maps: &[MapSnapshot], cx: &Context<'_>);
     /// A batch of records was delivered (an output may flush).
     fn flush(&mut self) {}
+    /// The probes are about to be attached: `probes` of them (bpftrace announces
+    /// it).
+    fn attached(&mut self, _probes: usize) {}
 }
 
 /// Many sinks as one (text on stdout and a recording, say).
@@ -41,6 +44,11 @@ impl Sink for Tee<'_> {
     fn flush(&mut self) {
         for s in &mut self.0 {
             s.flush();
+        }
+    }
+    fn attached(&mut self, probes: usize) {
+        for s in &mut self.0 {
+            s.attached(probes);
         }
     }
 }

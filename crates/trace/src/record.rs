@@ -1,0 +1,484 @@
+//! The record file: a session's records on disk, in a format other tools can read
+//! (`docs/record-format.md` is its specification; `scripts/weft-record-dump` reads
+//! it without weft).
+//!
+//! ```text
+//! "WEFTREC\0"  u32 version  u32 metadata length  metadata (JSON, UTF-8)
+//! frame*:      u32 length (bytes after this field)  u16 kind  u16 0
+//!              u64 nsecs  u32 pid  u32 tid  payload (length - 20 bytes)
+//! ```
+//!
+//! Little-endian throughout. The metadata describes the program: probe names,
+//! formats (text, and each argument's type, offset and size in the argument bytes),
+//! maps (key and value layouts). A reader skips frames of kinds it does not know.
+
+use std::io::{self, Read, Write};
+
+use serde_json::{json, Value as Json};
+use weft_ir::{MapValue, Program, Type};
+
+use crate::event::{Event, MapSnapshot, Record};
+use crate::sink::{Context, Sink};
+
+/// The file's first bytes.
+pub const MAGIC: &[u8; 8] = b"WEFTREC\0";
+/// The version this crate writes and reads.
+pub const VERSION: u32 = 1;
+
+/// Frame kinds.
+pub mod kind {
+    pub const PRINTF: u16 = 1;
+    pub const CAT: u16 = 2;
+    pub const SYSTEM: u16 = 3;
+    pub const TIME: u16 = 4;
+    pub const JOIN: u16 = 5;
+    pub const PRINT: u16 = 6;
+    pub const MAP: u16 = 7;
+    pub const EXIT: u16 = 8;
+    pub const PROCESS_JOINED: u16 = 9;
+    pub const PROCESS_LEFT: u16 = 10;
+    /// A map as the session ended (same payload as [`MAP`]).
+    pub const FINAL_MAP: u16 = 11;
+}
+
+/// Bytes of a frame after its length field and before its payload.
+const FRAME_HEAD: usize = 20;
+
+/// What the file says about the program, as JSON.
+pub fn metadata(prog: &Program) -> Json {
+    let layout = |t: &Type| json!({ "type": t.to_string(), "size": t.size() });
+    let formats: Vec<Json> = prog
+        .formats
+        .iter()
+        .map(|f| {
+            let tuple = Type::Tuple(f.args.clone());
+            let args: Vec<Json> = f
+                .args
+                .iter()
+                .zip(tuple.field_offsets())
+                .map(|(t, off)| json!({ "type": t.to_string(), "offset": off, "size": t.size() }))
+                .collect();
+            json!({ "text": f.text, "args": args })
+        })
+        .collect();
+    let maps: Vec<Json> = prog
+        .maps
+        .iter()
+        .map(|m| {
+            let (kind, value) = match &m.value {
+                MapValue::Plain(t) => ("plain", Some(t.clone())),
+                MapValue::Count => ("count", None),
+                MapValue::Sum { .. } => ("sum", None),
+                MapValue::Min { .. } => ("min", None),
+                MapValue::Max { .. } => ("max", None),
+                MapValue::Avg { .. } => ("avg", None),
+                MapValue::Stats { .. } => ("stats", None),
+                MapValue::Hist { .. } => ("hist", None),
+                MapValue::Lhist { .. } => ("lhist", None),
+            };
+            json!({
+                "name": m.name,
+                "key": m.key.as_ref().map(layout),
+                "value": kind,
+                "value_type": value.as_ref().map(layout),
+                "value_size": m.value.value_size(),
+            })
+        })
+        .collect();
+    json!({
+        "writer": concat!("weft ", env!("CARGO_PKG_VERSION")),
+        "probes": prog.probe_names,
+        "formats": formats,
+        "maps": maps,
+    })
+}
+
+/// Writes a session's records to `out` (a [`Sink`]).
+pub struct Writer<W: Write> {
+    out: W,
+    /// The first write error, reported by [`Writer::finish`].
+    error: Option<io::Error>,
+    /// Frames written.
+    pub frames: u64,
+}
+
+impl<W: Write> Writer<W> {
+    /// A file for the records of `prog`: its header is written at once.
+    pub fn new(mut out: W, prog: &Program) -> io::Result<Writer<W>> {
+        let meta = serde_json::to_vec(&metadata(prog)).map_err(io::Error::other)?;
+        out.write_all(MAGIC)?;
+        out.write_all(&VERSION.to_le_bytes())?;
+        out.write_all(&(meta.len() as u32).to_le_bytes())?;
+        out.write_all(&meta)?;
+        Ok(Writer {
+            out,
+            error: None,
+            frames: 0,
+        })
+    }
+
+    fn frame(&mut self, kind: u16, r: (u64, u32, u32), payload: &[u8]) {
+        if self.error.is_some() {
+            return;
+        }
+        let mut f = Vec::with_capacity(4 + FRAME_HEAD + payload.len());
+        f.extend_from_slice(&((FRAME_HEAD + payload.len()) as u32).to_le_bytes());
+        f.extend_from_slice(&kind.to_le_bytes());
+        f.extend_from_slice(&0u16.to_le_bytes());
+        f.extend_from_slice(&r.0.to_le_bytes());
+        f.extend_from_slice(&r.1.to_le_bytes());
+        f.extend_from_slice(&r.2.to_le_bytes());
+        f.extend_from_slice(payload);
+        match self.out.write_all(&f) {
+            Ok(()) => self.frames += 1,
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// Flush; the first error met while writing, if any.
+    pub fn close(mut self) -> io::Result<W> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+fn with_u32(v: u32, rest: &[u8]) -> Vec<u8> {
+    let mut p = v.to_le_bytes().to_vec();
+    p.extend_from_slice(rest);
+    p
+}
+
+fn map_payload(m: &MapSnapshot) -> Vec<u8> {
+    let mut p = Vec::new();
+    for v in [m.map, m.top, m.div, m.entries.len() as u32] {
+        p.extend_from_slice(&v.to_le_bytes());
+    }
+    for (k, v) in &m.entries {
+        p.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        p.extend_from_slice(k);
+        p.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        p.extend_from_slice(v);
+    }
+    p
+}
+
+impl<W: Write> Sink for Writer<W> {
+    fn record(&mut self, r: &Record, _cx: &Context<'_>) {
+        let at = (r.nsecs, r.pid, r.tid);
+        match &r.event {
+            Event::Printf { format, args } => {
+                self.frame(kind::PRINTF, at, &with_u32(*format, args))
+            }
+            Event::Cat { format, args } => self.frame(kind::CAT, at, &with_u32(*format, args)),
+            Event::System { format, args } => {
+                self.frame(kind::SYSTEM, at, &with_u32(*format, args))
+            }
+            Event::Time { format } => self.frame(kind::TIME, at, &with_u32(*format, &[])),
+            Event::Join { format, args } => self.frame(kind::JOIN, at, &with_u32(*format, args)),
+            Event::Print { format, value } => {
+                self.frame(kind::PRINT, at, &with_u32(*format, value))
+            }
+            Event::Map(m) => self.frame(kind::MAP, at, &map_payload(m)),
+            Event::Exit => self.frame(kind::EXIT, at, &[]),
+            Event::ProcessJoined { pid, comm } => {
+                self.frame(kind::PROCESS_JOINED, at, &with_u32(*pid, comm.as_bytes()))
+            }
+            Event::ProcessLeft { pid } => self.frame(kind::PROCESS_LEFT, at, &with_u32(*pid, &[])),
+        }
+    }
+
+    fn finish(&mut self, maps: &[MapSnapshot], _cx: &Context<'_>) {
+        for m in maps {
+            self.frame(kind::FINAL_MAP, (0, 0, 0), &map_payload(m));
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.error.is_none() {
+            if let Err(e) = self.out.flush() {
+                self.error = Some(e);
+            }
+        }
+    }
+}
+
+/// What a frame holds, read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    Record(Record),
+    /// A map as the session ended.
+    Final(MapSnapshot),
+    /// A kind this version does not know (skipped).
+    Unknown(u16),
+}
+
+/// Why a file is not a record file of this version.
+#[derive(Debug)]
+pub enum ReadError {
+    Io(io::Error),
+    NotARecord,
+    Version(u32),
+    Corrupt(&'static str),
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::NotARecord => write!(f, "not a weft record file (no WEFTREC header)"),
+            ReadError::Version(v) => {
+                write!(
+                    f,
+                    "record file version {v}; this weft reads version {VERSION}"
+                )
+            }
+            ReadError::Corrupt(what) => write!(f, "corrupt record file: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+impl From<io::Error> for ReadError {
+    fn from(e: io::Error) -> Self {
+        ReadError::Io(e)
+    }
+}
+
+/// Reads a record file.
+pub struct Reader<R: Read> {
+    input: R,
+    /// The file's metadata (see [`metadata`]).
+    pub metadata: Json,
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+impl<R: Read> Reader<R> {
+    pub fn new(mut input: R) -> Result<Reader<R>, ReadError> {
+        let mut head = [0u8; 16];
+        input
+            .read_exact(&mut head)
+            .map_err(|_| ReadError::NotARecord)?;
+        if &head[..8] != MAGIC {
+            return Err(ReadError::NotARecord);
+        }
+        let version = u32_at(&head, 8).unwrap_or(0);
+        if version != VERSION {
+            return Err(ReadError::Version(version));
+        }
+        let len = u32_at(&head, 12).unwrap_or(0) as usize;
+        if len > 1 << 30 {
+            return Err(ReadError::Corrupt("metadata length"));
+        }
+        let mut meta = vec![0u8; len];
+        input.read_exact(&mut meta)?;
+        let metadata = serde_json::from_slice(&meta).map_err(|_| ReadError::Corrupt("metadata"))?;
+        Ok(Reader { input, metadata })
+    }
+
+    /// The next frame; `None` at the end of the file.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, ReadError> {
+        let mut len = [0u8; 4];
+        match self.input.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        let len = u32::from_le_bytes(len) as usize;
+        if !(FRAME_HEAD..1 << 30).contains(&len) {
+            return Err(ReadError::Corrupt("frame length"));
+        }
+        let mut f = vec![0u8; len];
+        self.input.read_exact(&mut f)?;
+        let kind = u16::from_le_bytes([f[0], f[1]]);
+        let nsecs = u64::from_le_bytes(f[4..12].try_into().unwrap());
+        let pid = u32_at(&f, 12).unwrap_or(0);
+        let tid = u32_at(&f, 16).unwrap_or(0);
+        let p = &f[FRAME_HEAD..];
+        let bad = ReadError::Corrupt("frame payload");
+        let id = || u32_at(p, 0).ok_or(ReadError::Corrupt("frame payload"));
+        let rest = || p.get(4..).unwrap_or(&[]).to_vec();
+        let event = match kind {
+            kind::PRINTF => Event::Printf {
+                format: id()?,
+                args: rest(),
+            },
+            kind::CAT => Event::Cat {
+                format: id()?,
+                args: rest(),
+            },
+            kind::SYSTEM => Event::System {
+                format: id()?,
+                args: rest(),
+            },
+            kind::TIME => Event::Time { format: id()? },
+            kind::JOIN => Event::Join {
+                format: id()?,
+                args: rest(),
+            },
+            kind::PRINT => Event::Print {
+                format: id()?,
+                value: rest(),
+            },
+            kind::MAP => Event::Map(read_map(p).ok_or(bad)?),
+            kind::EXIT => Event::Exit,
+            kind::PROCESS_JOINED => Event::ProcessJoined {
+                pid: id()?,
+                comm: String::from_utf8_lossy(&rest()).into_owned(),
+            },
+            kind::PROCESS_LEFT => Event::ProcessLeft { pid: id()? },
+            kind::FINAL_MAP => return Ok(Some(Frame::Final(read_map(p).ok_or(bad)?))),
+            other => return Ok(Some(Frame::Unknown(other))),
+        };
+        Ok(Some(Frame::Record(Record {
+            nsecs,
+            pid,
+            tid,
+            event,
+        })))
+    }
+}
+
+fn read_map(p: &[u8]) -> Option<MapSnapshot> {
+    let (map, top, div, n) = (u32_at(p, 0)?, u32_at(p, 4)?, u32_at(p, 8)?, u32_at(p, 12)?);
+    let mut at = 16;
+    let mut entries = Vec::new();
+    for _ in 0..n {
+        let kl = u32_at(p, at)? as usize;
+        let k = p.get(at + 4..at + 4 + kl)?.to_vec();
+        at += 4 + kl;
+        let vl = u32_at(p, at)? as usize;
+        let v = p.get(at + 4..at + 4 + vl)?.to_vec();
+        at += 4 + vl;
+        entries.push((k, v));
+    }
+    Some(MapSnapshot {
+        map,
+        top,
+        div,
+        entries,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoSymbols;
+
+    impl weft_output::Resolver for NoSymbols {
+        fn usym(&self, _: u64) -> Option<weft_output::Symbol> {
+            None
+        }
+        fn probe_name(&self, id: u64) -> String {
+            format!("probe{id}")
+        }
+        fn format(&self, _: weft_ir::FmtId) -> Option<&weft_ir::Format> {
+            None
+        }
+    }
+
+    fn every_event() -> Vec<Record> {
+        let at = |event| Record {
+            nsecs: 1_000_000_007,
+            pid: 42,
+            tid: 43,
+            event,
+        };
+        vec![
+            at(Event::Printf {
+                format: 0,
+                args: vec![1, 2, 3, 4, 5, 6, 7, 8],
+            }),
+            at(Event::Cat {
+                format: 1,
+                args: b"/etc/hostname\0".to_vec(),
+            }),
+            at(Event::System {
+                format: 2,
+                args: vec![],
+            }),
+            at(Event::Time { format: 3 }),
+            at(Event::Join {
+                format: 4,
+                args: b"a\0b\0".to_vec(),
+            }),
+            at(Event::Print {
+                format: 5,
+                value: 7u64.to_le_bytes().to_vec(),
+            }),
+            at(Event::Map(MapSnapshot {
+                map: 1,
+                top: 10,
+                div: 2,
+                entries: vec![(vec![1; 8], vec![2; 8]), (vec![], vec![3; 16])],
+            })),
+            at(Event::Exit),
+            at(Event::ProcessJoined {
+                pid: 44,
+                comm: "worker".into(),
+            }),
+            at(Event::ProcessLeft { pid: 44 }),
+        ]
+    }
+
+    #[test]
+    fn records_round_trip() {
+        let prog = Program::default();
+        let mut w = Writer::new(Vec::new(), &prog).unwrap();
+        let cx = Context {
+            prog: &prog,
+            resolver: &NoSymbols,
+        };
+        let events = every_event();
+        for r in &events {
+            w.record(r, &cx);
+        }
+        let last = MapSnapshot {
+            map: 0,
+            top: 0,
+            div: 0,
+            entries: vec![(vec![], 9u64.to_le_bytes().to_vec())],
+        };
+        w.finish(std::slice::from_ref(&last), &cx);
+        assert_eq!(w.frames, events.len() as u64 + 1);
+        let bytes = w.close().unwrap();
+        let mut r = Reader::new(&bytes[..]).unwrap();
+        assert_eq!(r.metadata["probes"], json!([]));
+        for want in events {
+            assert_eq!(r.next_frame().unwrap(), Some(Frame::Record(want)));
+        }
+        assert_eq!(r.next_frame().unwrap(), Some(Frame::Final(last)));
+        assert_eq!(r.next_frame().unwrap(), None);
+    }
+
+    #[test]
+    fn bad_files_are_refused() {
+        assert!(matches!(
+            Reader::new(&b"not a record"[..]),
+            Err(ReadError::NotARecord)
+        ));
+        let mut v = MAGIC.to_vec();
+        v.extend_from_slice(&9u32.to_le_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        assert!(matches!(Reader::new(&v[..]), Err(ReadError::Version(9))));
+        // A frame cut short.
+        let prog = Program::default();
+        let mut w = Writer::new(Vec::new(), &prog).unwrap();
+        let cx = Context {
+            prog: &prog,
+            resolver: &NoSymbols,
+        };
+        w.record(&every_event()[0], &cx);
+        let mut bytes = w.close().unwrap();
+        bytes.truncate(bytes.len() - 3);
+        let mut r = Reader::new(&bytes[..]).unwrap();
+        assert!(r.next_frame().is_err());
+    }
+}
