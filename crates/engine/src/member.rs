@@ -394,9 +394,9 @@ impl Member {
     }
 
     /// Patch again the sites `which`, woven before: those whose patch replaces one
-    /// instruction while the process runs, the others with it stopped. Returns
-    /// whether a stop was needed.
-    pub fn enable(&mut self, seg: &Segment, which: &[usize]) -> Result<bool> {
+    /// instruction while the process runs, the others with it stopped. Returns how
+    /// long the process was stopped, if it had to be.
+    pub fn enable(&mut self, seg: &Segment, which: &[usize]) -> Result<Option<Duration>> {
         let (atomic, stopped): (Vec<usize>, Vec<usize>) = which
             .iter()
             .copied()
@@ -405,11 +405,13 @@ impl Member {
         // The stop first: a thread stepped out of bytes about to be patched must not
         // meet a site enabled meanwhile (its trap is the agent's to take, not the
         // step's).
-        if !stopped.is_empty() {
-            self.patch(seg, &stopped, &mut |_| {})?;
-        }
+        let pause = if stopped.is_empty() {
+            None
+        } else {
+            Some(self.patch(seg, &stopped, &mut |_| {})?.pause)
+        };
         self.set_sites(&atomic, true)?;
-        Ok(!stopped.is_empty())
+        Ok(pause)
     }
 
     fn set_sites(&self, which: &[usize], on: bool) -> Result<()> {

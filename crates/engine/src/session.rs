@@ -84,6 +84,9 @@ pub struct Weaving {
     internal: Vec<(u32, Vec<usize>)>,
     /// Patched now.
     pub woven: bool,
+    /// How long the targets were stopped (summed over members) by the latest
+    /// weave or reweave of these sites; zero when none had to be.
+    pub pause: Duration,
 }
 
 impl Weaving {
@@ -366,8 +369,9 @@ impl<'p> Session<'p> {
     /// launched targets start.
     pub fn go(&mut self) -> Result<()> {
         if !self.decoder.exited {
-            let initial = std::mem::take(&mut self.initial);
-            self.patch(&initial)?;
+            let mut initial = std::mem::take(&mut self.initial);
+            initial.pause = self.patch(&initial)?;
+            initial.woven = true;
             self.initial = initial;
         }
         for i in 0..self.members.len() {
@@ -388,8 +392,9 @@ impl<'p> Session<'p> {
     }
 
     /// Patch `w`'s sites (and the internal ones planned with them), one stop per
-    /// member.
-    fn patch(&mut self, w: &Weaving) -> Result<()> {
+    /// member; how long the members were stopped in all.
+    fn patch(&mut self, w: &Weaving) -> Result<Duration> {
+        let mut paused = Duration::ZERO;
         for (space, sites) in &w.sites {
             let internal = w.internal.iter().find(|(s, _)| s == space);
             let sites: Vec<usize> = sites
@@ -413,6 +418,7 @@ impl<'p> Session<'p> {
                         continue;
                     }
                 };
+            paused += report.pause;
             self.verbose(&format!(
                 "patched {} sites in {} threads; target paused {:.2} ms{}",
                 report.patched,
@@ -428,14 +434,14 @@ impl<'p> Session<'p> {
                 }
             ));
         }
-        Ok(())
+        Ok(paused)
     }
 
     /// Weave `probes` (indices of the program's probes) into every member while the
     /// session runs: resolve, compile, write code, patch (one stop per process).
     pub fn weave(&mut self, probes: &[usize]) -> Result<Weaving> {
         let (mut w, _) = self.plan(probes, None)?;
-        self.patch(&w)?;
+        w.pause = self.patch(&w)?;
         w.woven = true;
         Ok(w)
     }
@@ -489,10 +495,15 @@ impl<'p> Session<'p> {
     /// process for the others. Returns how many processes had to be stopped.
     pub fn reweave(&mut self, w: &mut Weaving) -> Result<usize> {
         let mut stops = 0;
+        w.pause = Duration::ZERO;
         for (i, sites) in self.members_sites(w) {
             let seg = &self.seg;
             match self.members[i].enable(seg, &sites) {
-                Ok(stopped) => stops += usize::from(stopped),
+                Ok(Some(pause)) => {
+                    stops += 1;
+                    w.pause += pause;
+                }
+                Ok(None) => {}
                 Err(e) => self.member_failed(i, e, "weaving")?,
             }
         }
