@@ -11,11 +11,16 @@
  *   park  on SIGUSR1 a thread calls park(), whose first instruction is a `read`
  *         of an empty pipe (restarted after every stop): woven, it blocks in the
  *         relocated copy, inside weft's code region, until SIGUSR2 writes a byte.
+ *   handler  as park; besides, on SIGWINCH the parked thread is sent SIGURG, whose
+ *         handler (SA_RESTART) blocks reading another pipe until SIGHUP writes a
+ *         byte to it: the thread then runs the target's own code, in a handler that
+ *         will return into weft's code, where the read is restarted.
  *
  * SIGUSR2 writes a byte to a pipe: the waiter's epoll set holds it (it reads it
  * and counts a wake-up), the parked read gets it. A worker thread computes and
  * checks. main prints "ready", "tid N" (the parked or waiting thread), then
- * "progress ITERATIONS WAKEUPS" every 100 ms. usage: parked nop|call|park */
+ * "progress ITERATIONS WAKEUPS HANDLED" every 100 ms (HANDLED: SIGURG handlers
+ * entered, and returned). usage: parked nop|call|park|handler */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -49,10 +54,19 @@ __asm__(".text\n"
         ".globl park\n.type park, @function\npark:\n"
         "  xor %eax, %eax\n  syscall\n  nop\n  ret\n.size park, .-park\n");
 
-static atomic_long iterations, wakeups;
+static atomic_long iterations, wakeups, handlers_in, handlers_out;
 static atomic_int parked_tid;
 static int epfd;
-static int go_pipe[2], data_pipe[2];
+static int go_pipe[2], data_pipe[2], handler_pipe[2];
+static pthread_t parked_thread;
+
+static void on_urg(int sig) {
+  (void)sig;
+  char c;
+  atomic_fetch_add(&handlers_in, 1);
+  CHECK(read(handler_pipe[0], &c, 1), 1);
+  atomic_fetch_add(&handlers_out, 1);
+}
 
 static void *worker(void *arg) {
   (void)arg;
@@ -105,16 +119,22 @@ int main(int argc, char **argv) {
   sigemptyset(&set);
   sigaddset(&set, SIGUSR1);
   sigaddset(&set, SIGUSR2);
+  sigaddset(&set, SIGWINCH);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, 0);
+  struct sigaction sa = {.sa_handler = on_urg, .sa_flags = SA_RESTART};
+  sigemptyset(&sa.sa_mask);
+  CHECK(sigaction(SIGURG, &sa, 0), 0);
   epfd = epoll_create1(0);
   CHECK(epfd >= 0, 1);
   CHECK(pipe(go_pipe), 0);
   CHECK(pipe(data_pipe), 0);
+  CHECK(pipe(handler_pipe), 0);
   struct epoll_event ev = {.events = EPOLLIN};
   CHECK(epoll_ctl(epfd, EPOLL_CTL_ADD, data_pipe[0], &ev), 0);
   start(worker, 0);
-  if (strcmp(mode, "park") == 0) {
-    start(parker, 0);
+  if (strcmp(mode, "park") == 0 || strcmp(mode, "handler") == 0) {
+    CHECK(pthread_create(&parked_thread, 0, parker, 0), 0);
   } else {
     start(waiter, strcmp(mode, "call") == 0 ? (void *)wait_call_entry : (void *)wait_nop_entry);
   }
@@ -126,7 +146,10 @@ int main(int argc, char **argv) {
     int sig = sigtimedwait(&set, 0, &tick);
     if (sig == SIGUSR1) CHECK(write(go_pipe[1], "g", 1), 1);
     if (sig == SIGUSR2) CHECK(write(data_pipe[1], "d", 1), 1);
-    printf("progress %ld %ld\n", atomic_load(&iterations), atomic_load(&wakeups));
+    if (sig == SIGWINCH) CHECK(pthread_kill(parked_thread, SIGURG), 0);
+    if (sig == SIGHUP) CHECK(write(handler_pipe[1], "h", 1), 1);
+    printf("progress %ld %ld %ld %ld\n", atomic_load(&iterations), atomic_load(&wakeups),
+           atomic_load(&handlers_in), atomic_load(&handlers_out));
     fflush(stdout);
   }
 }

@@ -1234,6 +1234,9 @@ struct Parked {
     tid: i32,
     iterations: i64,
     wakeups: i64,
+    /// SIGURG handlers entered and returned (`handler` mode).
+    handlers_in: i64,
+    handlers_out: i64,
 }
 
 impl Parked {
@@ -1247,6 +1250,8 @@ impl Parked {
             tid: tid.unwrap_or_else(|| panic!("not a tid line: {l:?}")),
             iterations: 0,
             wakeups: 0,
+            handlers_in: 0,
+            handlers_out: 0,
         }
     }
 
@@ -1264,9 +1269,11 @@ impl Parked {
                 .strip_prefix("progress ")
                 .map(|r| r.split(' ').filter_map(|n| n.parse().ok()).collect())
                 .unwrap_or_default();
-            if let [i, w] = n[..] {
+            if let [i, w, hi, ho] = n[..] {
                 self.iterations = i;
                 self.wakeups = w;
+                self.handlers_in = hi;
+                self.handlers_out = ho;
             }
         }
         match self.t.child.try_wait().unwrap() {
@@ -1453,6 +1460,75 @@ fn weft_gone_with_a_thread_inside_its_code() {
         let r = t.wakes(1).and_then(|()| t.survives());
         if let Err(e) = r {
             tally.fail(format!("{what}: {e}"));
+        }
+    }
+    tally.finish();
+}
+
+/// A thread blocked inside the session's code (the relocated first instruction of a
+/// probed function) is interrupted by a signal whose handler, the target's own
+/// code, blocks: weft must not free the session's code while that handler can still
+/// return into it (it did: the handler's return jumped into unmapped memory, the
+/// SIGSEGV of a long soak of `signal_handlers_reenter_probed_functions`). weft waits
+/// for the handler, gives up after 5 s and leaves the code mapped; the handler then
+/// returns into it, the read is restarted there, and the thread goes on.
+#[test]
+fn no_code_freed_under_a_signal_handler() {
+    let mut tally = Tally::new(
+        "code kept for a signal handler that will return into it",
+        "sessions",
+    );
+    let bin = stress("parked.c");
+    let prog = format!("uprobe:{}:park {{ @c = count(); }}", b(&bin));
+    for _ in 0..scale(1, 3) {
+        tally.count += 1;
+        let mut t = Parked::start(&bin, "handler");
+        let mut w = Command::new(weft_bin())
+            .args(["-e", &prog, "-p", &t.pid().to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let woven = Instant::now();
+        while code_matches_file(t.pid(), &bin) && woven.elapsed() < T {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // Park the thread in weft's code, then interrupt it there with the handler.
+        // SAFETY: kill takes no pointers.
+        unsafe { libc::kill(t.pid(), libc::SIGUSR1) };
+        let parked = Instant::now();
+        while !t.parked_in_weft_code() && parked.elapsed() < T {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(t.pid(), libc::SIGWINCH) };
+        if let Err(e) = t.until(|p| p.handlers_in == 1, "the handler did not run") {
+            tally.fail(e);
+            let _ = w.kill();
+            let _ = w.wait();
+            continue;
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(w.id() as i32, libc::SIGINT) };
+        let o = w.wait_with_output().unwrap();
+        let err = text(&o.stderr);
+        if !o.status.success() || !err.contains("leaving its code mapped") {
+            tally.fail(format!(
+                "weft ended with {} ({})",
+                o.status,
+                first_lines(&err, 3)
+            ));
+        }
+        // The handler returns into weft's code, the read restarts there and gets its
+        // byte; the thread goes on.
+        // SAFETY: as above.
+        unsafe { libc::kill(t.pid(), libc::SIGHUP) };
+        let r = t
+            .until(|p| p.handlers_out == 1, "the handler did not return")
+            .and_then(|()| t.wakes(1))
+            .and_then(|()| t.survives());
+        if let Err(e) = r {
+            tally.fail(e);
         }
     }
     tally.finish();

@@ -433,10 +433,13 @@ impl Member {
         let agent = &self.agent;
         let mut ranges = self.code_ranges();
         ranges.push(agent.hello.text_start..agent.hello.text_end);
+        let maps = ProcMaps::read(self.pid as u32).map_err(|e| anyhow!("{e}"))?;
+        let frames = crate::safepoint::SignalFrames::new(&maps, &maps.modules());
         let shadows = patch::Shadows {
             busy_code: &ranges,
             tls_offset: agent.hello.tls_offset,
             return_trampoline: agent.hello.return_trampoline,
+            frames: &frames,
         };
         // The unwinder hooks (jump sites) stay until the last hijacked frame is gone:
         // a thread inside an entry trampoline at the restore may still hijack its

@@ -193,6 +193,9 @@ pub struct Shadows<'a> {
     pub busy_code: &'a [Range<u64>],
     pub tls_offset: i64,
     pub return_trampoline: u64,
+    /// Signal frames on threads' stacks: a handler that interrupted a thread inside
+    /// the session's code returns there.
+    pub frames: &'a crate::safepoint::SignalFrames,
 }
 
 /// Put the original bytes back at every patched site, and give every hijacked
@@ -407,8 +410,17 @@ pub fn wait_quiescent(
     let start = Instant::now();
     loop {
         let w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
-        let mut busy =
-            !w.threads_in(code).is_empty() || w.threads().iter().any(|t| about_to_sigreturn(&w, t));
+        // In the code, about to return from a signal handler (into it, maybe), or
+        // running a handler that interrupted the thread in it (it returns there).
+        let mut busy = !w.threads_in(code).is_empty()
+            || w.threads().iter().any(|t| {
+                about_to_sigreturn(&w, t)
+                    || sh
+                        .frames
+                        .interrupted(&w, t.regs().rsp)
+                        .iter()
+                        .any(|pc| code.iter().any(|r| r.contains(pc)))
+            });
         if !busy {
             for t in w.threads() {
                 let tls = t.regs().fs_base.wrapping_add(tls_offset as u64);
@@ -441,7 +453,7 @@ pub fn wait_quiescent(
         }
         if give_up {
             bail!(
-                "a thread of {pid} stayed inside advice for {} s; leaving its code mapped",
+                "a thread of {pid} stayed inside advice, the session's code or a signal handler that interrupted it there for {} s; leaving its code mapped",
                 timeout.as_secs()
             );
         }

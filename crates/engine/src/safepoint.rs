@@ -204,15 +204,81 @@ pub struct Layout {
     system_data: Vec<Range<u64>>,
     /// Code of the dynamic loader.
     loader: Vec<Range<u64>>,
-    /// Addresses of signal-return trampolines.
-    restorers: Vec<u64>,
     /// For the trap guard (see [`TrapGuard`]).
     ret: Option<u64>,
     syscall: Option<u64>,
+    /// Finding signal frames on threads' stacks.
+    frames: SignalFrames,
+}
+
+/// Finds the signal frames on a thread's stack: where its signal handlers will
+/// return to.
+#[derive(Clone, Debug, Default)]
+pub struct SignalFrames {
+    /// Addresses of signal-return trampolines.
+    restorers: Vec<u64>,
     /// Writable mappings (stacks among them), to bound stack scans.
     writable: Vec<Range<u64>>,
     /// Executable mappings.
     code: Vec<Range<u64>>,
+}
+
+impl SignalFrames {
+    /// For a process with mappings `maps` and C library `modules`.
+    pub fn new(maps: &ProcMaps, modules: &[Module]) -> SignalFrames {
+        SignalFrames {
+            restorers: LibcSpots::find(modules).restorers,
+            writable: ranges(maps, None, write),
+            code: ranges(maps, None, exec),
+        }
+    }
+
+    /// Where the signal handlers running on the stack above `rsp` return to: the
+    /// pc each interrupted (innermost first).
+    pub fn interrupted(&self, stopped: &StoppedProcess, rsp: u64) -> Vec<u64> {
+        /// Word offset of the saved rip in an `rt_sigframe` (see [`Self::is_frame`]).
+        const RIP: usize = 6 + 16;
+        if self.restorers.is_empty() {
+            return Vec::new();
+        }
+        let Some(stack) = self.writable.iter().find(|r| r.contains(&rsp)) else {
+            return Vec::new();
+        };
+        let len = (stack.end - rsp).min(STACK_SCAN) as usize;
+        let mut buf = vec![0u8; len];
+        if stopped.read_mem(rsp, &mut buf).is_err() {
+            return Vec::new();
+        }
+        let words: Vec<u64> = buf
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+            .collect();
+        (0..words.len())
+            .filter(|&i| self.is_frame(&words[i..]))
+            .map(|i| words[i + RIP])
+            .collect()
+    }
+
+    /// `frame` starts with a kernel `rt_sigframe`: the return address into a
+    /// signal trampoline, then a `ucontext` with small flags, no link, and saved
+    /// registers that point into the process's stacks and code. Stack slots a frame
+    /// has not written yet may hold a stale trampoline address (glibc's `sigaction`
+    /// stores one in the structure it passes to the kernel); those fail the other
+    /// checks.
+    fn is_frame(&self, frame: &[u64]) -> bool {
+        // Word offsets: uc_flags, uc_link, then uc_stack (3 words) and the
+        // sigcontext, whose rsp and rip are its 16th and 17th words.
+        const FLAGS: usize = 1;
+        const LINK: usize = 2;
+        const RSP: usize = 6 + 15;
+        const RIP: usize = 6 + 16;
+        frame.len() > RIP
+            && self.restorers.contains(&frame[0])
+            && frame[FLAGS] <= 0xff
+            && frame[LINK] == 0
+            && self.writable.iter().any(|r| r.contains(&frame[RSP]))
+            && self.code.iter().any(|r| r.contains(&frame[RIP]))
+    }
 }
 
 impl Layout {
@@ -240,11 +306,13 @@ impl Layout {
                 .filter(|m| is_loader(m))
                 .flat_map(|m| ranges(maps, Some(m), exec))
                 .collect(),
-            restorers: spots.restorers,
             ret: spots.ret,
             syscall: spots.syscall,
-            writable: ranges(maps, None, write),
-            code: ranges(maps, None, exec),
+            frames: SignalFrames {
+                restorers: spots.restorers,
+                writable: ranges(maps, None, write),
+                code: ranges(maps, None, exec),
+            },
         }
     }
 
@@ -388,42 +456,7 @@ fn plain_wait(nr: i64, addr: u64, op: u64, layout: &Layout) -> bool {
 
 /// A signal frame in the live part of the stack above `rsp`: a handler is running.
 fn handler_on_stack(stopped: &StoppedProcess, layout: &Layout, rsp: u64) -> bool {
-    if layout.restorers.is_empty() {
-        return false;
-    }
-    let Some(stack) = layout.writable.iter().find(|r| r.contains(&rsp)) else {
-        return false;
-    };
-    let len = (stack.end - rsp).min(STACK_SCAN) as usize;
-    let mut buf = vec![0u8; len];
-    if stopped.read_mem(rsp, &mut buf).is_err() {
-        return false;
-    }
-    let words: Vec<u64> = buf
-        .chunks_exact(8)
-        .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
-        .collect();
-    (0..words.len()).any(|i| is_signal_frame(layout, &words[i..]))
-}
-
-/// `frame` starts with a kernel `rt_sigframe`: the return address into a signal
-/// trampoline, then a `ucontext` with small flags, no link, and saved registers that
-/// point into the process's stacks and code. Stack slots a frame has not written yet
-/// may hold a stale trampoline address (glibc's `sigaction` stores one in the
-/// structure it passes to the kernel); those fail the other checks.
-fn is_signal_frame(layout: &Layout, frame: &[u64]) -> bool {
-    // Word offsets: uc_flags, uc_link, then uc_stack (3 words) and the sigcontext,
-    // whose rsp and rip are its 16th and 17th words.
-    const FLAGS: usize = 1;
-    const LINK: usize = 2;
-    const RSP: usize = 6 + 15;
-    const RIP: usize = 6 + 16;
-    frame.len() > RIP
-        && layout.restorers.contains(&frame[0])
-        && frame[FLAGS] <= 0xff
-        && frame[LINK] == 0
-        && layout.writable.iter().any(|r| r.contains(&frame[RSP]))
-        && layout.code.iter().any(|r| r.contains(&frame[RIP]))
+    !layout.frames.interrupted(stopped, rsp).is_empty()
 }
 
 /// A no-op SIGTRAP handler held in place while threads are single-stepped.
@@ -454,7 +487,7 @@ impl TrapGuard {
     /// set up (then do not step).
     fn install(stopped: &mut StoppedProcess, layout: &Layout, tid: i32) -> Result<Option<Self>> {
         let (Some(syscall), Some(ret), Some(&restorer)) =
-            (layout.syscall, layout.ret, layout.restorers.first())
+            (layout.syscall, layout.ret, layout.frames.restorers.first())
         else {
             bail!("no syscall(), ret or signal trampoline found in the C library");
         };
@@ -737,21 +770,17 @@ fn describe(j: Judgement) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::{is_signal_frame, plain_wait, Layout};
+    use super::{plain_wait, Layout, SignalFrames};
 
     #[test]
     fn signal_frames_are_told_from_stale_trampoline_addresses() {
-        let layout = Layout {
-            system: vec![],
-            system_modules: vec![],
-            system_data: vec![],
-            loader: vec![],
+        let frames = SignalFrames {
             restorers: vec![0x7f00_0003_c050],
-            ret: None,
-            syscall: None,
             writable: std::iter::once(0x7ffd_0000_0000..0x7ffd_0010_0000).collect(),
             code: std::iter::once(0x5555_0000_0000..0x5555_0001_0000).collect(),
         };
+        let is_signal_frame = |_: &(), f: &[u64]| frames.is_frame(f);
+        let layout = ();
         let mut frame = vec![0u64; 40];
         frame[0] = 0x7f00_0003_c050; // pretcode
         frame[1] = 7; // uc_flags
@@ -777,11 +806,9 @@ mod tests {
             system_modules: vec![],
             system_data: std::iter::once(0x7020_0000..0x7021_0000).collect(),
             loader: vec![],
-            restorers: vec![],
             ret: None,
             syscall: None,
-            writable: vec![],
-            code: vec![],
+            frames: SignalFrames::default(),
         };
         let futex = libc::SYS_futex;
         let user_lock = 0x5555_0000_1040;
