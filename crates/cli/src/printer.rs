@@ -113,7 +113,13 @@ impl Sink for Printer<'_> {
                 }
             }
             Event::Map(m) => self.print_map(m, cx),
-            Event::Exit | Event::ProcessJoined { .. } | Event::ProcessLeft { .. } => {}
+            // Not printed by bpftrace (losses are reported once, at the end).
+            Event::Exit
+            | Event::ProcessJoined { .. }
+            | Event::ProcessLeft { .. }
+            | Event::ThreadStarted
+            | Event::ThreadEnded
+            | Event::Lost { .. } => {}
         }
     }
 

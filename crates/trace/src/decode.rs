@@ -15,6 +15,10 @@ pub struct Decoder {
     /// An `exit()` was seen: later events are dropped (until [`Decoder::resume`]).
     pub exited: bool,
     raw: Vec<(u32, u32, ring::Event)>,
+    /// Threads seen holding a slot (pid, tid), for their lifecycle records.
+    threads: std::collections::HashSet<(u32, u32)>,
+    /// Events lost so far (reported as they grow).
+    lost: u64,
 }
 
 impl Decoder {
@@ -26,6 +30,8 @@ impl Decoder {
     pub fn drain(&mut self, shm: &Shm, prog: &Program) -> Vec<Record> {
         let dead = slots::dead(shm);
         let h = shm.header();
+        let now = weft_runtime::clock::monotonic_ns();
+        let mut lifecycle = Vec::new();
         let mut one = Vec::new();
         for t in 0..shm.slots_used() {
             let slot = shm.thread_slot(t);
@@ -33,10 +39,20 @@ impl Decoder {
             let (pid, tid) = unsafe { ((*slot).pid, (*slot).tid) };
             // SAFETY: as above.
             unsafe { ring::consume(slot, shm.ring(slot), h.ring_size, &mut one) };
+            if t >= FIRST_THREAD_SLOT && pid != 0 && self.threads.insert((pid, tid)) {
+                // At its first event, if it has one yet.
+                let first = one.iter().map(|e| e.header.nsecs).min().unwrap_or(now);
+                lifecycle.push(Record {
+                    nsecs: first,
+                    pid,
+                    tid,
+                    event: Event::ThreadStarted,
+                });
+            }
             self.raw.extend(one.drain(..).map(|e| (pid, tid, e)));
         }
         self.raw.sort_by_key(|(_, _, e)| e.header.nsecs);
-        let mut out = Vec::new();
+        let mut out = lifecycle;
         for (pid, tid, e) in self.raw.drain(..) {
             if self.exited {
                 break;
@@ -88,7 +104,33 @@ impl Decoder {
                 event,
             });
         }
+        for &d in &dead {
+            // SAFETY: a DEAD slot of this segment: no thread writes it any more.
+            let (pid, tid) = unsafe { ((*shm.thread_slot(d)).pid, (*shm.thread_slot(d)).tid) };
+            if self.threads.remove(&(pid, tid)) {
+                out.push(Record {
+                    nsecs: now,
+                    pid,
+                    tid,
+                    event: Event::ThreadEnded,
+                });
+            }
+        }
         slots::retire(shm, &dead);
+        // In time order, a thread's start before its first event (a stable sort).
+        out.sort_by_key(|r| r.nsecs);
+        let lost = crate::Losses::of(shm, prog).events_lost;
+        if lost > self.lost {
+            out.push(Record {
+                nsecs: now,
+                pid: 0,
+                tid: 0,
+                event: Event::Lost {
+                    events: lost - self.lost,
+                },
+            });
+            self.lost = lost;
+        }
         out
     }
 

@@ -39,6 +39,14 @@ pub enum Event {
     ProcessJoined { pid: u32, comm: String },
     /// A process left the session (it exited, or was unwoven).
     ProcessLeft { pid: u32 },
+    /// A thread of a target ran advice for the first time in the session (the
+    /// record's pid and tid are the thread's).
+    ThreadStarted,
+    /// A thread that ran advice is gone (its slot was drained).
+    ThreadEnded,
+    /// Events were dropped because a thread's ring was full: how many since the
+    /// last such record.
+    Lost { events: u64 },
 }
 
 /// A map's merged entries (every thread's, retired threads' included).

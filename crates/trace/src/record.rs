@@ -39,6 +39,9 @@ pub mod kind {
     pub const PROCESS_LEFT: u16 = 10;
     /// A map as the session ended (same payload as [`MAP`]).
     pub const FINAL_MAP: u16 = 11;
+    pub const THREAD_STARTED: u16 = 12;
+    pub const THREAD_ENDED: u16 = 13;
+    pub const LOST: u16 = 14;
 }
 
 /// Bytes of a frame after its length field and before its payload.
@@ -187,6 +190,9 @@ impl<W: Write> Sink for Writer<W> {
                 self.frame(kind::PROCESS_JOINED, at, &with_u32(*pid, comm.as_bytes()))
             }
             Event::ProcessLeft { pid } => self.frame(kind::PROCESS_LEFT, at, &with_u32(*pid, &[])),
+            Event::ThreadStarted => self.frame(kind::THREAD_STARTED, at, &[]),
+            Event::ThreadEnded => self.frame(kind::THREAD_ENDED, at, &[]),
+            Event::Lost { events } => self.frame(kind::LOST, at, &events.to_le_bytes()),
         }
     }
 
@@ -333,6 +339,15 @@ impl<R: Read> Reader<R> {
                 comm: String::from_utf8_lossy(&rest()).into_owned(),
             },
             kind::PROCESS_LEFT => Event::ProcessLeft { pid: id()? },
+            kind::THREAD_STARTED => Event::ThreadStarted,
+            kind::THREAD_ENDED => Event::ThreadEnded,
+            kind::LOST => Event::Lost {
+                events: u64::from_le_bytes(
+                    p.get(..8)
+                        .and_then(|b| b.try_into().ok())
+                        .ok_or(ReadError::Corrupt("frame payload"))?,
+                ),
+            },
             kind::FINAL_MAP => return Ok(Some(Frame::Final(read_map(p).ok_or(bad)?))),
             other => return Ok(Some(Frame::Unknown(other))),
         };
@@ -425,6 +440,9 @@ mod tests {
                 comm: "worker".into(),
             }),
             at(Event::ProcessLeft { pid: 44 }),
+            at(Event::ThreadStarted),
+            at(Event::ThreadEnded),
+            at(Event::Lost { events: 12 }),
         ]
     }
 
