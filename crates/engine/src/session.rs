@@ -129,6 +129,9 @@ pub struct Session<'p> {
     warm: Option<weft_inject::warm::Warm>,
     /// What [`Session::prepare`] planned, patched by [`Session::go`].
     initial: Weaving,
+    /// Records made before there was a sink to give them to (processes that
+    /// joined before BEGIN).
+    pending: Vec<Record>,
 }
 
 impl<'p> Session<'p> {
@@ -185,6 +188,7 @@ impl<'p> Session<'p> {
             decoder: Decoder::default(),
             warm,
             initial: Weaving::default(),
+            pending: Vec::new(),
         })
     }
 
@@ -261,6 +265,7 @@ impl<'p> Session<'p> {
         };
         let m = Member::join(pid, agent, child, &self.seg, space, flags)?;
         self.members.push(m);
+        self.pending.push(joined_record(pid));
         Ok(())
     }
 
@@ -572,17 +577,12 @@ impl<'p> Session<'p> {
                 }
                 self.verbose(&format!("process {pid} joined"));
             }
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            let rec = Record {
-                nsecs: weft_runtime::clock::monotonic_ns(),
-                pid: pid as u32,
-                tid: pid as u32,
-                event: weft_trace::Event::ProcessJoined {
-                    pid: pid as u32,
-                    comm: comm.trim().to_string(),
-                },
-            };
-            self.deliver(std::slice::from_ref(&rec), sink);
+            if parent != 0 {
+                // (An exec'd or spawned one was recorded when it joined.)
+                self.pending.push(joined_record(pid));
+            }
+            let pending = std::mem::take(&mut self.pending);
+            self.deliver(&pending, sink);
         }
     }
 
@@ -621,7 +621,7 @@ impl<'p> Session<'p> {
                 self.release_gone_processes();
                 next_release = Instant::now() + Duration::from_millis(100);
             }
-            if !self.members.is_empty() && self.reap_members()? {
+            if !self.members.is_empty() && self.reap_members(sink)? {
                 return Ok(RunEnd::TargetsGone);
             }
             if self.seg.shm.header().exit_requested.load(Ordering::Acquire) != 0 {
@@ -663,7 +663,8 @@ impl<'p> Session<'p> {
     }
 
     /// Notice members that ended; true when none is left.
-    fn reap_members(&mut self) -> Result<bool> {
+    fn reap_members(&mut self, sink: &mut dyn Sink) -> Result<bool> {
+        let mut left = Vec::new();
         for m in &mut self.members {
             if !m.alive {
                 continue;
@@ -675,7 +676,16 @@ impl<'p> Session<'p> {
             };
             if gone {
                 m.alive = false;
+                left.push(Record {
+                    nsecs: weft_runtime::clock::monotonic_ns(),
+                    pid: m.pid as u32,
+                    tid: m.pid as u32,
+                    event: weft_trace::Event::ProcessLeft { pid: m.pid as u32 },
+                });
             }
+        }
+        if !left.is_empty() {
+            self.deliver(&left, sink);
         }
         Ok(self.members.iter().all(|m| !m.alive))
     }
@@ -771,7 +781,8 @@ impl<'p> Session<'p> {
 
     /// Deliver every pending record to `sink`.
     fn drain(&mut self, sink: &mut dyn Sink) {
-        let records = self.decoder.drain(&self.seg.shm, self.prog);
+        let mut records = std::mem::take(&mut self.pending);
+        records.extend(self.decoder.drain(&self.seg.shm, self.prog));
         self.deliver(&records, sink);
     }
 
@@ -826,6 +837,20 @@ impl Resolver for SessionResolver {
 
     fn format(&self, id: FmtId) -> Option<&Format> {
         self.formats.get(id.0 as usize)
+    }
+}
+
+/// `ProcessJoined` for `pid`, now.
+fn joined_record(pid: i32) -> Record {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    Record {
+        nsecs: weft_runtime::clock::monotonic_ns(),
+        pid: pid as u32,
+        tid: pid as u32,
+        event: weft_trace::Event::ProcessJoined {
+            pid: pid as u32,
+            comm: comm.trim().to_string(),
+        },
     }
 }
 
