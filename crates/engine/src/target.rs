@@ -231,6 +231,34 @@ fn exiting(pid: i32) -> bool {
     }
 }
 
+/// The modules process `pid` maps, once its `execve` has mapped them. A process
+/// met just after it was spawned may still be inside `execve`: its parent (a
+/// `vfork`/`posix_spawn` caller) resumes as soon as the old address space is
+/// released, before the kernel maps the new executable and its dynamic linker.
+/// Such a process maps no loader for a moment; a statically linked one never does.
+/// The executable (opened through /proc/PID/exe, whatever mount namespace it is
+/// in) decides when it can be read; the mappings otherwise, after a short wait.
+fn modules_once_exec_done(pid: i32) -> Result<Vec<weft_symbols::Module>> {
+    let dynamic_file = ElfFile::open(Path::new(&format!("/proc/{pid}/exe")))
+        .map(|e| !e.is_static())
+        .ok();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    loop {
+        let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
+        let modules = maps.modules();
+        let mapped = modules
+            .iter()
+            .any(|m| safepoint::is_loader(m) || m.file_name() == AGENT_FILE);
+        if mapped || dynamic_file == Some(false) || std::time::Instant::now() > deadline {
+            return Ok(modules);
+        }
+        if !weft_inject::process::process_exists(pid) || is_zombie(pid) {
+            bail!("process {pid} exited while weft was attaching");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 fn attach_to(
     pid: i32,
     agent: &Path,
@@ -245,19 +273,14 @@ fn attach_to(
         }
         Err(e) => bail!("{e}"),
     };
-    let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
-    let modules = maps.modules();
+    let modules = modules_once_exec_done(pid)?;
     let has_agent = modules.iter().any(|m| m.file_name() == AGENT_FILE);
-    if !has_agent {
-        // /proc/PID/exe may not be readable through our mount namespace: judge by
-        // the mappings instead (a dynamic process maps ld.so).
-        if !modules.iter().any(safepoint::is_loader) {
-            bail!(
-                "process {pid} ({}) is statically linked: weft loads its agent with the dynamic \
-                 linker, so static executables are not supported yet",
-                exe.display()
-            );
-        }
+    if !has_agent && !modules.iter().any(safepoint::is_loader) {
+        bail!(
+            "process {pid} ({}) is statically linked: weft loads its agent with the dynamic \
+             linker, so static executables are not supported yet",
+            exe.display()
+        );
     }
     // The agent is loaded by a thread borrowed at a moment it cannot be inside the C
     // library (see `safepoint`). A process caught while the dynamic linker is still
