@@ -65,22 +65,8 @@ impl Listener {
             // SAFETY: poll on one pollfd.
             let r = unsafe { libc::poll(&mut pfd, 1, 20) };
             if r > 0 {
-                // SAFETY: accept4 on our listening socket.
-                let raw = unsafe {
-                    libc::accept4(
-                        self.fd.as_raw_fd(),
-                        std::ptr::null_mut(),
-                        std::ptr::null_mut(),
-                        libc::SOCK_CLOEXEC,
-                    )
-                };
-                if raw >= 0 {
-                    // SAFETY: a fresh connected fd.
-                    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-                    let cred = proto::peer_cred(raw)?;
-                    // SAFETY: getuid has no preconditions.
-                    let me = unsafe { libc::getuid() };
-                    if cred.pid != pid || (me != 0 && cred.uid != me) {
+                if let Some((fd, peer)) = self.accept_one()? {
+                    if peer != pid {
                         // Someone else found the name: refuse and keep waiting.
                         continue;
                     }
@@ -99,12 +85,12 @@ impl Listener {
 }
 
 impl Listener {
-    /// A connection waiting to be accepted, if any (no wait): an agent that joins
-    /// the session by itself (a followed child), checked to run as our user (or
-    /// `allowed` to tell), with the pid it runs in.
-    pub fn try_accept(&self, allowed: impl Fn(i32) -> bool) -> Result<Option<(Agent, i32)>> {
+    /// One pending connection, with the pid of the process at its other end, if
+    /// that process runs as our user (root accepts anyone); `None` when nothing
+    /// waits. Connections from other users are closed and skipped.
+    fn accept_one(&self) -> Result<Option<(OwnedFd, i32)>> {
         loop {
-            // SAFETY: accept4 on our listening (non-blocking) socket.
+            // SAFETY: accept4 on our listening socket; no addresses asked for.
             let raw = unsafe {
                 libc::accept4(
                     self.fd.as_raw_fd(),
@@ -116,17 +102,32 @@ impl Listener {
             if raw < 0 {
                 return Ok(None);
             }
-            // SAFETY: a fresh connected fd.
+            // SAFETY: a fresh connected fd, owned from here on.
             let fd = unsafe { OwnedFd::from_raw_fd(raw) };
             let cred = proto::peer_cred(raw)?;
             // SAFETY: getuid has no preconditions.
             let me = unsafe { libc::getuid() };
-            if (me != 0 && cred.uid != me) || !allowed(cred.pid) {
+            if me != 0 && cred.uid != me {
+                continue;
+            }
+            return Ok(Some((fd, cred.pid)));
+        }
+    }
+
+    /// A connection waiting to be accepted, if any (no wait): an agent that joins
+    /// the session by itself (a followed child), checked to run as our user (or
+    /// `allowed` to tell), with the pid it runs in.
+    pub fn try_accept(&self, allowed: impl Fn(i32) -> bool) -> Result<Option<(Agent, i32)>> {
+        loop {
+            let Some((fd, peer)) = self.accept_one()? else {
+                return Ok(None);
+            };
+            if !allowed(peer) {
                 // Not one of ours: refuse it and look for the next.
                 continue;
             }
             match Agent::handshake(fd) {
-                Ok(a) => return Ok(Some((a, cred.pid))),
+                Ok(a) => return Ok(Some((a, peer))),
                 // Gone before it said hello (a short-lived child): nothing to do.
                 Err(_) => continue,
             }

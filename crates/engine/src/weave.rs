@@ -162,6 +162,37 @@ pub struct Planned {
     pub atomic: bool,
 }
 
+impl Planned {
+    /// A site the planner refused: reported, never patched.
+    fn refused(spec: &SiteSpec, reason: &impl std::fmt::Display) -> Planned {
+        Planned {
+            index: u32::MAX,
+            addr: spec.site_addr,
+            orig: vec![],
+            patch: vec![],
+            label: spec.label.clone(),
+            outcome: Outcome::Skipped(reason.to_string()),
+            semaphore: None,
+            atomic: false,
+        }
+    }
+}
+
+/// What a planned site's descriptor holds, before it is published.
+struct Filled {
+    kind: SiteKind,
+    patch_addr: u64,
+    orig: Vec<u8>,
+    patch: Vec<u8>,
+    entry_advice: u64,
+    return_advice: u64,
+    return_stub: u64,
+    resume: u64,
+    entry_probe: u32,
+    return_probe: u32,
+    semaphore: Option<u64>,
+}
+
 /// Rough bytes per site (trampoline head + relocated code + a stub).
 pub const SITE_CODE_ESTIMATE: u64 = 1280;
 
@@ -273,26 +304,9 @@ impl<'a> Weaver<'a> {
     /// Plan and write the code of one site; record it in the site table.
     pub fn site(&mut self, spec: &SiteSpec, thread_attach: u64) -> Result<Planned> {
         let plan = weft_x86::plan_site(&spec.func, spec.site_addr);
-        let index = self.shm.header().site_count.load(Ordering::Acquire);
-        if index >= self.shm.header().max_sites {
-            bail!(
-                "too many probe sites (limit {})",
-                self.shm.header().max_sites
-            );
-        }
+        let index = self.next_site_index()?;
         let (patch_addr, skipped_endbr) = match &plan {
-            SitePlan::Refused { reason } => {
-                return Ok(Planned {
-                    index: u32::MAX,
-                    addr: spec.site_addr,
-                    orig: vec![],
-                    patch: vec![],
-                    label: spec.label.clone(),
-                    outcome: Outcome::Skipped(reason.to_string()),
-                    semaphore: None,
-                    atomic: false,
-                })
-            }
+            SitePlan::Refused { reason } => return Ok(Planned::refused(spec, reason)),
             SitePlan::Jump {
                 patch_addr,
                 skipped_endbr,
@@ -439,52 +453,25 @@ impl<'a> Weaver<'a> {
             }
             SitePlan::Refused { .. } => unreachable!("handled above"),
         };
-        if patch.len() > SITE_MAX_BYTES || orig.len() != patch.len() {
-            bail!(
-                "{}: patch of {} bytes over {} original bytes",
-                spec.label,
-                patch.len(),
-                orig.len()
-            );
-        }
-        // SAFETY: site `index` is unused and ours to fill (site_count not yet bumped);
-        // no other thread or process reads it until site_count includes it.
-        let d = unsafe { &mut *self.shm.site_mut(index) };
-        {
-            d.addr = patch_addr;
-            d.func = spec.func.addr;
-            d.kind = kind as u32;
-            d.orig_len = orig.len() as u32;
-            d.space = self.space;
-            d.patch_len = patch.len() as u32;
-            d.orig[..orig.len()].copy_from_slice(&orig);
-            d.patch[..patch.len()].copy_from_slice(&patch);
-            d.entry_advice = entry_advice;
-            d.return_advice = ret_advice;
-            d.return_stub = ret_stub;
-            d.resume = resume;
-            d.entry_probe = entry_probe;
-            d.return_probe = ret_probe;
-            let n = spec.name.len().min(SITE_NAME_LEN - 1);
-            d.name[..n].copy_from_slice(&spec.name.as_bytes()[..n]);
-            d.semaphore = spec.semaphore.unwrap_or(0);
-            d.state.store(SITE_UNUSED, Ordering::Release);
-        }
-        self.shm.site_hash_insert(index);
-        self.shm
-            .header()
-            .site_count
-            .store(index + 1, Ordering::Release);
-        Ok(Planned {
+        self.publish(
             index,
-            addr: patch_addr,
-            orig,
-            patch,
-            label: spec.label.clone(),
+            spec,
+            &plan,
+            Filled {
+                kind,
+                patch_addr,
+                orig,
+                patch,
+                entry_advice,
+                return_advice: ret_advice,
+                return_stub: ret_stub,
+                resume,
+                entry_probe,
+                return_probe: ret_probe,
+                semaphore: spec.semaphore,
+            },
             outcome,
-            semaphore: spec.semaphore,
-            atomic: plan.single_instruction(),
-        })
+        )
     }
 
     /// Plan a *redirect*: every call of `spec`'s function goes to `target` (an agent
@@ -494,26 +481,9 @@ impl<'a> Weaver<'a> {
     /// also sends a thread that meets the int3-first restore there). No advice.
     pub fn redirect_site(&mut self, spec: &SiteSpec, target: u64) -> Result<Planned> {
         let plan = weft_x86::plan_site(&spec.func, spec.site_addr);
-        let index = self.shm.header().site_count.load(Ordering::Acquire);
-        if index >= self.shm.header().max_sites {
-            bail!(
-                "too many probe sites (limit {})",
-                self.shm.header().max_sites
-            );
-        }
+        let index = self.next_site_index()?;
         let (kind, patch_addr, patch, orig, outcome) = match &plan {
-            SitePlan::Refused { reason } => {
-                return Ok(Planned {
-                    index: u32::MAX,
-                    addr: spec.site_addr,
-                    orig: vec![],
-                    patch: vec![],
-                    label: spec.label.clone(),
-                    outcome: Outcome::Skipped(reason.to_string()),
-                    semaphore: None,
-                    atomic: false,
-                })
-            }
+            SitePlan::Refused { reason } => return Ok(Planned::refused(spec, reason)),
             SitePlan::Jump { patch_addr, .. } => {
                 let ri = self.region_for(*patch_addr, 16)?;
                 let mut stub = vec![0xff, 0x25, 0, 0, 0, 0];
@@ -539,33 +509,76 @@ impl<'a> Weaver<'a> {
                 Outcome::Int3(reason.to_string()),
             ),
         };
-        if patch.len() > SITE_MAX_BYTES || orig.len() != patch.len() {
+        self.publish(
+            index,
+            spec,
+            &plan,
+            Filled {
+                kind,
+                patch_addr,
+                orig,
+                patch,
+                entry_advice: 0,
+                return_advice: 0,
+                return_stub: 0,
+                resume: target,
+                entry_probe: 0,
+                return_probe: 0,
+                semaphore: None,
+            },
+            outcome,
+        )
+    }
+
+    /// The index the next site takes, if the table has room.
+    fn next_site_index(&self) -> Result<u32> {
+        let index = self.shm.header().site_count.load(Ordering::Acquire);
+        if index >= self.shm.header().max_sites {
+            bail!(
+                "too many probe sites (limit {})",
+                self.shm.header().max_sites
+            );
+        }
+        Ok(index)
+    }
+
+    /// Write site `index`'s descriptor and make it visible (hash, then count).
+    fn publish(
+        &mut self,
+        index: u32,
+        spec: &SiteSpec,
+        plan: &SitePlan,
+        f: Filled,
+        outcome: Outcome,
+    ) -> Result<Planned> {
+        if f.patch.len() > SITE_MAX_BYTES || f.orig.len() != f.patch.len() {
             bail!(
                 "{}: patch of {} bytes over {} original bytes",
                 spec.label,
-                patch.len(),
-                orig.len()
+                f.patch.len(),
+                f.orig.len()
             );
         }
-        // SAFETY: site `index` is unused and ours to fill (site_count not yet bumped).
+        // SAFETY: site `index` is unused and ours to fill (site_count not yet bumped);
+        // no other thread or process reads it until site_count includes it.
         let d = unsafe { &mut *self.shm.site_mut(index) };
-        d.addr = patch_addr;
+        d.addr = f.patch_addr;
         d.func = spec.func.addr;
-        d.kind = kind as u32;
-        d.orig_len = orig.len() as u32;
+        d.kind = f.kind as u32;
+        d.orig_len = f.orig.len() as u32;
         d.space = self.space;
-        d.patch_len = patch.len() as u32;
-        d.orig[..orig.len()].copy_from_slice(&orig);
-        d.patch[..patch.len()].copy_from_slice(&patch);
-        d.entry_advice = 0;
-        d.return_advice = 0;
-        d.return_stub = 0;
-        d.resume = target;
-        d.entry_probe = 0;
-        d.return_probe = 0;
+        d.patch_len = f.patch.len() as u32;
+        d.orig[..f.orig.len()].copy_from_slice(&f.orig);
+        d.patch[..f.patch.len()].copy_from_slice(&f.patch);
+        d.entry_advice = f.entry_advice;
+        d.return_advice = f.return_advice;
+        d.return_stub = f.return_stub;
+        d.resume = f.resume;
+        d.entry_probe = f.entry_probe;
+        d.return_probe = f.return_probe;
         let n = spec.name.len().min(SITE_NAME_LEN - 1);
         d.name[..n].copy_from_slice(&spec.name.as_bytes()[..n]);
-        d.semaphore = 0;
+        d.semaphore = f.semaphore.unwrap_or(0);
         d.state.store(SITE_UNUSED, Ordering::Release);
         self.shm.site_hash_insert(index);
         self.shm
@@ -574,12 +587,12 @@ impl<'a> Weaver<'a> {
             .store(index + 1, Ordering::Release);
         Ok(Planned {
             index,
-            addr: patch_addr,
-            orig,
-            patch,
+            addr: f.patch_addr,
+            orig: f.orig,
+            patch: f.patch,
             label: spec.label.clone(),
             outcome,
-            semaphore: None,
+            semaphore: f.semaphore,
             atomic: plan.single_instruction(),
         })
     }
