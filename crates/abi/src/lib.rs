@@ -376,6 +376,11 @@ pub const EVENT_PRINT_VALUE: u32 = 7;
 pub const EVENT_CLEAR_MAP: u32 = 8;
 pub const EVENT_ZERO_MAP: u32 = 9;
 pub const EVENT_EXIT: u32 = 10;
+/// A function was entered: `id` is the site, the payload the arguments asked for
+/// (8 bytes each).
+pub const EVENT_FUNC_ENTRY: u32 = 11;
+/// A function returned: `id` is the site, `arg0 | arg1 << 32` the return value.
+pub const EVENT_FUNC_EXIT: u32 = 12;
 
 // ---------------------------------------------------------------------------------
 // Sites

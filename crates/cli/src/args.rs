@@ -25,6 +25,9 @@ pub enum Command {
     Trace(TraceArgs),
     /// List the functions that can be probed (`uprobe:BIN:FUNC` lines).
     List(ListArgs),
+    /// Record every entry and exit of functions (per thread, timestamped, with
+    /// arguments and return values) to a record file, as `uftrace record` does.
+    Record(crate::record_cmd::RecordArgs),
     /// Turn the -finstrument-functions calls of a binary into NOP placeholders and
     /// record the probe list in it (iProbe's ColdPatch).
     Coldpatch(crate::coldpatch_cmd::ColdpatchArgs),

@@ -5,12 +5,14 @@
 //! * [`args`]: the command line (clap).
 //! * [`trace`](mod@trace): one `weft trace` run.
 //! * [`printer`]: records and maps as bpftrace prints them (a `weft_trace::Sink`).
+//! * [`record_cmd`]: `weft record`, function entries and exits to a record file.
 //! * [`demo`], [`coldpatch_cmd`]: the other subcommands.
 
 pub mod args;
 pub mod coldpatch_cmd;
 pub mod demo;
 pub mod printer;
+pub mod record_cmd;
 pub mod trace;
 
 use std::io::IsTerminal;
@@ -31,6 +33,7 @@ pub fn main() -> Result<i32> {
         Some(Command::List(l)) => list(l),
         Some(Command::Demo { requests }) => demo::run(requests),
         Some(Command::Coldpatch(c)) => coldpatch_cmd::run(c),
+        Some(Command::Record(r)) => record_cmd::run(r),
         None => {
             if let Some(pattern) = cli.trace.list.clone() {
                 return list(ListArgs {
@@ -122,6 +125,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         inline: !t.no_inline,
         all_or_nothing: t.all_or_nothing,
         follow_fork: t.follow_fork,
+        print: true,
     };
     trace::run(&prog, &opts)
 }
@@ -133,7 +137,11 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
 const FRONT_END_STACK: usize = 64 << 20;
 
 /// `weft_lang::compile` on a thread with [`FRONT_END_STACK`].
-fn front_end(text: &str, file: &str, opts: &weft_lang::Options) -> Result<weft_lang::Output> {
+pub(crate) fn front_end(
+    text: &str,
+    file: &str,
+    opts: &weft_lang::Options,
+) -> Result<weft_lang::Output> {
     std::thread::scope(|s| {
         let worker = std::thread::Builder::new()
             .name("front-end".into())

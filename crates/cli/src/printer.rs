@@ -119,7 +119,11 @@ impl Sink for Printer<'_> {
             | Event::ProcessLeft { .. }
             | Event::ThreadStarted
             | Event::ThreadEnded
-            | Event::Lost { .. } => {}
+            | Event::Lost { .. }
+            // `weft record`'s events go to its file, not to the printer.
+            | Event::FunctionEntry { .. }
+            | Event::FunctionExit { .. }
+            | Event::Function { .. } => {}
         }
     }
 

@@ -39,6 +39,9 @@ pub struct TraceOptions {
     pub all_or_nothing: bool,
     /// Children join the session.
     pub follow_fork: bool,
+    /// Print records and maps (bpftrace's output); off for `weft record`, whose
+    /// output is its file.
+    pub print: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -63,6 +66,15 @@ fn install_stop_handlers() {
 
 /// Run a checked program. Returns the exit status.
 pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
+    run_with(prog, opts, &mut [])
+}
+
+/// [`run`], delivering the records to `extra` sinks too.
+pub fn run_with(
+    prog: &Program,
+    opts: &TraceOptions,
+    extra: &mut [&mut dyn weft_trace::Sink],
+) -> Result<i32> {
     install_stop_handlers();
     let needs_target = prog
         .probes
@@ -110,18 +122,25 @@ pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
         }
         Target::Attach(pids) => attach_all(&mut session, pids, opts.all_or_nothing)?,
     }
-    let mut sinks: Vec<&mut dyn weft_trace::Sink> = vec![&mut printer];
+    let mut sinks: Vec<&mut dyn weft_trace::Sink> = Vec::new();
+    if opts.print {
+        sinks.push(&mut printer);
+    }
     if let Some(r) = recorder.as_mut() {
         sinks.push(r);
+    }
+    for e in extra.iter_mut() {
+        sinks.push(&mut **e);
     }
     let mut sink = weft_trace::sink::Tee(sinks);
     match weave_and_run(&mut session, &mut sink, opts) {
         Ok(()) => {}
         Err(e) => {
-            session.abandon();
             // A target that dies mid-session breaks the agent's connection: say what
-            // happened.
-            if let Some(pid) = session.first_pid().filter(|&p| !target::alive(p)) {
+            // happened (judged before abandoning, which ends a launched command).
+            let gone = session.first_pid().filter(|&p| !target::alive(p));
+            session.abandon();
+            if let Some(pid) = gone {
                 return Err(e.context(format!("process {pid} exited while weft was working on it")));
             }
             return Err(e);

@@ -660,6 +660,12 @@ pub enum EventKind {
     ZeroMap(MapId),
     /// `exit()`: weft stops after the events before this one.
     Exit,
+    /// The probed function was entered (`weft record`): payload is the arguments
+    /// asked for, 8 bytes each; the site comes from the frame.
+    FuncEntry,
+    /// The probed function returned (`weft record`): no payload; the site comes from
+    /// the frame, the return value from the registers.
+    FuncExit,
 }
 
 /// Error counters that advice may bump; reported by weft at exit when nonzero.

@@ -982,11 +982,25 @@ impl Cx<'_> {
             EventKind::ClearMap(m) => (EVENT_CLEAR_MAP, m.0, 0),
             EventKind::ZeroMap(m) => (EVENT_ZERO_MAP, m.0, 0),
             EventKind::Exit => (EVENT_EXIT, 0, 0),
+            EventKind::FuncEntry => (EVENT_FUNC_ENTRY, 0, 0),
+            EventKind::FuncExit => (EVENT_FUNC_EXIT, 0, 0),
         };
         self.a.mov(rdi, rbx)?;
         self.a.mov(esi, k)?;
-        self.a.mov(edx, id)?;
-        self.a.mov(rcx, args)?;
+        match kind {
+            // The site and the return value are the frame's, not constants.
+            EventKind::FuncEntry | EventKind::FuncExit => {
+                let site = self.frame_field(FRAME_SITE_OFF);
+                self.a.mov(edx, site)?;
+            }
+            _ => self.a.mov(edx, id)?,
+        }
+        if kind == EventKind::FuncExit {
+            let rax_at = self.regs_field(MachineReg::Rax);
+            self.a.mov(rcx, rax_at)?;
+        } else {
+            self.a.mov(rcx, args)?;
+        }
         match payload {
             Some(p) => self.lea_place(r8, p)?,
             None => self.a.xor(r8d, r8d)?,

@@ -30,6 +30,8 @@ pub enum Where {
     ArgumentProbes,
     /// uretprobe.
     ReturnProbes,
+    /// uprobe.
+    EntryProbes,
 }
 
 impl Where {
@@ -41,6 +43,7 @@ impl Where {
             Where::FunctionProbes => "uprobe and uretprobe probes",
             Where::ArgumentProbes => "uprobe and usdt probes",
             Where::ReturnProbes => "uretprobe probes",
+            Where::EntryProbes => "uprobe probes",
         }
     }
 }
@@ -71,6 +74,9 @@ pub struct Builtin {
     pub runs: Runs,
     /// Allowed only with `--unsafe`.
     pub needs_unsafe: bool,
+    /// Written by weft's own commands (`weft record`), not offered to users: left
+    /// out of suggestions and listings.
+    pub hidden: bool,
 }
 
 const fn f(name: &'static str, min_args: usize, max_args: usize) -> Builtin {
@@ -84,6 +90,7 @@ const fn f(name: &'static str, min_args: usize, max_args: usize) -> Builtin {
         only: Where::Anywhere,
         runs: Runs::Advice,
         needs_unsafe: false,
+        hidden: false,
     }
 }
 
@@ -119,6 +126,12 @@ impl Builtin {
     const fn only(self, only: Where) -> Builtin {
         Builtin { only, ..self }
     }
+    const fn hidden(self) -> Builtin {
+        Builtin {
+            hidden: true,
+            ..self
+        }
+    }
     const fn unsafe_only(self) -> Builtin {
         Builtin {
             needs_unsafe: true,
@@ -151,6 +164,16 @@ pub static TABLE: &[Builtin] = &[
     f("join", 1, 2).action(),
     f("system", 1, ANY).action().unsafe_only(),
     f("cat", 1, ANY).action(),
+    // `weft record`'s function entry (with its first N arguments, N a constant
+    // 0..=6) and exit events.
+    f("__weft_entry", 1, 1)
+        .action()
+        .only(Where::EntryProbes)
+        .hidden(),
+    f("__weft_exit", 0, 0)
+        .action()
+        .only(Where::ReturnProbes)
+        .hidden(),
     // A signal to the thread that hit the probe, from the advice.
     Builtin {
         void: true,
@@ -227,7 +250,7 @@ pub fn is_aggregation(name: &str) -> bool {
 pub fn function_names() -> impl Iterator<Item = &'static str> {
     TABLE
         .iter()
-        .filter(|b| b.form != Form::Variable)
+        .filter(|b| b.form != Form::Variable && !b.hidden)
         .map(|b| b.name)
 }
 

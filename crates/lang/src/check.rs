@@ -2221,6 +2221,7 @@ impl<'a> Checker<'a> {
             builtins::Where::FunctionProbes => |k| matches!(k, Kind::Uprobe | Kind::Uretprobe),
             builtins::Where::ArgumentProbes => |k| matches!(k, Kind::Uprobe | Kind::Usdt),
             builtins::Where::ReturnProbes => |k| k == Kind::Uretprobe,
+            builtins::Where::EntryProbes => |k| k == Kind::Uprobe,
         };
         if let Some(p) = self.all_kinds(ok) {
             self.err(
@@ -2426,6 +2427,19 @@ impl<'a> Checker<'a> {
                 if n == 1 {
                     int_at(self, 0);
                 }
+                Type::Void
+            }
+            "__weft_entry" => {
+                if arity(self) && !matches!(literal_int(&a[0]), Some(0..=6)) {
+                    self.err(
+                        a[0].span,
+                        format!("{name}(): the number of arguments is a constant from 0 to 6"),
+                    );
+                }
+                Type::Void
+            }
+            "__weft_exit" => {
+                arity(self);
                 Type::Void
             }
             "str" => {

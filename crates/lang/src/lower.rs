@@ -1410,6 +1410,34 @@ impl<'a> Fx<'a> {
                 });
                 Val::Unit
             }
+            "__weft_entry" => {
+                let n = match &args[0].kind {
+                    ExprKind::Int(v) => (*v).min(6) as u8,
+                    _ => 0,
+                };
+                let payload = (n > 0).then(|| {
+                    let p = self.temp(8 * u32::from(n));
+                    for i in 0..n {
+                        let v = self.ctx(CtxValue::Arg(i));
+                        self.store(p.at(8 * u32::from(i)), v, &Type::U64);
+                    }
+                    p
+                });
+                self.emit(Inst::Emit {
+                    kind: EventKind::FuncEntry,
+                    payload,
+                    len: 8 * u32::from(n),
+                });
+                Val::Unit
+            }
+            "__weft_exit" => {
+                self.emit(Inst::Emit {
+                    kind: EventKind::FuncExit,
+                    payload: None,
+                    len: 0,
+                });
+                Val::Unit
+            }
             "clear" | "zero" => {
                 let ExprKind::Map(m) = &args[0].kind else {
                     return Val::Unit;

@@ -1,5 +1,7 @@
 //! Records from the shared segment: the one place that reads the agent's rings.
 
+use std::sync::atomic::Ordering;
+
 use weft_abi::*;
 use weft_ir::{MapValue, Program};
 use weft_runtime::map;
@@ -19,6 +21,8 @@ pub struct Decoder {
     threads: std::collections::HashSet<(u32, u32)>,
     /// Events lost so far (reported as they grow).
     lost: u64,
+    /// Functions named so far, by process.
+    named: std::collections::HashSet<(u32, u64)>,
 }
 
 impl Decoder {
@@ -95,6 +99,36 @@ impl Decoder {
                     self.exited = true;
                     Event::Exit
                 }
+                EVENT_FUNC_ENTRY | EVENT_FUNC_EXIT
+                    if h.id < shm.header().site_count.load(Ordering::Acquire) =>
+                {
+                    let site = shm.site(h.id);
+                    let func = site.func;
+                    if self.named.insert((pid, func)) {
+                        out.push(Record {
+                            nsecs: h.nsecs,
+                            pid,
+                            tid,
+                            event: Event::Function {
+                                func,
+                                name: site_name(&site.name),
+                            },
+                        });
+                    }
+                    if h.kind == EVENT_FUNC_ENTRY {
+                        let args = e
+                            .payload
+                            .chunks_exact(8)
+                            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                            .collect();
+                        Event::FunctionEntry { func, args }
+                    } else {
+                        Event::FunctionExit {
+                            func,
+                            retval: u64::from(h.arg0) | (u64::from(h.arg1) << 32),
+                        }
+                    }
+                }
                 _ => continue,
             };
             out.push(Record {
@@ -138,6 +172,12 @@ impl Decoder {
     pub fn resume(&mut self) {
         self.exited = false;
     }
+}
+
+/// A site's name: its bytes up to the first NUL.
+fn site_name(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..end]).into_owned()
 }
 
 /// Map `id`'s merged entries now.

@@ -47,6 +47,14 @@ pub enum Event {
     /// Events were dropped because a thread's ring was full: how many since the
     /// last such record.
     Lost { events: u64 },
+    /// The record's thread entered function `func` (its address in the record's
+    /// process), with the first arguments when they were asked for.
+    FunctionEntry { func: u64, args: Vec<u64> },
+    /// The record's thread returned from function `func` with `retval`.
+    FunctionExit { func: u64, retval: u64 },
+    /// Function `func` of the record's process is called `name` (delivered once per
+    /// process and function, before its first entry or exit).
+    Function { func: u64, name: String },
 }
 
 /// A map's merged entries (every thread's, retired threads' included).

@@ -42,6 +42,9 @@ pub mod kind {
     pub const THREAD_STARTED: u16 = 12;
     pub const THREAD_ENDED: u16 = 13;
     pub const LOST: u16 = 14;
+    pub const FUNCTION_ENTRY: u16 = 15;
+    pub const FUNCTION_EXIT: u16 = 16;
+    pub const FUNCTION: u16 = 17;
 }
 
 /// Bytes of a frame after its length field and before its payload.
@@ -193,6 +196,23 @@ impl<W: Write> Sink for Writer<W> {
             Event::ThreadStarted => self.frame(kind::THREAD_STARTED, at, &[]),
             Event::ThreadEnded => self.frame(kind::THREAD_ENDED, at, &[]),
             Event::Lost { events } => self.frame(kind::LOST, at, &events.to_le_bytes()),
+            Event::FunctionEntry { func, args } => {
+                let mut p = Vec::with_capacity(8 * (1 + args.len()));
+                for v in std::iter::once(func).chain(args) {
+                    p.extend_from_slice(&v.to_le_bytes());
+                }
+                self.frame(kind::FUNCTION_ENTRY, at, &p)
+            }
+            Event::FunctionExit { func, retval } => {
+                let mut p = func.to_le_bytes().to_vec();
+                p.extend_from_slice(&retval.to_le_bytes());
+                self.frame(kind::FUNCTION_EXIT, at, &p)
+            }
+            Event::Function { func, name } => {
+                let mut p = func.to_le_bytes().to_vec();
+                p.extend_from_slice(name.as_bytes());
+                self.frame(kind::FUNCTION, at, &p)
+            }
         }
     }
 
@@ -348,6 +368,26 @@ impl<R: Read> Reader<R> {
                         .ok_or(ReadError::Corrupt("frame payload"))?,
                 ),
             },
+            kind::FUNCTION_ENTRY => {
+                let words = u64s(p).ok_or(ReadError::Corrupt("frame payload"))?;
+                let (&func, args) = words
+                    .split_first()
+                    .ok_or(ReadError::Corrupt("frame payload"))?;
+                Event::FunctionEntry {
+                    func,
+                    args: args.to_vec(),
+                }
+            }
+            kind::FUNCTION_EXIT => match u64s(p).as_deref() {
+                Some(&[func, retval]) => Event::FunctionExit { func, retval },
+                _ => return Err(ReadError::Corrupt("frame payload")),
+            },
+            kind::FUNCTION => Event::Function {
+                func: u64s(p.get(..8).unwrap_or(&[]))
+                    .and_then(|w| w.first().copied())
+                    .ok_or(ReadError::Corrupt("frame payload"))?,
+                name: String::from_utf8_lossy(&p[8..]).into_owned(),
+            },
             kind::FINAL_MAP => return Ok(Some(Frame::Final(read_map(p).ok_or(bad)?))),
             other => return Ok(Some(Frame::Unknown(other))),
         };
@@ -358,6 +398,15 @@ impl<R: Read> Reader<R> {
             event,
         })))
     }
+}
+
+/// `p` as little-endian 8-byte words (`None` if its length is not a multiple of 8).
+fn u64s(p: &[u8]) -> Option<Vec<u64>> {
+    p.len().is_multiple_of(8).then(|| {
+        p.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    })
 }
 
 fn read_map(p: &[u8]) -> Option<MapSnapshot> {
@@ -443,6 +492,22 @@ mod tests {
             at(Event::ThreadStarted),
             at(Event::ThreadEnded),
             at(Event::Lost { events: 12 }),
+            at(Event::Function {
+                func: 0x5555_0000_1234,
+                name: "ns::parse".into(),
+            }),
+            at(Event::FunctionEntry {
+                func: 0x5555_0000_1234,
+                args: vec![1, u64::MAX, 3],
+            }),
+            at(Event::FunctionEntry {
+                func: 0x5555_0000_1234,
+                args: vec![],
+            }),
+            at(Event::FunctionExit {
+                func: 0x5555_0000_1234,
+                retval: (-2i64) as u64,
+            }),
         ]
     }
 

@@ -1,0 +1,217 @@
+//! `weft record [-F PATTERN]... [--args N] [-o FILE] (-c CMD | -p PID | -- CMD ARGS)`:
+//! every entry and exit of the functions matching the patterns, per thread and
+//! timestamped, written to a record file (docs/record-format.md) as uftrace's
+//! `record` does. The session is `weft trace`'s, with a program written here: a
+//! uprobe and a uretprobe per pattern, whose advice emits the function events.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use weft_engine::{segment, target};
+use weft_trace::{Context as SinkContext, Event, MapSnapshot, Record, Sink};
+
+use crate::printer::OutputFormat;
+use crate::trace::{self, Target, TraceOptions};
+
+#[derive(Args, Debug, Clone)]
+pub struct RecordArgs {
+    /// Functions to record: a wildcard pattern over the functions of the traced
+    /// program (`parse_*`), or `BINARY:PATTERN` for a library's. Repeat it for
+    /// several; every function of the program by default.
+    #[arg(short = 'F', long = "functions", value_name = "PATTERN")]
+    pub functions: Vec<String>,
+    /// Record the first N integer arguments (0 to 6) of each call.
+    #[arg(long = "args", value_name = "N", default_value_t = 0,
+          value_parser = clap::value_parser!(u8).range(0..=6))]
+    pub args: u8,
+    /// The record file to write.
+    #[arg(short = 'o', value_name = "FILE", default_value = "weft.rec")]
+    pub output: PathBuf,
+    /// Launch this command (split like a shell would) and record it from its start.
+    #[arg(short = 'c', value_name = "CMD")]
+    pub command: Option<String>,
+    /// Record this running process from now on; repeat it (or give a comma list)
+    /// for several processes running the same program.
+    #[arg(short = 'p', value_name = "PID", value_parser = clap::value_parser!(i32).range(1..),
+          value_delimiter = ',')]
+    pub pids: Vec<i32>,
+    /// Children of the recorded processes join the recording.
+    #[arg(long = "follow-fork")]
+    pub follow_fork: bool,
+    /// Most target threads recording at once (default 1024).
+    #[arg(long = "max-threads", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_threads: Option<u32>,
+    /// No summary line at the end.
+    #[arg(short = 'q')]
+    pub quiet: bool,
+    /// How each site was woven, pause times.
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// The command to launch, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    pub cmd: Vec<String>,
+}
+
+/// Runs the subcommand: records until the command ends (or the processes do, or
+/// SIGINT), then says what was recorded.
+pub fn run(a: RecordArgs) -> Result<i32> {
+    let target = match (&a.command, a.pids.is_empty(), a.cmd.is_empty()) {
+        (Some(c), true, true) => Target::Launch(target::split_command(c)?),
+        (None, false, true) => Target::Attach(a.pids.clone()),
+        (None, true, false) => Target::Launch(a.cmd.clone()),
+        (None, true, true) => bail!("record needs a target: -c CMD, -p PID or -- CMD ARGS"),
+        _ => bail!("give only one of -c CMD, -p PID and -- CMD ARGS..."),
+    };
+    let program = match &target {
+        Target::Launch(argv) => target::which(&argv[0])
+            .and_then(|p| p.canonicalize().ok())
+            .ok_or_else(|| anyhow!("{}: command not found", argv[0]))?,
+        Target::Attach(pids) => std::fs::read_link(format!("/proc/{}/exe", pids[0]))
+            .with_context(|| format!("no process with pid {}", pids[0]))?,
+        Target::None => unreachable!("a target was required above"),
+    };
+    let patterns = if a.functions.is_empty() {
+        vec!["*".to_string()]
+    } else {
+        a.functions.clone()
+    };
+    let text = program_text(&program, &patterns, a.args)?;
+    let out = crate::front_end(&text, "weft record", &weft_lang::Options::default())?;
+    if !out.diagnostics.is_empty() {
+        eprint!(
+            "{}",
+            weft_lang::render(&out.diagnostics, &text, "weft record")
+        );
+    }
+    let Some(prog) = out.program else {
+        return Ok(1);
+    };
+    let opts = TraceOptions {
+        target,
+        output: None,
+        record: Some(a.output.clone()),
+        format: OutputFormat::Text,
+        quiet: true,
+        verbose: a.verbose,
+        unsafe_ok: false,
+        sizes: segment::Sizes {
+            max_threads: a
+                .max_threads
+                .unwrap_or(segment::Sizes::default().max_threads),
+            ..segment::Sizes::default()
+        },
+        inline: true,
+        all_or_nothing: false,
+        follow_fork: a.follow_fork,
+        print: false,
+    };
+    let mut tally = Tally::default();
+    let code = trace::run_with(&prog, &opts, &mut [&mut tally])?;
+    if !a.quiet {
+        eprintln!(
+            "weft: recorded {} entries and {} exits of {} functions in {} threads to {}",
+            tally.entries,
+            tally.exits,
+            tally.functions.len(),
+            tally.threads.len(),
+            a.output.display()
+        );
+    }
+    Ok(code)
+}
+
+/// The program `weft record` runs: for each pattern, advice at the entry and the
+/// return of every function it matches.
+fn program_text(program: &Path, patterns: &[String], args: u8) -> Result<String> {
+    let mut text = String::new();
+    for p in patterns {
+        let (binary, functions) = split_pattern(p, program);
+        if functions.is_empty()
+            || !functions
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_*?.$@".contains(&b))
+        {
+            bail!("-F {p}: not a function pattern (names, with * and ? as wildcards)");
+        }
+        if binary.contains(|c: char| c.is_whitespace() || "{}\"".contains(c)) {
+            bail!("-F {p}: the binary's path cannot hold spaces, braces or quotes");
+        }
+        text.push_str(&format!(
+            "uprobe:{binary}:{functions} {{ __weft_entry({args}); }}\n\
+             uretprobe:{binary}:{functions} {{ __weft_exit(); }}\n"
+        ));
+    }
+    Ok(text)
+}
+
+/// `BINARY:PATTERN` or a pattern over `program`'s functions. A `::` (a C++
+/// scope) does not separate a binary.
+fn split_pattern<'p>(p: &'p str, program: &Path) -> (String, &'p str) {
+    match p.split_once(':') {
+        Some((bin, rest)) if !bin.is_empty() && !rest.starts_with(':') => (bin.to_string(), rest),
+        _ => (program.display().to_string(), p),
+    }
+}
+
+/// Counts what was recorded, for the closing line.
+#[derive(Default)]
+struct Tally {
+    entries: u64,
+    exits: u64,
+    functions: HashSet<(u32, u64)>,
+    threads: HashSet<(u32, u32)>,
+}
+
+impl Sink for Tally {
+    fn record(&mut self, r: &Record, _cx: &SinkContext<'_>) {
+        match &r.event {
+            Event::FunctionEntry { func, .. } => {
+                self.entries += 1;
+                self.functions.insert((r.pid, *func));
+                self.threads.insert((r.pid, r.tid));
+            }
+            Event::FunctionExit { .. } => self.exits += 1,
+            _ => {}
+        }
+    }
+    fn finish(&mut self, _maps: &[MapSnapshot], _cx: &SinkContext<'_>) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_name_a_binary_or_the_program() {
+        let prog = Path::new("/bin/app");
+        assert_eq!(
+            split_pattern("parse_*", prog),
+            ("/bin/app".to_string(), "parse_*")
+        );
+        assert_eq!(
+            split_pattern("/lib/libz.so.1:inflate*", prog),
+            ("/lib/libz.so.1".to_string(), "inflate*")
+        );
+        assert_eq!(
+            split_pattern("ns::run", prog),
+            ("/bin/app".to_string(), "ns::run")
+        );
+    }
+
+    #[test]
+    fn the_program_has_an_entry_and_a_return_probe_per_pattern() {
+        let text = program_text(Path::new("/bin/app"), &["a*".into(), "b".into()], 2).unwrap();
+        assert_eq!(
+            text,
+            "uprobe:/bin/app:a* { __weft_entry(2); }\n\
+             uretprobe:/bin/app:a* { __weft_exit(); }\n\
+             uprobe:/bin/app:b { __weft_entry(2); }\n\
+             uretprobe:/bin/app:b { __weft_exit(); }\n"
+        );
+        assert!(program_text(Path::new("/bin/app"), &["a b".into()], 0).is_err());
+        assert!(program_text(Path::new("/bin/app"), &["".into()], 0).is_err());
+    }
+}

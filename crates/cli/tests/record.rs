@@ -1,0 +1,336 @@
+//! `weft record`: function entries and exits of real C programs, read back from the
+//! record file (by weft's reader and by the Python one) and checked call by call.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use weft_trace::record::{Frame, Reader};
+use weft_trace::{Event, Record};
+
+const T: Duration = Duration::from_secs(60);
+
+/// The function records of a file, and the names of the functions by (pid, address).
+fn read(path: &Path) -> (Vec<Record>, HashMap<(u32, u64), String>) {
+    let f = std::fs::File::open(path).unwrap();
+    let mut r = Reader::new(std::io::BufReader::new(f)).unwrap();
+    let (mut records, mut names) = (Vec::new(), HashMap::new());
+    while let Some(frame) = r.next_frame().unwrap() {
+        let Frame::Record(rec) = frame else { continue };
+        match &rec.event {
+            Event::Function { func, name } => {
+                let old = names.insert((rec.pid, *func), name.clone());
+                assert!(old.is_none(), "{name} named twice");
+            }
+            Event::FunctionEntry { func, .. } | Event::FunctionExit { func, .. } => {
+                assert!(
+                    names.contains_key(&(rec.pid, *func)),
+                    "function {func:#x} used before it was named"
+                );
+                records.push(rec);
+            }
+            _ => {}
+        }
+    }
+    (records, names)
+}
+
+/// What calltree.c's threads (t = 1..=threads) and main (t = 100) call.
+struct Calls {
+    /// Per function: entries, exits.
+    counts: BTreeMap<String, (u64, u64)>,
+    /// `run(t)`'s arguments, sorted.
+    run_args: Vec<u64>,
+    /// `parse(i, t)`'s argument pairs, sorted.
+    parse_args: Vec<(u64, u64)>,
+    /// `leaf`'s return values, sorted.
+    leaf_returns: Vec<u64>,
+    threads: usize,
+}
+
+/// Walks each thread's records as a call stack: every exit closes that thread's
+/// latest entry, run calls parse calls leaf, time never goes back.
+fn calls(records: &[Record], names: &HashMap<(u32, u64), String>) -> Calls {
+    let mut c = Calls {
+        counts: BTreeMap::new(),
+        run_args: Vec::new(),
+        parse_args: Vec::new(),
+        leaf_returns: Vec::new(),
+        threads: 0,
+    };
+    let mut stacks: HashMap<(u32, u32), (Vec<String>, u64)> = HashMap::new();
+    for r in records {
+        let (stack, last) = stacks.entry((r.pid, r.tid)).or_default();
+        assert!(r.nsecs >= *last, "time went back on thread {}", r.tid);
+        *last = r.nsecs;
+        match &r.event {
+            Event::FunctionEntry { func, args } => {
+                let name = names[&(r.pid, *func)].clone();
+                let parent = stack.last().map(String::as_str);
+                let want_parent = match name.as_str() {
+                    "run" => None,
+                    "parse" => Some("run"),
+                    "leaf" => Some("parse"),
+                    other => panic!("unexpected function {other}"),
+                };
+                assert_eq!(parent, want_parent, "{name} called from {parent:?}");
+                match name.as_str() {
+                    "run" => c.run_args.push(args[0]),
+                    "parse" => c.parse_args.push((args[0], args[1])),
+                    _ => {}
+                }
+                assert_eq!(args.len(), 2);
+                c.counts.entry(name.clone()).or_default().0 += 1;
+                stack.push(name);
+            }
+            Event::FunctionExit { func, retval } => {
+                let name = &names[&(r.pid, *func)];
+                assert_eq!(stack.pop().as_ref(), Some(name), "exit of {name} unopened");
+                if name == "leaf" {
+                    c.leaf_returns.push(*retval);
+                }
+                c.counts.entry(name.clone()).or_default().1 += 1;
+            }
+            _ => unreachable!(),
+        }
+    }
+    for (t, (stack, _)) in &stacks {
+        assert!(stack.is_empty(), "thread {t:?} left {stack:?} open");
+    }
+    c.threads = stacks.len();
+    c.run_args.sort();
+    c.parse_args.sort();
+    c.leaf_returns.sort();
+    c
+}
+
+/// What `calls` must find for calltree.c run with `ts` as its callers' `t`.
+fn check_calltree(c: &Calls, ts: &[u64]) {
+    let n = ts.len() as u64;
+    let want: BTreeMap<String, (u64, u64)> = [
+        ("leaf".to_string(), (6 * n, 6 * n)),
+        ("parse".to_string(), (3 * n, 3 * n)),
+        ("run".to_string(), (n, n)),
+    ]
+    .into();
+    assert_eq!(c.counts, want);
+    let mut run_args = ts.to_vec();
+    run_args.sort();
+    assert_eq!(c.run_args, run_args);
+    let mut parse_args: Vec<(u64, u64)> = ts
+        .iter()
+        .flat_map(|&t| (0..3).map(move |i| (i, t)))
+        .collect();
+    parse_args.sort();
+    assert_eq!(c.parse_args, parse_args);
+    let mut leaf: Vec<u64> = ts
+        .iter()
+        .flat_map(|&t| (0..3).flat_map(move |i| [3 * (i + t), 3 * (i * t)]))
+        .collect();
+    leaf.sort();
+    assert_eq!(c.leaf_returns, leaf);
+    assert_eq!(c.threads, ts.len());
+}
+
+#[test]
+fn record_writes_the_exact_call_tree_of_every_thread() {
+    for v in all_variants() {
+        let bin = build("calltree.c", v, &["-pthread"]);
+        let dir = tempdir();
+        let file = dir.join("calltree.rec");
+        let o = weft(
+            &[
+                "record",
+                "-F",
+                "run",
+                "-F",
+                "parse",
+                "-F",
+                "leaf",
+                "--args",
+                "2",
+                "-o",
+                file.to_str().unwrap(),
+                "--",
+                bin.to_str().unwrap(),
+                "3",
+            ],
+            T,
+        );
+        let out = ok(&o);
+        assert_eq!(out, format!("sum={}\n", calltree_sum(&[1, 2, 3, 100])));
+        assert!(
+            text(&o.stderr)
+                .contains("weft: recorded 40 entries and 40 exits of 3 functions in 4 threads to"),
+            "{}",
+            text(&o.stderr)
+        );
+        let (records, names) = read(&file);
+        let mut named: Vec<&str> = names.values().map(String::as_str).collect();
+        named.sort();
+        assert_eq!(named, ["leaf", "parse", "run"], "{v:?}");
+        check_calltree(&calls(&records, &names), &[1, 2, 3, 100]);
+
+        // The same file through the reader that is not weft.
+        let dump = std::process::Command::new(repo_root().join("scripts/weft-record-dump"))
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(dump.status.success(), "{}", text(&dump.stderr));
+        let lines = text(&dump.stdout);
+        let count = |kind: &str, func: &str| {
+            lines
+                .lines()
+                .filter(|l| {
+                    l.contains(&format!("\"kind\": \"{kind}\""))
+                        && l.contains(&format!("\"function\": \"{func}\""))
+                })
+                .count()
+        };
+        assert_eq!(
+            (count("entry", "leaf"), count("exit", "leaf")),
+            (24, 24),
+            "{v:?}"
+        );
+        assert_eq!(count("entry", "run"), 4);
+        assert!(lines.contains("\"function\": \"leaf\", \"address\": "));
+        assert!(
+            lines.contains("\"retval\": 306"),
+            "leaf(2 + 100) returning 306 is missing"
+        );
+    }
+}
+
+/// calltree.c's printed sum when its callers pass `ts`.
+fn calltree_sum(ts: &[u64]) -> String {
+    let s: u64 = ts
+        .iter()
+        .flat_map(|&t| (0..3).map(move |i| 3 * (i + t) + 3 * (i * t)))
+        .sum();
+    s.to_string()
+}
+
+/// A running process, recorded from the moment weft attaches: its calls after
+/// that, all of them, and nothing else.
+#[test]
+fn record_an_attached_process_until_it_exits() {
+    use std::io::Write;
+    let bin = build("calltree.c", Variant::O2_PIE, &["-pthread"]);
+    let mut t = std::process::Command::new(&bin)
+        .args(["2", "wait"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dir = tempdir();
+    let file = dir.join("attached.rec");
+    let pid = t.id().to_string();
+    let w = std::process::Command::new(weft_bin())
+        .args([
+            "record",
+            "--args",
+            "2",
+            "-o",
+            file.to_str().unwrap(),
+            "-p",
+            &pid,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Woven when the code differs from the file; the target, blocked reading its
+    // input, makes its calls only after that.
+    let start = std::time::Instant::now();
+    while code_matches_file(t.id() as i32, &bin) {
+        assert!(start.elapsed() < T, "weft never wove the target");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    t.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let got = t.wait_with_output().unwrap();
+    assert!(got.status.success());
+    assert_eq!(
+        text(&got.stdout),
+        format!("sum={}\n", calltree_sum(&[1, 2, 100]))
+    );
+    let o = wait_output(w, T);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    // Every function of the program was recorded (the default pattern); the ones
+    // of the call tree are exactly its calls.
+    let (records, names) = read(&file);
+    let tree: Vec<Record> = records
+        .into_iter()
+        .filter(|r| match &r.event {
+            Event::FunctionEntry { func, .. } | Event::FunctionExit { func, .. } => {
+                matches!(names[&(r.pid, *func)].as_str(), "run" | "parse" | "leaf")
+            }
+            _ => false,
+        })
+        .collect();
+    check_calltree(&calls(&tree, &names), &[1, 2, 100]);
+    let main_entries = names
+        .iter()
+        .filter(|(_, n)| n.as_str() == "thread_main")
+        .count();
+    assert_eq!(main_entries, 1, "{names:?}");
+}
+
+#[test]
+fn record_refuses_bad_requests_clearly() {
+    let bin = build("calltree.c", Variant::O2_PIE, &["-pthread"]);
+    let b = bin.to_str().unwrap();
+    let dir = tempdir();
+    let file = dir.join("refused.rec");
+    let f = file.to_str().unwrap();
+    for (args, want) in [
+        (vec!["record", "-o", f], "weft: record needs a target"),
+        (
+            vec!["record", "-o", f, "--args", "7", "--", b],
+            "7 is not in 0..=6",
+        ),
+        (
+            vec!["record", "-o", f, "-F", "a b", "--", b],
+            "-F a b: not a function pattern",
+        ),
+        (
+            vec![
+                "record",
+                "-o",
+                f,
+                "-F",
+                "no_such_function_anywhere",
+                "--",
+                b,
+            ],
+            "function `no_such_function_anywhere` not found",
+        ),
+        (
+            vec!["record", "-o", "/nonexistent/dir/x.rec", "--", b],
+            "creating /nonexistent/dir/x.rec",
+        ),
+        (
+            vec!["record", "-o", f, "--", "/nonexistent/program"],
+            "/nonexistent/program: command not found",
+        ),
+    ] {
+        let o = weft(&args, T);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        let err = text(&o.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+/// A fresh directory under the target dir (removed with it).
+fn tempdir() -> std::path::PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let d = repo_root().join("target/tmp").join(format!(
+        "record-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
