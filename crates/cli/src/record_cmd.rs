@@ -69,8 +69,17 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         Target::Launch(argv) => target::which(&argv[0])
             .and_then(|p| p.canonicalize().ok())
             .ok_or_else(|| anyhow!("{}: command not found", argv[0]))?,
-        Target::Attach(pids) => std::fs::read_link(format!("/proc/{}/exe", pids[0]))
-            .with_context(|| format!("no process with pid {}", pids[0]))?,
+        // A program replaced on disk while it runs (an upgrade) still names its
+        // path; weft reads the mapped file itself, not the new one.
+        Target::Attach(pids) => {
+            let exe = std::fs::read_link(format!("/proc/{}/exe", pids[0]))
+                .with_context(|| format!("no process with pid {}", pids[0]))?;
+            let s = exe.to_string_lossy();
+            match s.strip_suffix(" (deleted)") {
+                Some(p) => PathBuf::from(p),
+                None => exe,
+            }
+        }
         Target::None => unreachable!("a target was required above"),
     };
     let patterns = if a.functions.is_empty() {

@@ -217,14 +217,37 @@ fn calltree_sum(ts: &[u64]) -> String {
 /// that, all of them, and nothing else.
 #[test]
 fn record_an_attached_process_until_it_exits() {
-    use std::io::Write;
     let bin = build("calltree.c", Variant::O2_PIE, &["-pthread"]);
-    let mut t = std::process::Command::new(&bin)
+    record_attached(&bin, |_| ());
+}
+
+/// A program upgraded on disk while it runs (a new file renamed over its path):
+/// weft records the code the process runs, read from its mapping, and names the
+/// program by its path, not "PATH (deleted)".
+#[test]
+fn record_a_process_whose_program_was_replaced_on_disk() {
+    let built = build("calltree.c", Variant::O2_PIE, &["-pthread"]);
+    let dir = tempdir();
+    let bin = dir.join("calltree");
+    std::fs::copy(&built, &bin).unwrap();
+    record_attached(&bin, |bin| {
+        let new = bin.with_extension("new");
+        std::fs::copy(bin, &new).unwrap();
+        std::fs::rename(&new, bin).unwrap();
+    });
+}
+
+/// Starts `bin` waiting for its input, calls `meddle` with it, records it with
+/// `weft record -p` and checks the call tree.
+fn record_attached(bin: &Path, meddle: impl FnOnce(&Path)) {
+    use std::io::Write;
+    let mut t = std::process::Command::new(bin)
         .args(["2", "wait"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    meddle(bin);
     let dir = tempdir();
     let file = dir.join("attached.rec");
     let pid = t.id().to_string();
@@ -245,8 +268,24 @@ fn record_an_attached_process_until_it_exits() {
     // Woven when the code differs from the file; the target, blocked reading its
     // input, makes its calls only after that.
     let start = std::time::Instant::now();
-    while code_matches_file(t.id() as i32, &bin) {
-        assert!(start.elapsed() < T, "weft never wove the target");
+    let mut w = w;
+    while code_matches_file(t.id() as i32, bin) {
+        if w.try_wait().unwrap().is_some() {
+            let o = w.wait_with_output().unwrap();
+            let _ = t.kill();
+            panic!(
+                "weft ended before weaving ({}): {}{}",
+                o.status,
+                text(&o.stdout),
+                text(&o.stderr)
+            );
+        }
+        if start.elapsed() > T {
+            let _ = w.kill();
+            let o = w.wait_with_output().unwrap();
+            let _ = t.kill();
+            panic!("weft never wove the target: {}", text(&o.stderr));
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
     t.stdin.take().unwrap().write_all(b"go\n").unwrap();

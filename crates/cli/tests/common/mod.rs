@@ -87,28 +87,7 @@ pub fn build(src: &str, variant: Variant, extra: &[&str]) -> PathBuf {
         .join(&tag);
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(stem);
-    let src_time = std::fs::metadata(&source).unwrap().modified().unwrap();
-    if std::fs::metadata(&out)
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| t >= src_time)
-    {
-        return out;
-    }
-    let cxx = src.ends_with(".cc");
-    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{stem}.{}.{n}", std::process::id()));
-    let status = Command::new(if cxx { "g++" } else { "gcc" })
-        .args(variant.flags())
-        .args(extra)
-        .arg("-o")
-        .arg(&tmp)
-        .arg(&source)
-        .arg("-lpthread")
-        .status()
-        .expect("running the compiler");
-    assert!(status.success(), "compiling {src} ({tag}) failed");
-    std::fs::rename(&tmp, &out).unwrap();
+    compile_once(&source, &out, variant, extra, &tag);
     out
 }
 
@@ -324,36 +303,44 @@ pub fn build_in(dir: &str, src: &str, variant: Variant, extra: &[&str]) -> PathB
         .join(&tag);
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join(stem);
-    let src_time = std::fs::metadata(&source).unwrap().modified().unwrap();
-    if std::fs::metadata(&out)
+    compile_once(&source, &out, variant, extra, &tag);
+    out
+}
+
+/// Compiles `source` to `out` unless `out` is newer. Tests run in threads of one
+/// process (and suites in several processes) and two of them may want the same
+/// target at once: a lock per output (`flock`, which also excludes two opens in
+/// one process) makes the second wait for the first and reuse its file. Replacing
+/// a file a running target maps left that target's program "(deleted)", and a
+/// compiler writing it while the other starts it made "Text file busy".
+fn compile_once(source: &Path, out: &Path, variant: Variant, extra: &[&str], tag: &str) {
+    let name = source.file_name().unwrap().to_str().unwrap();
+    let lock = std::fs::File::create(out.with_file_name(format!(".{name}.lock"))).unwrap();
+    lock.lock().unwrap();
+    let src_time = std::fs::metadata(source).unwrap().modified().unwrap();
+    if std::fs::metadata(out)
         .and_then(|m| m.modified())
         .is_ok_and(|t| t >= src_time)
     {
-        return out;
+        return;
     }
-    let cxx = src.ends_with(".cc");
-    // One name per build: tests run in threads of one process, and two of them may
-    // build the same target at once (one renaming the file the other still writes
-    // made "Text file busy" and "No such file" failures).
-    static BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = out_dir.join(format!(".{stem}.{}.{n}", std::process::id()));
-    let o = Command::new(if cxx { "g++" } else { "gcc" })
+    let tmp = out.with_file_name(format!(".{name}.{}", std::process::id()));
+    let o = Command::new(if name.ends_with(".cc") { "g++" } else { "gcc" })
         .args(variant.flags())
         .args(extra)
         .arg("-o")
         .arg(&tmp)
-        .arg(&source)
+        .arg(source)
         .arg("-lpthread")
         .output()
         .expect("running the compiler");
     assert!(
         o.status.success(),
-        "compiling {dir}/{src} ({tag}) failed:\n{}",
+        "compiling {} ({tag}) failed:\n{}",
+        source.display(),
         text(&o.stderr)
     );
-    std::fs::rename(&tmp, &out).unwrap();
-    out
+    std::fs::rename(&tmp, out).unwrap();
 }
 
 /// Like [`code_matches_file`], over every file-backed executable mapping of `pid`
