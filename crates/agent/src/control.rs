@@ -140,7 +140,7 @@ fn serve_requests(reaper: &mut reap::Reaper, mut seen: u32) -> ! {
         }
         seen = now;
         let name = request_name();
-        if let Ok(fd) = proto::connect(&name) {
+        if let Ok(fd) = proto::connect(&name).map(crate::fds::high) {
             if peer_allowed(fd.as_raw_fd()) {
                 remember_socket(&name);
                 serve(fd, reaper, None);
@@ -183,11 +183,14 @@ pub fn start_forked(parent: u32, parent_space: u32) -> bool {
             let _ = std::panic::catch_unwind(move || {
                 mark_control_thread();
                 let mut reaper = reap::Reaper::default();
-                match proto::connect(&name) {
+                match proto::connect(&name).map(crate::fds::high) {
                     Ok(fd) if peer_allowed(fd.as_raw_fd()) => {
                         serve(fd, &mut reaper, Some((parent, parent_space)));
                     }
-                    _ => weft_gone(None),
+                    _ => {
+                        weft_gone(None);
+                        patch::close_mem();
+                    }
                 }
                 // Later sessions (`weft -p CHILD`) are served as in any process
                 // (requests the parent had are not the child's).
@@ -266,6 +269,13 @@ fn hello(parent: u32, parent_space: u32) -> Hello {
 /// keep weft's signal handlers in front (every 500 ms) and give new threads their
 /// profile timers (every 100 ms while profiling).
 fn serve(fd: OwnedFd, reaper: &mut reap::Reaper, forked: Option<(u32, u32)>) {
+    patch::open_mem();
+    serve_session(fd, reaper, forked);
+    // Sites are restored (by weft, or by `weft_gone`): nothing is written any more.
+    patch::close_mem();
+}
+
+fn serve_session(fd: OwnedFd, reaper: &mut reap::Reaper, forked: Option<(u32, u32)>) {
     let sock = fd.as_raw_fd();
     let (parent, parent_space) = forked.unwrap_or((0, 0));
     if proto::send(sock, &Msg::Hello(hello(parent, parent_space)), None).is_err() {

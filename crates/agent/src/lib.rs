@@ -20,6 +20,7 @@
 //! No Rust panic may unwind into the target: entry points catch unwinding.
 
 mod control;
+mod fds;
 mod patch;
 mod profile;
 mod reap;
@@ -43,7 +44,6 @@ fn init() {
     if threads::init().is_err() {
         return;
     }
-    patch::init();
     // Faults that are not weft's go to the target's (virtual) disposition.
     let chain: fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = signals::chain;
     weft_runtime::safe::CHAIN.store(chain as usize, core::sync::atomic::Ordering::Release);
@@ -90,7 +90,7 @@ fn launch_socket() -> Option<OwnedFd> {
         }
     }
     control::remember_socket(&name);
-    weft_runtime::proto::connect(&name).ok()
+    weft_runtime::proto::connect(&name).ok().map(fds::high)
 }
 
 /// In a child after fork(), while it has a single thread.
@@ -131,6 +131,7 @@ extern "C" fn after_fork_child() {
         // The mappings are the parent's too (MAP_SHARED): never unmap them here.
         std::mem::forget(s);
     }
+    patch::close_mem();
 }
 
 /// Start address of the agent's ELF image, for weft's symbol lookups.

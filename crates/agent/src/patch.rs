@@ -36,10 +36,25 @@ fn membarrier(cmd: i32) -> i64 {
     unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) }
 }
 
-pub fn init() {
+/// Opens `/proc/self/mem` for the session being served (high, see `fds`), unless
+/// it is open.
+pub fn open_mem() {
+    if MEM_FD.load(Ordering::Acquire) >= 0 {
+        return;
+    }
     // SAFETY: opening our own /proc/self/mem.
     let fd = unsafe { libc::open(c"/proc/self/mem".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    MEM_FD.store(fd, Ordering::Release);
+    MEM_FD.store(crate::fds::high_raw(fd), Ordering::Release);
+}
+
+/// Closes `/proc/self/mem` once no session is served: between sessions the agent
+/// holds no descriptor.
+pub fn close_mem() {
+    let fd = MEM_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: closing the descriptor only the agent uses.
+        unsafe { libc::close(fd) };
+    }
 }
 
 /// Registers the process for expedited membarriers, the first time they are needed.
@@ -86,20 +101,16 @@ fn sync_core() {
     }
 }
 
-/// In the child of a fork(): the inherited `/proc/self/mem` descriptor still refers
-/// to the *parent's* address space (the kernel binds it to the mm at open time), so
-/// writing through it would patch the parent. Reopen it for the child's own memory.
+/// In the child of a fork(): the inherited `/proc/self/mem` descriptor (open while
+/// a session is served) still refers to the *parent's* address space (the kernel
+/// binds it to the mm at open time), so writing through it would patch the parent.
+/// Reopen it for the child's own memory.
 /// The child's new mm is not registered for `membarrier` either: it registers on
 /// first use, like the parent.
 pub fn after_fork_child() {
-    // SAFETY: opening our own /proc/self/mem; closing the inherited descriptor, which
-    // only the agent uses.
-    unsafe {
-        let fd = libc::open(c"/proc/self/mem".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-        let old = MEM_FD.swap(fd, Ordering::AcqRel);
-        if old >= 0 {
-            libc::close(old);
-        }
+    if MEM_FD.load(Ordering::Acquire) >= 0 {
+        close_mem();
+        open_mem();
     }
     BARRIER.store(BARRIER_UNKNOWN, Ordering::Release);
 }

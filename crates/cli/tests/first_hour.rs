@@ -1,0 +1,203 @@
+//! What a new user meets in the first hour: a target left exactly as it was, the
+//! way sessions end, listing probes, and messages.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::Duration;
+
+use common::*;
+
+const T: Duration = Duration::from_secs(60);
+
+/// `fdtable`, driven line by line through its stdin.
+struct Driven {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+}
+
+impl Driven {
+    fn start(bin: &std::path::Path) -> Driven {
+        let mut child = Command::new(bin)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        Driven {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends `cmd` and returns the line it answers.
+    fn ask(&mut self, cmd: &str) -> String {
+        writeln!(self.stdin.as_mut().unwrap(), "{cmd}").unwrap();
+        self.next()
+    }
+
+    fn next(&self) -> String {
+        self.lines.recv_timeout(T).expect("the target answered")
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `pid`'s descriptors: number and what each one is.
+fn fd_table(pid: i32) -> BTreeSet<(i32, String)> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let n: i32 = e.file_name().to_str().unwrap().parse().unwrap();
+            let what = std::fs::read_link(e.path())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            // Pipes and sockets are named by inode: the same object keeps its name.
+            (n, what)
+        })
+        .collect()
+}
+
+fn threads(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count()
+}
+
+/// `pid`'s mappings, by what backs them (a path, a pseudo-name or nothing), with
+/// their addresses.
+fn mappings(pid: i32) -> BTreeSet<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            format!("{} {}", f[0], f.get(5..).map(|r| r.join(" ")).unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The lowest descriptor the agent may hold: 64 below the lower of the process's
+/// soft `RLIMIT_NOFILE` and 1024.
+fn agent_floor(pid: i32) -> i32 {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .and_then(|s| s.parse::<i64>().ok())
+        .unwrap();
+    (soft.min(1024) - 64) as i32
+}
+
+/// A launched program's first `open` gets descriptor 3, as without weft: the
+/// agent's descriptors sit at the top of the range.
+#[test]
+fn a_launched_program_opens_descriptor_3_first() {
+    let bin = build("fdtable.c", Variant::O2_PIE, &[]);
+    let b = bin.to_str().unwrap();
+    let mut w = Command::new(weft_bin())
+        .args(["-e", &format!("uprobe:{b}:step {{ @c = count(); }}"), "-c", b])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    w.stdin
+        .take()
+        .unwrap()
+        .write_all(b"call 7\nopen\n")
+        .unwrap();
+    let o = wait_output(w, T);
+    let out = ok(&o);
+    assert!(out.contains("first=3\ncalled 7\nfd=3\n"), "{out}");
+    assert_eq!(map_value(&out, "@c"), Some(7), "{out}");
+}
+
+/// Attached and detached, twice: the target's descriptor table is what it was,
+/// its first free descriptor stays the lowest during the session, and no mapping
+/// or thread of a session remains.
+#[test]
+fn an_attach_leaves_descriptors_and_mappings_as_they_were() {
+    let bin = build("fdtable.c", Variant::O2_PIE, &[]);
+    let b = bin.to_str().unwrap();
+    let mut t = Driven::start(&bin);
+    assert_eq!(t.next(), "first=3");
+    for round in 0..2 {
+        let (fds, tasks, maps) = (fd_table(t.pid()), threads(t.pid()), mappings(t.pid()));
+        let prog = format!("uprobe:{b}:step {{ @c = count(); }}");
+        let mut w = Background::start(&["-e", &prog, "-p", &t.pid().to_string()]);
+        w.wait_line("Attaching", true, T);
+        while code_matches_file(t.pid(), &bin) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // During the session: the program's next descriptor is still its lowest
+        // free one, and every descriptor the agent added is at the top.
+        assert_eq!(t.ask("open"), "fd=3");
+        let floor = agent_floor(t.pid());
+        let during = fd_table(t.pid());
+        let added: Vec<_> = during.difference(&fds).collect();
+        assert!(!added.is_empty(), "the agent holds its socket");
+        for (n, what) in &added {
+            assert!(*n >= floor, "agent descriptor {n} ({what}) below {floor}");
+        }
+        assert_eq!(t.ask("call 11"), "called 11");
+        w.signal(libc::SIGINT);
+        let o = w.finish(T);
+        assert_eq!(map_value(&ok(&o), "@c"), Some(11), "round {round}");
+        assert!(code_matches_file(t.pid(), &bin));
+        // The agent's control thread and code are released asynchronously of the
+        // target: wait for the table to settle, bounded.
+        let start = std::time::Instant::now();
+        while fd_table(t.pid()) != fds && start.elapsed() < T {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(fd_table(t.pid()), fds, "round {round}");
+        // The first session leaves the agent resident (its library and what it
+        // links, its idle control thread, its thread table's address space: the
+        // README says so); no session leaves anything of its own, so the second
+        // one leaves the process exactly as the first left it.
+        let after = mappings(t.pid());
+        if round > 0 {
+            let new: Vec<_> = after.difference(&maps).collect();
+            assert!(new.is_empty(), "mappings left: {new:?}");
+            assert_eq!(threads(t.pid()), tasks);
+        } else {
+            assert!(after.iter().any(|m| m.contains("libweft_agent.so")));
+            assert_eq!(threads(t.pid()), tasks + 1, "one idle agent thread");
+        }
+        // (Anonymous mappings may merge with the agent's new neighbours.)
+        let gone: Vec<_> = maps
+            .difference(&after)
+            .filter(|m| !m.ends_with(' '))
+            .collect();
+        assert!(gone.is_empty(), "round {round}: mappings lost: {gone:?}");
+        assert_eq!(t.ask("open"), "fd=3");
+    }
+    t.stdin.take();
+    assert!(t.child.wait().unwrap().success());
+}
