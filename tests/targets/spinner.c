@@ -1,5 +1,7 @@
 /* Runs until killed, checking its own results: tick(s) must return s + 1.
- * Prints "ready" once started; exits 3 on a wrong result. Used by attach tests. */
+ * Prints "ready" once started; exits 3 on a wrong result. Used by attach tests.
+ * Built with -DIGNORE_TERM it ignores SIGTERM. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -16,6 +18,9 @@ __attribute__((noinline)) long square(long x) {
 
 int main(void) {
   long s = 0;
+#ifdef IGNORE_TERM
+  signal(SIGTERM, SIG_IGN);
+#endif
   printf("ready\n");
   fflush(stdout);
   for (long i = 1;; i++) {

@@ -96,7 +96,11 @@ fn mappings(pid: i32) -> BTreeSet<String> {
         .lines()
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            format!("{} {}", f[0], f.get(5..).map(|r| r.join(" ")).unwrap_or_default())
+            format!(
+                "{} {}",
+                f[0],
+                f.get(5..).map(|r| r.join(" ")).unwrap_or_default()
+            )
         })
         .collect()
 }
@@ -121,7 +125,12 @@ fn a_launched_program_opens_descriptor_3_first() {
     let bin = build("fdtable.c", Variant::O2_PIE, &[]);
     let b = bin.to_str().unwrap();
     let mut w = Command::new(weft_bin())
-        .args(["-e", &format!("uprobe:{b}:step {{ @c = count(); }}"), "-c", b])
+        .args([
+            "-e",
+            &format!("uprobe:{b}:step {{ @c = count(); }}"),
+            "-c",
+            b,
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -200,4 +209,65 @@ fn an_attach_leaves_descriptors_and_mappings_as_they_were() {
     }
     t.stdin.take();
     assert!(t.child.wait().unwrap().success());
+}
+
+/// Processes running `bin` (an executable no other test runs).
+fn running(bin: &std::path::Path) -> Vec<i32> {
+    let bin = bin.canonicalize().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == bin))
+        .collect()
+}
+
+/// SIGINT or SIGTERM to weft while `-c` runs a command that would run forever:
+/// weft prints the maps, unweaves and ends, and ends the command as bpftrace does
+/// (SIGTERM; SIGKILL a second later for one that ignores it). A second signal
+/// while weft ends changes nothing.
+#[test]
+fn a_signal_ends_a_launched_session_and_its_command() {
+    for (sig, flags, twice) in [
+        (libc::SIGINT, "-DEND_BY_INT", false),
+        (libc::SIGTERM, "-DEND_BY_TERM", true),
+        (libc::SIGINT, "-DIGNORE_TERM", true),
+    ] {
+        let bin = build("spinner.c", Variant::O2_PIE, &[flags]);
+        let b = bin.to_str().unwrap();
+        let prog = format!("uprobe:{b}:tick {{ @c = count(); }} {LIVE}");
+        let mut w = Background::start(&["-e", &prog, "-c", b]);
+        w.wait_line("live", false, T);
+        assert_eq!(running(&bin).len(), 1, "{flags}");
+        w.signal(sig);
+        if twice {
+            w.signal(sig);
+        }
+        let o = w.finish(T);
+        let out = ok(&o);
+        assert!(map_value(&out, "@c").unwrap() > 0, "{flags}: {out}");
+        assert_eq!(
+            running(&bin),
+            Vec::<i32>::new(),
+            "{flags}: command left running"
+        );
+    }
+}
+
+/// Two SIGINTs in a row to a weft attached to a running process: the process is
+/// unwoven and keeps running, unharmed.
+#[test]
+fn a_second_signal_never_leaves_an_attached_target_woven() {
+    let bin = build("spinner.c", Variant::O2_PIE, &[]);
+    let b = bin.to_str().unwrap();
+    let mut t = Spawned::start(&bin, &[]);
+    t.wait_line("ready", T);
+    let prog = format!("uprobe:{b}:tick {{ @c = count(); }} {LIVE}");
+    let mut w = Background::start(&["-e", &prog, "-p", &t.pid().to_string()]);
+    w.wait_line("live", false, T);
+    w.signal(libc::SIGINT);
+    w.signal(libc::SIGINT);
+    let o = w.finish(T);
+    assert!(map_value(&ok(&o), "@c").unwrap() > 0);
+    assert!(code_matches_file(t.pid(), &bin));
+    t.assert_healthy();
 }

@@ -690,29 +690,12 @@ impl<'p> Session<'p> {
         Ok(self.members.iter().all(|m| !m.alive))
     }
 
-    /// End the session: after `exit()` a launched command gets SIGTERM (as with
-    /// bpftrace); every member still alive is unwoven; END runs; the sink gets the
-    /// final maps. Returns what advice could not do, and thread counts.
+    /// End the session: every member still alive is unwoven; END runs; the sink
+    /// gets the final maps; then a launched command still running (the session
+    /// ended by `exit()`, a signal or a limit) is ended, as bpftrace ends it: SIGTERM,
+    /// and SIGKILL if it is still there a second later. Returns what advice could
+    /// not do, and thread counts.
     pub fn finish(mut self, sink: &mut dyn Sink) -> Result<Finished> {
-        let exited = self.decoder.exited
-            || self.seg.shm.header().exit_requested.load(Ordering::Acquire) != 0;
-        if exited {
-            for m in &mut self.members {
-                let (Some(c), true) = (m.child.as_mut(), m.alive) else {
-                    continue;
-                };
-                // SAFETY: signalling our own child.
-                unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-                let deadline = Instant::now() + Duration::from_secs(1);
-                while Instant::now() < deadline {
-                    if c.try_wait()?.is_some() {
-                        m.alive = false;
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
         // Unweave while the targets live.
         for m in &self.members {
             if m.alive {
@@ -741,7 +724,7 @@ impl<'p> Session<'p> {
         };
         for m in &mut self.members {
             if let Some(c) = m.child.as_mut() {
-                let _ = c.wait();
+                end_child(c)?;
             }
         }
         Ok(finished)
@@ -883,4 +866,24 @@ fn proc_ids(pid: i32) -> Option<(u64, u64)> {
             .and_then(|v| v.parse().ok())
     };
     Some((field("Uid:")?, field("Gid:")?))
+}
+
+/// Ends a launched command that is still running when its session ends: SIGTERM,
+/// then SIGKILL after a second; reaps it.
+fn end_child(c: &mut std::process::Child) -> Result<()> {
+    if c.try_wait()?.is_some() {
+        return Ok(());
+    }
+    // SAFETY: signalling our own child, not yet reaped.
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < deadline {
+        if c.try_wait()?.is_some() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = c.kill();
+    c.wait()?;
+    Ok(())
 }
