@@ -96,9 +96,10 @@ pub struct TraceArgs {
     /// Always use the general trampoline (for comparisons and debugging).
     #[arg(long = "no-inline", hide = true)]
     pub no_inline: bool,
-    /// List probeable functions matching PATTERN (as `weft list`).
-    #[arg(short = 'l', value_name = "PATTERN")]
-    pub list: Option<String>,
+    /// List the probes matching the pattern given as the first argument (as
+    /// `weft list`; with -v, the arguments' types from DWARF).
+    #[arg(short = 'l')]
+    pub list: bool,
     /// Program file, then positional parameters ($1, $2, ...).
     #[arg(value_name = "FILE_OR_ARGS")]
     pub args: Vec<String>,
@@ -109,27 +110,40 @@ pub struct TraceArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ListArgs {
-    /// `[PATTERN] [BINARY]`: a function pattern (wildcards, or a full
-    /// `uprobe:BIN:FUNC` pattern) and/or the binary to list. One argument that names
+    /// `[PATTERN] [BINARY]`: a probe pattern (`uprobe:BIN:FUNC`, `uretprobe:…`,
+    /// `usdt:BIN:[PROVIDER:]NAME`, wildcards anywhere; BIN a path or a library name)
+    /// or a bare function pattern, and/or the binary to list. One argument that names
     /// a file is the binary.
     #[arg(value_name = "PATTERN_OR_BINARY", num_args = 0..=2)]
     pub args: Vec<String>,
-    /// List the functions of a running process and its libraries.
+    /// The binary whose probes a bare pattern lists.
+    #[arg(long = "binary", short = 'b', value_name = "BINARY")]
+    pub binary: Option<String>,
+    /// List the probes of a running process: its program and its libraries.
     #[arg(short = 'p', value_name = "PID", value_parser = pid_parser())]
     pub pid: Option<i32>,
+    /// Also show each function's arguments and their types, from DWARF.
+    #[arg(short = 'v')]
+    pub verbose: bool,
 }
 
 impl ListArgs {
-    /// `(pattern, binary)` from the positional arguments.
+    /// `(pattern, binary)` from the positional arguments and `--binary`.
     pub fn split(&self) -> (Option<String>, Option<String>) {
-        match self.args.as_slice() {
+        let (p, b) = match self.args.as_slice() {
             [] => (None, None),
-            [one] if self.pid.is_none() && std::path::Path::new(one).is_file() => {
+            [one]
+                if self.pid.is_none()
+                    && self.binary.is_none()
+                    && !one.contains(':')
+                    && std::path::Path::new(one).is_file() =>
+            {
                 (None, Some(one.clone()))
             }
             [one] => (Some(one.clone()), None),
             [p, b, ..] => (Some(p.clone()), Some(b.clone())),
-        }
+        };
+        (p, b.or_else(|| self.binary.clone()))
     }
 }
 
@@ -172,6 +186,7 @@ mod tests {
                 &["weft", "trace", "-e", "BEGIN {}", p],
                 &["weft", "list", "malloc", p],
                 &["weft", "-l", "uprobe:*", p],
+                &["weft", "-lv", "uprobe:*", p],
             ] {
                 assert!(pid(args).is_err(), "{args:?} accepted");
             }

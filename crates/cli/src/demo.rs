@@ -61,7 +61,7 @@ pub fn run(requests: u32) -> Result<i32> {
         unsafe_ok: false,
         max_threads: None,
         no_inline: false,
-        list: None,
+        list: false,
         args: Vec::new(),
         cmd: Vec::new(),
     })

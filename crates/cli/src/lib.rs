@@ -11,6 +11,7 @@
 pub mod args;
 pub mod coldpatch_cmd;
 pub mod demo;
+pub mod list_cmd;
 pub mod printer;
 pub mod record_cmd;
 pub mod trace;
@@ -30,15 +31,20 @@ pub fn main() -> Result<i32> {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Trace(t)) => trace(t),
-        Some(Command::List(l)) => list(l),
+        Some(Command::List(l)) => list_cmd::run(l),
         Some(Command::Demo { requests }) => demo::run(requests),
         Some(Command::Coldpatch(c)) => coldpatch_cmd::run(c),
         Some(Command::Record(r)) => record_cmd::run(r),
         None => {
-            if let Some(pattern) = cli.trace.list.clone() {
-                return list(ListArgs {
-                    args: vec![pattern],
+            if cli.trace.list {
+                if cli.trace.pids.len() > 1 {
+                    bail!("-l lists the probes of one process: give one -p PID");
+                }
+                return list_cmd::run(ListArgs {
+                    args: cli.trace.args.clone(),
+                    binary: None,
                     pid: cli.trace.pids.first().copied(),
+                    verbose: cli.trace.verbose,
                 });
             }
             trace(cli.trace)
@@ -186,28 +192,4 @@ fn program_text(file: &str, bytes: Vec<u8>) -> Result<String> {
         return Err(located(at, "NUL byte in the program".to_string()));
     }
     Ok(text)
-}
-
-fn list(l: ListArgs) -> Result<i32> {
-    let (pattern, binary) = l.split();
-    let pattern = pattern.unwrap_or_else(|| "*".to_string());
-    let source = match (l.pid, &binary) {
-        (Some(pid), None) => weft_symbols::ListSource::Process(pid as u32),
-        (None, Some(b)) => weft_symbols::ListSource::File(b.into()),
-        (None, None) => bail!("weft list needs a binary or -p PID"),
-        (Some(_), Some(_)) => bail!("give either a binary or -p PID, not both"),
-    };
-    // `uprobe:*:main` style patterns match whole lines; a bare name matches functions.
-    let pattern = if pattern.contains(':') {
-        pattern
-    } else {
-        format!("*:{pattern}")
-    };
-    let lines = weft_symbols::list(&source, &pattern).map_err(|e| anyhow!("{e}"))?;
-    let mut out = std::io::stdout().lock();
-    for line in lines {
-        use std::io::Write;
-        writeln!(out, "{line}")?;
-    }
-    Ok(0)
 }

@@ -271,3 +271,87 @@ fn a_second_signal_never_leaves_an_attached_target_woven() {
     assert!(code_matches_file(t.pid(), &bin));
     t.assert_healthy();
 }
+
+/// weft run in `dir`, for relative paths in patterns.
+fn weft_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let child = Command::new(weft_bin())
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_output(child, T)
+}
+
+/// Listing as bpftrace lists: probe patterns with relative paths, library names
+/// resolved in a process, USDT probes, `--binary`, `-lv` with DWARF types, and a
+/// pattern that matches nothing is an error.
+#[test]
+fn list_the_bpftrace_way() {
+    let calls = build("calls.c", Variant::O2_PIE, &[]);
+    let dir = calls.parent().unwrap();
+    let abs = calls.canonicalize().unwrap();
+    let abs = abs.display();
+    let out = ok(&weft_in(dir, &["-l", "uprobe:./calls:*"]));
+    assert!(out.contains(&format!("uprobe:{abs}:many_args\n")), "{out}");
+    assert!(
+        out.lines()
+            .all(|l| l.starts_with(&format!("uprobe:{abs}:"))),
+        "{out}"
+    );
+    assert_eq!(
+        ok(&weft_in(dir, &["list", "wor*", "--binary", "./calls"])),
+        format!("uprobe:{abs}:work\n")
+    );
+    assert_eq!(
+        ok(&weft_in(dir, &["list", "uretprobe:./calls:work"])),
+        format!("uretprobe:{abs}:work\n")
+    );
+    assert_eq!(
+        ok(&weft_in(dir, &["-lv", "uprobe:./calls:many_args"])),
+        format!(
+            "uprobe:{abs}:many_args\n{}",
+            ["a", "b", "c", "d", "e", "f", "g", "h"]
+                .iter()
+                .map(|n| format!("    int64 {n}\n"))
+                .collect::<String>()
+        )
+    );
+    let sdt = build("sdt.c", Variant::O2_PIE, &[]);
+    let sdt_abs = sdt.canonicalize().unwrap();
+    assert_eq!(
+        ok(&weft_in(sdt.parent().unwrap(), &["list", "usdt:./sdt:*"])),
+        format!("usdt:{0}:app:tick\nusdt:{0}:app:work\n", sdt_abs.display())
+    );
+    // A library name, in a running process.
+    let spinner = build("spinner.c", Variant::O2_PIE, &[]);
+    let t = Spawned::start(&spinner, &[]);
+    t.wait_line("ready", T);
+    let pid = t.pid().to_string();
+    let libc = ok(&weft(&["-l", "uprobe:libc:mall*", "-p", &pid], T));
+    assert!(
+        libc.lines()
+            .any(|l| l.starts_with("uprobe:/") && l.ends_with("libc.so.6:malloc")),
+        "{libc}"
+    );
+    assert!(libc.lines().all(|l| l.contains("libc.so.6:mall")), "{libc}");
+    // Nothing matched, a kernel probe, no binary: one line, exit 1.
+    for (args, want) in [
+        (
+            vec!["-l", "uprobe:./calls:no_such_fn*"],
+            "weft: no probe matches uprobe:./calls:no_such_fn*\n",
+        ),
+        (
+            vec!["-l", "kprobe:vfs_read"],
+            "weft: kprobe:vfs_read: weft has no kernel function probes",
+        ),
+        (vec!["list", "mall*"], "weft: mall*: list needs a binary"),
+    ] {
+        let o = weft_in(dir, &args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = text(&o.stderr);
+        assert!(err.starts_with(want), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}

@@ -1,0 +1,303 @@
+//! `weft list` and `weft -l`: the probes a pattern names, one per line, as
+//! `bpftrace -l` prints them (`uprobe:/abs/path:func`, `usdt:/abs/path:provider:name`).
+//!
+//! A pattern is a probe (`uprobe:BIN:FUNC`, `uretprobe:…`, `usdt:BIN:[PROVIDER:]NAME`,
+//! the short names `u`, `ur`, `U` too; wildcards anywhere; `BIN` a path or a library
+//! name such as `libc`, found as the probes find it) or a bare function pattern over
+//! the binary given or the process's modules. With `-v` each function is followed by
+//! its parameters and their types, from DWARF.
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Result};
+use weft_symbols::glob::{has_wildcards, Glob};
+use weft_symbols::{ElfFile, LibrarySearch, ProcMaps, TargetContext};
+
+use crate::args::ListArgs;
+
+/// The kinds of probe a pattern lists.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Uprobe,
+    Uretprobe,
+    Usdt,
+    /// A bare pattern: functions (as `uprobe`) and USDT probes.
+    Any,
+}
+
+/// A parsed pattern: which probes, in which binary (a spec as in a probe: path,
+/// library name or wildcard), and the pattern their names must match (the
+/// function, or `provider:name`).
+#[derive(Debug, PartialEq, Eq)]
+struct Pattern {
+    kind: Kind,
+    binary: Option<String>,
+    name: String,
+}
+
+fn parse(pattern: &str) -> Result<Pattern> {
+    let Some((provider, rest)) = pattern.split_once(':') else {
+        return Ok(Pattern {
+            kind: Kind::Any,
+            binary: None,
+            name: pattern.to_string(),
+        });
+    };
+    let kind = match provider {
+        "uprobe" | "u" => Kind::Uprobe,
+        "uretprobe" | "ur" => Kind::Uretprobe,
+        "usdt" | "U" => Kind::Usdt,
+        "kprobe" | "k" | "kretprobe" | "kr" | "kfunc" | "kretfunc" | "fentry" | "fexit" => bail!(
+            "{pattern}: weft has no kernel function probes (this kernel offers no kprobes); \
+             it lists uprobe, uretprobe and usdt probes"
+        ),
+        "tracepoint" | "t" | "rawtracepoint" | "rt" | "software" | "s" | "hardware" | "h" => {
+            bail!(
+                "{pattern}: weft does not list kernel events yet; it lists uprobe, uretprobe \
+                 and usdt probes"
+            )
+        }
+        _ if !pattern.contains(['/', '.']) && !provider.contains(['*', '?']) => bail!(
+            "{pattern}: unknown probe type `{provider}` (weft lists uprobe, uretprobe and usdt)"
+        ),
+        // `./app:func`-like: a binary and a function, no probe type.
+        _ => {
+            return Ok(Pattern {
+                kind: Kind::Any,
+                binary: Some(provider.to_string()),
+                name: rest.to_string(),
+            })
+        }
+    };
+    // BIN:FUNC (or BIN:PROVIDER:NAME); a lone FUNC applies to the binary or process
+    // given beside the pattern. `::` is a C++ scope, not a separator.
+    let split = rest
+        .match_indices(':')
+        .map(|(i, _)| i)
+        .find(|&i| !rest[i + 1..].starts_with(':') && (i == 0 || &rest[i - 1..i] != ":"));
+    let (binary, name) = match split {
+        Some(i) => (Some(rest[..i].to_string()), rest[i + 1..].to_string()),
+        None => (None, rest.to_string()),
+    };
+    let name = if kind == Kind::Usdt && !name.contains(':') {
+        format!("*:{name}")
+    } else {
+        name
+    };
+    Ok(Pattern {
+        kind,
+        binary: binary.filter(|b| !b.is_empty()),
+        name,
+    })
+}
+
+/// A file to list: the path printed, the path read.
+struct File {
+    shown: PathBuf,
+    open: PathBuf,
+}
+
+pub fn run(l: ListArgs) -> Result<i32> {
+    let (pattern, binary) = l.split();
+    let text = pattern.clone().unwrap_or_else(|| "*".to_string());
+    let pat = parse(&text)?;
+    let files = files(&pat, binary.as_deref(), l.pid, &text)?;
+    let name_glob = Glob::new(if pat.name.is_empty() { "*" } else { &pat.name });
+    let mut lines: Vec<(String, Option<(PathBuf, String)>)> = Vec::new();
+    for f in &files {
+        let elf = match ElfFile::open(&f.open) {
+            Ok(e) => e,
+            // A process's module that cannot be read (vdso, deleted without rights)
+            // has nothing to list; a file named outright does.
+            Err(e) if l.pid.is_some() => {
+                if l.verbose {
+                    eprintln!("weft: {}: {e}", f.shown.display());
+                }
+                continue;
+            }
+            Err(e) => bail!("{}: {e}", f.shown.display()),
+        };
+        let path = f.shown.display();
+        if matches!(pat.kind, Kind::Uprobe | Kind::Uretprobe | Kind::Any) {
+            let kind = if pat.kind == Kind::Uretprobe {
+                "uretprobe"
+            } else {
+                "uprobe"
+            };
+            for n in elf.functions().iter().flat_map(|f| &f.names) {
+                if name_glob.matches(&n.raw) {
+                    lines.push((
+                        format!("{kind}:{path}:{}", n.raw),
+                        Some((f.open.clone(), n.raw.clone())),
+                    ));
+                }
+            }
+        }
+        if matches!(pat.kind, Kind::Usdt | Kind::Any) {
+            for p in elf.usdt_probes() {
+                let full = format!("{}:{}", p.provider, p.name);
+                let bare_match = pat.kind == Kind::Any && name_glob.matches(&p.name);
+                if name_glob.matches(&full) || bare_match {
+                    lines.push((format!("usdt:{path}:{full}"), None));
+                }
+            }
+        }
+    }
+    lines.sort_by(|a, b| a.0.cmp(&b.0));
+    lines.dedup_by(|a, b| a.0 == b.0);
+    if lines.is_empty() {
+        bail!("no probe matches {text}");
+    }
+    let mut out = std::io::stdout().lock();
+    let mut dwarf: Option<(PathBuf, ElfFile)> = None;
+    for (line, func) in lines {
+        use std::io::Write;
+        writeln!(out, "{line}")?;
+        let (true, Some((open, name))) = (l.verbose, func) else {
+            continue;
+        };
+        if dwarf.as_ref().is_none_or(|(p, _)| *p != open) {
+            dwarf = ElfFile::open(&open).ok().map(|e| (open.clone(), e));
+        }
+        let params = dwarf
+            .as_ref()
+            .and_then(|(_, e)| e.debug_info().ok().flatten())
+            .and_then(|d| d.function_params(&name));
+        for p in params.unwrap_or_default() {
+            writeln!(out, "    {} {}", p.ty, p.name)?;
+        }
+    }
+    Ok(0)
+}
+
+/// The files a pattern lists: the binary it names (resolved as a probe's is: in the
+/// process with `-p`, else as a path or a library), the binary given beside it, or
+/// every module of the process.
+fn files(pat: &Pattern, beside: Option<&str>, pid: Option<i32>, text: &str) -> Result<Vec<File>> {
+    let search = LibrarySearch::system();
+    let spec = pat.binary.as_deref().or(beside);
+    match (pid, spec) {
+        (Some(pid), spec) => {
+            let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
+            let modules = maps.modules();
+            if modules.is_empty() {
+                bail!("process {pid} maps no program (a kernel thread?): nothing to list");
+            }
+            let all = |keep: &dyn Fn(&weft_symbols::Module) -> bool| -> Vec<File> {
+                modules
+                    .iter()
+                    .filter(|m| keep(m))
+                    .map(|m| File {
+                        shown: m.path.clone(),
+                        open: m.open_path.clone(),
+                    })
+                    .collect()
+            };
+            match spec {
+                None | Some("*") => Ok(all(&|_| true)),
+                Some(s) if has_wildcards(s) => {
+                    let g = Glob::new(s);
+                    Ok(all(&|m| {
+                        g.matches(&m.path.to_string_lossy())
+                            || m.path
+                                .file_name()
+                                .is_some_and(|n| g.matches(&n.to_string_lossy()))
+                    }))
+                }
+                Some(s) => {
+                    let ctx = TargetContext {
+                        process: Some((pid as u32, &modules)),
+                        executable: None,
+                        search: &search,
+                    };
+                    let t = weft_symbols::resolve_target(s, &ctx).map_err(|e| anyhow!("{e}"))?;
+                    Ok(vec![match t.module {
+                        Some(m) => File {
+                            shown: m.path,
+                            open: m.open_path,
+                        },
+                        None => File {
+                            shown: t.path.clone(),
+                            open: t.path,
+                        },
+                    }])
+                }
+            }
+        }
+        (None, Some(s)) if has_wildcards(s) => bail!(
+            "{text}: a wildcard binary lists the modules of a process: give -p PID \
+             (or name the binary)"
+        ),
+        (None, Some(s)) => {
+            // A library named in a pattern is looked for beside the binary given too.
+            let exe = beside
+                .filter(|b| Some(*b) != pat.binary.as_deref())
+                .and_then(|b| ElfFile::open(b).ok());
+            let ctx = TargetContext {
+                process: None,
+                executable: exe.as_ref(),
+                search: &search,
+            };
+            let t = weft_symbols::resolve_target(s, &ctx).map_err(|e| anyhow!("{e}"))?;
+            Ok(vec![File {
+                shown: t.path.clone(),
+                open: t.path,
+            }])
+        }
+        (None, None) => bail!(
+            "{text}: list needs a binary: name it in the pattern (uprobe:BIN:FUNC), give it \
+             as an argument or with --binary, or give -p PID"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(kind: Kind, binary: Option<&str>, name: &str) -> Pattern {
+        Pattern {
+            kind,
+            binary: binary.map(str::to_string),
+            name: name.to_string(),
+        }
+    }
+
+    #[test]
+    fn patterns() {
+        assert_eq!(parse("mall*").unwrap(), p(Kind::Any, None, "mall*"));
+        assert_eq!(
+            parse("uprobe:./app:*").unwrap(),
+            p(Kind::Uprobe, Some("./app"), "*")
+        );
+        assert_eq!(
+            parse("u:libc:mall*").unwrap(),
+            p(Kind::Uprobe, Some("libc"), "mall*")
+        );
+        assert_eq!(
+            parse("ur:/bin/x:ns::f*").unwrap(),
+            p(Kind::Uretprobe, Some("/bin/x"), "ns::f*")
+        );
+        assert_eq!(
+            parse("usdt:./sdt:*").unwrap(),
+            p(Kind::Usdt, Some("./sdt"), "*:*")
+        );
+        assert_eq!(
+            parse("U:./sdt:app:tick").unwrap(),
+            p(Kind::Usdt, Some("./sdt"), "app:tick")
+        );
+        assert_eq!(parse("uprobe:main").unwrap(), p(Kind::Uprobe, None, "main"));
+        assert_eq!(
+            parse("./app:main").unwrap(),
+            p(Kind::Any, Some("./app"), "main")
+        );
+        assert!(parse("kprobe:vfs_read")
+            .unwrap_err()
+            .to_string()
+            .contains("no kernel function probes"));
+        assert!(parse("bogus:x:y")
+            .unwrap_err()
+            .to_string()
+            .contains("unknown probe type `bogus`"));
+    }
+}
