@@ -82,10 +82,12 @@ pub struct TraceArgs {
     /// Verbose: how each site was woven, pause times.
     #[arg(short = 'v')]
     pub verbose: bool,
-    /// Dump the program after a stage: parse (ast), expand, check (checked), lower (program).
+    /// Dump the program after a stage: ast, expanded, checked or program (also
+    /// named parse, expand, check, lower), on stderr.
     #[arg(short = 'd', value_name = "STAGE")]
     pub dump: Vec<String>,
-    /// Allow system(), signal() and writes to target memory.
+    /// Allow system() and signal() in advice (advice never writes the target's
+    /// memory).
     #[arg(long = "unsafe")]
     pub unsafe_ok: bool,
     /// Most target threads running advice at once (default 1024). Threads that

@@ -28,7 +28,16 @@ use weft_engine::{dwarf, segment, target};
 
 /// Run the command line; returns the exit status.
 pub fn main() -> Result<i32> {
-    let cli = Cli::parse();
+    // Usage errors exit 1, as bpftrace's (and every other error of weft) do; help
+    // and version go to stdout with 0.
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return Ok(code);
+        }
+    };
     match cli.command {
         Some(Command::Trace(t)) => trace(t),
         Some(Command::List(l)) => list_cmd::run(l),
@@ -66,7 +75,10 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         .iter()
         .map(|d| {
             weft_lang::Stage::from_dump_name(d).ok_or_else(|| {
-                anyhow!("unknown stage `{d}` for -d (use ast, expanded, checked or program)")
+                anyhow!(
+                    "unknown stage `{d}` for -d (use ast, expanded, checked or program; \
+                     or parse, expand, check, lower)"
+                )
             })
         })
         .collect::<Result<_>>()?;
@@ -103,6 +115,9 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
     let Some(prog) = out.program else {
         return Ok(1);
     };
+    if prog.probes.is_empty() {
+        bail!("{file}: the program has no probes (e.g. -e 'BEGIN {{ printf(\"hello\\n\"); }}')");
+    }
     let target = match (&t.command, t.pids.is_empty(), &t.cmd) {
         (Some(c), true, v) if v.is_empty() => Target::Launch(target::split_command(c)?),
         (None, false, v) if v.is_empty() => Target::Attach(t.pids.clone()),

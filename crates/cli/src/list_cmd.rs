@@ -180,8 +180,8 @@ fn files(pat: &Pattern, beside: Option<&str>, pid: Option<i32>, text: &str) -> R
         (Some(pid), spec) => {
             let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
             let modules = maps.modules();
-            if modules.is_empty() {
-                bail!("process {pid} maps no program (a kernel thread?): nothing to list");
+            if let Some(name) = weft_engine::target::kernel_thread(pid) {
+                bail!("process {pid} ({name}) is a kernel thread: it has no user-space probes");
             }
             let all = |keep: &dyn Fn(&weft_symbols::Module) -> bool| -> Vec<File> {
                 modules

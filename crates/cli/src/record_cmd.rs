@@ -72,6 +72,12 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         // A program replaced on disk while it runs (an upgrade) still names its
         // path; weft reads the mapped file itself, not the new one.
         Target::Attach(pids) => {
+            if let Some(name) = target::kernel_thread(pids[0]) {
+                bail!(
+                    "process {} ({name}) is a kernel thread: weft weaves into user-space programs",
+                    pids[0]
+                );
+            }
             let exe = std::fs::read_link(format!("/proc/{}/exe", pids[0]))
                 .with_context(|| format!("no process with pid {}", pids[0]))?;
             let s = exe.to_string_lossy();

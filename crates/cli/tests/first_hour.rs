@@ -355,3 +355,128 @@ fn list_the_bpftrace_way() {
         assert_eq!(err.lines().count(), 1, "{err}");
     }
 }
+
+/// A kernel thread's pid, found by its flags (`PF_KTHREAD`), not assumed.
+fn a_kernel_thread() -> i32 {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, r)| r.split_whitespace().nth(6)?.parse::<u64>().ok())
+                    .is_some_and(|f| f & 0x0020_0000 != 0)
+            })
+        })
+        .expect("a kernel thread")
+}
+
+/// One line on stderr containing `want`, exit status 1.
+fn refused(o: &std::process::Output, want: &str) {
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(want), "stderr lacks {want:?}:\n{err}");
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.starts_with("weft:") || l.starts_with("error"))
+            .count(),
+        1,
+        "{err}"
+    );
+}
+
+/// Messages that say what happened and what works instead.
+#[test]
+fn messages_lead_somewhere() {
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let b = bin.to_str().unwrap();
+    // A kernel probe names what weft does probe.
+    refused(
+        &weft(&["-e", "kprobe:vfs_read { @ = count(); }", "-c", b], T),
+        "weft probes user space: uprobe/uretprobe",
+    );
+    // A kernel thread is called one.
+    let k = a_kernel_thread().to_string();
+    for args in [
+        vec!["-e", "BEGIN { exit(); }", "-p", &k],
+        vec!["record", "-p", &k],
+        vec!["-l", "uprobe:*:mall*", "-p", &k],
+    ] {
+        refused(&weft(&args, T), "is a kernel thread");
+    }
+    // A function the program calls but its library defines: the library is named.
+    let o = weft(
+        &[
+            "-e",
+            &format!("uprobe:{b}:malloc {{ @ = count(); }}"),
+            "-c",
+            b,
+        ],
+        T,
+    );
+    refused(
+        &o,
+        "(it is in libc.so.6, which the process maps: probe it as uprobe:libc:malloc)",
+    );
+    let sqlite = "/usr/bin/sqlite3";
+    let o = weft(
+        &[
+            "-e",
+            &format!("uprobe:{sqlite}:sqlite3_prepare_v2 {{ @ = count(); }}"),
+            "-c",
+            &format!("{sqlite} :memory: 'select 1'"),
+        ],
+        T,
+    );
+    refused(&o, "probe it as uprobe:libsqlite3:sqlite3_prepare_v2)");
+    let o = weft(
+        &[
+            "-e",
+            "uprobe:libsqlite3:sqlite3_prepare_v2 { @ = count(); }",
+            "-c",
+            &format!("{sqlite} :memory: 'select 1'"),
+        ],
+        T,
+    );
+    assert_eq!(map_value(&ok(&o), "@"), Some(1));
+    // weft's own hook: explained, the rest of the program runs.
+    let o = weft(
+        &[
+            "-e",
+            "uprobe:libc:__libc_sigaction { @s = count(); } uprobe:libc:malloc { @m = count(); }",
+            "-c",
+            b,
+        ],
+        T,
+    );
+    let out = ok(&o);
+    assert!(
+        text(&o.stderr)
+            .contains("__libc_sigaction not woven: weft's agent redirects this function"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(map_value(&out, "@m").unwrap() > 0, "{out}");
+    // An empty program, an unknown -d stage, an unknown option: usage errors, exit 1.
+    refused(
+        &weft(&["-e", " "], T),
+        "weft: -e: the program has no probes",
+    );
+    refused(
+        &weft(&["-d", "bogus", "-e", "BEGIN { exit(); }"], T),
+        "use ast, expanded, checked or program; or parse, expand, check, lower",
+    );
+    refused(&weft(&["--bogus"], T), "unexpected argument '--bogus'");
+    // An unsigned value tested for its sign warns, and the program still runs.
+    let o = weft(
+        &[
+            "-e",
+            &format!("uretprobe:{b}:work /retval < 0/ {{ @ = count(); }}"),
+            "-c",
+            b,
+        ],
+        T,
+    );
+    assert!(o.status.success());
+    assert!(text(&o.stderr).contains("warning: this is unsigned (`uint64`)"));
+}

@@ -184,8 +184,24 @@ impl Member {
                 specs.extend(pointcut::unwind_hooks(&maps, agent.hello.on_raise));
                 self.unwind_hooked = true;
             }
+            // The redirect's own function: a probe there cannot be woven too.
+            let redirected = self.redirects.first().map(|r| r.addr).or_else(|| {
+                (agent.hello.sigaction != 0)
+                    .then(|| pointcut::sigaction_redirect(&maps))
+                    .flatten()
+                    .map(|r| r.site_addr)
+            });
             for s in &specs {
-                let p = weaver.site(s, agent.hello.thread_attach)?;
+                let p = if Some(s.site_addr) == redirected {
+                    crate::weave::Planned::refused(
+                        s,
+                        &"weft's agent redirects this function to itself while it weaves \
+                          (so that weft's signal handlers stay first) and cannot probe it \
+                          too; probe its callers (`sigaction`, `signal`) instead",
+                    )
+                } else {
+                    weaver.site(s, agent.hello.thread_attach)?
+                };
                 note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
                 self.planned.push(p);
             }

@@ -172,6 +172,17 @@ fn proc_state(pid: i32) -> Option<char> {
 }
 
 /// The process has exited but its parent has not reaped it.
+/// The name of `pid` if it is a kernel thread (`PF_KTHREAD` in its flags).
+pub fn kernel_thread(pid: i32) -> Option<String> {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // pid (comm) state ppid pgrp session tty tpgid flags ...; comm may hold spaces.
+    let (head, rest) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1.to_string();
+    let flags: u64 = rest.split_whitespace().nth(6)?.parse().ok()?;
+    (flags & PF_KTHREAD != 0).then_some(name)
+}
+
 fn is_zombie(pid: i32) -> bool {
     proc_state(pid) == Some('Z')
 }
@@ -200,6 +211,9 @@ pub fn attach(
     }
     if is_zombie(pid) {
         bail!("process {pid} has exited (it is a zombie waiting for its parent)");
+    }
+    if let Some(name) = kernel_thread(pid) {
+        bail!("process {pid} ({name}) is a kernel thread: weft weaves into user-space programs");
     }
     attach_to(pid, agent, socket, warm).map_err(|e| {
         // Whatever step failed, a process that ended meanwhile is the reason.

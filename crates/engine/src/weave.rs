@@ -164,7 +164,7 @@ pub struct Planned {
 
 impl Planned {
     /// A site the planner refused: reported, never patched.
-    fn refused(spec: &SiteSpec, reason: &impl std::fmt::Display) -> Planned {
+    pub(crate) fn refused(spec: &SiteSpec, reason: &impl std::fmt::Display) -> Planned {
         Planned {
             index: u32::MAX,
             addr: spec.site_addr,

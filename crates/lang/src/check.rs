@@ -213,6 +213,14 @@ fn is_truthy(t: &Type) -> bool {
     matches!(t, Type::Int { .. } | Type::Bool | Type::Ptr(_) | Type::USym)
 }
 
+/// Whether `e` is something other than an integer constant (`-N` or `N`).
+fn signed_expr(e: &Expr) -> bool {
+    !matches!(
+        &e.kind,
+        ExprKind::Int(_) | ExprKind::Unary { op: UnOp::Neg, .. }
+    )
+}
+
 fn signed(t: &Type) -> bool {
     match t {
         Type::Int { signed, .. } => *signed,
@@ -1765,6 +1773,9 @@ impl<'a> Checker<'a> {
                 let op = *op;
                 let a = self.expr(lhs);
                 let b = self.expr(rhs);
+                if op.is_comparison() {
+                    self.unsigned_against_sign(op, (&a, lhs), (&b, rhs));
+                }
                 self.binary(op, &a, &b, span)
             }
             ExprKind::IncDec {
@@ -1992,6 +2003,58 @@ impl<'a> Checker<'a> {
                 self.err(span, "cflow(...) is not supported yet");
                 Type::Void
             }
+        }
+    }
+
+    /// Warns, as a C compiler's `-Wtype-limits`/`-Wsign-compare` would, when an
+    /// unsigned value (`retval`, `arg0`, a `uint64` map value) is compared with a
+    /// negative constant, or tested `< 0` / `>= 0`: the comparison is unsigned, so
+    /// the test means something else than it reads (`retval < 0` is never true).
+    fn unsigned_against_sign(&mut self, op: BinOp, a: (&Type, &Expr), b: (&Type, &Expr)) {
+        let negative = |e: &Expr| match &e.kind {
+            ExprKind::Unary {
+                op: UnOp::Neg,
+                expr,
+            } => {
+                matches!(expr.kind, ExprKind::Int(n) if n > 0)
+            }
+            _ => false,
+        };
+        let zero = |e: &Expr| matches!(e.kind, ExprKind::Int(0));
+        let unsigned = |t: &Type| matches!(t, Type::Int { signed: false, .. });
+        // The unsigned side, and whether the constant is on the right.
+        let (u, on_right, c) = if unsigned(a.0) && !signed_expr(b.1) {
+            (a, true, b.1)
+        } else if unsigned(b.0) && !signed_expr(a.1) {
+            (b, false, a.1)
+        } else {
+            return;
+        };
+        let sign_test = zero(c)
+            && matches!(
+                (op, on_right),
+                (BinOp::Lt | BinOp::Ge, true) | (BinOp::Gt | BinOp::Le, false)
+            );
+        // `== -1` matches all ones, as it reads; an ordering does not.
+        let ordering = matches!(op, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge);
+        if !(ordering && negative(c) || sign_test) {
+            return;
+        }
+        if self.report {
+            self.diags.warning(
+                u.1.span,
+                format!(
+                    "this is unsigned (`{}`), so comparing it with {} does not test its \
+                     sign (the comparison is unsigned); cast it to test the sign, e.g. \
+                     `(int32)retval < 0` for a function returning `int`",
+                    u.0,
+                    if negative(c) {
+                        "a negative constant"
+                    } else {
+                        "0"
+                    }
+                ),
+            );
         }
     }
 

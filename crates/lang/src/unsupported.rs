@@ -6,10 +6,18 @@
 pub fn provider(name: &str) -> Option<String> {
     let msg = match name {
         "kprobe" | "kretprobe" => {
-            format!("{name}: kernel function probes are not available in weft; use tracepoint: or kernel:")
+            format!(
+                "{name}: kernel function probes are not available (this kernel has no kprobes); \
+                 weft probes user space: uprobe/uretprobe on the user-space side of the call, \
+                 usdt, profile, interval"
+            )
         }
         "kfunc" | "kretfunc" | "fentry" | "fexit" => {
-            format!("{name}: kernel function (BTF) probes are not available in weft; use tracepoint: or kernel:")
+            format!(
+                "{name}: kernel function (BTF) probes are not available in weft; weft probes \
+                 user space: uprobe/uretprobe on the user-space side of the call, usdt, \
+                 profile, interval"
+            )
         }
         "tracepoint" | "rawtracepoint" => {
             format!("{name}: kernel tracepoints are not supported yet")

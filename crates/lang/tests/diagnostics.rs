@@ -314,19 +314,19 @@ fn unsupported_probes() {
     check(
         "kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }",
         expect![[r#"
-            error: kprobe: kernel function probes are not available in weft; use tracepoint: or kernel:
+            error: kprobe: kernel function probes are not available (this kernel has no kprobes); weft probes user space: uprobe/uretprobe on the user-space side of the call, usdt, profile, interval
              --> script.bt:1:1
               |
             1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
               | ^^^^^^^^^^^^^^^^^^^
 
-            error: kretprobe: kernel function probes are not available in weft; use tracepoint: or kernel:
+            error: kretprobe: kernel function probes are not available (this kernel has no kprobes); weft probes user space: uprobe/uretprobe on the user-space side of the call, usdt, profile, interval
              --> script.bt:1:25
               |
             1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
               |                         ^^^^^^^^^^^
 
-            error: kfunc: kernel function (BTF) probes are not available in weft; use tracepoint: or kernel:
+            error: kfunc: kernel function (BTF) probes are not available in weft; weft probes user space: uprobe/uretprobe on the user-space side of the call, usdt, profile, interval
              --> script.bt:1:41
               |
             1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
@@ -1047,6 +1047,29 @@ fn profile_rate_is_bounded() {
               |
             1 | profile:hz:10001 { } profile:us:10 { } profile:hz:10000 { } profile:s:1 { }
               |                      ^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// An unsigned value tested for its sign, or ordered against a negative constant,
+/// gets a compiler-style warning; `== -1`, a cast, and a positive test do not.
+#[test]
+fn unsigned_compared_with_sign_warns() {
+    check(
+        "uretprobe:/bin/a:f /retval < 0/ { } uprobe:/bin/a:g /-1 >= arg0/ { } uretprobe:/bin/a:h /retval == -1 || (int32)retval < 0 || retval > 0/ { }",
+        expect![[r#"
+            warning: this is unsigned (`uint64`), so comparing it with 0 does not test its sign (the comparison is unsigned); cast it to test the sign, e.g. `(int32)retval < 0` for a function returning `int`
+             --> script.bt:1:21
+              |
+            1 | uretprobe:/bin/a:f /retval < 0/ { } uprobe:/bin/a:g /-1 >= arg0/ { } uretprobe:/bin/a:h /retval == -1 || (int32)retval < 0 || retval > 0/ { }
+              |                     ^^^^^^
+
+            warning: this is unsigned (`uint64`), so comparing it with a negative constant does not test its sign (the comparison is unsigned); cast it to test the sign, e.g. `(int32)retval < 0` for a function returning `int`
+             --> script.bt:1:60
+              |
+            1 | uretprobe:/bin/a:f /retval < 0/ { } uprobe:/bin/a:g /-1 >= arg0/ { } uretprobe:/bin/a:h /retval == -1 || (int32)retval < 0 || retval > 0/ { }
+              |                                                            ^^^^
 
         "#]],
     );

@@ -40,7 +40,8 @@ impl PointcutKind for Uprobe {
         let Some(module) = module_of(a, target_spec, cx)? else {
             return Ok(());
         };
-        let funcs = weft_symbols::resolve_in_module(&module, func).map_err(|e| anyhow!("{e}"))?;
+        let funcs = weft_symbols::resolve_in_module(&module, func)
+            .map_err(|e| anyhow!("{e}{}", elsewhere(&e, &module, func, cx)))?;
         let (elf, list) = cx
             .placeholders
             .entry(module.open_path.clone())
@@ -174,4 +175,37 @@ fn uses_frame_state(f: &weft_ir::Function) -> bool {
         Inst::UStack { .. } => true,
         _ => false,
     })
+}
+
+/// For a function not found in the file a probe names: the modules of the process
+/// that define it (a program calling into its library: `sqlite3_prepare_v2` is in
+/// `libsqlite3.so.0`, not in `/usr/bin/sqlite3`), as a hint to append.
+fn elsewhere(
+    e: &weft_symbols::Error,
+    module: &weft_symbols::Module,
+    func: &str,
+    cx: &Cx<'_>,
+) -> String {
+    if !matches!(e, weft_symbols::Error::FunctionNotFound { .. })
+        || weft_symbols::glob::has_wildcards(func)
+    {
+        return String::new();
+    }
+    let mut found: Vec<String> = cx
+        .maps
+        .modules()
+        .iter()
+        .filter(|m| m.open_path != module.open_path)
+        .filter(|m| weft_symbols::resolve_in_module(m, func).is_ok())
+        .filter_map(|m| Some(m.path.file_name()?.to_string_lossy().into_owned()))
+        .collect();
+    found.dedup();
+    match found.first() {
+        Some(lib) => {
+            // `libsqlite3` names `libsqlite3.so.0.8.6` (see `symbols::target`).
+            let short = lib.split_once(".so").map_or(lib.as_str(), |(s, _)| s);
+            format!(" (it is in {lib}, which the process maps: probe it as uprobe:{short}:{func})")
+        }
+        None => String::new(),
+    }
 }
