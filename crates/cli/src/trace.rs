@@ -105,12 +105,19 @@ pub fn run_with(
         }
         None => None,
     };
+    let follow = opts.follow_fork || through_wrapper(prog, &opts.target);
+    if follow && !opts.follow_fork && opts.verbose {
+        eprintln!(
+            "weft: the command does not run the probed binary itself: following its \
+             children and the programs it executes (as --follow-fork)"
+        );
+    }
     let engine = Options {
         sizes: opts.sizes,
         inline: opts.inline,
         verbose: opts.verbose,
         all_or_nothing: opts.all_or_nothing,
-        follow_fork: opts.follow_fork,
+        follow_fork: follow,
         ..Options::default()
     };
     let attaching = matches!(opts.target, Target::Attach(_));
@@ -218,4 +225,49 @@ fn weave_and_run(
     session.go()?;
     session.run(sink, &STOP)?;
     Ok(())
+}
+
+/// Whether a launched command reaches the probed code only through other programs
+/// (a `#!` script, `sh -c "./app x"`, `env`, `timeout`): the command is a script, or
+/// a probe names a program by path that is not the command's executable. bpftrace's
+/// uprobes are set on the file and fire in whatever process runs it; weft then
+/// follows the command's children and execs, so the probes reach that process.
+fn through_wrapper(prog: &Program, target: &Target) -> bool {
+    let Target::Launch(argv) = target else {
+        return false;
+    };
+    let Some(exe) = target::which(&argv[0]) else {
+        return false;
+    };
+    // A program by path; a library (`.so` in its name) is the command's own.
+    let probes_a_path = |t: &str| {
+        t.contains('/')
+            && !std::path::Path::new(t)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().contains(".so"))
+    };
+    let targets: Vec<&str> = prog
+        .probes
+        .iter()
+        .flat_map(|p| &p.attach)
+        .filter_map(|a| match a {
+            AttachPoint::Uprobe { target, .. }
+            | AttachPoint::Uretprobe { target, .. }
+            | AttachPoint::Usdt { target, .. } => Some(target.as_str()),
+            _ => None,
+        })
+        .collect();
+    if targets.is_empty() {
+        return false;
+    }
+    if target::script_interpreter(&exe).is_some() {
+        return true;
+    }
+    let exe = exe.canonicalize().unwrap_or(exe);
+    targets.iter().any(|t| {
+        probes_a_path(t)
+            && std::path::Path::new(t)
+                .canonicalize()
+                .is_ok_and(|p| p != exe)
+    })
 }

@@ -480,3 +480,49 @@ fn messages_lead_somewhere() {
     assert!(o.status.success());
     assert!(text(&o.stderr).contains("warning: this is unsigned (`uint64`)"));
 }
+
+/// `-c` through wrappers: a `#!` script that runs the program twice, `sh -c`, and
+/// `env`: the probes reach the program whichever exec brings it, as bpftrace's do.
+#[test]
+fn launch_through_scripts_and_shells() {
+    let include = repo_root().join("include");
+    let app = build(
+        "app.c",
+        Variant::O2_PIE,
+        &[&format!("-I{}", include.display())],
+    );
+    let dir = repo_root()
+        .join("target/tmp")
+        .join(format!("wrappers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&app, dir.join("app")).unwrap();
+    let script = dir.join("run.sh");
+    std::fs::write(&script, "#!/bin/sh\n./app\n./app x\necho done\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // app with no usable file handles five requests and parses them again: 10
+    // parse calls per run.
+    for (cmd, runs) in [
+        ("./run.sh", 2),
+        ("sh -c './app x'", 1),
+        ("env FOO=1 ./app", 1),
+        ("./app", 1),
+    ] {
+        let o = weft_in(
+            &dir,
+            &["-e", "uprobe:./app:parse { @calls = count(); }", "-c", cmd],
+        );
+        let out = ok(&o);
+        assert_eq!(
+            map_value(&out, "@calls"),
+            Some(10 * runs),
+            "{cmd}: {out}{}",
+            text(&o.stderr)
+        );
+        assert!(
+            text(&o.stderr).starts_with("Attaching 1 probe...\n"),
+            "{cmd}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

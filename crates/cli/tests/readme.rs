@@ -76,7 +76,7 @@ fn strip_comment<'a>(before: &str, line: &'a str) -> (&'a str, bool) {
 }
 
 /// A directory holding `app` (and its source, for the README's `gcc` lines),
-/// `input.txt`, and `scripts` (the repository's).
+/// `input.txt`, `run.sh` (a script running app) and `scripts` (the repository's).
 fn workdir() -> PathBuf {
     let dir = repo_root()
         .join("target/tmp")
@@ -93,6 +93,9 @@ fn workdir() -> PathBuf {
     std::fs::copy(repo_root().join("tests/targets/app.c"), dir.join("app.c")).unwrap();
     std::fs::copy(include.join("weft.h"), dir.join("weft.h")).unwrap();
     std::fs::write(dir.join("input.txt"), "get a\nput b\n\nscan\n").unwrap();
+    let script = dir.join("run.sh");
+    std::fs::write(&script, "#!/bin/sh\n./app input.txt\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::os::unix::fs::symlink(repo_root().join("scripts"), dir.join("scripts")).unwrap();
     dir
 }

@@ -281,6 +281,18 @@ impl<'p> Session<'p> {
     pub fn prepare_probes(&mut self, probes: &[usize]) -> Result<usize> {
         let (w, n) = self.plan(probes, None)?;
         self.initial = w;
+        // Following children and execs, a probe may have its sites only in the
+        // processes to come: it counts as attached (bpftrace sets it on the file).
+        let n = if self.opts.follow_fork {
+            let in_target = probes
+                .iter()
+                .flat_map(|&i| &self.prog.probes[i].attach)
+                .filter(|a| a.runs_in_target())
+                .count();
+            n.max(in_target)
+        } else {
+            n
+        };
         Ok(n + self.begin.len() + self.end.len() + self.intervals.len())
     }
 

@@ -39,8 +39,29 @@ pub fn agent_path() -> Result<PathBuf> {
     bail!("cannot find {AGENT_FILE} next to {}; build it with `cargo build -p weft-agent` or set WEFT_AGENT", exe.display())
 }
 
-/// Check an executable can take the agent: an x86-64 ELF, dynamically linked.
+/// The interpreter of a `#!` script (its first word), if `path` is one.
+pub fn script_interpreter(path: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(path).ok()?.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let first = std::str::from_utf8(line).ok()?.split_whitespace().next()?;
+    Some(PathBuf::from(first))
+}
+
+/// Check an executable can take the agent: an x86-64 ELF, dynamically linked, or a
+/// `#!` script whose interpreter is one (the kernel runs the interpreter, and the
+/// agent loads into it).
 pub fn check_executable(path: &Path) -> Result<()> {
+    let mut path = path.to_path_buf();
+    for _ in 0..4 {
+        match script_interpreter(&path) {
+            Some(interp) => path = interp,
+            None => break,
+        }
+    }
+    let path = path.as_path();
     let elf = ElfFile::open(path).map_err(|e| anyhow!("{e}"))?;
     if elf.is_static() {
         bail!(
