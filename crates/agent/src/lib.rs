@@ -32,11 +32,32 @@ mod trap;
 
 use std::os::fd::OwnedFd;
 
+/// The constructor. glibc calls `.init_array` entries with `(argc, argv, envp)`.
+type Init = extern "C" fn(libc::c_int, *const *const libc::c_char, *mut *mut libc::c_char);
+
 #[used]
 #[unsafe(link_section = ".init_array")]
-static INIT: extern "C" fn() = weft_agent_init;
+static INIT: Init = weft_agent_init;
 
-extern "C" fn weft_agent_init() {
+unsafe extern "C" {
+    static mut environ: *mut *mut libc::c_char;
+}
+
+extern "C" fn weft_agent_init(
+    _argc: libc::c_int,
+    _argv: *const *const libc::c_char,
+    envp: *mut *mut libc::c_char,
+) {
+    // Linked `-z initfirst` (see build.rs), the agent starts before the C library's
+    // own initializer, which sets `environ` from the same `envp` a moment later:
+    // set it now so the environment can be read (and edited in place) already.
+    // SAFETY: single-threaded program start-up; `envp` is the process's environment
+    // array, the value libc stores there itself.
+    unsafe {
+        if environ.is_null() && !envp.is_null() {
+            environ = envp;
+        }
+    }
     let _ = std::panic::catch_unwind(init);
 }
 
@@ -84,13 +105,44 @@ fn launch_socket() -> Option<OwnedFd> {
                 if rest.is_empty() {
                     std::env::remove_var("LD_PRELOAD");
                 } else {
-                    std::env::set_var("LD_PRELOAD", rest.join(":"));
+                    shorten_in_place("LD_PRELOAD", &rest.join(":"));
                 }
             }
         }
     }
     control::remember_socket(&name);
     weft_runtime::proto::connect(&name).ok().map(fds::high)
+}
+
+/// Replaces the value of `name` with the shorter `value` in the environment
+/// string itself. `setenv` would allocate a new environment array, which the C
+/// library's initializer, running after the agent's (`-z initfirst`), replaces with
+/// the original one; `unsetenv` and this edit work in place and stay.
+///
+/// # Safety
+/// Single-threaded start-up: nothing else reads or writes the environment.
+unsafe fn shorten_in_place(name: &str, value: &str) {
+    // SAFETY: `environ` is the process's NUL-terminated array of NUL-terminated
+    // strings; an entry `NAME=OLD` is overwritten with `NAME=VALUE` only when VALUE
+    // is no longer than OLD, so the write stays inside the string.
+    unsafe {
+        let mut ep = environ;
+        while !ep.is_null() && !(*ep).is_null() {
+            let entry = std::ffi::CStr::from_ptr(*ep).to_bytes();
+            if let Some(old) = entry
+                .strip_prefix(name.as_bytes())
+                .and_then(|r| r.strip_prefix(b"="))
+            {
+                if value.len() <= old.len() {
+                    let dst = (*ep).add(name.len() + 1) as *mut u8;
+                    std::ptr::copy_nonoverlapping(value.as_ptr(), dst, value.len());
+                    *dst.add(value.len()) = 0;
+                }
+                return;
+            }
+            ep = ep.add(1);
+        }
+    }
 }
 
 /// In a child after fork(), while it has a single thread.

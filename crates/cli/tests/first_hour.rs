@@ -526,3 +526,62 @@ fn launch_through_scripts_and_shells() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A launched program is probed from its first instruction: calls made by its
+/// libraries' constructors, its `.preinit_array` and its constructors are all
+/// counted (the agent is linked `-z initfirst`), as bpftrace and gdb count them.
+#[test]
+fn launch_sees_constructors_and_preinit() {
+    let dir = repo_root()
+        .join("target/tmp")
+        .join(format!("ctors-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = repo_root().join("tests/targets");
+    let (lib, prog) = (src.join("ctorlib.c"), src.join("ctors.c"));
+    for args in [
+        vec![
+            "-O2",
+            "-g",
+            "-shared",
+            "-fPIC",
+            "-o",
+            "libctor.so",
+            lib.to_str().unwrap(),
+        ],
+        vec![
+            "-O2",
+            "-g",
+            "-o",
+            "ctors",
+            prog.to_str().unwrap(),
+            "-L.",
+            "-lctor",
+            "-Wl,-rpath,$ORIGIN",
+        ],
+    ] {
+        let st = Command::new("gcc")
+            .args(&args)
+            .current_dir(&dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "gcc {args:?}");
+    }
+    let o = weft_in(
+        &dir,
+        &[
+            "-e",
+            "uprobe:libc:malloc /arg0 == 5555/ { @m = count(); }
+             uprobe:./ctors:pre { @pre = count(); }
+             uprobe:./libctor.so:lib_ctor { @lib = count(); }",
+            "-c",
+            "./ctors",
+        ],
+    );
+    let out = ok(&o);
+    assert!(out.starts_with("main\n"), "{out}");
+    assert_eq!(map_value(&out, "@m"), Some(9), "{out}");
+    assert_eq!(map_value(&out, "@pre"), Some(1), "{out}");
+    assert_eq!(map_value(&out, "@lib"), Some(1), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
