@@ -436,3 +436,43 @@ fn bad_programs_are_rejected_with_located_diagnostics() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// A Debian program, counted by both tools: python3 running a script that opens a
+/// file (a descriptor number) and reads its environment, with hashing fixed. The
+/// first-hour review saw weft count one call more of one function and one fewer of
+/// another here; each count must equal bpftrace's.
+#[test]
+fn python_counts_equal_bpftrace() {
+    require_bpftrace(&compat_target());
+    let py = std::fs::canonicalize("/usr/bin/python3").expect("python3 (scripts/setup)");
+    let dir = std::env::temp_dir().join(format!("weft-compat-py-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("t.py");
+    std::fs::write(
+        &script,
+        "import os, json\nf = open('/etc/hostname')\nprint(f.fileno(), len(os.environ) > 0)\n\
+         print(json.dumps({'a': [1, 2, 3]}))\n",
+    )
+    .unwrap();
+    let py = py.display();
+    let prog = format!(
+        "uprobe:{py}:PyLong_FromLong /pid == cpid/ {{ @long = count(); }} \
+         uprobe:{py}:PyObject_GC_Del /pid == cpid/ {{ @gcdel = count(); }}"
+    );
+    let cmd = format!("{py} {}", script.display());
+    let run = |tool: &Path| {
+        let mut c = Command::new(tool);
+        c.args(["-q", "-e", &prog, "-c", &cmd])
+            .env("PYTHONHASHSEED", "0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let o = run_with_timeout(c, RUN_TIMEOUT).expect("finished");
+        let out = text(&o.stdout);
+        (map_value(&out, "@long"), map_value(&out, "@gcdel"), out)
+    };
+    let (wl, wg, wout) = run(&weft_bin());
+    let (bl, bg, bout) = run(Path::new("bpftrace"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(bl.is_some() && bg.is_some(), "bpftrace: {bout}");
+    assert_eq!((wl, wg), (bl, bg), "weft:\n{wout}\nbpftrace:\n{bout}");
+}
