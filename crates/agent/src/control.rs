@@ -6,7 +6,7 @@
 //! abstract socket, checks weft runs as our user (or root), and serves the session.
 //! A closed socket means weft is gone: the sites are restored at once.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 use weft_abi::msg::Msg;
@@ -17,6 +17,12 @@ use weft_runtime::shm::Shm;
 use crate::{patch, profile, reap, ret, session, signals, threads, trap};
 
 static REQUEST: AtomicU32 = AtomicU32::new(0);
+/// A control thread is alive (serving, waiting for a request, or started). It ends
+/// once no session is left to serve, so that between sessions the agent holds no
+/// thread; `weft_agent_connect` starts the next one.
+static CONTROL: AtomicBool = AtomicBool::new(false);
+/// What the reaper learned, kept from one control thread to the next.
+static REAPER: std::sync::Mutex<Option<reap::Reaper>> = std::sync::Mutex::new(None);
 /// The socket name of the latest connection request.
 struct RequestName(std::cell::UnsafeCell<[u8; 108]>);
 // SAFETY: written by `weft_agent_connect` before it bumps REQUEST (Release), read by
@@ -59,13 +65,16 @@ fn futex_wake(word: &AtomicU32) {
 }
 
 /// Called by weft (through ptrace, in a hijacked thread) with the name of its
-/// abstract socket. Only copies the name and wakes the control thread: no locks, no
-/// allocation, safe wherever the thread was stopped.
+/// abstract socket. Copies the name and wakes the control thread; when there is
+/// none (between sessions the agent keeps no thread), starts one if `may_start` is
+/// nonzero: weft says so only when the thread it borrowed is at a safe point
+/// (starting a thread allocates). Returns 0, -1 for a null name, -2 when the thread
+/// could not be started, -3 when one is needed and `may_start` is zero.
 ///
 /// # Safety
 /// `name` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn weft_agent_connect(name: *const libc::c_char) -> i32 {
+pub unsafe extern "C" fn weft_agent_connect(name: *const libc::c_char, may_start: i32) -> i32 {
     if name.is_null() {
         return -1;
     }
@@ -84,9 +93,42 @@ pub unsafe extern "C" fn weft_agent_connect(name: *const libc::c_char) -> i32 {
         }
         (*dst)[i] = 0;
     }
-    REQUEST.fetch_add(1, Ordering::AcqRel);
-    futex_wake(&REQUEST);
-    0
+    let seen = REQUEST.fetch_add(1, Ordering::AcqRel);
+    if CONTROL.swap(true, Ordering::AcqRel) {
+        futex_wake(&REQUEST);
+        return 0;
+    }
+    if may_start == 0 {
+        // As if never asked: the process is stopped around this call, so a control
+        // thread that was ending (and may look at REQUEST again) has not moved.
+        REQUEST.fetch_sub(1, Ordering::AcqRel);
+        CONTROL.store(false, Ordering::Release);
+        return -3;
+    }
+    if start_control(None, seen) {
+        0
+    } else {
+        CONTROL.store(false, Ordering::Release);
+        -2
+    }
+}
+
+/// Starts a control thread that serves `initial` (a launched target's connection),
+/// then the requests after the `seen`-th, and ends when none is left.
+pub fn start_control(initial: Option<OwnedFd>, seen: u32) -> bool {
+    CONTROL.store(true, Ordering::Release);
+    std::thread::Builder::new()
+        .name("weft-agent".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            let _ = std::panic::catch_unwind(move || main(initial, seen));
+        })
+        .is_ok()
+}
+
+/// In a fork()ed child: the parent's control thread is not here.
+pub fn after_fork_child() {
+    CONTROL.store(false, Ordering::Release);
 }
 
 fn request_name() -> String {
@@ -117,25 +159,45 @@ fn mark_control_thread() {
 }
 
 /// Body of the control thread. `initial` is the connection of a launched target.
-pub fn main(initial: Option<OwnedFd>) {
+fn main(initial: Option<OwnedFd>, seen: u32) {
     mark_control_thread();
     // Threads that ended between sessions are found at the next one.
-    let mut reaper = reap::Reaper::default();
+    let mut reaper = take_reaper();
     if let Some(fd) = initial {
         serve(fd, &mut reaper, None);
     }
     release_launch();
     // A request made before this thread ran counts (weft asks right after dlopen).
-    serve_requests(&mut reaper, 0);
+    serve_requests(&mut reaper, seen);
+    keep_reaper(reaper);
+}
+
+fn take_reaper() -> reap::Reaper {
+    REAPER
+        .lock()
+        .ok()
+        .and_then(|mut r| r.take())
+        .unwrap_or_default()
+}
+
+fn keep_reaper(reaper: reap::Reaper) {
+    if let Ok(mut r) = REAPER.lock() {
+        *r = Some(reaper);
+    }
 }
 
 /// Serve one session per connection request (`weft_agent_connect`) after the
-/// `seen`-th, forever.
-fn serve_requests(reaper: &mut reap::Reaper, mut seen: u32) -> ! {
+/// `seen`-th; return (the thread ends) once none is waiting. A request that comes
+/// while the thread is ending is served by it if it can take `CONTROL` back, else
+/// by the thread that request started.
+fn serve_requests(reaper: &mut reap::Reaper, mut seen: u32) {
     loop {
         let now = REQUEST.load(Ordering::Acquire);
         if now == seen {
-            futex_wait(&REQUEST, seen, None);
+            CONTROL.store(false, Ordering::Release);
+            if REQUEST.load(Ordering::Acquire) == seen || CONTROL.swap(true, Ordering::AcqRel) {
+                return;
+            }
             continue;
         }
         seen = now;
@@ -176,6 +238,7 @@ pub fn start_forked(parent: u32, parent_space: u32) -> bool {
         return false;
     }
     let seen_at_fork = REQUEST.load(Ordering::Acquire);
+    CONTROL.store(true, Ordering::Release);
     std::thread::Builder::new()
         .name("weft-agent".into())
         .stack_size(256 * 1024)

@@ -71,17 +71,13 @@ fn init() {
     let _ = signals::init();
     // SAFETY: registering a fork handler; it only touches our own state.
     unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
-    let launch = launch_socket();
-    let waiting = launch.is_some();
-    let spawned = std::thread::Builder::new()
-        .name("weft-agent".into())
-        .stack_size(256 * 1024)
-        .spawn(move || {
-            let _ = std::panic::catch_unwind(move || control::main(launch));
-        });
-    if waiting && spawned.is_ok() {
-        // A launched target waits here, before main, until its probes are in.
-        control::wait_released();
+    // A launched target's control thread serves its session at once; an attached
+    // one's is started by `weft_agent_connect`, right after this `dlopen`.
+    if let Some(fd) = launch_socket() {
+        if control::start_control(Some(fd), 0) {
+            // A launched target waits here, before main, until its probes are in.
+            control::wait_released();
+        }
     }
 }
 
@@ -163,6 +159,7 @@ unsafe fn shorten_in_place(name: &str, value: &str) {
 /// trampoline's relocated instructions. Children made without the `fork()` wrapper
 /// (a raw `clone` system call) do not run this handler.
 extern "C" fn after_fork_child() {
+    control::after_fork_child();
     threads::after_fork_child();
     patch::after_fork_child();
     if let Some(s) = session::current() {

@@ -298,8 +298,26 @@ fn attach_to(
     pid: i32,
     agent: &Path,
     socket: &str,
-    warm: Option<&mut weft_inject::warm::Warm>,
+    mut warm: Option<&mut weft_inject::warm::Warm>,
 ) -> Result<AttachReport> {
+    match attach_once(pid, agent, socket, warm.as_deref_mut(), false)? {
+        Some(r) => Ok(r),
+        // The agent's control thread ended while we looked: start one from a safe
+        // point.
+        None => attach_once(pid, agent, socket, warm, true)?
+            .ok_or_else(|| anyhow!("the agent in process {pid} did not start its control thread")),
+    }
+}
+
+/// One attach; `None` when the agent needed a control thread started and the
+/// thread borrowed was not at a safe point (only when `safe` is false).
+fn attach_once(
+    pid: i32,
+    agent: &Path,
+    socket: &str,
+    warm: Option<&mut weft_inject::warm::Warm>,
+    safe: bool,
+) -> Result<Option<AttachReport>> {
     weft_inject::die::phase("attach");
     let exe = match weft_inject::process::exe(pid) {
         Ok(e) => e,
@@ -310,6 +328,10 @@ fn attach_to(
     };
     let modules = modules_once_exec_done(pid)?;
     let has_agent = modules.iter().any(|m| m.file_name() == AGENT_FILE);
+    // Between sessions the agent keeps no thread: the connect call starts one, and
+    // that needs a safe point as the `dlopen` does. With a control thread alive
+    // (another session is being served), any thread will do.
+    let quick = !safe && has_agent && control_thread_alive(pid);
     if !has_agent && !modules.iter().any(safepoint::is_loader) {
         bail!(
             "process {pid} ({}) is statically linked: weft loads its agent with the dynamic \
@@ -323,8 +345,8 @@ fn attach_to(
     // is one whose threads are all busy in the library.
     let since = std::time::Instant::now();
     // What the safe-point judgement needs from libc, found before the pause.
-    let mut spots = (!has_agent)
-        .then(|| safepoint::LibcSpots::find(&modules))
+    let mut spots = Some(safepoint::LibcSpots::find(&modules))
+        .filter(|_| !quick)
         .filter(safepoint::LibcSpots::complete);
     let mut unwinder = safepoint::Unwinder::default();
     // Threads are run out of the library to a hardware breakpoint: the kernel's
@@ -335,7 +357,7 @@ fn attach_to(
     let mut pause = std::time::Duration::from_millis(2);
     // Looked up once it is there (libc mapped), not again at every look.
     let mut dlopen = None;
-    let (mut stopped, maps, tid) = loop {
+    let (mut stopped, maps, tid) = 'look: loop {
         let mut stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
         // A step-over breakpoint left armed by a weft that died while stepping.
         stopped.clear_breakpoints();
@@ -354,10 +376,11 @@ fn attach_to(
         let waited = since.elapsed();
         let why = if starting {
             "the dynamic linker is still starting it".to_string()
-        } else if has_agent {
-            // Only the agent's own connect function is called: any thread will do.
+        } else if quick {
+            // Only the agent's own connect function is called, and it starts no
+            // thread: any thread will do.
             let tid = stopped.pick_call_thread();
-            break (stopped, maps, tid);
+            break 'look (stopped, maps, tid);
         } else {
             let layout = safepoint::Layout::new(&maps, &modules, &mut spots);
             safepoint::drop_stray_traps(&mut stopped, &layout)?;
@@ -395,16 +418,41 @@ fn attach_to(
         .ok_or_else(|| anyhow!("the agent in process {pid} exports no weft_agent_connect"))?;
     let mut name = socket.as_bytes().to_vec();
     name.push(0);
-    stopped
-        .call(tid, connect, &[CallArg::StackData], &name)
+    let may_start = u64::from(!quick);
+    let r = stopped
+        .call(
+            tid,
+            connect,
+            &[CallArg::StackData, CallArg::Value(may_start)],
+            &name,
+        )
         .map_err(|e| anyhow!("asking the agent in {pid} to connect: {e}"))?;
+    match r.ret as i32 {
+        0 => {}
+        -3 if quick => {
+            stopped.resume().map_err(|e| anyhow!("{e}"))?;
+            return Ok(None);
+        }
+        -2 => bail!("the agent in process {pid} could not start its control thread"),
+        e => bail!("the agent in process {pid} refused to connect ({e})"),
+    }
     weft_inject::die::at("attach-connected");
     let pause = stopped.resume().map_err(|e| anyhow!("{e}"))?;
     weft_inject::die::at("attach-resumed");
-    Ok(AttachReport {
+    Ok(Some(AttachReport {
         pause,
         ran_out: unwinder.ran,
         stepped_out: unwinder.stepped,
+    }))
+}
+
+/// Whether a thread of `pid` is the agent's control thread (named `weft-agent`).
+fn control_thread_alive(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == "weft-agent")
     })
 }
 
