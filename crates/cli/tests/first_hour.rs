@@ -470,6 +470,19 @@ fn messages_lead_somewhere() {
         "use ast, expanded, checked or program; or parse, expand, check, lower",
     );
     refused(&weft(&["--bogus"], T), "unexpected argument '--bogus'");
+    // A dump of a program that cannot run (no target) still exits 1.
+    let o = weft(
+        &[
+            "-d",
+            "ast",
+            "-e",
+            &format!("uprobe:{b}:work {{ @ = count(); }}"),
+        ],
+        T,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("=== parse ==="));
+    assert!(text(&o.stderr).contains("weft: uprobe probes need a target process"));
     // An unsigned value tested for its sign warns, and the program still runs.
     let o = weft(
         &[
