@@ -173,7 +173,7 @@ pub fn run_with(
             done.threads_peak, done.max_live, done.threads_retired
         );
     }
-    Ok(0)
+    Ok(done.exit_code)
 }
 
 /// Attach to every process of `pids`. One that cannot be attached to is reported

@@ -1345,3 +1345,30 @@ fn record_file_is_read_by_another_tool() {
     assert_eq!(total["entries"][0]["value"], 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `exit(code)` is weft's exit status (its low 8 bits, as a process's), from BEGIN
+/// and from advice in the target; `exit()` ends the probe it is in.
+#[test]
+fn exit_code_is_the_exit_status() {
+    let o = weft(&["-e", "BEGIN { exit(69); }"], T);
+    assert_eq!(o.status.code(), Some(69), "{}", text(&o.stderr));
+    let o = weft(&["-e", "BEGIN { exit(256 + 7); }"], T);
+    assert_eq!(o.status.code(), Some(7));
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let o = weft(
+        &[
+            "-e",
+            &format!("uprobe:{b}:work {{ @n = count(); exit(3); @after = 1; }}"),
+            "-c",
+            b,
+        ],
+        T,
+    );
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    // The target runs on while weft notices the exit (as with bpftrace): calls go
+    // on being counted, but nothing after `exit()` ever runs.
+    assert!(map_value(&out, "@n").unwrap() >= 1, "{out}");
+    assert!(!out.contains("@after"), "{out}");
+}

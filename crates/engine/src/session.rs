@@ -108,6 +108,8 @@ pub struct Finished {
     pub threads_peak: u32,
     pub max_live: u32,
     pub threads_retired: u64,
+    /// The code of `exit(code)` (0 without one), weft's exit status.
+    pub exit_code: i32,
 }
 
 /// One program woven into any number of processes.
@@ -733,6 +735,8 @@ impl<'p> Session<'p> {
             threads_peak: h.threads_live_peak.load(Ordering::Relaxed),
             max_live: h.max_live,
             threads_retired: h.threads_retired.load(Ordering::Relaxed),
+            // As a process exit status: the low 8 bits.
+            exit_code: (self.decoder.exit_code & 0xff) as i32,
         };
         for m in &mut self.members {
             if let Some(c) = m.child.as_mut() {

@@ -133,7 +133,8 @@ impl Type {
             Type::USym | Type::ProbeName | Type::Ptr(_) | Type::UStack { .. } | Type::Timestamp => {
                 8
             }
-            Type::CStruct(_) => 8,
+            // As C lays it out: its strictest member (an array: its element's).
+            Type::CStruct(s) => s.fields.iter().map(|f| f.ty.align()).max().unwrap_or(1),
         }
     }
 
@@ -818,7 +819,8 @@ pub enum Inst {
         b: Place,
         len: u32,
     },
-    /// `strncmp`-like ordering: `dst` = <0, 0, >0.
+    /// `strncmp` as bpftrace defines it: `dst` = 0 when the first `len` bytes (up to
+    /// a NUL) are equal, 1 otherwise (not an ordering: bpftrace returns 1 both ways).
     StrCmp {
         dst: Reg,
         a: Place,

@@ -440,6 +440,9 @@ impl Cx<'_> {
                 self.lea_place(rsi, *b)?;
                 self.a.mov(edx, *len)?;
                 self.call(Helper::StrCmp)?;
+                self.a.test(rax, rax)?;
+                self.a.setne(al)?;
+                self.a.movzx(eax, al)?;
                 self.store(*dst, rax)?;
             }
             Inst::StrContains { dst, a, b, len } => {

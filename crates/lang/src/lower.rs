@@ -1403,11 +1403,25 @@ impl<'a> Fx<'a> {
                 Val::Unit
             }
             "exit" => {
+                // `exit(code)`: weft's exit status, carried by the event.
+                let payload = args.first().map(|a| {
+                    let v = self.expr(a);
+                    let v = self.convert(v, &a.ty, &Type::I64);
+                    let p = self.temp(8);
+                    self.store(p, v, &Type::I64);
+                    p
+                });
+                let len = if payload.is_some() { 8 } else { 0 };
                 self.emit(Inst::Emit {
                     kind: EventKind::Exit,
-                    payload: None,
-                    len: 0,
+                    payload,
+                    len,
                 });
+                // As upstream bpftrace: the probe ends here; what follows does not
+                // run (but must stay well-formed, as after `return`).
+                self.emit(Inst::Return);
+                let l = self.label();
+                self.emit(Inst::Label(l));
                 Val::Unit
             }
             "__weft_entry" => {

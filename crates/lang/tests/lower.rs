@@ -22,16 +22,18 @@ fn begin_printf_exit() {
     check(
         r#"BEGIN { printf("hello %d\n", 42); exit(); }"#,
         expect![[r#"
-        fmt 0 "hello %d\n" (int64)
-        probe BEGIN (regs 1, slots [8])
-            Const { dst: Reg(0), value: 42 }
-            Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
-            Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(0), size: 8 }
-            Emit { kind: Printf(FmtId(0)), payload: Some(Place { slot: Slot(0), off: 0 }), len: 8 }
-            Emit { kind: Exit, payload: None, len: 0 }
-          L0:
-            Return
-    "#]],
+            fmt 0 "hello %d\n" (int64)
+            probe BEGIN (regs 1, slots [8])
+                Const { dst: Reg(0), value: 42 }
+                Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
+                Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(0), size: 8 }
+                Emit { kind: Printf(FmtId(0)), payload: Some(Place { slot: Slot(0), off: 0 }), len: 8 }
+                Emit { kind: Exit, payload: None, len: 0 }
+                Return
+              L1:
+              L0:
+                Return
+        "#]],
     );
 }
 
@@ -97,16 +99,18 @@ fn interval_and_end() {
     check(
         "interval:ms:250 { @t = count(); } END { exit(); }",
         expect![[r#"
-        map 0 @t: Count
-        probe interval:ns:250000000 (regs 0, slots [])
-            MapAgg { map: MapId(0), key: None, op: Count }
-          L0:
-            Return
-        probe END (regs 0, slots [])
-            Emit { kind: Exit, payload: None, len: 0 }
-          L0:
-            Return
-    "#]],
+            map 0 @t: Count
+            probe interval:ns:250000000 (regs 0, slots [])
+                MapAgg { map: MapId(0), key: None, op: Count }
+              L0:
+                Return
+            probe END (regs 0, slots [])
+                Emit { kind: Exit, payload: None, len: 0 }
+                Return
+              L1:
+              L0:
+                Return
+        "#]],
     );
 }
 
@@ -864,6 +868,8 @@ fn positional_parameters_in_attach_points() {
                 Return
             probe interval:ns:250000000 (regs 0, slots [])
                 Emit { kind: Exit, payload: None, len: 0 }
+                Return
+              L1:
               L0:
                 Return
         "#]],

@@ -16,6 +16,8 @@ use crate::event::{Event, MapSnapshot, Record};
 pub struct Decoder {
     /// An `exit()` was seen: later events are dropped (until [`Decoder::resume`]).
     pub exited: bool,
+    /// The code given to `exit(code)` (0 without one): weft's exit status.
+    pub exit_code: i64,
     raw: Vec<(u32, u32, ring::Event)>,
     /// Threads seen holding a slot (pid, tid), for their lifecycle records.
     threads: std::collections::HashSet<(u32, u32)>,
@@ -97,6 +99,9 @@ impl Decoder {
                 }
                 EVENT_EXIT => {
                     self.exited = true;
+                    if let Some(code) = e.payload.get(..8) {
+                        self.exit_code = i64::from_le_bytes(code.try_into().unwrap_or([0; 8]));
+                    }
                     Event::Exit
                 }
                 EVENT_FUNC_ENTRY | EVENT_FUNC_EXIT
