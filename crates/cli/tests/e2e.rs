@@ -1372,3 +1372,36 @@ fn exit_code_is_the_exit_status() {
     assert!(map_value(&out, "@n").unwrap() >= 1, "{out}");
     assert!(!out.contains("@after"), "{out}");
 }
+
+/// USDT probes one NOP apart: every one is woven (an `int3` where a jump would
+/// cover the next site) and fires exactly as often as it runs, arguments intact.
+#[test]
+fn adjacent_usdt_sites_are_all_woven() {
+    for v in all_variants() {
+        let bin = build("sdt_adjacent.c", v, &[]);
+        let b = bin_str(&bin);
+        let o = weft(
+            &[
+                "-e",
+                &format!(
+                    "usdt:{b}:app:* {{ @[probe] = count(); }} usdt:{b}:app:p3 {{ @sum = sum(arg0 + arg9); }}"
+                ),
+                "-c",
+                &format!("{b} 7"),
+            ],
+            T,
+        );
+        let (out, err) = (ok(&o), text(&o.stderr));
+        assert!(!err.contains("not woven"), "{}: {err}", v.name());
+        for p in 0..6 {
+            assert_eq!(
+                map_value(&out, &format!("@[usdt:{b}:app:p{p}]")),
+                Some(7),
+                "{}: p{p}: {out}",
+                v.name()
+            );
+        }
+        // arg0 is argc (2), arg9 is 10.
+        assert_eq!(map_value(&out, "@sum"), Some(7 * 12), "{}: {out}", v.name());
+    }
+}

@@ -191,6 +191,12 @@ impl Member {
                     .flatten()
                     .map(|r| r.site_addr)
             });
+            // Sites one instruction apart (USDT NOPs): a jump must not cover another.
+            let others: Vec<u64> = specs
+                .iter()
+                .map(|s| s.site_addr)
+                .chain(self.planned.iter().map(|p| p.addr))
+                .collect();
             for s in &specs {
                 let p = if Some(s.site_addr) == redirected {
                     crate::weave::Planned::refused(
@@ -200,7 +206,7 @@ impl Member {
                           too; probe its callers (`sigaction`, `signal`) instead",
                     )
                 } else {
-                    weaver.site(s, agent.hello.thread_attach)?
+                    weaver.site(s, agent.hello.thread_attach, &others)?
                 };
                 note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
                 self.planned.push(p);

@@ -302,8 +302,10 @@ impl<'a> Weaver<'a> {
     }
 
     /// Plan and write the code of one site; record it in the site table.
-    pub fn site(&mut self, spec: &SiteSpec, thread_attach: u64) -> Result<Planned> {
-        let plan = weft_x86::plan_site(&spec.func, spec.site_addr);
+    /// Plans, compiles and publishes one site; `others` are the addresses of the
+    /// process's other sites (woven or being woven), which a jump must not cover.
+    pub fn site(&mut self, spec: &SiteSpec, thread_attach: u64, others: &[u64]) -> Result<Planned> {
+        let plan = weft_x86::plan_site_among(&spec.func, spec.site_addr, others);
         let index = self.next_site_index()?;
         let (patch_addr, skipped_endbr) = match &plan {
             SitePlan::Refused { reason } => return Ok(Planned::refused(spec, reason)),

@@ -40,7 +40,7 @@ mod relocate;
 
 pub use decode::{branch_targets, decode_len, disassemble};
 pub use patch::{call_rel32, jmp_rel32, patch_bytes, INT3};
-pub use plan::{plan_site, FunctionCode, Reason, SitePlan, ENDBR64, JUMP_LEN};
+pub use plan::{plan_site, plan_site_among, FunctionCode, Reason, SitePlan, ENDBR64, JUMP_LEN};
 pub use relocate::relocate;
 
 /// Errors from encoding patches and relocated code.

@@ -211,6 +211,8 @@ pub enum Reason {
     TooShort { len: usize },
     /// A direct branch at `from` targets `to`, inside the bytes a jump would replace.
     BranchIntoPatch { from: u64, to: u64 },
+    /// Another probe site at `at` lies inside the bytes a jump would replace.
+    SiteInPatch { at: u64 },
     /// A `[rip+disp]` operand at `from` addresses `to`, inside the bytes a jump would
     /// replace (a computed-goto label, say).
     AddressTakenInPatch { from: u64, to: u64 },
@@ -243,6 +245,10 @@ impl fmt::Display for Reason {
                 f,
                 "only {len} byte(s) from the patch point to the function end, a jump needs {JUMP_LEN}"
             ),
+            Reason::SiteInPatch { at } => write!(
+                f,
+                "another probe site at {at:#x} lies inside the bytes a jump would replace"
+            ),
             Reason::BranchIntoPatch { from, to } => write!(
                 f,
                 "branch at {from:#x} targets {to:#x}, inside the bytes a jump would replace"
@@ -272,6 +278,41 @@ impl fmt::Display for Reason {
 /// Plans the patch for `site_addr`, an address inside `func` (usually `func.addr`).
 /// See the module documentation for the rules.
 pub fn plan_site(func: &FunctionCode, site_addr: u64) -> SitePlan {
+    plan_site_among(func, site_addr, &[])
+}
+
+/// [`plan_site`] for a site with other sites near it (`others`: their addresses,
+/// this one's may be among them): a jump whose displaced bytes would cover another
+/// site (USDT probes one NOP apart) would overwrite that site's instruction, so the
+/// site takes an `int3` instead.
+pub fn plan_site_among(func: &FunctionCode, site_addr: u64, others: &[u64]) -> SitePlan {
+    let plan = plan_site_alone(func, site_addr);
+    if let SitePlan::Jump {
+        patch_addr,
+        displaced_len,
+        skipped_endbr,
+        ref displaced,
+        ..
+    } = plan
+    {
+        let end = patch_addr + displaced_len as u64;
+        if let Some(&at) = others.iter().find(|&&a| patch_addr < a && a < end) {
+            let offset = (patch_addr - func.addr) as usize;
+            if let Some(first) = decode::decode_one(&func.bytes[offset..], patch_addr) {
+                return SitePlan::Int3 {
+                    patch_addr,
+                    insn_len: first.len(),
+                    displaced: displaced[..first.len().min(displaced.len())].to_vec(),
+                    skipped_endbr,
+                    reason: Reason::SiteInPatch { at },
+                };
+            }
+        }
+    }
+    plan
+}
+
+fn plan_site_alone(func: &FunctionCode, site_addr: u64) -> SitePlan {
     let refused = |reason| SitePlan::Refused { reason };
     let end = func.end();
     if site_addr < func.addr || site_addr >= end {
