@@ -1634,6 +1634,8 @@ impl<'a> Checker<'a> {
     fn expr_inner(&mut self, e: &mut Expr) -> Type {
         let span = e.span;
         match &mut e.kind {
+            // A literal past `int64`'s range is a `uint64` (as upstream types it).
+            ExprKind::Int(v) if *v > i64::MAX as u64 => Type::U64,
             ExprKind::Int(_) => Type::I64,
             ExprKind::Str(s) => Type::Str {
                 cap: s.len() as u32 + 1,

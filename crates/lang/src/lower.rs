@@ -684,10 +684,9 @@ impl<'a> Fx<'a> {
                             }
                             None => None,
                         };
-                        let mut r = arg.unwrap_or(Reg(0));
-                        if name == "hist" && info.value == (MapValue::Hist { k: 0 }) {
-                            r = self.hist_0_17_value(r);
-                        }
+                        // Every value has its power-of-two bucket, past 2^32 too (as
+                        // upstream bpftrace; 0.17 put those in `[2G, 4G)`).
+                        let r = arg.unwrap_or(Reg(0));
                         let op = match name.as_str() {
                             "count" => AggOp::Count,
                             "sum" => AggOp::Sum(r),
@@ -1149,18 +1148,6 @@ impl<'a> Fx<'a> {
                 Val::Reg(d)
             }
         }
-    }
-
-    /// bpftrace 0.17's `hist()` finds the power of two with a 32-bit binary search, so
-    /// every value >= 2^32 lands in the `[2G, 4G)` bucket: `x >= 2^32 ? 2^31 : x`
-    /// (signed: negative values keep their bucket). Newer bpftrace has the full range.
-    fn hist_0_17_value(&mut self, x: Reg) -> Reg {
-        let limit = self.konst(1 << 32);
-        let big = self.bin(IrBin::GeS, x, limit);
-        let bucket = self.konst(1 << 31);
-        let over = self.bin(IrBin::Sub, x, bucket);
-        let cut = self.bin(IrBin::Mul, big, over);
-        self.bin(IrBin::Sub, x, cut)
     }
 
     /// Integer arithmetic (`op` is not a comparison or logical operator); pointer

@@ -251,22 +251,16 @@ fn str_and_hist() {
         map 0 @paths[string[64]]: Count
         map 1 @sizes: Hist { k: 0 }
         map 2 @k: Hist { k: 2 }
-        probe uprobe:/bin/a:open (regs 9, slots [64, 64])
+        probe uprobe:/bin/a:open (regs 3, slots [64, 64])
             Ctx { dst: Reg(0), value: Arg(0) }
             ReadStr { dst: Place { slot: Slot(0), off: 0 }, addr: Reg(0), max: None, cap: 64 }
             Zero { place: Place { slot: Slot(1), off: 0 }, len: 64 }
             Copy { dst: Place { slot: Slot(1), off: 0 }, src: Place { slot: Slot(0), off: 0 }, len: 64 }
             MapAgg { map: MapId(0), key: Some(Place { slot: Slot(1), off: 0 }), op: Count }
             Ctx { dst: Reg(1), value: Arg(1) }
-            Const { dst: Reg(2), value: 4294967296 }
-            Binary { op: GeS, dst: Reg(3), a: Reg(1), b: Reg(2) }
-            Const { dst: Reg(4), value: 2147483648 }
-            Binary { op: Sub, dst: Reg(5), a: Reg(1), b: Reg(4) }
-            Binary { op: Mul, dst: Reg(6), a: Reg(3), b: Reg(5) }
-            Binary { op: Sub, dst: Reg(7), a: Reg(1), b: Reg(6) }
-            MapAgg { map: MapId(1), key: None, op: Hist(Reg(7)) }
-            Ctx { dst: Reg(8), value: Arg(1) }
-            MapAgg { map: MapId(2), key: None, op: Hist(Reg(8)) }
+            MapAgg { map: MapId(1), key: None, op: Hist(Reg(1)) }
+            Ctx { dst: Reg(2), value: Arg(1) }
+            MapAgg { map: MapId(2), key: None, op: Hist(Reg(2)) }
           L0:
             Return
     "#]]);
@@ -287,7 +281,7 @@ fn latency_map_round_trip() {
                 MapStore { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), src_reg: Some(Reg(0)), src_place: None }
               L0:
                 Return
-            probe uretprobe:/bin/a:f (regs 14, slots [8])
+            probe uretprobe:/bin/a:f (regs 8, slots [8])
                 Ctx { dst: Reg(0), value: Tid }
                 Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
                 Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(0), size: 8 }
@@ -300,17 +294,11 @@ fn latency_map_round_trip() {
                 Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(3), size: 8 }
                 MapLoad { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), dst_reg: Some(Reg(4)), dst_place: None }
                 Binary { op: Sub, dst: Reg(5), a: Reg(2), b: Reg(4) }
-                Const { dst: Reg(6), value: 4294967296 }
-                Binary { op: GeS, dst: Reg(7), a: Reg(5), b: Reg(6) }
-                Const { dst: Reg(8), value: 2147483648 }
-                Binary { op: Sub, dst: Reg(9), a: Reg(5), b: Reg(8) }
-                Binary { op: Mul, dst: Reg(10), a: Reg(7), b: Reg(9) }
-                Binary { op: Sub, dst: Reg(11), a: Reg(5), b: Reg(10) }
-                MapAgg { map: MapId(1), key: None, op: Hist(Reg(11)) }
-                Ctx { dst: Reg(12), value: Tid }
+                MapAgg { map: MapId(1), key: None, op: Hist(Reg(5)) }
+                Ctx { dst: Reg(6), value: Tid }
                 Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
-                Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(12), size: 8 }
-                MapDelete { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), dst: Some(Reg(13)) }
+                Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(6), size: 8 }
+                MapDelete { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), dst: Some(Reg(7)) }
               L0:
                 Return
         "#]],
@@ -795,20 +783,14 @@ fn str_with_a_length_keeps_that_many_characters() {
 }
 
 #[test]
-fn hist_puts_values_from_2_to_the_32_in_the_last_32_bit_bucket() {
+fn hist_takes_values_past_2_to_the_32_as_they_are() {
     check(
         "BEGIN { @h = hist(nsecs); }",
         expect![[r#"
             map 0 @h: Hist { k: 0 }
-            probe BEGIN (regs 7, slots [])
+            probe BEGIN (regs 1, slots [])
                 Ctx { dst: Reg(0), value: Nsecs }
-                Const { dst: Reg(1), value: 4294967296 }
-                Binary { op: GeS, dst: Reg(2), a: Reg(0), b: Reg(1) }
-                Const { dst: Reg(3), value: 2147483648 }
-                Binary { op: Sub, dst: Reg(4), a: Reg(0), b: Reg(3) }
-                Binary { op: Mul, dst: Reg(5), a: Reg(2), b: Reg(4) }
-                Binary { op: Sub, dst: Reg(6), a: Reg(0), b: Reg(5) }
-                MapAgg { map: MapId(0), key: None, op: Hist(Reg(6)) }
+                MapAgg { map: MapId(0), key: None, op: Hist(Reg(0)) }
               L0:
                 Return
         "#]],

@@ -33,10 +33,13 @@ fn row(out: &mut Vec<u8>, label: &str, count: u64, value: u64, max_value: i32) {
     out.extend_from_slice(line.as_bytes());
 }
 
-/// bpftrace 0.17's label for `2^power`: `1`, `2`, ..., `512`, `1K`, ..., `1M`, `1G`, `1T`
-/// (and `1024T` beyond; newer bpftrace goes on with `P` and `E`).
+/// The label for `2^power`: `1`, `2`, ..., `512`, `1K`, ..., `1M`, `1G`, `1T`, `1P`,
+/// `1E` (upstream bpftrace; 0.17 stopped at `T`, which its 32-bit buckets never
+/// reached).
 fn pow2_label(power: u32) -> String {
     let (power, suffix) = match power {
+        60.. => (power - 60, "E"),
+        50.. => (power - 50, "P"),
         40.. => (power - 40, "T"),
         30.. => (power - 30, "G"),
         20.. => (power - 20, "M"),
@@ -107,15 +110,9 @@ pub fn hist_json(values: &[u64], k: u8, div: u32) -> Vec<u8> {
             "\"max\": -1, ".to_string()
         } else if i <= (2 << k) {
             format!("\"min\": {0}, \"max\": {0}, ", i - 1)
-        } else if k == 0 && i - 2 <= 31 {
-            // bpftrace 0.17 computes `1 << (i - 2)` in an `int`: the bucket of 2^31
-            // prints `"min": -2147483648, "max": 0`. Reproduced.
-            let low = 1i32.wrapping_shl(i - 2);
-            let high = 1i32.wrapping_shl(i - 1).wrapping_sub(1);
-            format!("\"min\": {low}, \"max\": {high}, ")
         } else {
-            // Newer bpftrace (64-bit arithmetic); also used for k = 0 buckets past 2^32,
-            // which 0.17 never fills.
+            // 64-bit bounds, as upstream bpftrace prints them (0.17 computed them in an
+            // `int`: the bucket of 2^31 printed `"min": -2147483648, "max": 0`).
             let n = 1u64 << k;
             let start = |idx: u32| {
                 let power = (idx >> k) - 1;

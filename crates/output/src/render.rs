@@ -181,9 +181,10 @@ pub(crate) fn key_json(fields: &[Vec<u8>]) -> Vec<u8> {
 
 fn key_value_str(ty: &Type, v: &Value, r: &dyn Resolver) -> Vec<u8> {
     match v {
-        // bpftrace 0.17 stores integer keys as 8 bytes and prints them as int64.
+        // By the key's type, as upstream bpftrace prints it (0.17 printed every
+        // integer key as an int64: `@[(uint64)-1]` showed `-1`).
         Value::Int(n) => n.to_string().into_bytes(),
-        Value::UInt(n) => (*n as i64).to_string().into_bytes(),
+        Value::UInt(n) => n.to_string().into_bytes(),
         Value::Bool(b) => u8::from(*b).to_string().into_bytes(),
         Value::Str(s) => s.clone(),
         // bpftrace 0.17 prints the whole capacity of a buffer key, not just its length.
