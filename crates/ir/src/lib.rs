@@ -563,6 +563,9 @@ pub enum UnOp {
     Not,
     /// Logical not (`!`): 1 if zero, else 0.
     LNot,
+    /// Byte order reversed in the low `bits` (16, 32 or 64) bits; the result is
+    /// zero-extended.
+    Bswap(u8),
 }
 
 /// Values from the probe's context, read into a register.

@@ -309,6 +309,12 @@ impl Cx<'_> {
                         self.a.sete(al)?;
                         self.a.movzx(eax, al)?;
                     }
+                    UnOp::Bswap(64) => self.a.bswap(rax)?,
+                    UnOp::Bswap(32) => self.a.bswap(eax)?,
+                    UnOp::Bswap(_) => {
+                        self.a.rol(ax, 8)?;
+                        self.a.movzx(eax, ax)?;
+                    }
                 }
                 self.store(*dst, rax)?;
             }

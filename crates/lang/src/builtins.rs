@@ -191,6 +191,7 @@ pub static TABLE: &[Builtin] = &[
     f("ustack", 0, 2).only(Where::InTarget),
     f("strncmp", 3, 3),
     f("strcontains", 2, 2),
+    f("bswap", 1, 1),
     f("reg", 1, 1).only(Where::InTarget),
     // Parsed as expressions of their own (`sizeof(T)`, `offsetof(T, f)`).
     f("sizeof", 1, 1),

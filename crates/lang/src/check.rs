@@ -2652,6 +2652,21 @@ impl<'a> Checker<'a> {
                 }
                 Type::USym
             }
+            // The argument's bytes reversed, at its width (8-bit values are
+            // unchanged), unsigned as upstream types it.
+            "bswap" => {
+                if !arity(self) {
+                    return Type::Void;
+                }
+                int_at(self, 0);
+                match &tys[0] {
+                    Type::Int { bits, .. } => Type::Int {
+                        bits: *bits,
+                        signed: false,
+                    },
+                    _ => Type::U64,
+                }
+            }
             "uaddr" => {
                 if arity(self) {
                     self.literal_string(&name, &a[0]);

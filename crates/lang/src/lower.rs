@@ -1642,6 +1642,24 @@ impl<'a> Fx<'a> {
                 let v = self.expr(&args[0]);
                 Val::Reg(self.reg_of(v))
             }
+            "bswap" => {
+                let bits = match &args[0].ty {
+                    Type::Int { bits, .. } => *bits,
+                    _ => 64,
+                };
+                let v = self.expr(&args[0]);
+                let r = self.reg_of(v);
+                if bits == 8 {
+                    return Val::Reg(r);
+                }
+                let d = self.reg();
+                self.emit(Inst::Unary {
+                    op: IrUn::Bswap(bits),
+                    dst: d,
+                    a: r,
+                });
+                Val::Reg(d)
+            }
             "uaddr" => {
                 let ExprKind::Str(s) = &args[0].kind else {
                     return Val::Unit;

@@ -800,7 +800,8 @@ impl<'a> Parser<'a> {
         };
         let next = self.peek_tok(1);
         let kind = match kw.as_str() {
-            "if" if next == Tok::LParen => return self.if_stmt(),
+            // `if (c) {` or, as upstream allows, `if c {`.
+            "if" if next != Tok::Assign => return self.if_stmt(),
             "unroll" if next == Tok::LParen => {
                 self.bump();
                 self.expect(&Tok::LParen)?;
@@ -883,6 +884,19 @@ impl<'a> Parser<'a> {
                         let target = match e.kind {
                             ExprKind::Var(v) => LValue::Var(v),
                             ExprKind::Map(m) => LValue::Map(m),
+                            // `_ = f()`: the value is computed and discarded, as
+                            // upstream writes "I mean to ignore this".
+                            ExprKind::Ident(ref n) if n == "_" && op.is_none() => {
+                                let value = self.expr()?;
+                                let kind = StmtKind::Expr(value);
+                                return Ok((
+                                    Stmt {
+                                        kind,
+                                        span: self.span_from(start),
+                                    },
+                                    false,
+                                ));
+                            }
                             _ => {
                                 self.diags.push(
                                     Diagnostic::error(e.span, "cannot assign to this expression")
@@ -920,9 +934,8 @@ impl<'a> Parser<'a> {
 
     fn if_stmt(&mut self) -> PResult<(Stmt, bool)> {
         let start = self.bump().span;
-        self.expect(&Tok::LParen)?;
+        // The condition is any expression: `(c)` is one in parentheses.
         let cond = self.nested(|p| p.expr())?;
-        self.expect(&Tok::RParen)?;
         let then = self.stmt_block()?;
         let otherwise = if self.at_ident("else") {
             self.bump();

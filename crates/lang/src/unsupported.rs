@@ -78,7 +78,6 @@ pub fn function(name: &str) -> Option<String> {
         "percpu_kaddr" => "percpu_kaddr is not available in weft",
         "kfunc_arg" | "fentry_arg" => "kernel function arguments are not available in weft",
         "getopt" => "getopt: named parameters are not supported yet; use positional parameters ($1, $2, ...)",
-        "bswap" => "bswap is not supported yet",
         "nsecs" => "nsecs() with a clock argument is not supported yet; use the nsecs builtin",
         "unwatch" => "unwatch: watchpoints are not available in weft",
         "debugf" => "debugf: the kernel trace pipe is not available in weft; use printf",
