@@ -86,6 +86,16 @@ pub struct TraceArgs {
     /// named parse, expand, check, lower), on stderr.
     #[arg(short = 'd', value_name = "STAGE")]
     pub dump: Vec<String>,
+    /// Do not print warnings (errors still print).
+    #[arg(long = "no-warnings")]
+    pub no_warnings: bool,
+    /// Check the program (parse, types, lowering) and exit without running it or
+    /// touching any process.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+    /// What this weft supports and the system it runs on, then exit.
+    #[arg(long = "info")]
+    pub info: bool,
     /// Allow system() and signal() in advice (advice never writes the target's
     /// memory).
     #[arg(long = "unsafe")]

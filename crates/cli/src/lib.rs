@@ -16,8 +16,6 @@ pub mod printer;
 pub mod record_cmd;
 pub mod trace;
 
-use std::io::IsTerminal;
-
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 
@@ -62,11 +60,24 @@ pub fn main() -> Result<i32> {
 }
 
 pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
+    if t.info {
+        print!("{}", info());
+        return Ok(0);
+    }
     let (text, file, params) = match (&t.program, t.args.split_first()) {
         (Some(p), _) => (p.clone(), "-e".to_string(), t.args.clone()),
         (None, Some((file, rest))) => {
-            let bytes = std::fs::read(file).with_context(|| format!("reading {file}"))?;
-            (program_text(file, bytes)?, file.clone(), rest.to_vec())
+            // `-`: the program comes on standard input (as with bpftrace).
+            let bytes = if file == "-" {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+                    .context("reading the program from standard input")?;
+                b
+            } else {
+                std::fs::read(file).with_context(|| format!("reading {file}"))?
+            };
+            let name = if file == "-" { "stdin" } else { file.as_str() };
+            (program_text(name, bytes)?, name.to_string(), rest.to_vec())
         }
         (None, None) => bail!("no program: give -e 'PROGRAM' or a program file"),
     };
@@ -107,14 +118,21 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
     for (stage, d) in &out.dumps {
         eprintln!("=== {} ===\n{d}", stage.name());
     }
-    if !out.diagnostics.is_empty() {
-        let color = std::io::stderr().is_terminal();
-        let _ = color;
-        eprint!("{}", weft_lang::render(&out.diagnostics, &text, &file));
+    let shown: Vec<weft_lang::Diagnostic> = out
+        .diagnostics
+        .iter()
+        .filter(|d| !t.no_warnings || d.severity == weft_lang::Severity::Error)
+        .cloned()
+        .collect();
+    if !shown.is_empty() {
+        eprint!("{}", weft_lang::render(&shown, &text, &file));
     }
     let Some(prog) = out.program else {
         return Ok(1);
     };
+    if t.dry_run {
+        return Ok(0);
+    }
     if prog.probes.is_empty() {
         bail!("{file}: the program has no probes (e.g. -e 'BEGIN {{ printf(\"hello\\n\"); }}')");
     }
@@ -207,4 +225,42 @@ fn program_text(file: &str, bytes: Vec<u8>) -> Result<String> {
         return Err(located(at, "NUL byte in the program".to_string()));
     }
     Ok(text)
+}
+
+/// `--info`: the system and what this weft supports, in bpftrace's layout where it
+/// applies.
+fn info() -> String {
+    let kernel = |f: &str| {
+        std::fs::read_to_string(format!("/proc/sys/kernel/{f}"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default()
+    };
+    let os = format!(
+        "{} {} {}",
+        kernel("ostype"),
+        kernel("osrelease"),
+        kernel("version")
+    );
+    let kernel_probe = |path: &str| {
+        if std::path::Path::new(path).exists() {
+            "yes"
+        } else {
+            "no"
+        }
+    };
+    format!(
+        "System\n  OS: {os}\n  Arch: {}\n\n\
+         Build\n  version: weft {}\n  agent: {}\n\n\
+         Probe types\n  uprobe, uretprobe, usdt: yes (woven into the process, no kernel uprobe)\n  \
+         profile, interval, BEGIN, END: yes\n  kprobe, kretprobe, kfunc: no (user space only)\n  \
+         tracepoint, software, hardware, watchpoint: no\n\n\
+         Kernel\n  uprobes (for peers): {}\n  tracefs: {}\n",
+        std::env::consts::ARCH,
+        env!("CARGO_PKG_VERSION"),
+        target::agent_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|e| format!("not found ({e})")),
+        kernel_probe("/sys/bus/event_source/devices/uprobe"),
+        kernel_probe("/sys/kernel/tracing/uprobe_events"),
+    )
 }

@@ -1405,3 +1405,52 @@ fn adjacent_usdt_sites_are_all_woven() {
         assert_eq!(map_value(&out, "@sum"), Some(7 * 12), "{}: {out}", v.name());
     }
 }
+
+/// Upstream's command-line forms: the program on standard input (`-`), `--dry-run`
+/// (checked, nothing run or touched), `--no-warnings`, `--info`.
+#[test]
+fn program_from_stdin_dry_run_no_warnings_info() {
+    use std::io::Write;
+    let mut c = std::process::Command::new(weft_bin())
+        .args(["-q", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(b"BEGIN { printf(\"from stdin\\n\"); exit(); }")
+        .unwrap();
+    let o = wait_output(c, T);
+    assert_eq!(ok(&o), "from stdin\n\n\n");
+    // --dry-run: a good program exits 0 having printed nothing and left the target
+    // alone; a bad one is reported and exits 1.
+    let bin = build("spinner.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let mut t = Spawned::start(&bin, &[]);
+    t.wait_line("ready", T);
+    let pid = t.pid().to_string();
+    let prog = format!("uprobe:{b}:tick {{ printf(\"hit\\n\"); }}");
+    let o = weft(&["--dry-run", "-e", &prog, "-p", &pid], T);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "");
+    assert!(code_matches_file(t.pid(), &bin));
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(!maps.contains("libweft_agent"), "dry run loaded the agent");
+    t.assert_healthy();
+    let o = weft(&["--dry-run", "-e", "BEGIN { exit() "], T);
+    assert_eq!(o.status.code(), Some(1));
+    // --no-warnings: the warning goes, the run does not.
+    let calls = build("calls.c", Variant::O2_PIE, &[]);
+    let c = bin_str(&calls);
+    let prog = format!("uretprobe:{c}:work /retval < 0/ {{ @neg = count(); }}");
+    let o = weft(&["--no-warnings", "-e", &prog, "-c", c], T);
+    assert!(o.status.success());
+    assert!(!text(&o.stderr).contains("warning"), "{}", text(&o.stderr));
+    let o = weft(&["--info"], T);
+    let out = ok(&o);
+    assert!(out.starts_with("System\n  OS: Linux"), "{out}");
+    assert!(out.contains("uprobe, uretprobe, usdt: yes"), "{out}");
+}
