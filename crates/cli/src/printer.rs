@@ -131,6 +131,10 @@ impl Sink for Printer<'_> {
     /// when there is no map, and also with `-f json`), then each map in bpftrace's
     /// order.
     fn finish(&mut self, maps: &[MapSnapshot], cx: &Context<'_>) {
+        // `config = { print_maps_on_exit = 0 }`: nothing at the end.
+        if !cx.prog.config.print_maps_on_exit {
+            return;
+        }
         let _ = self.out.write_all(weft_output::exit_header().as_bytes());
         for i in weft_output::exit_order(&cx.prog.maps) {
             // Empty maps too: bpftrace prints their newline (and `@x: 0` for a

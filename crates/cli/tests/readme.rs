@@ -89,7 +89,10 @@ fn workdir() -> PathBuf {
         Variant::O2_PIE,
         &[&format!("-I{}", include.display())],
     );
-    std::fs::copy(&app, dir.join("app")).unwrap();
+    // Linked, not copied: a file this multithreaded process wrote may still be open
+    // in a child another thread forked, and exec would fail ("Text file busy").
+    // (The README's `gcc -o app` replaces the link, as ld unlinks its output first.)
+    std::fs::hard_link(&app, dir.join("app")).unwrap();
     std::fs::copy(repo_root().join("tests/targets/app.c"), dir.join("app.c")).unwrap();
     std::fs::copy(include.join("weft.h"), dir.join("weft.h")).unwrap();
     std::fs::write(dir.join("input.txt"), "get a\nput b\n\nscan\n").unwrap();

@@ -229,7 +229,10 @@ fn record_a_process_whose_program_was_replaced_on_disk() {
     let built = build("calltree.c", Variant::O2_PIE, &["-pthread"]);
     let dir = tempdir();
     let bin = dir.join("calltree");
-    std::fs::copy(&built, &bin).unwrap();
+    // A link, not a copy: a file this (multithreaded) test process just wrote may
+    // still be open in a child another test thread forked, and exec would fail
+    // with "Text file busy".
+    std::fs::hard_link(&built, &bin).unwrap();
     record_attached(&bin, |bin| {
         let new = bin.with_extension("new");
         std::fs::copy(bin, &new).unwrap();

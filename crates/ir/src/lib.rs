@@ -262,6 +262,8 @@ pub struct Config {
     pub max_cat_bytes: u32,
     /// `--unsafe` given: `system`, `signal` and writes to target memory are allowed.
     pub unsafe_ok: bool,
+    /// Print every map when the session ends (bpftrace's `print_maps_on_exit`).
+    pub print_maps_on_exit: bool,
 }
 
 impl Default for Config {
@@ -273,6 +275,7 @@ impl Default for Config {
             max_frame: 4096,
             max_cat_bytes: 10240,
             unsafe_ok: false,
+            print_maps_on_exit: true,
         }
     }
 }

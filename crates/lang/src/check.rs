@@ -543,6 +543,22 @@ impl<'a> Checker<'a> {
                     ),
                     None => need_int(self),
                 },
+                "print_maps_on_exit" => {
+                    let on = match value {
+                        ConfigValue::Int(v) => Some(*v != 0),
+                        ConfigValue::Ident(s) | ConfigValue::Str(s) => match s.as_str() {
+                            "true" => Some(true),
+                            "false" => Some(false),
+                            _ => None,
+                        },
+                    };
+                    match on {
+                        Some(on) => self.config.print_maps_on_exit = on,
+                        None => {
+                            self.err(*span, "print_maps_on_exit takes 0 or 1 (or true or false)")
+                        }
+                    }
+                }
                 "max_cat_bytes" => match int {
                     Some(v) if (1..=MAX_CAT_BYTES).contains(&v) => {
                         self.config.max_cat_bytes = v as u32
