@@ -18,6 +18,9 @@ pub struct Printer<'a> {
     pub format: OutputFormat,
     /// `system()` allowed (`--unsafe`).
     pub unsafe_ok: bool,
+    /// `out` is a file (`-o FILE`): the blank lines before the final maps go to
+    /// standard output instead, as bpftrace writes them, so the file has none.
+    pub to_file: bool,
 }
 
 impl Printer<'_> {
@@ -135,7 +138,12 @@ impl Sink for Printer<'_> {
         if !cx.prog.config.print_maps_on_exit {
             return;
         }
-        let _ = self.out.write_all(weft_output::exit_header().as_bytes());
+        let header = weft_output::exit_header();
+        if self.to_file {
+            let _ = std::io::stdout().write_all(header.as_bytes());
+        } else {
+            let _ = self.out.write_all(header.as_bytes());
+        }
         for i in weft_output::exit_order(&cx.prog.maps) {
             // Empty maps too: bpftrace prints their newline (and `@x: 0` for a
             // scalar count()).
@@ -205,6 +213,7 @@ mod tests {
         let seg = Segment::create(&prog, Sizes::default(), 0).unwrap();
         let mut text = Vec::new();
         let mut p = Printer {
+            to_file: false,
             out: Box::new(&mut text),
             format,
             unsafe_ok: false,

@@ -90,6 +90,7 @@ pub fn run_with(
         None => Box::new(std::io::stdout()),
     };
     let mut printer = Printer {
+        to_file: opts.output.is_some(),
         out,
         format: opts.format,
         unsafe_ok: opts.unsafe_ok,

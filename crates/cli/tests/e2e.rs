@@ -1454,3 +1454,25 @@ fn program_from_stdin_dry_run_no_warnings_info() {
     assert!(out.starts_with("System\n  OS: Linux"), "{out}");
     assert!(out.contains("uprobe, uretprobe, usdt: yes"), "{out}");
 }
+
+/// `-o FILE` holds what bpftrace's does: printed lines and maps, without the blank
+/// lines before the maps (those go to standard output, as bpftrace writes them).
+#[test]
+fn output_file_has_no_extra_blank_lines() {
+    let file = std::env::temp_dir().join(format!("weft-o-{}.txt", std::process::id()));
+    let o = weft(
+        &[
+            "-q",
+            "-o",
+            file.to_str().unwrap(),
+            "-e",
+            "BEGIN { printf(\"a\\n\"); @x = 1; @y[2] = 3; exit(); }",
+        ],
+        T,
+    );
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let written = std::fs::read_to_string(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(written, "a\n@x: 1\n@y[2]: 3\n");
+    assert_eq!(text(&o.stdout), "\n\n");
+}
