@@ -602,3 +602,27 @@ fn launch_sees_constructors_and_preinit() {
     assert_eq!(map_value(&out, "@lib"), Some(1), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `probe` names the binary as the user wrote it (`uprobe:./calls:work`), as
+/// bpftrace does; a library name shows the file it resolved to.
+#[test]
+fn probe_names_the_binary_as_written() {
+    let calls = build("calls.c", Variant::O2_PIE, &[]);
+    let dir = calls.parent().unwrap();
+    let o = weft_in(
+        dir,
+        &[
+            "-e",
+            "uprobe:./calls:work { @[probe] = count(); } uprobe:libc:malloc { @m[probe] = count(); }",
+            "-c",
+            "./calls",
+        ],
+    );
+    let out = ok(&o);
+    assert!(map_value(&out, "@[uprobe:./calls:work]").is_some(), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("@m[uprobe:/") && l.contains("libc.so.6:malloc]")),
+        "{out}"
+    );
+}

@@ -122,6 +122,17 @@ pub fn resolve(
 
 /// The module a probe's target names, in the process of `cx`; `None` if the process
 /// does not map it and `cx` is lenient.
+/// The binary as a probe's name shows it (`probe`, `-v`): a path as the user wrote
+/// it (`uprobe:./app:parse`, as bpftrace prints it), else the file a library name or
+/// a wildcard resolved to.
+fn shown_binary(spec: &str, module: &Module) -> String {
+    if spec.contains('/') && !weft_symbols::glob::has_wildcards(spec) {
+        spec.to_string()
+    } else {
+        module.path.display().to_string()
+    }
+}
+
 fn module_of(a: &AttachPoint, target: &str, cx: &Cx<'_>) -> Result<Option<Module>> {
     let t = match weft_symbols::resolve_target(target, &cx.target) {
         Ok(t) => t,

@@ -67,10 +67,11 @@ impl PointcutKind for Uprobe {
                 continue;
             }
             let kind = if is_ret { "uretprobe" } else { "uprobe" };
+            let shown = super::shown_binary(target_spec, &module);
             let label = if offset != 0 {
-                format!("{kind}:{}:{}+{offset}", module.path.display(), f.name)
+                format!("{kind}:{shown}:{}+{offset}", f.name)
             } else {
-                format!("{kind}:{}:{}", module.path.display(), f.name)
+                format!("{kind}:{shown}:{}", f.name)
             };
             let probe = cx.names.intern(label.clone());
             // HotPatch: advice that needs nothing of the machine state at the

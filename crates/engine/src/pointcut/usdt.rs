@@ -67,7 +67,8 @@ impl PointcutKind for Usdt {
                     padding: Vec::new(),
                 },
             };
-            let label = format!("usdt:{}:{}:{}", module.path.display(), p.provider, p.name);
+            let shown = super::shown_binary(target, &module);
+            let label = format!("usdt:{shown}:{}:{}", p.provider, p.name);
             let probe = cx.names.intern(label.clone());
             let fname = elf
                 .function_at(p.pc)
