@@ -117,13 +117,33 @@ pub unsafe extern "C" fn weft_agent_connect(name: *const libc::c_char, may_start
 /// then the requests after the `seen`-th, and ends when none is left.
 pub fn start_control(initial: Option<OwnedFd>, seen: u32) -> bool {
     CONTROL.store(true, Ordering::Release);
-    std::thread::Builder::new()
-        .name("weft-agent".into())
-        .stack_size(256 * 1024)
-        .spawn(move || {
-            let _ = std::panic::catch_unwind(move || main(initial, seen));
-        })
-        .is_ok()
+    with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("weft-agent".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let _ = std::panic::catch_unwind(move || main(initial, seen));
+            })
+            .is_ok()
+    })
+}
+
+/// Runs `f` (which starts a thread) with every signal blocked in the calling thread,
+/// so the new thread starts with them blocked: a signal meant for the target's
+/// threads is never delivered to the agent's before it has blocked them itself.
+/// Signals that arrive meanwhile are held, and delivered when the mask comes back.
+fn with_signals_blocked<T>(f: impl FnOnce() -> T) -> T {
+    // SAFETY: sigset_t is plain data; pthread_sigmask only changes this thread's mask,
+    // which is put back before returning.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        r
+    }
 }
 
 /// In a fork()ed child: the parent's control thread is not here.
@@ -239,28 +259,30 @@ pub fn start_forked(parent: u32, parent_space: u32) -> bool {
     }
     let seen_at_fork = REQUEST.load(Ordering::Acquire);
     CONTROL.store(true, Ordering::Release);
-    std::thread::Builder::new()
-        .name("weft-agent".into())
-        .stack_size(256 * 1024)
-        .spawn(move || {
-            let _ = std::panic::catch_unwind(move || {
-                mark_control_thread();
-                let mut reaper = reap::Reaper::default();
-                match proto::connect(&name).map(crate::fds::high) {
-                    Ok(fd) if peer_allowed(fd.as_raw_fd()) => {
-                        serve(fd, &mut reaper, Some((parent, parent_space)));
+    with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("weft-agent".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let _ = std::panic::catch_unwind(move || {
+                    mark_control_thread();
+                    let mut reaper = reap::Reaper::default();
+                    match proto::connect(&name).map(crate::fds::high) {
+                        Ok(fd) if peer_allowed(fd.as_raw_fd()) => {
+                            serve(fd, &mut reaper, Some((parent, parent_space)));
+                        }
+                        _ => {
+                            weft_gone(None);
+                            patch::close_mem();
+                        }
                     }
-                    _ => {
-                        weft_gone(None);
-                        patch::close_mem();
-                    }
-                }
-                // Later sessions (`weft -p CHILD`) are served as in any process
-                // (requests the parent had are not the child's).
-                serve_requests(&mut reaper, seen_at_fork);
-            });
-        })
-        .is_ok()
+                    // Later sessions (`weft -p CHILD`) are served as in any process
+                    // (requests the parent had are not the child's).
+                    serve_requests(&mut reaper, seen_at_fork);
+                });
+            })
+            .is_ok()
+    })
 }
 
 pub fn release_launch() {
