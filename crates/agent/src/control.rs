@@ -117,12 +117,18 @@ pub unsafe extern "C" fn weft_agent_connect(name: *const libc::c_char, may_start
 /// then the requests after the `seen`-th, and ends when none is left.
 pub fn start_control(initial: Option<OwnedFd>, seen: u32) -> bool {
     CONTROL.store(true, Ordering::Release);
+    spawn_control(move || main(initial, seen))
+}
+
+/// Starts the thread named `weft-agent` running `body` (panics caught), with every
+/// signal blocked from its first instruction (see [`with_signals_blocked`]).
+fn spawn_control(body: impl FnOnce() + Send + std::panic::UnwindSafe + 'static) -> bool {
     with_signals_blocked(|| {
         std::thread::Builder::new()
             .name("weft-agent".into())
             .stack_size(256 * 1024)
             .spawn(move || {
-                let _ = std::panic::catch_unwind(move || main(initial, seen));
+                let _ = std::panic::catch_unwind(body);
             })
             .is_ok()
     })
@@ -259,29 +265,21 @@ pub fn start_forked(parent: u32, parent_space: u32) -> bool {
     }
     let seen_at_fork = REQUEST.load(Ordering::Acquire);
     CONTROL.store(true, Ordering::Release);
-    with_signals_blocked(|| {
-        std::thread::Builder::new()
-            .name("weft-agent".into())
-            .stack_size(256 * 1024)
-            .spawn(move || {
-                let _ = std::panic::catch_unwind(move || {
-                    mark_control_thread();
-                    let mut reaper = reap::Reaper::default();
-                    match proto::connect(&name).map(crate::fds::high) {
-                        Ok(fd) if peer_allowed(fd.as_raw_fd()) => {
-                            serve(fd, &mut reaper, Some((parent, parent_space)));
-                        }
-                        _ => {
-                            weft_gone(None);
-                            patch::close_mem();
-                        }
-                    }
-                    // Later sessions (`weft -p CHILD`) are served as in any process
-                    // (requests the parent had are not the child's).
-                    serve_requests(&mut reaper, seen_at_fork);
-                });
-            })
-            .is_ok()
+    spawn_control(move || {
+        mark_control_thread();
+        let mut reaper = reap::Reaper::default();
+        match proto::connect(&name).map(crate::fds::high) {
+            Ok(fd) if peer_allowed(fd.as_raw_fd()) => {
+                serve(fd, &mut reaper, Some((parent, parent_space)));
+            }
+            _ => {
+                weft_gone(None);
+                patch::close_mem();
+            }
+        }
+        // Later sessions (`weft -p CHILD`) are served as in any process
+        // (requests the parent had are not the child's).
+        serve_requests(&mut reaper, seen_at_fork);
     })
 }
 
