@@ -31,6 +31,18 @@ unsafe impl Sync for RequestName {}
 static REQUEST_NAME: RequestName = RequestName(std::cell::UnsafeCell::new([0; 108]));
 /// Set when a launched target may run `main` (weaving done, or weft gone).
 pub static RELEASED: AtomicU32 = AtomicU32::new(0);
+/// Bumped at every release (a session's `GO`, weft gone, a session or a connection
+/// attempt over): a thread held in [`weft_agent_hold`] goes on once it passes
+/// [`HOLD_UNTIL`].
+static RELEASES: AtomicU32 = AtomicU32::new(0);
+static HOLD_UNTIL: AtomicU32 = AtomicU32::new(0);
+
+/// `weft_agent_connect`'s `flags`: the borrowed thread may start a control thread.
+pub const CONNECT_MAY_START: i32 = 1;
+/// `weft_agent_connect`'s `flags`: weft will send the borrowed thread into
+/// [`weft_agent_hold`] until this session says `GO` (a process caught as it
+/// starts, woven before it runs on).
+pub const CONNECT_HOLD: i32 = 2;
 
 fn futex_wait(word: &AtomicU32, expected: u32, timeout_ms: Option<u64>) {
     let ts = timeout_ms.map(|ms| libc::timespec {
@@ -66,18 +78,27 @@ fn futex_wake(word: &AtomicU32) {
 
 /// Called by weft (through ptrace, in a hijacked thread) with the name of its
 /// abstract socket. Copies the name and wakes the control thread; when there is
-/// none (between sessions the agent keeps no thread), starts one if `may_start` is
-/// nonzero: weft says so only when the thread it borrowed is at a safe point
-/// (starting a thread allocates). Returns 0, -1 for a null name, -2 when the thread
-/// could not be started, -3 when one is needed and `may_start` is zero.
+/// none (between sessions the agent keeps no thread), starts one if `flags` has
+/// [`CONNECT_MAY_START`]: weft says so only when the thread it borrowed is at a safe
+/// point (starting a thread allocates). With [`CONNECT_HOLD`], a thread entering
+/// [`weft_agent_hold`] from now on waits for the next release. Returns 0, -1 for a
+/// null name, -2 when the thread could not be started, -3 when one is needed and
+/// may not be started.
 ///
 /// # Safety
 /// `name` is null or a NUL-terminated string.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn weft_agent_connect(name: *const libc::c_char, may_start: i32) -> i32 {
+pub unsafe extern "C" fn weft_agent_connect(name: *const libc::c_char, flags: i32) -> i32 {
     if name.is_null() {
         return -1;
     }
+    if flags & CONNECT_HOLD != 0 {
+        HOLD_UNTIL.store(
+            RELEASES.load(Ordering::Acquire).wrapping_add(1),
+            Ordering::Release,
+        );
+    }
+    let may_start = flags & CONNECT_MAY_START;
     // SAFETY: weft passes a NUL-terminated string; we copy at most 107 bytes into a
     // buffer only the control thread reads, after the REQUEST increment below.
     unsafe {
@@ -191,8 +212,8 @@ fn main(initial: Option<OwnedFd>, seen: u32) {
     let mut reaper = take_reaper();
     if let Some(fd) = initial {
         serve(fd, &mut reaper, None);
+        release_launch();
     }
-    release_launch();
     // A request made before this thread ran counts (weft asks right after dlopen).
     serve_requests(&mut reaper, seen);
     keep_reaper(reaper);
@@ -234,6 +255,8 @@ fn serve_requests(reaper: &mut reap::Reaper, mut seen: u32) {
                 serve(fd, reaper, None);
             }
         }
+        // Served or not, a thread held for this request goes on.
+        release_launch();
     }
 }
 
@@ -286,6 +309,48 @@ pub fn start_forked(parent: u32, parent_space: u32) -> bool {
 pub fn release_launch() {
     RELEASED.store(1, Ordering::Release);
     futex_wake(&RELEASED);
+    RELEASES.fetch_add(1, Ordering::AcqRel);
+    futex_wake(&RELEASES);
+}
+
+// A thread weft sends here (its pc set to `weft_agent_hold`, its original pc pushed
+// 128 bytes below its stack pointer, past the red zone) waits for the session's `GO`
+// with every register, the flags and the x87/SSE state kept, then returns to where
+// it was with `ret 128`. weft does this to a process it caught as it started (a
+// kernel uprobe on its entry point stopped it): its one thread stays here while the
+// probes are woven, so the program runs no probed code before they are in.
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub extern "C" fn weft_agent_hold() {
+    core::arch::naked_asm!(
+        "pushfq",
+        "cld",
+        "push rax", "push rcx", "push rdx", "push rsi", "push rdi",
+        "push r8", "push r9", "push r10", "push r11", "push rbp",
+        "mov rbp, rsp",
+        "and rsp, -64",
+        "sub rsp, 512",
+        "fxsave64 [rsp]",
+        "call {wait}",
+        "fxrstor64 [rsp]",
+        "mov rsp, rbp",
+        "pop rbp", "pop r11", "pop r10", "pop r9", "pop r8",
+        "pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop rax",
+        "popfq",
+        "ret 128",
+        wait = sym hold_wait,
+    );
+}
+
+/// The body of `weft_agent_hold`: wait for the release the connect request asked for.
+extern "C" fn hold_wait() {
+    loop {
+        let now = RELEASES.load(Ordering::Acquire);
+        if now.wrapping_sub(HOLD_UNTIL.load(Ordering::Acquire)) as i32 >= 0 {
+            return;
+        }
+        futex_wait(&RELEASES, now, Some(1000));
+    }
 }
 
 /// Wait (in the constructor of a launched target) until weft says go or goes away.

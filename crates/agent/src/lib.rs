@@ -189,4 +189,4 @@ pub extern "C" fn weft_agent_version() -> u32 {
     weft_abi::VERSION
 }
 
-pub use control::weft_agent_connect;
+pub use control::{weft_agent_connect, weft_agent_hold};

@@ -66,6 +66,12 @@ pub struct TraceArgs {
     /// resolved against the new image.
     #[arg(long = "follow-fork")]
     pub follow_fork: bool,
+    /// Without -p and -c the probes apply system-wide: to every process that maps a
+    /// probed file, now and as it starts. Refuse the session if more than N
+    /// processes map them when weft starts (each is attached to: its agent loaded,
+    /// its threads paused a few milliseconds).
+    #[arg(long = "max-processes", value_name = "N", default_value_t = 100)]
+    pub max_processes: usize,
     /// Write output to FILE instead of stdout.
     #[arg(short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,

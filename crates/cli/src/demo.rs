@@ -47,6 +47,7 @@ pub fn run(requests: u32) -> Result<i32> {
     eprintln!("weft demo: weaving into {b} {requests}\n{}", prog.trim());
     eprintln!();
     crate::trace(TraceArgs {
+        max_processes: 100,
         program: Some(prog),
         command: Some(format!("{b} {requests}")),
         pids: Vec::new(),

@@ -164,6 +164,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         inline: !t.no_inline,
         all_or_nothing: t.all_or_nothing,
         follow_fork: t.follow_fork,
+        max_processes: t.max_processes,
         print: true,
     };
     trace::run(&prog, &opts)

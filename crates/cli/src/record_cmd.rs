@@ -121,6 +121,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         inline: true,
         all_or_nothing: false,
         follow_fork: a.follow_fork,
+        max_processes: 0,
         print: false,
     };
     let mut tally = Tally::default();

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use anyhow::{bail, Context, Result};
 use weft_engine::segment::Sizes;
-use weft_engine::{target, Options, Session};
+use weft_engine::{target, watch, Options, Session};
 use weft_ir::{AttachPoint, Program};
 
 use crate::printer::{OutputFormat, Printer};
@@ -39,6 +39,8 @@ pub struct TraceOptions {
     pub all_or_nothing: bool,
     /// Children join the session.
     pub follow_fork: bool,
+    /// System-wide: the most processes that may map the probed files at the start.
+    pub max_processes: usize,
     /// Print records and maps (bpftrace's output); off for `weft record`, whose
     /// output is its file.
     pub print: bool,
@@ -80,9 +82,13 @@ pub fn run_with(
         .probes
         .iter()
         .any(|p| p.attach.iter().any(AttachPoint::runs_in_target));
-    if needs_target && matches!(opts.target, Target::None) {
-        bail!("uprobe probes need a target process: give -p PID or -c 'CMD' (or -- CMD ARGS...)");
-    }
+    // No -p, no -c: the probes apply to every process that maps a probed file.
+    let system_wide = needs_target && matches!(opts.target, Target::None);
+    let watched = if system_wide {
+        watched_files(prog)?
+    } else {
+        Vec::new()
+    };
     let out: Box<dyn Write> = match &opts.output {
         Some(p) => Box::new(std::io::BufWriter::new(
             std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
@@ -106,8 +112,8 @@ pub fn run_with(
         }
         None => None,
     };
-    let follow = opts.follow_fork || through_wrapper(prog, &opts.target);
-    if follow && !opts.follow_fork && opts.verbose {
+    let follow = opts.follow_fork || system_wide || through_wrapper(prog, &opts.target);
+    if follow && !opts.follow_fork && !system_wide && opts.verbose {
         eprintln!(
             "weft: the command does not run the probed binary itself: following its \
              children and the programs it executes (as --follow-fork)"
@@ -119,11 +125,18 @@ pub fn run_with(
         verbose: opts.verbose,
         all_or_nothing: opts.all_or_nothing,
         follow_fork: follow,
+        system_wide,
         ..Options::default()
     };
-    let attaching = matches!(opts.target, Target::Attach(_));
+    let attaching = matches!(opts.target, Target::Attach(_)) || system_wide;
     let mut session = Session::new(prog, engine, attaching)?;
     match &opts.target {
+        Target::None if system_wide => {
+            if let Err(e) = start_system_wide(&mut session, &watched, opts) {
+                session.abandon();
+                return Err(e);
+            }
+        }
         Target::None => {}
         Target::Launch(argv) => {
             session.launch(argv)?;
@@ -210,6 +223,93 @@ fn attach_all(session: &mut Session<'_>, pids: &[i32], all_or_nothing: bool) -> 
         (true, Some(e)) => Err(e.context("no process could be attached to")),
         _ => Ok(()),
     }
+}
+
+/// The files the probes name, for a system-wide session: each probe's binary or
+/// library, as a path or a library name (`libc`), resolved without a process.
+fn watched_files(prog: &Program) -> Result<Vec<watch::WatchedFile>> {
+    let search = weft_symbols::LibrarySearch::system();
+    let ctx = weft_symbols::TargetContext {
+        process: None,
+        executable: None,
+        search: &search,
+    };
+    let mut files: Vec<watch::WatchedFile> = Vec::new();
+    for a in prog.probes.iter().flat_map(|p| &p.attach) {
+        let (AttachPoint::Uprobe { target, .. }
+        | AttachPoint::Uretprobe { target, .. }
+        | AttachPoint::Usdt { target, .. }) = a
+        else {
+            continue;
+        };
+        if target.contains(['*', '?', '[']) {
+            bail!(
+                "{target}: a wildcard binary needs a target process (-p PID or -c CMD); \
+                 without one the probes apply system-wide, to the processes that map a \
+                 binary named by its path or library name"
+            );
+        }
+        let t = weft_symbols::resolve_target(target, &ctx).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let w = watch::WatchedFile::new(&t.path)?;
+        if !files.iter().any(|f| f.path == w.path) {
+            files.push(w);
+        }
+    }
+    if files.is_empty() {
+        // Profile probes alone: there is no file to find processes by.
+        bail!("profile probes need a target process: give -p PID or -c 'CMD' (or -- CMD ARGS...)");
+    }
+    Ok(files)
+}
+
+/// System-wide: catch the processes that start from now on, then attach to those
+/// that map a probed file already (at most `--max-processes`).
+fn start_system_wide(
+    session: &mut Session<'_>,
+    files: &[watch::WatchedFile],
+    opts: &TraceOptions,
+) -> Result<()> {
+    // The kernel catches new processes first, so none starting meanwhile is missed.
+    let watcher = watch::Watcher::start(files)?;
+    if opts.verbose {
+        for p in &watcher.points {
+            eprintln!("weft: system-wide: processes are caught as they start at {p}");
+        }
+    }
+    session.watch(watcher);
+    let pids = watch::mapping_processes(files);
+    if pids.len() > opts.max_processes {
+        bail!(
+            "{} processes map {}: more than --max-processes {} (each is attached to: its \
+             agent loaded and its threads paused a few milliseconds); raise the limit, or \
+             give -p PID",
+            pids.len(),
+            files
+                .iter()
+                .map(|f| f.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            opts.max_processes
+        );
+    }
+    if opts.verbose {
+        eprintln!(
+            "weft: system-wide: {} processes map the probed files now; each is attached to",
+            pids.len()
+        );
+    }
+    for pid in pids {
+        // Caught by the kernel as it started: it joins once the session runs.
+        if session.is_caught(pid) {
+            continue;
+        }
+        if let Err(e) = session.attach(pid) {
+            if opts.verbose || weft_engine::target::alive(pid) {
+                eprintln!("weft: process {pid} left out: {e:#}");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Prepare, announce, BEGIN, patch, and run until the session should end.

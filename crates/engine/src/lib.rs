@@ -10,6 +10,8 @@
 //!   target's threads stopped.
 //! * [`local`]: BEGIN/END/interval advice, run in weft.
 //! * [`dwarf`]: probed functions' parameters for `args`.
+//! * [`watch`]: system-wide sessions: the processes that map the probed files, and
+//!   the kernel (eBPF on uprobes) catching new ones as they start.
 //!
 //! What may touch another process: `target`, `safepoint`, `patch` (through
 //! `weft_inject`), `conn` (a socket), `member`/`session` (through those). What
@@ -26,6 +28,7 @@ pub mod safepoint;
 pub mod segment;
 pub mod session;
 pub mod target;
+pub mod watch;
 pub mod weave;
 
 pub use session::{Finished, Options, RunEnd, Session, Weaving};

@@ -46,6 +46,10 @@ pub struct Options {
     /// command's processes exec load the agent and join, the program resolved
     /// against their image.
     pub follow_fork: bool,
+    /// System-wide (no `-p`, no `-c`): the session lasts until it is stopped, not
+    /// until its members end; a member that fails is left out, never the session;
+    /// processes the kernel catches as they start join it ([`Session::watch`]).
+    pub system_wide: bool,
 }
 
 impl Default for Options {
@@ -57,6 +61,7 @@ impl Default for Options {
             note: |l| eprintln!("{l}"),
             all_or_nothing: false,
             follow_fork: false,
+            system_wide: false,
         }
     }
 }
@@ -134,6 +139,12 @@ pub struct Session<'p> {
     /// Records made before there was a sink to give them to (processes that
     /// joined before BEGIN).
     pending: Vec<Record>,
+    /// System-wide: the kernel's catching of processes that start.
+    watcher: Option<crate::watch::Watcher>,
+    /// Processes caught and not yet woven (stopped, or about to stop).
+    caught: Vec<i32>,
+    /// Processes that could not be woven (reported once).
+    refused: std::collections::HashSet<i32>,
 }
 
 impl<'p> Session<'p> {
@@ -191,6 +202,9 @@ impl<'p> Session<'p> {
             warm,
             initial: Weaving::default(),
             pending: Vec::new(),
+            watcher: None,
+            caught: Vec::new(),
+            refused: std::collections::HashSet::new(),
         })
     }
 
@@ -228,8 +242,35 @@ impl<'p> Session<'p> {
         Ok(pid)
     }
 
+    /// Catch the processes that start running the probed files from now on
+    /// (system-wide sessions): they join as they start, woven before they run on.
+    pub fn watch(&mut self, w: crate::watch::Watcher) {
+        self.watcher = Some(w);
+    }
+
+    /// Whether the kernel caught `pid` as it started (it joins once the session
+    /// runs, see [`Session::watch`]); asks the kernel first.
+    pub fn is_caught(&mut self, pid: i32) -> bool {
+        self.poll_caught();
+        self.caught.contains(&pid)
+    }
+
+    fn poll_caught(&mut self) {
+        if let Some(w) = self.watcher.as_mut() {
+            for pid in w.poll() {
+                if !self.caught.contains(&pid) {
+                    self.caught.push(pid);
+                }
+            }
+        }
+    }
+
     /// Load the agent into running process `pid` (unless it is there already).
     pub fn attach(&mut self, pid: i32) -> Result<()> {
+        if let Some(w) = self.watcher.as_mut() {
+            // Not to be stopped by the kernel while (or after) weft weaves it.
+            w.seen(pid);
+        }
         let agent = target::agent_path()?;
         let report = target::attach(pid, &agent, &self.listener.name, self.warm.as_mut())?;
         let moved = match (report.ran_out, report.stepped_out) {
@@ -366,7 +407,7 @@ impl<'p> Session<'p> {
             self.note(&format!("process {pid} exited while weft was {what} it"));
             return Ok(());
         }
-        if self.members.len() == 1 || self.opts.all_or_nothing {
+        if (self.members.len() == 1 || self.opts.all_or_nothing) && !self.opts.system_wide {
             return Err(e);
         }
         let m = &mut self.members[i];
@@ -580,15 +621,7 @@ impl<'p> Session<'p> {
                     self.note(&format!("process {pid} left out: {e:#}"));
                     continue;
                 }
-                let i = self.members.len() - 1;
-                let all: Vec<usize> = (0..self.prog.probes.len()).collect();
-                let (w, _) = self.plan(&all, Some(i))?;
-                self.patch(&w)?;
-                if self.members[i].alive {
-                    if let Err(e) = self.members[i].agent.go() {
-                        self.member_failed(i, e, "starting")?;
-                    }
-                }
+                self.weave_late_member(self.members.len() - 1)?;
                 self.verbose(&format!("process {pid} joined"));
             }
             if parent != 0 {
@@ -598,6 +631,79 @@ impl<'p> Session<'p> {
             let pending = std::mem::take(&mut self.pending);
             self.deliver(&pending, sink);
         }
+    }
+
+    /// Weave the whole program into member `i`, which joined while the session runs,
+    /// and let it go on.
+    fn weave_late_member(&mut self, i: usize) -> Result<()> {
+        let all: Vec<usize> = (0..self.prog.probes.len()).collect();
+        let (w, _) = self.plan(&all, Some(i))?;
+        self.patch(&w)?;
+        if self.members[i].alive {
+            if let Err(e) = self.members[i].agent.go() {
+                self.member_failed(i, e, "starting")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Weave the processes the kernel caught as they started (system-wide): each is
+    /// stopped; its one thread is held in the agent until its probes are in
+    /// (`target::attach_held`); one with several threads (a `dlopen` of a probed
+    /// library) is attached the usual way. A process that cannot be woven is
+    /// reported once and let go.
+    fn join_caught(&mut self) -> Result<()> {
+        self.poll_caught();
+        for pid in std::mem::take(&mut self.caught) {
+            if !self.watcher.as_ref().is_some_and(|w| w.concerns(pid)) {
+                crate::watch::resume_caught(pid);
+                self.verbose(&format!(
+                    "process {pid} caught, maps no probed file: let go"
+                ));
+                continue;
+            }
+            // A member caught again has exec'd: its old image (and agent) is gone.
+            for m in self.members.iter_mut().filter(|m| m.pid == pid && m.alive) {
+                m.alive = false;
+            }
+            match self.weave_caught(pid) {
+                Ok(()) => self.verbose(&format!("process {pid} joined as it started")),
+                Err(e) => {
+                    if let Some(m) = self.members.iter_mut().find(|m| m.pid == pid && m.alive) {
+                        m.alive = false;
+                    }
+                    if self.refused.insert(pid) {
+                        self.verbose(&format!("process {pid} left out: {e:#}"));
+                    }
+                }
+            }
+            crate::watch::resume_caught(pid);
+        }
+        Ok(())
+    }
+
+    fn weave_caught(&mut self, pid: i32) -> Result<()> {
+        let agent = target::agent_path()?;
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        if threads == 1 {
+            target::attach_held(pid, &agent, &self.listener.name)?;
+        } else {
+            crate::watch::resume_caught(pid);
+            target::attach(pid, &agent, &self.listener.name, None)?;
+        }
+        // Held (or attached): it may run now; its thread waits in the agent.
+        crate::watch::resume_caught(pid);
+        let a = self.listener.accept(pid, Duration::from_secs(10), || {
+            if target::alive(pid) {
+                Ok(())
+            } else {
+                bail!("process {pid} exited while weft was attaching")
+            }
+        })?;
+        self.join(pid, a, None)?;
+        self.weave_late_member(self.members.len() - 1)
     }
 
     /// Deliver events, run interval probes, until `exit()`, every target ends, or
@@ -631,11 +737,14 @@ impl<'p> Session<'p> {
             if self.opts.follow_fork {
                 self.accept_joiners(sink)?;
             }
+            if self.watcher.is_some() {
+                self.join_caught()?;
+            }
             if Instant::now() >= next_release {
                 self.release_gone_processes();
                 next_release = Instant::now() + Duration::from_millis(100);
             }
-            if !self.members.is_empty() && self.reap_members(sink)? {
+            if !self.members.is_empty() && self.reap_members(sink)? && !self.opts.system_wide {
                 return Ok(RunEnd::TargetsGone);
             }
             if self.seg.shm.header().exit_requested.load(Ordering::Acquire) != 0 {
@@ -710,6 +819,12 @@ impl<'p> Session<'p> {
     /// and SIGKILL if it is still there a second later. Returns what advice could
     /// not do, and thread counts.
     pub fn finish(mut self, sink: &mut dyn Sink) -> Result<Finished> {
+        // No process is caught from now on; those caught go on unwoven.
+        if let Some(w) = self.watcher.take() {
+            for pid in w.stop().into_iter().chain(std::mem::take(&mut self.caught)) {
+                crate::watch::resume_caught(pid);
+            }
+        }
         // Unweave while the targets live.
         for m in &self.members {
             if m.alive {
@@ -746,8 +861,14 @@ impl<'p> Session<'p> {
         Ok(finished)
     }
 
-    /// Kill launched commands (the session failed before they could run).
+    /// Kill launched commands (the session failed before they could run); let
+    /// caught processes go.
     pub fn abandon(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            for pid in w.stop().into_iter().chain(std::mem::take(&mut self.caught)) {
+                crate::watch::resume_caught(pid);
+            }
+        }
         for m in &mut self.members {
             if let Some(c) = m.child.as_mut() {
                 let _ = c.kill();

@@ -418,7 +418,7 @@ fn attach_once(
         .ok_or_else(|| anyhow!("the agent in process {pid} exports no weft_agent_connect"))?;
     let mut name = socket.as_bytes().to_vec();
     name.push(0);
-    let may_start = u64::from(!quick);
+    let may_start = if quick { 0 } else { CONNECT_MAY_START };
     let r = stopped
         .call(
             tid,
@@ -444,6 +444,89 @@ fn attach_once(
         ran_out: unwinder.ran,
         stepped_out: unwinder.stepped,
     }))
+}
+
+/// `weft_agent_connect`'s flags (the agent's `CONNECT_*`).
+const CONNECT_MAY_START: u64 = 1;
+const CONNECT_HOLD: u64 = 2;
+/// How far below the stack pointer [`attach_held`] puts the thread's return
+/// address: past the red zone the interrupted code may be using.
+const HOLD_RED_ZONE: u64 = 128;
+
+/// Load the agent into `pid`, a process weft caught as it started (a kernel uprobe
+/// stopped it at its entry point or at a library's initializer: one thread, at an
+/// instruction boundary, outside any system call, holding no lock but the dynamic
+/// linker's recursive one), connect it to `socket`, and leave its thread held in the
+/// agent's `weft_agent_hold` until the session says `GO`. The thread is borrowed
+/// where it is, with no safe-point search: a function entry called by the program's
+/// start-up or by the dynamic linker is a point where `dlopen` may be called (an
+/// initializer may call it). The process may be group-stopped (the kernel's
+/// `SIGSTOP`): the caller continues it after this returns.
+pub fn attach_held(pid: i32, agent: &Path, socket: &str) -> Result<AttachReport> {
+    if !weft_inject::process::process_exists(pid) || is_zombie(pid) {
+        bail!("process {pid} exited while weft was attaching");
+    }
+    weft_inject::die::phase("attach");
+    let mut stopped = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+    stopped.clear_breakpoints();
+    let tid = match stopped.threads() {
+        [t] if !t.in_syscall() => t.tid(),
+        [_] => bail!("process {pid} was caught inside a system call, not at its start"),
+        ts => bail!(
+            "process {pid} has {} threads: not a process caught as it starts",
+            ts.len()
+        ),
+    };
+    let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
+    let has_agent = maps.modules().iter().any(|m| m.file_name() == AGENT_FILE);
+    if !has_agent {
+        let dlopen = find_function(&maps, "dlopen", LIBDL).ok_or_else(|| {
+            anyhow!("process {pid} has no dlopen (libc or libdl) to load the agent with")
+        })?;
+        let dlerror = find_function(&maps, "dlerror", LIBDL).unwrap_or(0);
+        weft_inject::inject_library(&mut stopped, tid, dlopen, dlerror, agent)
+            .map_err(|e| anyhow!("loading the agent into {pid}: {e}"))?;
+    }
+    let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
+    let connect = find_function(&maps, "weft_agent_connect", &[AGENT_FILE])
+        .ok_or_else(|| anyhow!("the agent in process {pid} exports no weft_agent_connect"))?;
+    let hold = find_function(&maps, "weft_agent_hold", &[AGENT_FILE])
+        .ok_or_else(|| anyhow!("the agent in process {pid} exports no weft_agent_hold"))?;
+    let mut name = socket.as_bytes().to_vec();
+    name.push(0);
+    let r = stopped
+        .call(
+            tid,
+            connect,
+            &[
+                CallArg::StackData,
+                CallArg::Value(CONNECT_MAY_START | CONNECT_HOLD),
+            ],
+            &name,
+        )
+        .map_err(|e| anyhow!("asking the agent in {pid} to connect: {e}"))?;
+    match r.ret as i32 {
+        0 => {}
+        -2 => bail!("the agent in process {pid} could not start its control thread"),
+        e => bail!("the agent in process {pid} refused to connect ({e})"),
+    }
+    // Into the hold: the original pc as a return address below the red zone.
+    let mut regs = *stopped.thread(tid).map_err(|e| anyhow!("{e}"))?.regs();
+    let slot = regs.rsp - HOLD_RED_ZONE - 8;
+    stopped
+        .write_mem(slot, &regs.rip.to_le_bytes())
+        .map_err(|e| anyhow!("holding process {pid}: {e}"))?;
+    regs.rsp = slot;
+    regs.rip = hold;
+    stopped
+        .set_regs(tid, &regs)
+        .map_err(|e| anyhow!("holding process {pid}: {e}"))?;
+    let pause = stopped.resume().map_err(|e| anyhow!("{e}"))?;
+    Ok(AttachReport {
+        pause,
+        ran_out: 0,
+        stepped_out: 0,
+    })
 }
 
 /// Whether a thread of `pid` is the agent's control thread (named `weft-agent`).

@@ -1,0 +1,396 @@
+//! System-wide sessions (no `-p`, no `-c`): the probes apply to every process that
+//! maps a probed file — those running when weft starts ([`mapping_processes`]) and
+//! those that start later, which the kernel catches for weft ([`Watcher`]).
+//!
+//! weft's probes live inside processes, so a process that starts while weft runs must
+//! be woven before it runs probed code. The kernel stops it for weft: an eBPF program
+//! (`bpf/catch.bpf.c`) on kernel uprobes at points every such process passes before
+//! its first probed call sends it `SIGSTOP` and weft its pid:
+//!
+//! * a program: its entry point (`e_entry`), after the dynamic linker has loaded its
+//!   libraries and before any of its own code (its constructors run later, from
+//!   `__libc_start_main`);
+//! * a library: its initializer (`DT_INIT`, the `.init` section), which the dynamic
+//!   linker runs when it loads the library, at start-up or in `dlopen`; the C library
+//!   itself (and a library without an initializer): `__libc_start_main`, which every
+//!   dynamically linked program calls once its libraries are loaded and initialized.
+//!
+//! The session then loads the agent right there and holds the thread in it until the
+//! probes are in (`target::attach_held`), and continues the process. The kernel's
+//! uprobes stay on the files while weft runs and cost a process one trap at start.
+//!
+//! Windows where calls are not seen (documented in the README): calls a library's
+//! code makes before its initializer, or before `__libc_start_main` for the C
+//! library (other libraries' constructors calling `malloc`); in a process with
+//! several threads that `dlopen`s a probed library, calls between the library's
+//! initializer and the point where weft can load its agent safely.
+
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
+use aya::programs::uprobe::UProbeScope;
+use aya::programs::{TracePoint, UProbe};
+use weft_symbols::ElfFile;
+
+/// The eBPF object built from `bpf/catch.bpf.c`.
+static CATCH_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/catch.bpf.o"));
+
+/// What a kernel uprobe of the watcher does (a program of `bpf/catch.bpf.c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CatchHow {
+    /// Catch the process (`weft_catch`).
+    Catch,
+    /// Mark it: it loads a probed library (`weft_mark`).
+    Mark,
+    /// Catch it if marked (`weft_catch_marked`).
+    CatchMarked,
+    /// Catch it if marked, where the function returns (`weft_catch_marked_return`).
+    CatchMarkedReturn,
+}
+
+impl CatchHow {
+    fn program(self) -> &'static str {
+        match self {
+            CatchHow::Catch => "weft_catch",
+            CatchHow::Mark => "weft_mark",
+            CatchHow::CatchMarked => "weft_catch_marked",
+            CatchHow::CatchMarkedReturn => "weft_catch_marked_return",
+        }
+    }
+}
+
+/// One kernel uprobe: a file, a file offset, what is there (for `-v`) and what the
+/// uprobe does.
+#[derive(Clone, Debug)]
+pub struct CatchPoint {
+    pub file: PathBuf,
+    pub offset: u64,
+    pub what: &'static str,
+    pub how: CatchHow,
+}
+
+/// A file the probes name, and where the kernel catches the processes that start
+/// running it.
+#[derive(Clone, Debug)]
+pub struct WatchedFile {
+    /// As the probes resolved it (canonical).
+    pub path: PathBuf,
+    /// `(dev, inode)` of the file.
+    pub identity: (u64, u64),
+    pub catch_at: Vec<CatchPoint>,
+}
+
+impl WatchedFile {
+    /// Where processes running `path` are caught (see the module's comment).
+    pub fn new(path: &Path) -> Result<WatchedFile> {
+        let path = path
+            .canonicalize()
+            .with_context(|| format!("{}", path.display()))?;
+        let meta = std::fs::metadata(&path).with_context(|| format!("{}", path.display()))?;
+        let elf = ElfFile::open(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        if elf.is_static() {
+            bail!(
+                "{} is statically linked: weft loads its agent with the dynamic linker, so \
+                 static executables are not supported yet",
+                path.display()
+            );
+        }
+        let offset = |vaddr: u64, what: &str| {
+            elf.vaddr_to_file_offset(vaddr)
+                .ok_or_else(|| anyhow!("{}: its {what} is not in a loaded segment", path.display()))
+        };
+        let point = |file: &Path, offset: u64, what: &'static str, how: CatchHow| CatchPoint {
+            file: file.to_path_buf(),
+            offset,
+            what,
+            how,
+        };
+        // A library has a soname, or no interpreter (a program has one; the C
+        // library, which can run as a program too, has both).
+        let library = elf.soname().is_some() || elf.interpreter().is_none();
+        let is_libc = elf.soname().is_some_and(|s| s.starts_with("libc.so"));
+        let init = elf.section(".init").map(|s| s.addr).filter(|&a| a != 0);
+        let catch_at = if !library {
+            vec![point(
+                &path,
+                offset(elf.entry(), "entry point")?,
+                "entry point",
+                CatchHow::Catch,
+            )]
+        } else if let (false, Some(init)) = (is_libc, init) {
+            let libc = Libc::find()?;
+            vec![
+                point(
+                    &path,
+                    offset(init, "initializer")?,
+                    "initializer",
+                    CatchHow::Mark,
+                ),
+                point(
+                    &libc.path,
+                    libc.start_main,
+                    "__libc_start_main",
+                    CatchHow::CatchMarked,
+                ),
+                point(
+                    &libc.path,
+                    libc.dlopen,
+                    "return of dlopen",
+                    CatchHow::CatchMarkedReturn,
+                ),
+            ]
+        } else {
+            // The C library itself (or a library with no initializer to mark the
+            // processes that load it by): every program that starts is looked at.
+            let libc = Libc::find()?;
+            vec![point(
+                &libc.path,
+                libc.start_main,
+                "__libc_start_main",
+                CatchHow::Catch,
+            )]
+        };
+        Ok(WatchedFile {
+            path,
+            identity: (meta.dev(), meta.ino()),
+            catch_at,
+        })
+    }
+}
+
+/// The C library weft itself runs with: where its `__libc_start_main` and `dlopen`
+/// are (file offsets).
+struct Libc {
+    path: PathBuf,
+    start_main: u64,
+    dlopen: u64,
+}
+
+impl Libc {
+    fn find() -> Result<Libc> {
+        let maps = weft_symbols::ProcMaps::read(std::process::id()).map_err(|e| anyhow!("{e}"))?;
+        let libc = maps
+            .modules()
+            .into_iter()
+            .find(|m| m.file_name().starts_with("libc.so"))
+            .ok_or_else(|| anyhow!("weft does not map a C library to find __libc_start_main in"))?;
+        let path = libc.open_path.clone();
+        let elf = ElfFile::open(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let at = |name: &str| {
+            elf.symbol_vaddr(name)
+                .and_then(|v| elf.vaddr_to_file_offset(v))
+                .ok_or_else(|| anyhow!("{}: no {name}", path.display()))
+        };
+        Ok(Libc {
+            start_main: at("__libc_start_main")?,
+            dlopen: at("dlopen")?,
+            path,
+        })
+    }
+}
+
+/// Processes (other than weft) that map one of `files` now, in pid order.
+pub fn mapping_processes(files: &[WatchedFile]) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut out = BTreeSet::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+            continue;
+        };
+        if maps.lines().any(|l| maps_line_is_one_of(l, files)) {
+            out.insert(pid);
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Whether a `/proc/PID/maps` line maps one of `files`: by path, or by inode and
+/// device (the path may be another name of the file, or a name in another mount
+/// namespace).
+fn maps_line_is_one_of(line: &str, files: &[WatchedFile]) -> bool {
+    let mut f = line.split_whitespace();
+    let (_, _, _, dev, inode) = (f.next(), f.next(), f.next(), f.next(), f.next());
+    let path: String = f.collect::<Vec<_>>().join(" ");
+    if path.is_empty() {
+        return false;
+    }
+    let inode: u64 = inode.and_then(|i| i.parse().ok()).unwrap_or(0);
+    let dev = dev.and_then(|d| {
+        let (maj, min) = d.split_once(':')?;
+        Some(libc::makedev(
+            u32::from_str_radix(maj, 16).ok()?,
+            u32::from_str_radix(min, 16).ok()?,
+        ))
+    });
+    files.iter().any(|w| {
+        Path::new(&path) == w.path
+            || (inode != 0 && inode == w.identity.1 && dev == Some(w.identity.0))
+    })
+}
+
+/// The kernel side: uprobes on the files with the catching program, and the ring
+/// weft reads the caught pids from. Dropping it takes them all out.
+pub struct Watcher {
+    files: Vec<WatchedFile>,
+    caught: RingBuf<MapData>,
+    seen: BpfHashMap<MapData, u32, u32>,
+    /// Where the uprobes are (for `-v`).
+    pub points: Vec<String>,
+    /// Keeps the programs (and their links) loaded.
+    ebpf: Option<aya::Ebpf>,
+}
+
+impl Watcher {
+    /// Load the catching program and set its uprobes for `files`.
+    pub fn start(files: &[WatchedFile]) -> Result<Watcher> {
+        let cant = "weft catches new processes with eBPF (kernel uprobes and the sched \
+                    tracepoints; needs root or CAP_BPF+CAP_PERFMON)";
+        let mut ebpf = aya::Ebpf::load(CATCH_OBJECT).with_context(|| cant.to_string())?;
+        for (name, event) in [
+            ("weft_exec", "sched_process_exec"),
+            ("weft_exit", "sched_process_exit"),
+        ] {
+            let tp: &mut TracePoint = ebpf
+                .program_mut(name)
+                .ok_or_else(|| anyhow!("the eBPF object has no {name}"))?
+                .try_into()?;
+            tp.load().with_context(|| cant.to_string())?;
+            tp.attach("sched", event)
+                .with_context(|| format!("attaching to the tracepoint sched:{event}"))?;
+        }
+        let mut points = Vec::new();
+        let mut done = BTreeSet::new();
+        for p in files.iter().flat_map(|w| &w.catch_at) {
+            if !done.insert((p.file.clone(), p.offset, p.how)) {
+                continue;
+            }
+            let name = p.how.program();
+            let prog: &mut UProbe = ebpf
+                .program_mut(name)
+                .ok_or_else(|| anyhow!("the eBPF object has no {name}"))?
+                .try_into()?;
+            if prog.fd().is_err() {
+                prog.load().with_context(|| cant.to_string())?;
+            }
+            prog.attach(p.offset, &p.file, UProbeScope::AllProcesses)
+                .with_context(|| {
+                    format!(
+                        "setting a kernel uprobe on {} at {:#x}",
+                        p.file.display(),
+                        p.offset
+                    )
+                })?;
+            points.push(format!(
+                "{} ({}, file offset {:#x})",
+                p.file.display(),
+                p.what,
+                p.offset
+            ));
+        }
+        let caught = RingBuf::try_from(
+            ebpf.take_map("caught")
+                .ok_or_else(|| anyhow!("the eBPF object has no map `caught`"))?,
+        )?;
+        let seen = BpfHashMap::try_from(
+            ebpf.take_map("seen")
+                .ok_or_else(|| anyhow!("the eBPF object has no map `seen`"))?,
+        )?;
+        Ok(Watcher {
+            files: files.to_vec(),
+            caught,
+            seen,
+            points,
+            ebpf: Some(ebpf),
+        })
+    }
+
+    /// `pid` is woven (or being woven) already: the kernel does not stop it, until it
+    /// execs.
+    pub fn seen(&mut self, pid: i32) {
+        let _ = self.seen.insert(pid as u32, 1, 0);
+    }
+
+    /// Whether process `pid` maps one of the watched files (a process caught at
+    /// `__libc_start_main` may map none: it is let go).
+    pub fn concerns(&self, pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .is_ok_and(|m| m.lines().any(|l| maps_line_is_one_of(l, &self.files)))
+    }
+
+    /// Processes caught since the last call (each stopped, or about to stop).
+    pub fn poll(&mut self) -> Vec<i32> {
+        let mut out = Vec::new();
+        while let Some(item) = self.caught.next() {
+            if let Some(b) = item.get(..4) {
+                let pid = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+                if !out.contains(&pid) {
+                    out.push(pid);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Watcher {
+    /// Take the uprobes out, then return the processes caught until then (none is
+    /// caught afterwards, so none is left stopped).
+    pub fn stop(mut self) -> Vec<i32> {
+        self.ebpf = None;
+        self.poll()
+    }
+}
+
+/// Let a process the kernel stopped for weft go on.
+pub fn resume_caught(pid: i32) {
+    // SAFETY: kill has no memory preconditions; SIGCONT only continues a stopped
+    // process (one weft caught) and is ignored by a running one.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watched(path: &str, dev: u64, ino: u64) -> WatchedFile {
+        WatchedFile {
+            path: PathBuf::from(path),
+            identity: (dev, ino),
+            catch_at: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn maps_lines_match_by_path_or_identity() {
+        let w = [watched("/usr/bin/app", libc::makedev(0xfd, 1), 1234)];
+        let line = |dev: &str, ino: u64, path: &str| {
+            format!("55d0c0a00000-55d0c0a01000 r-xp 00001000 {dev} {ino}      {path}")
+        };
+        assert!(maps_line_is_one_of(&line("00:2a", 9, "/usr/bin/app"), &w));
+        assert!(maps_line_is_one_of(&line("fd:01", 1234, "/other/name"), &w));
+        assert!(!maps_line_is_one_of(
+            &line("fd:02", 1234, "/other/name"),
+            &w
+        ));
+        assert!(!maps_line_is_one_of(
+            &line("fd:01", 99, "/usr/bin/app2"),
+            &w
+        ));
+        assert!(!maps_line_is_one_of(
+            "7ffd0000-7ffd1000 rw-p 00000000 00:00 0 ",
+            &w
+        ));
+    }
+}
