@@ -46,6 +46,8 @@ pub enum Item {
     MapDecl(MapDeclItem),
     /// `struct name { fields };` (a C type definition in the preamble).
     Struct(StructDef),
+    /// `enum [name] { A = 1, B, ... };` (C enumerators usable as constants).
+    Enum(EnumDef),
     /// Reserved for the aspect extensions: `seq { probes }` and `group name { probes }`.
     Reserved(ReservedBlock),
 }
@@ -92,6 +94,16 @@ pub struct MapDeclItem {
 pub struct StructDef {
     pub name: String,
     pub fields: Vec<(TypeExpr, String, Span)>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EnumDef {
+    /// `None` for an anonymous `enum { ... }`.
+    pub name: Option<String>,
+    /// Each enumerator with its value as written (`None`: one more than the one
+    /// before, 0 for the first).
+    pub variants: Vec<(String, Option<i64>, Span)>,
     pub span: Span,
 }
 

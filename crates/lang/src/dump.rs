@@ -78,6 +78,15 @@ impl Dumper {
                     self.line(d + 1, &format!("{t} {n}"));
                 }
             }
+            Item::Enum(e) => {
+                self.line(d, &format!("enum {}", e.name.as_deref().unwrap_or("")));
+                for (n, v, _) in &e.variants {
+                    match v {
+                        Some(v) => self.line(d + 1, &format!("{n} = {v}")),
+                        None => self.line(d + 1, n),
+                    }
+                }
+            }
             Item::Reserved(r) => {
                 let name = r
                     .name

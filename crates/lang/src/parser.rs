@@ -385,6 +385,10 @@ impl<'a> Parser<'a> {
                 ("struct" | "union", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBrace => {
                     return self.struct_def().map(|s| Some(Item::Struct(s)))
                 }
+                ("enum", Tok::LBrace) => return self.enum_def().map(|e| Some(Item::Enum(e))),
+                ("enum", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBrace => {
+                    return self.enum_def().map(|e| Some(Item::Enum(e)))
+                }
                 ("seq", Tok::LBrace) | ("group", Tok::LBrace) | ("group", Tok::Ident(_)) => {
                     return self.reserved_block().map(|b| Some(Item::Reserved(b)))
                 }
@@ -612,6 +616,65 @@ impl<'a> Parser<'a> {
         Ok(StructDef {
             name,
             fields,
+            span: self.span_from(start),
+        })
+    }
+
+    /// `enum [name] { A, B = 2, C = -1, }` and an optional `;`.
+    fn enum_def(&mut self) -> PResult<EnumDef> {
+        let start = self.bump().span;
+        let name = match self.peek_tok(0) {
+            Tok::Ident(n) => {
+                self.bump();
+                Some(n)
+            }
+            _ => None,
+        };
+        self.expect(&Tok::LBrace)?;
+        let mut variants = Vec::new();
+        while !self.at(&Tok::RBrace) {
+            let t = self.bump();
+            let Tok::Ident(vname) = t.tok else {
+                self.diags.error(
+                    t.span,
+                    format!("expected an enumerator name, found {}", t.tok.describe()),
+                );
+                return Err(Stop);
+            };
+            let value = if self.eat(&Tok::Assign) {
+                let negative = self.eat(&Tok::Minus);
+                let v = self.bump();
+                let Tok::Int(n) = v.tok else {
+                    self.diags.error(
+                        v.span,
+                        format!(
+                            "expected an integer value for `{vname}`, found {}",
+                            v.tok.describe()
+                        ),
+                    );
+                    return Err(Stop);
+                };
+                let Ok(n) = i64::try_from(n) else {
+                    self.diags.error(
+                        v.span,
+                        format!("the value of `{vname}` does not fit in an int64"),
+                    );
+                    return Err(Stop);
+                };
+                Some(if negative { -n } else { n })
+            } else {
+                None
+            };
+            variants.push((vname, value, self.span_from(t.span)));
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(&Tok::RBrace)?;
+        self.eat(&Tok::Semi);
+        Ok(EnumDef {
+            name,
+            variants,
             span: self.span_from(start),
         })
     }
