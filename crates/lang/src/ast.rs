@@ -416,10 +416,11 @@ pub enum ExprKind {
     Block(Box<Block>),
     /// `sizeof(type)` / `sizeof(expr)`
     Sizeof(SizeofArg),
-    /// `offsetof(struct T, field)`
+    /// `offsetof(struct T, field)`, `offsetof(struct T, a.b.c)` (the path of
+    /// fields, outermost first).
     Offsetof {
         ty: TypeExpr,
-        field: String,
+        field: Vec<String>,
     },
     /// `cflow(attach)` in a predicate (reserved for the aspect extensions).
     Cflow(AttachSpec),

@@ -2057,18 +2057,40 @@ impl<'a> Checker<'a> {
                 Type::U64
             }
             ExprKind::Offsetof { ty, field } => {
-                let field = field.clone();
+                let path = field.clone();
                 match self.resolve_type(ty) {
-                    Ok(Type::CStruct(s)) => match s.fields.iter().find(|f| f.name == field) {
-                        Some(f) => {
-                            e.kind = ExprKind::Int(u64::from(f.offset));
-                            Type::U64
+                    Ok(Type::CStruct(s)) => {
+                        // Each step of `a.b.c` adds the member's offset in its struct.
+                        let mut st = s;
+                        let mut offset = 0u64;
+                        for (i, name) in path.iter().enumerate() {
+                            let Some(f) = st.fields.iter().find(|f| f.name == *name) else {
+                                self.err(
+                                    span,
+                                    format!("struct `{}` has no field `{name}`", st.name),
+                                );
+                                return Type::Void;
+                            };
+                            offset += u64::from(f.offset);
+                            match (&f.ty, path.get(i + 1)) {
+                                (_, None) => {}
+                                (Type::CStruct(inner), Some(_)) => st = inner.clone(),
+                                (other, Some(next)) => {
+                                    self.err(
+                                        span,
+                                        format!(
+                                            "`{}` is `{other}`, not a struct: it has no \
+                                             field `{next}`",
+                                            path[..=i].join(".")
+                                        ),
+                                    );
+                                    return Type::Void;
+                                }
+                            }
                         }
-                        None => {
-                            self.err(span, format!("struct `{}` has no field `{field}`", s.name));
-                            Type::Void
-                        }
-                    },
+                        e.kind = ExprKind::Int(offset);
+                        Type::U64
+                    }
                     Err(TypeError::TooLarge(m)) => {
                         self.err(ty.span, m);
                         Type::Void

@@ -322,7 +322,7 @@ impl Dumper {
                 }
             }
             ExprKind::Offsetof { ty: t, field } => {
-                self.line(d, &format!("offsetof({t}, {field}){ty}"))
+                self.line(d, &format!("offsetof({t}, {}){ty}", field.join(".")))
             }
             ExprKind::Cflow(a) => self.line(d, &format!("cflow: {}{ty}", attach_text(a))),
         }

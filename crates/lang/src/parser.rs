@@ -1572,11 +1572,22 @@ impl<'a> Parser<'a> {
         self.expect(&Tok::LParen)?;
         let ty = self.type_expr()?;
         self.expect(&Tok::Comma)?;
-        let t = self.bump();
-        let Tok::Ident(field) = t.tok else {
-            self.diags.error(t.span, "expected a field name");
-            return Err(Stop);
-        };
+        // `a.b.c`: a field of a member struct, as upstream allows.
+        let mut field = Vec::new();
+        loop {
+            let t = self.bump();
+            let Tok::Ident(name) = t.tok else {
+                self.diags.error(
+                    t.span,
+                    format!("expected a field name, found {}", t.tok.describe()),
+                );
+                return Err(Stop);
+            };
+            field.push(name);
+            if !self.eat(&Tok::Dot) {
+                break;
+            }
+        }
         self.expect(&Tok::RParen)?;
         Ok(Expr::new(
             ExprKind::Offsetof { ty, field },

@@ -1185,3 +1185,33 @@ fn builtin_alias_of_unknown_builtin() {
     "#]],
     );
 }
+
+#[test]
+fn offsetof_path_through_a_scalar() {
+    check(
+        "struct In { int d; } struct Out { int a; struct In i; }\nBEGIN { print(offsetof(struct Out, i.d.x)); }",
+        expect![[r#"
+            error: `i.d` is `int32`, not a struct: it has no field `x`
+             --> script.bt:2:15
+              |
+            2 | BEGIN { print(offsetof(struct Out, i.d.x)); }
+              |               ^^^^^^^^^^^^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn offsetof_path_ends_in_a_dot() {
+    check(
+        "struct Out { int a; }\nBEGIN { print(offsetof(struct Out, a.)); }",
+        expect![[r#"
+            error: expected a field name, found `)`
+             --> script.bt:2:38
+              |
+            2 | BEGIN { print(offsetof(struct Out, a.)); }
+              |                                      ^
+
+        "#]],
+    );
+}

@@ -96,6 +96,7 @@ const PIECES: &[&str] = &[
     "macro",
     "struct",
     "enum",
+    "offsetof(struct S, a.b)",
     "enum E { A = 1, B }",
     "true",
     "false",
