@@ -457,6 +457,9 @@ pub enum TypeName {
     Struct(String),
     /// Any other identifier (a typedef from C).
     Named(String),
+    /// `typeof(expr)`: the type of an expression, which is not evaluated (in casts
+    /// and `let` declarations, as upstream allows it).
+    Typeof(Box<Expr>),
 }
 
 impl std::fmt::Display for TypeExpr {
@@ -470,6 +473,7 @@ impl std::fmt::Display for TypeExpr {
             TypeName::Str => write!(f, "string")?,
             TypeName::Struct(n) => write!(f, "struct {n}")?,
             TypeName::Named(n) => write!(f, "{n}")?,
+            TypeName::Typeof(_) => write!(f, "typeof(...)")?,
         }
         if let Some(a) = self.array {
             match a {

@@ -673,6 +673,24 @@ impl<'a> Checker<'a> {
 
     /// [`Self::resolve_type`] for a use of a type: a type too large is reported here,
     /// an unknown one with `unknown` (at the type).
+    /// Type the expression of a `typeof(expr)` type (not evaluated: lowering never
+    /// sees it).
+    /// Returns false when it has no type (reported once).
+    fn typeof_operand(&mut self, t: &mut TypeExpr) -> bool {
+        let TypeName::Typeof(x) = &mut t.base else {
+            return true;
+        };
+        let before = self.diags.list.len();
+        if self.expr(x) != Type::Void {
+            return true;
+        }
+        // An error in the expression was reported already; else it has no value.
+        if self.diags.list.len() == before {
+            self.err(x.span, "typeof() needs an expression with a value");
+        }
+        false
+    }
+
     fn type_of(&mut self, t: &TypeExpr, unknown: impl FnOnce() -> String) -> Option<Type> {
         match self.resolve_type(t) {
             Ok(ty) => Some(ty),
@@ -718,6 +736,11 @@ impl<'a> Checker<'a> {
                 None => return Err(TypeError::Unknown),
             },
             TypeName::Named(_) => return Err(TypeError::Unknown),
+            // Checked by the caller (`typed_expr`) first.
+            TypeName::Typeof(x) => match &x.ty {
+                Type::Void => return Err(TypeError::Unknown),
+                t => t.clone(),
+            },
         };
         if let Some(Some(n)) = t.array {
             let elem = ty.clone();
@@ -1059,7 +1082,13 @@ impl<'a> Checker<'a> {
                     );
                 }
                 let declared = match ty {
-                    Some(t) => self.type_of(t, || format!("unknown type `{t}`")),
+                    Some(t) => {
+                        if self.typeof_operand(t) {
+                            self.type_of(t, || format!("unknown type `{t}`"))
+                        } else {
+                            None
+                        }
+                    }
                     None => None,
                 };
                 let vt = match value {
@@ -1905,6 +1934,9 @@ impl<'a> Checker<'a> {
             }
             ExprKind::Cast { ty, expr } => {
                 let t = self.expr(expr);
+                if !self.typeof_operand(ty) {
+                    return Type::Void;
+                }
                 let Some(target) = self.type_of(ty, || format!("unknown type `{ty}`")) else {
                     return Type::Void;
                 };

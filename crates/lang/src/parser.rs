@@ -1219,11 +1219,15 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// After `(`: does a type follow (`int32)`, `uint8 *)`, `struct x *)`)?
+    /// After `(`: does a type follow (`int32)`, `uint8 *)`, `struct x *)`,
+    /// `typeof(...)`)?
     fn cast_ahead(&mut self) -> bool {
         let Tok::Ident(name) = self.peek_tok(1) else {
             return false;
         };
+        if name == "typeof" {
+            return self.peek_tok(2) == Tok::LParen;
+        }
         if matches!(name.as_str(), "struct" | "union" | "enum") {
             return matches!(self.peek_tok(2), Tok::Ident(_));
         }
@@ -1250,7 +1254,12 @@ impl<'a> Parser<'a> {
             );
             return Err(Stop);
         };
-        let base = if matches!(name.as_str(), "struct" | "union" | "enum") {
+        let base = if name == "typeof" && self.at(&Tok::LParen) {
+            self.bump();
+            let x = self.nested(|p| p.expr())?;
+            self.expect(&Tok::RParen)?;
+            TypeName::Typeof(Box::new(x))
+        } else if matches!(name.as_str(), "struct" | "union" | "enum") {
             let n = self.bump();
             let Tok::Ident(sname) = n.tok else {
                 self.diags.error(n.span, "expected a struct name");

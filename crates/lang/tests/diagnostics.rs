@@ -1215,3 +1215,24 @@ fn offsetof_path_ends_in_a_dot() {
         "#]],
     );
 }
+
+#[test]
+fn typeof_of_an_expression_without_a_value() {
+    check(
+        "BEGIN { $p = (typeof(printf(\"x\")))1; let $q: typeof($nope); }",
+        expect![[r#"
+            error: typeof() needs an expression with a value
+             --> script.bt:1:22
+              |
+            1 | BEGIN { $p = (typeof(printf("x")))1; let $q: typeof($nope); }
+              |                      ^^^^^^^^^^^
+
+            error: variable `$nope` is used before it is assigned
+             --> script.bt:1:53
+              |
+            1 | BEGIN { $p = (typeof(printf("x")))1; let $q: typeof($nope); }
+              |                                                     ^^^^^
+
+        "#]],
+    );
+}

@@ -96,6 +96,8 @@ const PIECES: &[&str] = &[
     "macro",
     "struct",
     "enum",
+    "(typeof($x))",
+    "typeof(",
     "offsetof(struct S, a.b)",
     "enum E { A = 1, B }",
     "true",
