@@ -63,6 +63,16 @@ const UPSTREAM_FIXED: &[(&str, &str)] = &[
          upstream) in its own bucket, so the bars scale differently",
     ),
     (
+        "bool_map_values",
+        "0.17 has no bool type and prints a comparison as 1/0; weft (as upstream) prints \
+         `true`/`false` (golden: bool_from_comparisons)",
+    ),
+    (
+        "uprobe_str_tuple_value",
+        "a comparison in a tuple: 0.17 prints 1, weft (as upstream) `true` (golden: \
+         bool_values)",
+    ),
+    (
         "uprobe_big_values",
         "0.17 prints every integer map key as an int64; weft (as upstream) prints a uint64 \
          key unsigned (golden: uint64_keys_and_literals)",

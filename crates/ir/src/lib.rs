@@ -43,8 +43,9 @@ pub enum Type {
     Void,
     /// An integer of `bits` (8, 16, 32 or 64) bits; carried in a 64-bit register.
     Int { bits: u8, signed: bool },
-    /// A boolean result of a comparison or `!`; prints as bpftrace prints it (0/1 in
-    /// maps and printf `%d`). Carried as 0 or 1 in a register, stored as 1 byte.
+    /// A boolean (`true`, `false`, comparisons, `!`, `strcontains`, ...); prints as
+    /// upstream bpftrace prints it: `true`/`false`, except 1/0 with printf's `%d`.
+    /// Carried as 0 or 1 in a register, stored as 1 byte.
     Bool,
     /// A NUL-padded string of at most `cap - 1` bytes plus NUL (bpftrace `string[cap]`).
     Str { cap: u32 },

@@ -46,6 +46,8 @@ pub enum Item {
     MapDecl(MapDeclItem),
     /// `struct name { fields };` (a C type definition in the preamble).
     Struct(StructDef),
+    /// `enum [name] { A = 1, B, ... };` (C enumerators usable as constants).
+    Enum(EnumDef),
     /// Reserved for the aspect extensions: `seq { probes }` and `group name { probes }`.
     Reserved(ReservedBlock),
 }
@@ -92,6 +94,16 @@ pub struct MapDeclItem {
 pub struct StructDef {
     pub name: String,
     pub fields: Vec<(TypeExpr, String, Span)>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct EnumDef {
+    /// `None` for an anonymous `enum { ... }`.
+    pub name: Option<String>,
+    /// Each enumerator with its value as written (`None`: one more than the one
+    /// before, 0 for the first).
+    pub variants: Vec<(String, Option<i64>, Span)>,
     pub span: Span,
 }
 
@@ -404,10 +416,11 @@ pub enum ExprKind {
     Block(Box<Block>),
     /// `sizeof(type)` / `sizeof(expr)`
     Sizeof(SizeofArg),
-    /// `offsetof(struct T, field)`
+    /// `offsetof(struct T, field)`, `offsetof(struct T, a.b.c)` (the path of
+    /// fields, outermost first).
     Offsetof {
         ty: TypeExpr,
-        field: String,
+        field: Vec<String>,
     },
     /// `cflow(attach)` in a predicate (reserved for the aspect extensions).
     Cflow(AttachSpec),
@@ -444,6 +457,9 @@ pub enum TypeName {
     Struct(String),
     /// Any other identifier (a typedef from C).
     Named(String),
+    /// `typeof(expr)`: the type of an expression, which is not evaluated (in casts
+    /// and `let` declarations, as upstream allows it).
+    Typeof(Box<Expr>),
 }
 
 impl std::fmt::Display for TypeExpr {
@@ -457,6 +473,7 @@ impl std::fmt::Display for TypeExpr {
             TypeName::Str => write!(f, "string")?,
             TypeName::Struct(n) => write!(f, "struct {n}")?,
             TypeName::Named(n) => write!(f, "{n}")?,
+            TypeName::Typeof(_) => write!(f, "typeof(...)")?,
         }
         if let Some(a) = self.array {
             match a {

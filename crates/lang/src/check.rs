@@ -106,6 +106,8 @@ struct Checker<'a> {
     /// Map types learned by the previous silent pass.
     hints: HashMap<String, MapState>,
     structs: HashMap<String, CStruct>,
+    /// Enumerators of the program's `enum` definitions: name → value.
+    enumerators: HashMap<String, i64>,
     config: Config,
     stack_mode: StackMode,
     // Per probe:
@@ -132,6 +134,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         maps: HashMap::new(),
         hints: HashMap::new(),
         structs: HashMap::new(),
+        enumerators: HashMap::new(),
         config: opts.config.clone(),
         stack_mode: StackMode::Bpftrace,
         kinds: Vec::new(),
@@ -197,6 +200,12 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
     };
     (checked, diags)
 }
+
+/// The builtins upstream also names `__builtin_NAME` (its parser's list).
+const BUILTIN_ALIASES: &[&str] = &[
+    "cgroup", "comm", "cpid", "cpu", "curtask", "elapsed", "func", "gid", "jiffies", "ncpus",
+    "probe", "rand", "retval", "uid", "usermode", "username",
+];
 
 // ---- type helpers -------------------------------------------------------------
 
@@ -466,6 +475,7 @@ impl<'a> Checker<'a> {
                     self.config_block(c);
                 }
                 Item::Struct(s) => self.struct_def(s),
+                Item::Enum(e) => self.enum_def(e),
                 Item::MapDecl(m) => {
                     if !matches!(
                         m.kind.as_str(),
@@ -595,6 +605,25 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Record the enumerators of `enum { A = 1, B }`: each is one more than the one
+    /// before unless given, as in C.
+    fn enum_def(&mut self, e: &EnumDef) {
+        let mut next: Option<i64> = Some(0);
+        for (name, value, span) in &e.variants {
+            let Some(v) = value.or(next) else {
+                self.err(
+                    *span,
+                    format!("the value of `{name}` does not fit in an int64"),
+                );
+                continue;
+            };
+            if self.enumerators.insert(name.clone(), v).is_some() {
+                self.err(*span, format!("the enumerator `{name}` is defined twice"));
+            }
+            next = v.checked_add(1);
+        }
+    }
+
     fn struct_def(&mut self, s: &StructDef) {
         let mut fields = Vec::new();
         let mut count = 0u64;
@@ -644,6 +673,24 @@ impl<'a> Checker<'a> {
 
     /// [`Self::resolve_type`] for a use of a type: a type too large is reported here,
     /// an unknown one with `unknown` (at the type).
+    /// Type the expression of a `typeof(expr)` type (not evaluated: lowering never
+    /// sees it).
+    /// Returns false when it has no type (reported once).
+    fn typeof_operand(&mut self, t: &mut TypeExpr) -> bool {
+        let TypeName::Typeof(x) = &mut t.base else {
+            return true;
+        };
+        let before = self.diags.list.len();
+        if self.expr(x) != Type::Void {
+            return true;
+        }
+        // An error in the expression was reported already; else it has no value.
+        if self.diags.list.len() == before {
+            self.err(x.span, "typeof() needs an expression with a value");
+        }
+        false
+    }
+
     fn type_of(&mut self, t: &TypeExpr, unknown: impl FnOnce() -> String) -> Option<Type> {
         match self.resolve_type(t) {
             Ok(ty) => Some(ty),
@@ -689,6 +736,11 @@ impl<'a> Checker<'a> {
                 None => return Err(TypeError::Unknown),
             },
             TypeName::Named(_) => return Err(TypeError::Unknown),
+            // Checked by the caller (`typed_expr`) first.
+            TypeName::Typeof(x) => match &x.ty {
+                Type::Void => return Err(TypeError::Unknown),
+                t => t.clone(),
+            },
         };
         if let Some(Some(n)) = t.array {
             let elem = ty.clone();
@@ -1030,7 +1082,13 @@ impl<'a> Checker<'a> {
                     );
                 }
                 let declared = match ty {
-                    Some(t) => self.type_of(t, || format!("unknown type `{t}`")),
+                    Some(t) => {
+                        if self.typeof_operand(t) {
+                            self.type_of(t, || format!("unknown type `{t}`"))
+                        } else {
+                            None
+                        }
+                    }
                     None => None,
                 };
                 let vt = match value {
@@ -1688,7 +1746,21 @@ impl<'a> Checker<'a> {
                 Type::I64
             }
             ExprKind::Ident(name) => {
+                // `__builtin_pid` is upstream's name of the builtin `pid`.
+                if let Some(plain) = name.strip_prefix("__builtin_") {
+                    if BUILTIN_ALIASES.contains(&plain) {
+                        *name = plain.to_string();
+                    }
+                }
                 let name = name.clone();
+                // An enumerator is a constant; a builtin of the same name wins, as
+                // upstream's builtins are keywords.
+                if builtins::variable(&name).is_none() {
+                    if let Some(&v) = self.enumerators.get(&name) {
+                        e.kind = ExprKind::Int(v as u64);
+                        return Type::I64;
+                    }
+                }
                 self.builtin(&name, span)
             }
             ExprKind::Var(v) => match self.lookup_var(&v.name) {
@@ -1862,6 +1934,9 @@ impl<'a> Checker<'a> {
             }
             ExprKind::Cast { ty, expr } => {
                 let t = self.expr(expr);
+                if !self.typeof_operand(ty) {
+                    return Type::Void;
+                }
                 let Some(target) = self.type_of(ty, || format!("unknown type `{ty}`")) else {
                     return Type::Void;
                 };
@@ -1873,8 +1948,10 @@ impl<'a> Checker<'a> {
                     return target;
                 }
                 let ok = match &target {
-                    Type::Int { .. } | Type::Bool => {
-                        is_int(&t) || matches!(t, Type::Ptr(_) | Type::USym)
+                    Type::Int { .. } => is_int(&t) || matches!(t, Type::Ptr(_) | Type::USym),
+                    // `(bool)"text"` is whether the string is not empty (upstream).
+                    Type::Bool => {
+                        is_int(&t) || matches!(t, Type::Ptr(_) | Type::USym | Type::Str { .. })
                     }
                     Type::Ptr(_) => is_int(&t) || matches!(t, Type::Ptr(_)),
                     _ => false,
@@ -1929,6 +2006,26 @@ impl<'a> Checker<'a> {
                 }
                 match &t {
                     Type::Ptr(inner) if inner.is_scalar() => (**inner).clone(),
+                    // A string's bytes, as upstream indexes one: `int8`, 0 past the
+                    // end of its capacity.
+                    Type::Str { cap } => {
+                        if let Some(i) = literal_int(index) {
+                            if i < 0 || i >= i64::from(*cap) {
+                                self.err(
+                                    index.span,
+                                    format!(
+                                        "the index {i} is out of bounds for `{t}` \
+                                         (indexes 0 to {})",
+                                        cap - 1
+                                    ),
+                                );
+                            }
+                        }
+                        Type::Int {
+                            bits: 8,
+                            signed: true,
+                        }
+                    }
                     Type::Tuple(ts) => match literal_int(index) {
                         Some(i) if i >= 0 && (i as usize) < ts.len() => ts[i as usize].clone(),
                         _ => {
@@ -1992,18 +2089,40 @@ impl<'a> Checker<'a> {
                 Type::U64
             }
             ExprKind::Offsetof { ty, field } => {
-                let field = field.clone();
+                let path = field.clone();
                 match self.resolve_type(ty) {
-                    Ok(Type::CStruct(s)) => match s.fields.iter().find(|f| f.name == field) {
-                        Some(f) => {
-                            e.kind = ExprKind::Int(u64::from(f.offset));
-                            Type::U64
+                    Ok(Type::CStruct(s)) => {
+                        // Each step of `a.b.c` adds the member's offset in its struct.
+                        let mut st = s;
+                        let mut offset = 0u64;
+                        for (i, name) in path.iter().enumerate() {
+                            let Some(f) = st.fields.iter().find(|f| f.name == *name) else {
+                                self.err(
+                                    span,
+                                    format!("struct `{}` has no field `{name}`", st.name),
+                                );
+                                return Type::Void;
+                            };
+                            offset += u64::from(f.offset);
+                            match (&f.ty, path.get(i + 1)) {
+                                (_, None) => {}
+                                (Type::CStruct(inner), Some(_)) => st = inner.clone(),
+                                (other, Some(next)) => {
+                                    self.err(
+                                        span,
+                                        format!(
+                                            "`{}` is `{other}`, not a struct: it has no \
+                                             field `{next}`",
+                                            path[..=i].join(".")
+                                        ),
+                                    );
+                                    return Type::Void;
+                                }
+                            }
                         }
-                        None => {
-                            self.err(span, format!("struct `{}` has no field `{field}`", s.name));
-                            Type::Void
-                        }
-                    },
+                        e.kind = ExprKind::Int(offset);
+                        Type::U64
+                    }
                     Err(TypeError::TooLarge(m)) => {
                         self.err(ty.span, m);
                         Type::Void
@@ -2135,6 +2254,10 @@ impl<'a> Checker<'a> {
                         format!("`{}` needs integers, not `{a}` and `{b}`", op.text()),
                     );
                     return Type::Void;
+                }
+                // Two booleans make a boolean (`a & b`), as upstream types them.
+                if *a == Type::Bool && *b == Type::Bool {
+                    return Type::Bool;
                 }
                 int64(signed(a) && signed(b))
             }
@@ -2853,7 +2976,10 @@ impl<'a> Checker<'a> {
             let ok = match c.kind {
                 ArgKind::Int | ArgKind::Char => is_int(t) || matches!(t, Type::Ptr(_)),
                 ArgKind::Ptr => is_int(t) || matches!(t, Type::Ptr(_) | Type::USym),
-                ArgKind::Str => !is_int(t) && !matches!(t, Type::Ptr(_) | Type::CStruct(_)),
+                // A bool prints as `true`/`false` (upstream).
+                ArgKind::Str => {
+                    *t == Type::Bool || !is_int(t) && !matches!(t, Type::Ptr(_) | Type::CStruct(_))
+                }
                 ArgKind::Buf => matches!(t, Type::Buf { .. } | Type::Str { .. }),
             };
             if !ok {

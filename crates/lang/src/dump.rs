@@ -78,6 +78,15 @@ impl Dumper {
                     self.line(d + 1, &format!("{t} {n}"));
                 }
             }
+            Item::Enum(e) => {
+                self.line(d, &format!("enum {}", e.name.as_deref().unwrap_or("")));
+                for (n, v, _) in &e.variants {
+                    match v {
+                        Some(v) => self.line(d + 1, &format!("{n} = {v}")),
+                        None => self.line(d + 1, n),
+                    }
+                }
+            }
             Item::Reserved(r) => {
                 let name = r
                     .name
@@ -313,7 +322,7 @@ impl Dumper {
                 }
             }
             ExprKind::Offsetof { ty: t, field } => {
-                self.line(d, &format!("offsetof({t}, {field}){ty}"))
+                self.line(d, &format!("offsetof({t}, {}){ty}", field.join(".")))
             }
             ExprKind::Cflow(a) => self.line(d, &format!("cflow: {}{ty}", attach_text(a))),
         }

@@ -263,6 +263,20 @@ impl<'a> Fx<'a> {
                 Val::Reg(self.bin(IrBin::Ne, r, z))
             }
             (_, _) if from.is_scalar() && to.is_scalar() => v,
+            // Not empty: its first byte is not NUL.
+            (Type::Str { .. }, Type::Bool) => {
+                let src = self.place_of(v, from);
+                let first = self.load(
+                    src,
+                    &Type::Int {
+                        bits: 8,
+                        signed: false,
+                    },
+                );
+                let r = self.reg_of(first);
+                let z = self.konst(0);
+                Val::Reg(self.bin(IrBin::Ne, r, z))
+            }
             (Type::Str { cap: a }, Type::Str { cap: b }) => {
                 let src = self.place_of(v, from);
                 let dst = self.temp(*b);
@@ -931,6 +945,7 @@ impl<'a> Fx<'a> {
                     let p = self.place_of(base, &expr.ty);
                     self.load(p.at(off), &e.ty)
                 }
+                Type::Str { cap } => self.string_byte(expr, index, *cap),
                 _ => self.memory_value(e),
             },
             ExprKind::Tuple(es) => {
@@ -970,6 +985,36 @@ impl<'a> Fx<'a> {
                 Val::Reg(self.konst(0))
             }
         }
+    }
+
+    /// `$s[i]`: the byte at `i` of a string (sign-extended, as `int8`); 0 when `i`
+    /// is past the string's capacity.
+    fn string_byte(&mut self, s: &Expr, index: &Expr, cap: u32) -> Val {
+        let base = self.expr(s);
+        let place = self.place_of(base, &s.ty);
+        let i = self.expr(index);
+        let i = self.reg_of(i);
+        let out = self.konst(0);
+        let limit = self.konst(i64::from(cap));
+        let inside = self.bin(IrBin::LtU, i, limit);
+        let (read, done) = (self.label(), self.label());
+        self.emit(Inst::Branch {
+            cond: inside,
+            if_true: read,
+            if_false: done,
+        });
+        self.emit(Inst::Label(read));
+        let start = self.reg();
+        self.emit(Inst::AddrOf { dst: start, place });
+        let addr = self.bin(IrBin::Add, start, i);
+        self.emit(Inst::Load {
+            dst: out,
+            addr,
+            size: 1,
+            signed: true,
+        });
+        self.emit(Inst::Label(done));
+        Val::Reg(out)
     }
 
     /// The target address of an lvalue-like path into target memory:

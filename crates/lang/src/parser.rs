@@ -385,6 +385,10 @@ impl<'a> Parser<'a> {
                 ("struct" | "union", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBrace => {
                     return self.struct_def().map(|s| Some(Item::Struct(s)))
                 }
+                ("enum", Tok::LBrace) => return self.enum_def().map(|e| Some(Item::Enum(e))),
+                ("enum", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBrace => {
+                    return self.enum_def().map(|e| Some(Item::Enum(e)))
+                }
                 ("seq", Tok::LBrace) | ("group", Tok::LBrace) | ("group", Tok::Ident(_)) => {
                     return self.reserved_block().map(|b| Some(Item::Reserved(b)))
                 }
@@ -612,6 +616,65 @@ impl<'a> Parser<'a> {
         Ok(StructDef {
             name,
             fields,
+            span: self.span_from(start),
+        })
+    }
+
+    /// `enum [name] { A, B = 2, C = -1, }` and an optional `;`.
+    fn enum_def(&mut self) -> PResult<EnumDef> {
+        let start = self.bump().span;
+        let name = match self.peek_tok(0) {
+            Tok::Ident(n) => {
+                self.bump();
+                Some(n)
+            }
+            _ => None,
+        };
+        self.expect(&Tok::LBrace)?;
+        let mut variants = Vec::new();
+        while !self.at(&Tok::RBrace) {
+            let t = self.bump();
+            let Tok::Ident(vname) = t.tok else {
+                self.diags.error(
+                    t.span,
+                    format!("expected an enumerator name, found {}", t.tok.describe()),
+                );
+                return Err(Stop);
+            };
+            let value = if self.eat(&Tok::Assign) {
+                let negative = self.eat(&Tok::Minus);
+                let v = self.bump();
+                let Tok::Int(n) = v.tok else {
+                    self.diags.error(
+                        v.span,
+                        format!(
+                            "expected an integer value for `{vname}`, found {}",
+                            v.tok.describe()
+                        ),
+                    );
+                    return Err(Stop);
+                };
+                let Ok(n) = i64::try_from(n) else {
+                    self.diags.error(
+                        v.span,
+                        format!("the value of `{vname}` does not fit in an int64"),
+                    );
+                    return Err(Stop);
+                };
+                Some(if negative { -n } else { n })
+            } else {
+                None
+            };
+            variants.push((vname, value, self.span_from(t.span)));
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        self.expect(&Tok::RBrace)?;
+        self.eat(&Tok::Semi);
+        Ok(EnumDef {
+            name,
+            variants,
             span: self.span_from(start),
         })
     }
@@ -1156,11 +1219,15 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// After `(`: does a type follow (`int32)`, `uint8 *)`, `struct x *)`)?
+    /// After `(`: does a type follow (`int32)`, `uint8 *)`, `struct x *)`,
+    /// `typeof(...)`)?
     fn cast_ahead(&mut self) -> bool {
         let Tok::Ident(name) = self.peek_tok(1) else {
             return false;
         };
+        if name == "typeof" {
+            return self.peek_tok(2) == Tok::LParen;
+        }
         if matches!(name.as_str(), "struct" | "union" | "enum") {
             return matches!(self.peek_tok(2), Tok::Ident(_));
         }
@@ -1187,7 +1254,12 @@ impl<'a> Parser<'a> {
             );
             return Err(Stop);
         };
-        let base = if matches!(name.as_str(), "struct" | "union" | "enum") {
+        let base = if name == "typeof" && self.at(&Tok::LParen) {
+            self.bump();
+            let x = self.nested(|p| p.expr())?;
+            self.expect(&Tok::RParen)?;
+            TypeName::Typeof(Box::new(x))
+        } else if matches!(name.as_str(), "struct" | "union" | "enum") {
             let n = self.bump();
             let Tok::Ident(sname) = n.tok else {
                 self.diags.error(n.span, "expected a struct name");
@@ -1509,11 +1581,22 @@ impl<'a> Parser<'a> {
         self.expect(&Tok::LParen)?;
         let ty = self.type_expr()?;
         self.expect(&Tok::Comma)?;
-        let t = self.bump();
-        let Tok::Ident(field) = t.tok else {
-            self.diags.error(t.span, "expected a field name");
-            return Err(Stop);
-        };
+        // `a.b.c`: a field of a member struct, as upstream allows.
+        let mut field = Vec::new();
+        loop {
+            let t = self.bump();
+            let Tok::Ident(name) = t.tok else {
+                self.diags.error(
+                    t.span,
+                    format!("expected a field name, found {}", t.tok.describe()),
+                );
+                return Err(Stop);
+            };
+            field.push(name);
+            if !self.eat(&Tok::Dot) {
+                break;
+            }
+        }
         self.expect(&Tok::RParen)?;
         Ok(Expr::new(
             ExprKind::Offsetof { ty, field },

@@ -1074,3 +1074,165 @@ fn unsigned_compared_with_sign_warns() {
         "#]],
     );
 }
+
+#[test]
+fn string_index_out_of_bounds() {
+    check(
+        "BEGIN { $s = \"abc\"; printf(\"%d\\n\", $s[4]); }",
+        expect![[r#"
+            error: the index 4 is out of bounds for `string[4]` (indexes 0 to 3)
+             --> script.bt:1:39
+              |
+            1 | BEGIN { $s = "abc"; printf("%d\n", $s[4]); }
+              |                                       ^
+
+        "#]],
+    );
+}
+
+#[test]
+fn string_index_needs_an_integer() {
+    check(
+        "BEGIN { $s = \"abc\"; print($s[\"x\"]); }",
+        expect![[r#"
+            error: an index must be an integer, not `string[2]`
+             --> script.bt:1:30
+              |
+            1 | BEGIN { $s = "abc"; print($s["x"]); }
+              |                              ^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn enumerator_defined_twice() {
+    check(
+        "enum A { X, Y }\nenum B { Y = 3 }\nBEGIN { print(Y); }",
+        expect![[r#"
+            error: the enumerator `Y` is defined twice
+             --> script.bt:2:10
+              |
+            2 | enum B { Y = 3 }
+              |          ^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn enumerator_value_must_be_an_integer() {
+    check(
+        "enum A { X = \"a\" } BEGIN { print(X); }",
+        expect![[r#"
+        error: expected an integer value for `X`, found string literal
+         --> script.bt:1:14
+          |
+        1 | enum A { X = "a" } BEGIN { print(X); }
+          |              ^^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn enumerator_past_int64() {
+    check(
+        "enum A { X = 9223372036854775807, Y } BEGIN { print(Y); }",
+        expect![[r#"
+            error: the value of `Y` does not fit in an int64
+             --> script.bt:1:35
+              |
+            1 | enum A { X = 9223372036854775807, Y } BEGIN { print(Y); }
+              |                                   ^
+
+            error: unknown identifier `Y`
+             --> script.bt:1:53
+              |
+            1 | enum A { X = 9223372036854775807, Y } BEGIN { print(Y); }
+              |                                                     ^
+
+        "#]],
+    );
+}
+
+#[test]
+fn bool_cast_of_a_tuple() {
+    check(
+        "BEGIN { print((bool)(1, 2)); }",
+        expect![[r#"
+        error: cannot cast `(int64,int64)` to `bool`
+         --> script.bt:1:15
+          |
+        1 | BEGIN { print((bool)(1, 2)); }
+          |               ^^^^^^^^^^^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn builtin_alias_of_unknown_builtin() {
+    check(
+        "BEGIN { print(__builtin_nope); }",
+        expect![[r#"
+        error: unknown identifier `__builtin_nope`
+         --> script.bt:1:15
+          |
+        1 | BEGIN { print(__builtin_nope); }
+          |               ^^^^^^^^^^^^^^
+
+    "#]],
+    );
+}
+
+#[test]
+fn offsetof_path_through_a_scalar() {
+    check(
+        "struct In { int d; } struct Out { int a; struct In i; }\nBEGIN { print(offsetof(struct Out, i.d.x)); }",
+        expect![[r#"
+            error: `i.d` is `int32`, not a struct: it has no field `x`
+             --> script.bt:2:15
+              |
+            2 | BEGIN { print(offsetof(struct Out, i.d.x)); }
+              |               ^^^^^^^^^^^^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn offsetof_path_ends_in_a_dot() {
+    check(
+        "struct Out { int a; }\nBEGIN { print(offsetof(struct Out, a.)); }",
+        expect![[r#"
+            error: expected a field name, found `)`
+             --> script.bt:2:38
+              |
+            2 | BEGIN { print(offsetof(struct Out, a.)); }
+              |                                      ^
+
+        "#]],
+    );
+}
+
+#[test]
+fn typeof_of_an_expression_without_a_value() {
+    check(
+        "BEGIN { $p = (typeof(printf(\"x\")))1; let $q: typeof($nope); }",
+        expect![[r#"
+            error: typeof() needs an expression with a value
+             --> script.bt:1:22
+              |
+            1 | BEGIN { $p = (typeof(printf("x")))1; let $q: typeof($nope); }
+              |                      ^^^^^^^^^^^
+
+            error: variable `$nope` is used before it is assigned
+             --> script.bt:1:53
+              |
+            1 | BEGIN { $p = (typeof(printf("x")))1; let $q: typeof($nope); }
+              |                                                     ^^^^^
+
+        "#]],
+    );
+}

@@ -17,7 +17,7 @@
 //!   `\xNN`, `%rh` as `NN NN`; with a width (`%10r`) glibc sees an unknown conversion and
 //!   prints it literally.
 
-use weft_ir::format::{conversions, Conversion};
+use weft_ir::format::{conversions, ArgKind, Conversion};
 use weft_ir::{Format, Type};
 
 use crate::render::{self, hex_format_buffer, Style};
@@ -119,7 +119,11 @@ fn format_at(
     let n = args.len().min(toks.len());
     for i in 0..n {
         let piece = pieces[i];
-        let arg = printable(&args[i], &values[i], r);
+        let arg = match (&values[i], toks[i].kind) {
+            // `%s` of a bool is its name (upstream); `%d` its value, 1 or 0.
+            (Value::Bool(b), ArgKind::Str) => Printable::Str(render::bool_str(*b).to_vec()),
+            (v, _) => printable(&args[i], v, r),
+        };
         let mut formatted = match (&arg, buffer_spec(piece)) {
             (Printable::Buffer(bytes), Some(spec)) => {
                 let hex = hex_format_buffer(bytes, spec == "%r", spec != "%rh");

@@ -49,9 +49,8 @@ pub(crate) fn value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Re
 fn common_value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Resolver) -> Vec<u8> {
     match (ty, v) {
         (Type::Int { bits, signed }, _) => int_div(v.as_u64(), *bits, *signed, div).into_bytes(),
-        (Type::Bool, _) => (v.as_u64() / u64::from(div.max(1)))
-            .to_string()
-            .into_bytes(),
+        // Upstream bpftrace has a real `bool`: printed `true`/`false` (bare in JSON).
+        (Type::Bool, _) => bool_str(v.as_u64() != 0).to_vec(),
         (_, Value::Str(s)) => s.clone(),
         (_, Value::Buf { len, data }) => hex_format_buffer(&data[..*len as usize], true, true),
         (Type::Tuple(tys), Value::Tuple(vals)) => {
@@ -149,6 +148,15 @@ fn field_str(style: Style, name: &str, value: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A `bool` as upstream bpftrace prints it everywhere but `%d`.
+pub(crate) fn bool_str(b: bool) -> &'static [u8] {
+    if b {
+        b"true"
+    } else {
+        b"false"
+    }
+}
+
 fn struct_str(elems: Vec<Vec<u8>>) -> Vec<u8> {
     wrap(b"{ ", &join(&elems, b", "), b" }")
 }
@@ -185,7 +193,7 @@ fn key_value_str(ty: &Type, v: &Value, r: &dyn Resolver) -> Vec<u8> {
         // integer key as an int64: `@[(uint64)-1]` showed `-1`).
         Value::Int(n) => n.to_string().into_bytes(),
         Value::UInt(n) => n.to_string().into_bytes(),
-        Value::Bool(b) => u8::from(*b).to_string().into_bytes(),
+        Value::Bool(b) => bool_str(*b).to_vec(),
         Value::Str(s) => s.clone(),
         // bpftrace 0.17 prints the whole capacity of a buffer key, not just its length.
         Value::Buf { data, .. } => hex_format_buffer(data, true, true),
