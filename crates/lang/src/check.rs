@@ -2743,6 +2743,80 @@ impl<'a> Checker<'a> {
                 }
                 Type::Bool
             }
+            // An IP address as text: the family from the first argument, else from
+            // the address (an integer or 4 bytes: IPv4; 16 bytes: IPv6).
+            "ntop" => {
+                if !arity(self) {
+                    return Type::Void;
+                }
+                if n == 2 {
+                    int_at(self, 0);
+                }
+                let addr = &tys[n - 1];
+                let size_ok = |t: &Type| matches!(t.size(), 4 | 16);
+                match addr {
+                    Type::Void => {}
+                    t if is_int(t) => {}
+                    t if matches!(t, Type::Str { .. }) || is_array(t) => {
+                        if !size_ok(t) {
+                            self.err(
+                                a[n - 1].span,
+                                format!("ntop() argument must be 4 or 16 bytes in size, not `{t}`"),
+                            );
+                        }
+                    }
+                    t => self.err(
+                        a[n - 1].span,
+                        format!("ntop() expects an integer or array argument, got `{t}`"),
+                    ),
+                }
+                Type::Inet
+            }
+            // A compile-time constant: the address's bytes in network order.
+            "pton" => {
+                if !arity(self) {
+                    return Type::Void;
+                }
+                let ExprKind::Str(s) = &a[0].kind else {
+                    if tys[0] != Type::Void {
+                        self.err(
+                            a[0].span,
+                            format!("pton() expects a string literal, got `{}`", tys[0]),
+                        );
+                    }
+                    return Type::Void;
+                };
+                match pton(&String::from_utf8_lossy(s)) {
+                    Ok(bytes) => byte_array(bytes.len() as u32),
+                    Err(msg) => {
+                        self.err(a[0].span, msg);
+                        Type::Void
+                    }
+                }
+            }
+            // Six bytes: read at an address, or an array or string of six bytes.
+            "macaddr" => {
+                if !arity(self) {
+                    return Type::Void;
+                }
+                match &tys[0] {
+                    Type::Void => {}
+                    t if is_int(t) || matches!(t, Type::Ptr(_)) => {}
+                    t if matches!(t, Type::Str { .. }) || is_array(t) => {
+                        if t.size() != 6 {
+                            self.err(
+                                a[0].span,
+                                format!("macaddr() argument must be 6 bytes in size, not `{t}`"),
+                            );
+                        }
+                    }
+                    t => self.err(
+                        a[0].span,
+                        format!("macaddr() only supports array or pointer arguments, not `{t}`"),
+                    ),
+                }
+                Type::MacAddr
+            }
             "reg" => {
                 if arity(self) {
                     match &a[0].kind {
@@ -2918,6 +2992,49 @@ pub fn signal_number(name: &str) -> Option<i64> {
     Some(v)
 }
 
+/// Whether `t` is a C array (`uint8[4]`, from DWARF, a cast or `pton`).
+pub fn is_array(t: &Type) -> bool {
+    matches!(t, Type::CStruct(s) if s.name.ends_with(']'))
+}
+
+/// The type `uint8[n]` (what `pton` returns).
+pub fn byte_array(n: u32) -> Type {
+    let elem = Type::Int {
+        bits: 8,
+        signed: false,
+    };
+    Type::CStruct(CStruct {
+        name: format!("{elem}[{n}]"),
+        size: n,
+        fields: (0..n)
+            .map(|i| CField {
+                name: i.to_string(),
+                offset: i,
+                ty: elem.clone(),
+            })
+            .collect(),
+    })
+}
+
+/// `pton(text)` as upstream bpftrace computes it: a text with a `.` is an IPv4
+/// address (4 bytes), else one with a `:` an IPv6 address (16 bytes), each as
+/// `inet_pton` parses it (IPv4 in dotted decimal without leading zeros; so
+/// `::ffff:1.2.3.4`, which has a `.`, is refused).
+pub fn pton(text: &str) -> Result<Vec<u8>, String> {
+    let parsed = if text.contains('.') {
+        text.parse::<std::net::Ipv4Addr>()
+            .map(|a| a.octets().to_vec())
+    } else if text.contains(':') {
+        text.parse::<std::net::Ipv6Addr>()
+            .map(|a| a.octets().to_vec())
+    } else {
+        return Err(format!(
+            "pton() expects a string argument of an IPv4/IPv6 address, got {text}"
+        ));
+    };
+    parsed.map_err(|_| format!("pton() expects a valid IPv4/IPv6 address, got {text}"))
+}
+
 pub fn machine_reg(name: &str) -> Option<weft_ir::MachineReg> {
     use weft_ir::MachineReg as R;
     Some(match name {
@@ -2941,4 +3058,45 @@ pub fn machine_reg(name: &str) -> Option<weft_ir::MachineReg> {
         "flags" | "eflags" => R::Flags,
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pton_bytes_in_network_order() {
+        assert_eq!(pton("127.0.0.1"), Ok(vec![127, 0, 0, 1]));
+        assert_eq!(pton("0.0.0.0"), Ok(vec![0; 4]));
+        let mut one = vec![0u8; 16];
+        one[15] = 1;
+        assert_eq!(pton("::1"), Ok(one));
+        let v6 = pton("fe80::1:2").unwrap();
+        assert_eq!(
+            (v6.len(), &v6[..2], &v6[12..]),
+            (16, &[0xfe, 0x80][..], &[0, 1, 0, 2][..])
+        );
+        for bad in [
+            "1.2.3",
+            "1.2.3.4.5",
+            "01.2.3.4",
+            "1.2.3.256",
+            "::ffff:1.2.3.4",
+            "1::2::3",
+            "abc",
+            "",
+        ] {
+            assert!(pton(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn byte_arrays_are_c_arrays() {
+        let t = byte_array(4);
+        assert!(is_array(&t));
+        assert_eq!(
+            (t.size(), t.align(), t.to_string()),
+            (4, 1, "struct uint8[4]".into())
+        );
+    }
 }

@@ -1014,6 +1014,11 @@ impl<'a> Fx<'a> {
                 let off = self.bin(IrBin::Mul, i, size);
                 Some(self.bin(IrBin::Add, base, off))
             }
+            // An array a function returns (`pton`): its value is its address.
+            ExprKind::Call { .. } if matches!(e.ty, Type::CStruct(_)) => {
+                let v = self.expr(e);
+                Some(self.reg_of(v))
+            }
             _ => None,
         }
     }
@@ -1727,6 +1732,64 @@ impl<'a> Fx<'a> {
                 }
                 Val::Reg(d)
             }
+            "ntop" => {
+                let addr = &args[args.len() - 1];
+                let p = self.temp(ir::INET_SIZE);
+                self.emit(Inst::Zero {
+                    place: p,
+                    len: ir::INET_SIZE,
+                });
+                let af = if args.len() == 2 {
+                    let v = self.expr(&args[0]);
+                    self.reg_of(v)
+                } else if is_int(&addr.ty) || addr.ty.size() == 4 {
+                    self.konst(ir::AF_INET as i64)
+                } else {
+                    self.konst(ir::AF_INET6 as i64)
+                };
+                self.emit(Inst::Store {
+                    place: p,
+                    src: af,
+                    size: 8,
+                });
+                if is_int(&addr.ty) {
+                    // The low 32 bits, in memory order (so `0x0100007f` is 127.0.0.1).
+                    let v = self.expr(addr);
+                    let r = self.reg_of(v);
+                    self.emit(Inst::Store {
+                        place: p.at(8),
+                        src: r,
+                        size: 4,
+                    });
+                } else {
+                    let len = addr.ty.size().min(16);
+                    self.bytes_of(addr, p.at(8), len);
+                }
+                Val::Place(p)
+            }
+            // Held like any C array value: its bytes (here in the frame) and the value
+            // is their address.
+            "pton" => {
+                let ExprKind::Str(text) = &args[0].kind else {
+                    return Val::Reg(self.konst(0));
+                };
+                let bytes = crate::check::pton(&String::from_utf8_lossy(text)).unwrap_or_default();
+                let len = bytes.len() as u32;
+                let p = self.temp(len);
+                self.emit(Inst::SetBytes {
+                    place: p,
+                    bytes,
+                    len,
+                });
+                let d = self.reg();
+                self.emit(Inst::AddrOf { dst: d, place: p });
+                Val::Reg(d)
+            }
+            "macaddr" => {
+                let p = self.temp(6);
+                self.bytes_of(&args[0], p, 6);
+                Val::Place(p)
+            }
             "reg" => {
                 let ExprKind::Str(s) = &args[0].kind else {
                     return Val::Unit;
@@ -1737,6 +1800,55 @@ impl<'a> Fx<'a> {
                 }
             }
             _ => Val::Unit,
+        }
+    }
+
+    /// Copy the first `len` bytes of a value to `dst`: a string's from its place; an
+    /// array's (whose value is its address) or those at an integer or pointer address
+    /// from memory, a faulting read giving zeroes.
+    fn bytes_of(&mut self, e: &Expr, dst: Place, len: u32) {
+        let v = self.expr(e);
+        if let Type::Str { cap } = e.ty {
+            let src = self.place_of(v, &e.ty);
+            self.emit(Inst::Copy {
+                dst,
+                src,
+                len: len.min(cap),
+            });
+            return;
+        }
+        let addr = self.reg_of(v);
+        self.read_bytes(addr, dst, len);
+    }
+
+    /// Read `len` bytes of memory at `addr` into `dst`, 8, 4, 2 and 1 bytes at a time
+    /// (each read fault-tolerant).
+    fn read_bytes(&mut self, addr: Reg, dst: Place, len: u32) {
+        let mut off = 0;
+        while off < len {
+            let size = [8u8, 4, 2, 1]
+                .into_iter()
+                .find(|&s| u32::from(s) <= len - off)
+                .unwrap_or(1);
+            let at = if off == 0 {
+                addr
+            } else {
+                let o = self.konst(i64::from(off));
+                self.bin(IrBin::Add, addr, o)
+            };
+            let r = self.reg();
+            self.emit(Inst::Load {
+                dst: r,
+                addr: at,
+                size,
+                signed: false,
+            });
+            self.emit(Inst::Store {
+                place: dst.at(off),
+                src: r,
+                size,
+            });
+            off += u32::from(size);
         }
     }
 
@@ -1779,6 +1891,10 @@ fn arith_type(a: &Type, b: &Type) -> Type {
         bits: 64,
         signed: sgn(a) && sgn(b),
     }
+}
+
+fn is_int(t: &Type) -> bool {
+    matches!(t, Type::Int { .. } | Type::Bool)
 }
 
 /// Signed for integer promotion (booleans promote like C's `int`).

@@ -407,18 +407,6 @@ fn unsupported_builtins_and_functions() {
             1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
               |                                                                             ^^^^^
 
-            error: ntop: formatting IP addresses is not supported yet (missing: an inet address type in the probe program)
-             --> script.bt:1:96
-              |
-            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
-              |                                                                                                ^^^^
-
-            error: macaddr: formatting MAC addresses is not supported yet (missing: a MAC address type in the probe program)
-             --> script.bt:1:112
-              |
-            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
-              |                                                                                                                ^^^^^^^
-
             error: override: changing a kernel function's return value is not available in weft
              --> script.bt:1:125
               |
@@ -1070,6 +1058,133 @@ fn unsigned_compared_with_sign_warns() {
               |
             1 | uretprobe:/bin/a:f /retval < 0/ { } uprobe:/bin/a:g /-1 >= arg0/ { } uretprobe:/bin/a:h /retval == -1 || (int32)retval < 0 || retval > 0/ { }
               |                                                            ^^^^
+
+        "#]],
+    );
+}
+
+/// pton() parses its text at compile time, as inet_pton does: an address that does
+/// not parse is an error at the literal (a `.` makes it IPv4, so an IPv4-mapped IPv6
+/// address with a dotted tail is refused, as upstream refuses it).
+#[test]
+fn pton_invalid_addresses() {
+    check(
+        r#"BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }"#,
+        expect![[r#"
+            error: pton() expects a valid IPv4/IPv6 address, got 1.2.3
+             --> script.bt:1:19
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                   ^^^^^^^
+
+            error: pton() expects a valid IPv4/IPv6 address, got 1.2.3.04
+             --> script.bt:1:39
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                       ^^^^^^^^^^
+
+            error: pton() expects a valid IPv4/IPv6 address, got 256.1.1.1
+             --> script.bt:1:62
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                                              ^^^^^^^^^^^
+
+            error: pton() expects a valid IPv4/IPv6 address, got fe80::1::2
+             --> script.bt:1:86
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                                                                      ^^^^^^^^^^^^
+
+            error: pton() expects a string argument of an IPv4/IPv6 address, got abc
+             --> script.bt:1:111
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                                                                                               ^^^^^
+
+            error: pton() expects a valid IPv4/IPv6 address, got ::ffff:1.2.3.4
+             --> script.bt:1:129
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                                                                                                                 ^^^^^^^^^^^^^^^^
+
+            error: pton() expects a string argument of an IPv4/IPv6 address, got 
+             --> script.bt:1:158
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                                                                                                                                              ^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn pton_needs_a_literal() {
+    check(
+        r#"BEGIN { $s = "1.2.3.4"; $a = pton($s); $b = pton(1); }"#,
+        expect![[r#"
+            error: pton() expects a string literal, got `string[8]`
+             --> script.bt:1:35
+              |
+            1 | BEGIN { $s = "1.2.3.4"; $a = pton($s); $b = pton(1); }
+              |                                   ^^
+
+            error: pton() expects a string literal, got `int64`
+             --> script.bt:1:50
+              |
+            1 | BEGIN { $s = "1.2.3.4"; $a = pton($s); $b = pton(1); }
+              |                                                  ^
+
+        "#]],
+    );
+}
+
+/// ntop() takes an integer, or 4 or 16 bytes; macaddr() 6 bytes or an address.
+#[test]
+fn ntop_and_macaddr_sizes() {
+    check(
+        r#"struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }"#,
+        expect![[r#"
+            error: ntop() argument must be 4 or 16 bytes in size, not `string[9]`
+             --> script.bt:1:81
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                 ^^^^^^^^^^
+
+            error: ntop() argument must be 4 or 16 bytes in size, not `struct uint8[5]`
+             --> script.bt:1:104
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                        ^^^^^
+
+            error: macaddr() argument must be 6 bytes in size, not `struct uint8[4]`
+             --> script.bt:1:143
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                                                               ^^^^^^^^^^^^^^^
+
+            error: macaddr() argument must be 6 bytes in size, not `struct uint8[5]`
+             --> script.bt:1:174
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                                                                                              ^^^^^
+
+            error: ntop() expects an integer or array argument, got `inet`
+             --> script.bt:1:215
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                                                                                                                                       ^^^^^^^
+
+            error: ntop(): argument 1 must be an integer, not `string[3]`
+             --> script.bt:1:235
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                                                                                                                                                           ^^^^
+
+            error: macaddr() only supports array or pointer arguments, not `inet`
+             --> script.bt:1:258
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                                                                                                                                                                                  ^^^^^^^
 
         "#]],
     );
