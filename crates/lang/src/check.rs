@@ -2554,21 +2554,65 @@ impl<'a> Checker<'a> {
                     }
                 }
             }
+            // Bytes at an address, of a string, or of an array (whose length is then
+            // optional: the array's). At most max_strlen bytes, as upstream.
             "buf" => {
                 if !arity(self) {
                     return Type::Void;
                 }
-                int_at(self, 0);
-                let cap = if n == 2 {
+                let max = self.config.strlen;
+                let data = &tys[0];
+                let array = is_array(data);
+                if !(*data == Type::Void
+                    || is_int(data)
+                    || array
+                    || matches!(data, Type::Ptr(_) | Type::Str { .. }))
+                {
+                    self.err(
+                        a[0].span,
+                        format!(
+                            "buf() expects an integer, string, or array argument, not `{data}`"
+                        ),
+                    );
+                }
+                let wanted = if n == 2 {
                     int_at(self, 1);
                     match literal_int(&a[1]) {
-                        Some(v) if v > 0 => v.min(i64::from(self.config.strlen)) as u32,
-                        _ => self.config.strlen,
+                        Some(v) if v < 0 => {
+                            self.err(
+                                a[1].span,
+                                format!("buf() cannot use a negative length ({v})"),
+                            );
+                            u64::from(max)
+                        }
+                        Some(v) => v as u64,
+                        None => u64::from(max),
                     }
+                } else if array {
+                    u64::from(data.size())
                 } else {
-                    self.config.strlen
+                    if *data != Type::Void {
+                        self.err(
+                            span,
+                            format!(
+                                "buf() expects a length argument for a non-array type (`{data}`)"
+                            ),
+                        );
+                    }
+                    u64::from(max)
                 };
-                Type::Buf { cap }
+                if wanted > u64::from(max) {
+                    self.push(Diagnostic::warning(
+                        span,
+                        format!(
+                            "buf() length is too long and will be shortened to {max} bytes \
+                             (see config max_strlen)"
+                        ),
+                    ));
+                }
+                Type::Buf {
+                    cap: wanted.min(u64::from(max)) as u32,
+                }
             }
             "delete" => {
                 if n == 1 {
@@ -2927,8 +2971,11 @@ impl<'a> Checker<'a> {
             let ok = match c.kind {
                 ArgKind::Int | ArgKind::Char => is_int(t) || matches!(t, Type::Ptr(_)),
                 ArgKind::Ptr => is_int(t) || matches!(t, Type::Ptr(_) | Type::USym),
-                ArgKind::Str => !is_int(t) && !matches!(t, Type::Ptr(_) | Type::CStruct(_)),
-                ArgKind::Buf => matches!(t, Type::Buf { .. } | Type::Str { .. }),
+                // As bpftrace: a buffer prints with %r only, and %r prints nothing else.
+                ArgKind::Str => {
+                    !is_int(t) && !matches!(t, Type::Ptr(_) | Type::CStruct(_) | Type::Buf { .. })
+                }
+                ArgKind::Buf => matches!(t, Type::Buf { .. }),
             };
             if !ok {
                 let want = match c.kind {

@@ -1504,8 +1504,8 @@ impl<'a> Fx<'a> {
                 let Type::Buf { cap } = e.ty else {
                     return Val::Unit;
                 };
-                let v = self.expr(&args[0]);
-                let addr = self.reg_of(v);
+                let data = &args[0];
+                let v = self.expr(data);
                 let len = match args.get(1) {
                     Some(n) => {
                         let nv = self.expr(n);
@@ -1514,6 +1514,48 @@ impl<'a> Fx<'a> {
                     None => self.konst(i64::from(cap)),
                 };
                 let dst = self.temp(4 + cap);
+                if let Type::Str { cap: scap } = data.ty {
+                    // A string's own bytes (zeroes past its capacity), `len` of them
+                    // at most the buffer's capacity.
+                    let src = self.place_of(v, &data.ty);
+                    self.emit(Inst::Zero {
+                        place: dst,
+                        len: 4 + cap,
+                    });
+                    let n = scap.min(cap);
+                    if n > 0 {
+                        self.emit(Inst::Copy {
+                            dst: dst.at(4),
+                            src,
+                            len: n,
+                        });
+                    }
+                    let capr = self.konst(i64::from(cap));
+                    let over = self.bin(IrBin::GtU, len, capr);
+                    let (clamp, keep, done) = (self.label(), self.label(), self.label());
+                    self.emit(Inst::Branch {
+                        cond: over,
+                        if_true: clamp,
+                        if_false: keep,
+                    });
+                    self.emit(Inst::Label(clamp));
+                    self.emit(Inst::Store {
+                        place: dst,
+                        src: capr,
+                        size: 4,
+                    });
+                    self.emit(Inst::Jump(done));
+                    self.emit(Inst::Label(keep));
+                    self.emit(Inst::Store {
+                        place: dst,
+                        src: len,
+                        size: 4,
+                    });
+                    self.emit(Inst::Label(done));
+                    return Val::Place(dst);
+                }
+                // An address, or an array's (its value is its address).
+                let addr = self.reg_of(v);
                 self.emit(Inst::ReadBuf {
                     dst,
                     addr,

@@ -959,6 +959,12 @@ fn buf_length_does_not_wrap() {
     check(
         "uprobe:/bin/a:f { printf(\"%d\\n\", buf(arg0, 4294967297)); }",
         expect![[r#"
+            warning: buf() length is too long and will be shortened to 64 bytes (see config max_strlen)
+             --> script.bt:1:34
+              |
+            1 | uprobe:/bin/a:f { printf("%d\n", buf(arg0, 4294967297)); }
+              |                                  ^^^^^^^^^^^^^^^^^^^^^
+
             error: printf(): `%d` expects an integer, not `buffer[64]`
              --> script.bt:1:34
               |
@@ -1185,6 +1191,70 @@ fn ntop_and_macaddr_sizes() {
               |
             1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
               |                                                                                                                                                                                                                                                                  ^^^^^^^
+
+        "#]],
+    );
+}
+
+/// buf(): a length unless the data is an array, never negative, at most max_strlen
+/// (a warning); the data an address, a string or an array. %r takes only a buffer and
+/// a buffer prints only with %r.
+#[test]
+fn buf_lengths_and_formats() {
+    check(
+        r#"BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }"#,
+        expect![[r#"
+            error: buf() expects a length argument for a non-array type (`int64`)
+             --> script.bt:1:14
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |              ^^^^^^
+
+            error: buf() cannot use a negative length (-1)
+             --> script.bt:1:34
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                  ^^
+
+            error: buf() expects an integer, string, or array argument, not `inet`
+             --> script.bt:1:48
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                ^^^^^^^
+
+            error: buf() expects a length argument for a non-array type (`string[4]`)
+             --> script.bt:1:66
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                  ^^^^^^^^^^
+
+            warning: buf() length is too long and will be shortened to 64 bytes (see config max_strlen)
+             --> script.bt:1:106
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                                                          ^^^^^^^^^^
+
+            error: printf(): `%s` expects a string, not `buffer[1]`
+             --> script.bt:1:136
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                                                                                        ^^^^^^^^^^^
+            note: in this format
+             --> script.bt:1:125
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                                                                             ^^^^^^^^^
+
+            error: printf(): `%r` expects a buffer, not `string[2]`
+             --> script.bt:1:149
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                                                                                                     ^^^
+            note: in this format
+             --> script.bt:1:125
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                                                                             ^^^^^^^^^
 
         "#]],
     );
