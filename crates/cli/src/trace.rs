@@ -81,7 +81,7 @@ pub fn run_with(
         .iter()
         .any(|p| p.attach.iter().any(AttachPoint::runs_in_target));
     if needs_target && matches!(opts.target, Target::None) {
-        bail!("uprobe probes need a target process: give -p PID or -c 'CMD' (or -- CMD ARGS...)");
+        bail!("uprobe probes need a target process: give -p PID or -c 'CMD'");
     }
     let out: Box<dyn Write> = match &opts.output {
         Some(p) => Box::new(std::io::BufWriter::new(

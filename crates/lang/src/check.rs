@@ -30,6 +30,48 @@ pub struct Checked {
     pub config: Config,
     /// Default mode of `ustack` (config `stack_mode`).
     pub stack_mode: StackMode,
+    /// The value of each named parameter a `getopt()` reads: from the command line,
+    /// else the call's default.
+    pub named: HashMap<String, NamedValue>,
+}
+
+/// A named program parameter's value (`getopt`), of the type its default gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamedValue {
+    Bool(bool),
+    Int(i64),
+    Str(Vec<u8>),
+}
+
+impl NamedValue {
+    /// As upstream bpftrace takes it from `--NAME` (`None`) or `--NAME=VALUE`: a
+    /// boolean is true without a value or with `true`/`1`, false with `false`/`0`;
+    /// an integer or a string needs the `=`.
+    fn with_command_line(&self, name: &str, given: Option<&str>) -> Result<NamedValue, String> {
+        match (self, given) {
+            (NamedValue::Bool(_), None | Some("true" | "1")) => Ok(NamedValue::Bool(true)),
+            (NamedValue::Bool(_), Some("false" | "0")) => Ok(NamedValue::Bool(false)),
+            (NamedValue::Bool(_), Some(v)) => Err(format!(
+                "--{name}={v}: `{name}` is a boolean parameter (true, false, 1 or 0)"
+            )),
+            (NamedValue::Int(_), Some(v)) => v
+                .parse()
+                .map(NamedValue::Int)
+                .map_err(|_| format!("--{name}={v}: `{name}` is an integer parameter")),
+            (NamedValue::Str(_), Some(v)) => Ok(NamedValue::Str(v.as_bytes().to_vec())),
+            (_, None) => Err(format!(
+                "--{name} needs a value (--{name}=VALUE): only boolean parameters go without one"
+            )),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            NamedValue::Bool(b) => b.to_string(),
+            NamedValue::Int(v) => v.to_string(),
+            NamedValue::Str(s) => format!("\"{}\"", String::from_utf8_lossy(s)),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -122,6 +164,10 @@ struct Checker<'a> {
     /// Variables declared by a plain assignment (not `let`), by name: still
     /// visible after their block closes, as in bpftrace 0.17.
     loose_vars: HashMap<String, u32>,
+    /// Each `getopt()` name's default and where it was first given (this pass).
+    getopt_defaults: HashMap<String, (NamedValue, Span)>,
+    /// Each `getopt()` name's value.
+    named: HashMap<String, NamedValue>,
 }
 
 pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>) {
@@ -142,6 +188,8 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         var_hints: HashMap::new(),
         probe_index: 0,
         loose_vars: HashMap::new(),
+        getopt_defaults: HashMap::new(),
+        named: HashMap::new(),
     };
     ck.config.unsafe_ok = opts.unsafe_ok || ck.config.unsafe_ok;
     positional_in_attach_points(&mut program, &opts.positional, &mut ck.diags);
@@ -154,6 +202,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         ck.report = pass == 3;
         ck.diags = Diags::default();
         ck.hints = std::mem::take(&mut ck.maps);
+        ck.getopt_defaults.clear();
         probes.clear();
         ck.probe_index = 0;
         for item in &mut program.items {
@@ -194,6 +243,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         probes,
         config: ck.config,
         stack_mode: ck.stack_mode,
+        named: ck.named,
     };
     (checked, diags)
 }
@@ -2786,6 +2836,77 @@ impl<'a> Checker<'a> {
                     str_at(self, 1);
                 }
                 Type::Bool
+            }
+            // A named program parameter (`-- --NAME=VALUE`), typed by its default: a
+            // boolean without one.
+            "getopt" => {
+                if !arity(self) {
+                    return Type::Void;
+                }
+                let ExprKind::Str(name) = &a[0].kind else {
+                    self.err(
+                        a[0].span,
+                        "getopt(): the first argument must be a string literal (the parameter's name)",
+                    );
+                    return Type::Void;
+                };
+                let name = String::from_utf8_lossy(name).into_owned();
+                let default = match a.get(1) {
+                    None => NamedValue::Bool(false),
+                    Some(x) => match (&x.kind, literal_int(x)) {
+                        (ExprKind::Bool(b), _) => NamedValue::Bool(*b),
+                        (ExprKind::Str(s), _) => NamedValue::Str(s.clone()),
+                        (_, Some(v)) => NamedValue::Int(v),
+                        _ => {
+                            self.err(
+                                x.span,
+                                "getopt(): the default value must be a string, integer or boolean literal",
+                            );
+                            return Type::Void;
+                        }
+                    },
+                };
+                if let Some(d) = a.get(2) {
+                    if !matches!(d.kind, ExprKind::Str(_)) {
+                        self.err(d.span, "getopt(): the description must be a string literal");
+                    }
+                }
+                match self.getopt_defaults.get(&name) {
+                    Some((prev, first)) if *prev != default => {
+                        let msg = format!(
+                            "getopt(): `{name}` needs the same default value everywhere; it was {} before",
+                            prev.describe()
+                        );
+                        let first = *first;
+                        self.push(
+                            Diagnostic::error(span, msg).with_note(Some(first), "first given here"),
+                        );
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.getopt_defaults
+                            .insert(name.clone(), (default.clone(), span));
+                    }
+                }
+                let given = self.opts.named.iter().rev().find(|(n, _)| *n == name);
+                let value = match given {
+                    None => default.clone(),
+                    Some((_, v)) => match default.with_command_line(&name, v.as_deref()) {
+                        Ok(v) => v,
+                        Err(msg) => {
+                            self.err(span, msg);
+                            default.clone()
+                        }
+                    },
+                };
+                self.named.insert(name, value);
+                match default {
+                    NamedValue::Bool(_) => Type::Bool,
+                    NamedValue::Int(_) => Type::I64,
+                    NamedValue::Str(_) => Type::Str {
+                        cap: self.config.strlen,
+                    },
+                }
             }
             // An IP address as text: the family from the first argument, else from
             // the address (an integer or 4 bytes: IPv4; 16 bytes: IPv6).

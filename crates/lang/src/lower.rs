@@ -13,7 +13,7 @@ use weft_ir::{
 };
 
 use crate::ast::*;
-use crate::check::{machine_reg, signal_number, storage, Checked, ProbeInfo, COMM_CAP};
+use crate::check::{machine_reg, signal_number, storage, Checked, NamedValue, ProbeInfo, COMM_CAP};
 use crate::diag::{Diagnostic, Diags};
 
 /// Number of array elements `join()` reads.
@@ -1773,6 +1773,28 @@ impl<'a> Fx<'a> {
                     });
                 }
                 Val::Reg(d)
+            }
+            "getopt" => {
+                let ExprKind::Str(name) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let value = self.ck.named.get(String::from_utf8_lossy(name).as_ref());
+                match (value, &e.ty) {
+                    (Some(NamedValue::Bool(b)), _) => Val::Reg(self.konst(i64::from(*b))),
+                    (Some(NamedValue::Int(v)), _) => Val::Reg(self.konst(*v)),
+                    (Some(NamedValue::Str(text)), Type::Str { cap }) => {
+                        let mut bytes = text.clone();
+                        bytes.truncate((*cap as usize).saturating_sub(1));
+                        let p = self.temp(*cap);
+                        self.emit(Inst::SetBytes {
+                            place: p,
+                            bytes,
+                            len: *cap,
+                        });
+                        Val::Place(p)
+                    }
+                    _ => Val::Unit,
+                }
             }
             "ntop" => {
                 let addr = &args[args.len() - 1];

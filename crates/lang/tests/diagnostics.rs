@@ -1259,3 +1259,71 @@ fn buf_lengths_and_formats() {
         "#]],
     );
 }
+
+/// getopt(): literal name and default (the default types the parameter) and the same
+/// default everywhere; a value from the command line of the wrong type is an error at
+/// the call.
+#[test]
+fn getopt_literals_defaults_and_values() {
+    let opts = Options {
+        named: vec![
+            ("i".into(), Some("x".into())),
+            ("b".into(), Some("maybe".into())),
+            ("s".into(), None),
+        ],
+        ..Options::default()
+    };
+    check_with(
+        r#"BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }"#,
+        &opts,
+        expect![[r#"
+            error: getopt(): the first argument must be a string literal (the parameter's name)
+             --> script.bt:1:31
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                               ^^
+
+            error: getopt(): the default value must be a string, integer or boolean literal
+             --> script.bt:1:53
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                     ^^
+
+            error: getopt(): the description must be a string literal
+             --> script.bt:1:78
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                              ^
+
+            error: getopt(): `e` needs the same default value everywhere; it was 1 before
+             --> script.bt:1:108
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                                                            ^^^^^^^^^^^^^^
+            note: first given here
+             --> script.bt:1:87
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                                       ^^^^^^^^^^^^^^
+
+            error: --i=x: `i` is an integer parameter
+             --> script.bt:1:129
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                                                                                 ^^^^^^^^^^^^^^
+
+            error: --b=maybe: `b` is a boolean parameter (true, false, 1 or 0)
+             --> script.bt:1:150
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                                                                                                      ^^^^^^^^^^^
+
+            error: --s needs a value (--s=VALUE): only boolean parameters go without one
+             --> script.bt:1:168
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                                                                                                                        ^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
