@@ -2986,9 +2986,18 @@ impl<'a> Checker<'a> {
                 if arity(self) {
                     match &a[0].kind {
                         ExprKind::Str(s) if machine_reg(&String::from_utf8_lossy(s)).is_some() => {}
+                        ExprKind::Str(s) => self.err(
+                            a[0].span,
+                            format!(
+                                "'{}' is not a valid register on this architecture (x86_64); \
+                                 the registers are {}",
+                                String::from_utf8_lossy(s),
+                                REGISTER_NAMES.join(", ")
+                            ),
+                        ),
                         _ => self.err(
                             a[0].span,
-                            "reg(): expected a register name such as \"rsp\" or \"ip\"",
+                            "reg(): the register name must be a string literal such as \"sp\"",
                         ),
                     }
                 }
@@ -3203,17 +3212,36 @@ pub fn pton(text: &str) -> Result<Vec<u8>, String> {
     parsed.map_err(|_| format!("pton() expects a valid IPv4/IPv6 address, got {text}"))
 }
 
-pub fn machine_reg(name: &str) -> Option<weft_ir::MachineReg> {
+/// Where `reg(NAME)` reads from: a register saved at the probe site, or a value that
+/// is the same at every user-space probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegSource {
+    Machine(weft_ir::MachineReg),
+    Constant(i64),
+}
+
+/// The register names upstream bpftrace accepts on x86-64 (its `pt_regs` fields:
+/// `src/arch/x86_64.cpp`), and 0.17's `orig_ax` for upstream's `orig_rax`.
+pub const REGISTER_NAMES: &[&str] = &[
+    "r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax", "cx", "dx", "si", "di",
+    "orig_rax", "orig_ax", "ip", "cs", "flags", "sp", "ss",
+];
+
+/// `reg(name)` on x86-64 Linux. In user space `cs` and `ss` are the 64-bit user
+/// segments (`__USER_CS` 0x33, `__USER_DS` 0x2b) and `orig_rax`, the system call
+/// being made, is -1 at a probe (no call is in progress), as bpftrace reads them
+/// from a uprobe's registers.
+pub fn machine_reg(name: &str) -> Option<RegSource> {
     use weft_ir::MachineReg as R;
-    Some(match name {
-        "rax" | "ax" => R::Rax,
-        "rbx" | "bx" => R::Rbx,
-        "rcx" | "cx" => R::Rcx,
-        "rdx" | "dx" => R::Rdx,
-        "rsi" | "si" => R::Rsi,
-        "rdi" | "di" => R::Rdi,
-        "rbp" | "bp" => R::Rbp,
-        "rsp" | "sp" => R::Rsp,
+    Some(RegSource::Machine(match name {
+        "ax" => R::Rax,
+        "bx" => R::Rbx,
+        "cx" => R::Rcx,
+        "dx" => R::Rdx,
+        "si" => R::Rsi,
+        "di" => R::Rdi,
+        "bp" => R::Rbp,
+        "sp" => R::Rsp,
         "r8" => R::R8,
         "r9" => R::R9,
         "r10" => R::R10,
@@ -3222,10 +3250,13 @@ pub fn machine_reg(name: &str) -> Option<weft_ir::MachineReg> {
         "r13" => R::R13,
         "r14" => R::R14,
         "r15" => R::R15,
-        "rip" | "ip" => R::Rip,
-        "flags" | "eflags" => R::Flags,
+        "ip" => R::Rip,
+        "flags" => R::Flags,
+        "cs" => return Some(RegSource::Constant(0x33)),
+        "ss" => return Some(RegSource::Constant(0x2b)),
+        "orig_rax" | "orig_ax" => return Some(RegSource::Constant(-1)),
         _ => return None,
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -13,7 +13,9 @@ use weft_ir::{
 };
 
 use crate::ast::*;
-use crate::check::{machine_reg, signal_number, storage, Checked, NamedValue, ProbeInfo, COMM_CAP};
+use crate::check::{
+    machine_reg, signal_number, storage, Checked, NamedValue, ProbeInfo, RegSource, COMM_CAP,
+};
 use crate::diag::{Diagnostic, Diags};
 
 /// Number of array elements `join()` reads.
@@ -1859,7 +1861,8 @@ impl<'a> Fx<'a> {
                     return Val::Unit;
                 };
                 match machine_reg(&String::from_utf8_lossy(s)) {
-                    Some(r) => self.ctx(CtxValue::Reg(r)),
+                    Some(RegSource::Machine(r)) => self.ctx(CtxValue::Reg(r)),
+                    Some(RegSource::Constant(v)) => Val::Reg(self.konst(v)),
                     None => Val::Reg(self.konst(0)),
                 }
             }

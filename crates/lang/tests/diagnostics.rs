@@ -1327,3 +1327,31 @@ fn getopt_literals_defaults_and_values() {
         "#]],
     );
 }
+
+/// reg() takes the x86-64 names upstream bpftrace takes, and no others.
+#[test]
+fn reg_names_as_upstream() {
+    check(
+        r#"uprobe:/bin/a:f { $a = reg("rip"); $b = reg("eflags"); $c = reg(1); $d = reg("orig_rax") + reg("cs") + reg("ss") + reg("r15") + reg("flags"); }"#,
+        expect![[r#"
+            error: 'rip' is not a valid register on this architecture (x86_64); the registers are r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_rax, orig_ax, ip, cs, flags, sp, ss
+             --> script.bt:1:28
+              |
+            1 | uprobe:/bin/a:f { $a = reg("rip"); $b = reg("eflags"); $c = reg(1); $d = reg("orig_rax") + reg("cs") + reg("ss") + reg("r15") + reg("flags"); }
+              |                            ^^^^^
+
+            error: 'eflags' is not a valid register on this architecture (x86_64); the registers are r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_rax, orig_ax, ip, cs, flags, sp, ss
+             --> script.bt:1:45
+              |
+            1 | uprobe:/bin/a:f { $a = reg("rip"); $b = reg("eflags"); $c = reg(1); $d = reg("orig_rax") + reg("cs") + reg("ss") + reg("r15") + reg("flags"); }
+              |                                             ^^^^^^^^
+
+            error: reg(): the register name must be a string literal such as "sp"
+             --> script.bt:1:65
+              |
+            1 | uprobe:/bin/a:f { $a = reg("rip"); $b = reg("eflags"); $c = reg(1); $d = reg("orig_rax") + reg("cs") + reg("ss") + reg("r15") + reg("flags"); }
+              |                                                                 ^
+
+        "#]],
+    );
+}
