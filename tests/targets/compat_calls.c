@@ -48,6 +48,19 @@ PROBED void finish(void) { sink++; }
  * arguments get distinct counts (bpftrace prints equal values in random order). */
 PROBED int tally(const char *word, int index) { return index + (int)strlen(word); }
 PROBED int path_len(const char *dir, const char *file) { return (int)(strlen(dir) + strlen(file)); }
+/* Network addresses as they sit in memory, for ntop/macaddr/buf. */
+struct endpoint {
+  unsigned char mac[6];
+  unsigned char v4[4];
+  unsigned char v6[16];
+  unsigned int ip;
+};
+PROBED int endpoint_id(const struct endpoint *e) { return e->mac[5] + e->v4[3]; }
+/* Bytes of every kind for buf() and %r: printable, the edges of the printable range,
+ * control bytes, NUL, high bytes. */
+static const unsigned char blob_bytes[16] = {'a', ' ', '~', 0x7f, 0x1f, '\\', '"', 0,
+                                             '\t', '\n', 0x80, 0xff, 'Z', '%', 0x01, '0'};
+PROBED int blob(const unsigned char *data, int n) { return data[0] + n; }
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 5;
@@ -63,6 +76,7 @@ int main(int argc, char **argv) {
     const char *volatile str = i < 5 ? names[i] : literals[i - 5];
     for (const volatile char *c = str; *c; c++) s += *c;
   }
+  for (int i = 0; i < 16; i++) s += ((const volatile unsigned char *)blob_bytes)[i];
   for (int i = 0; i < n; i++) {
     s += add(i, 2 * i);
     s += mul(i, -3);
@@ -80,6 +94,12 @@ int main(int argc, char **argv) {
     s += sizes(1L << (i * 4));
     s += path_len(literals[2], name_of(i + 1));
     for (int j = 0; j <= i % 4; j++) s += tally(names[i % 4], i % 4);
+    struct endpoint e = {{0x18, 0xc0, 0x4d, 0x08, 0x2e, (unsigned char)(0xb0 + i)},
+                         {192, 168, 1, (unsigned char)(10 + i)},
+                         {0xfe, 0x80, [14] = (unsigned char)i, [15] = 1},
+                         0x0100007fu + ((unsigned)i << 24)};
+    s += endpoint_id(&e);
+    s += blob(blob_bytes, i * 4);
   }
   s += fib(7);
   sink = s;

@@ -121,9 +121,39 @@ pub struct TraceArgs {
     /// Program file, then positional parameters ($1, $2, ...).
     #[arg(value_name = "FILE_OR_ARGS")]
     pub args: Vec<String>,
-    /// The command to launch, after `--`.
-    #[arg(last = true, value_name = "CMD")]
-    pub cmd: Vec<String>,
+    /// Program parameters after `--`, as bpftrace takes them: `--NAME` and
+    /// `--NAME=VALUE` are named parameters (`getopt("NAME", default)`), the others
+    /// positional ones after those before `--`.
+    #[arg(last = true, value_name = "PARAMS")]
+    pub program_params: Vec<String>,
+}
+
+impl TraceArgs {
+    /// The parameters after `--`: (positional, named).
+    #[allow(clippy::type_complexity)]
+    pub fn split_program_params(&self) -> (Vec<String>, Vec<(String, Option<String>)>) {
+        split_program_params(&self.program_params)
+    }
+}
+
+/// Split the parameters after `--`: `--NAME[=VALUE]` is named, anything else (`-x`,
+/// `--`, `--=v` too) positional.
+#[allow(clippy::type_complexity)]
+pub fn split_program_params(params: &[String]) -> (Vec<String>, Vec<(String, Option<String>)>) {
+    let mut positional = Vec::new();
+    let mut named = Vec::new();
+    for p in params {
+        match p.strip_prefix("--") {
+            Some(rest) if !rest.is_empty() && !rest.starts_with('=') => {
+                match rest.split_once('=') {
+                    Some((n, v)) => named.push((n.to_string(), Some(v.to_string()))),
+                    None => named.push((rest.to_string(), None)),
+                }
+            }
+            _ => positional.push(p.clone()),
+        }
+    }
+    (positional, named)
 }
 
 #[derive(Args, Debug, Clone)]
@@ -180,6 +210,27 @@ mod tests {
 
     fn pids(args: &[&str]) -> Vec<i32> {
         Cli::try_parse_from(args).unwrap().trace.pids
+    }
+
+    /// As upstream's man page: `-e '...' p1 -- --aa=20 --bb p2` gives `$1 = p1`,
+    /// `$2 = p2`, `aa = 20`, `bb` set.
+    #[test]
+    fn program_params_after_dashes() {
+        let cli = Cli::try_parse_from([
+            "weft", "-e", "BEGIN {}", "p1", "--", "--aa=20", "--bb", "p2", "-x", "--c=",
+        ])
+        .unwrap();
+        assert_eq!(cli.trace.args, ["p1"]);
+        let (pos, named) = cli.trace.split_program_params();
+        assert_eq!(pos, ["p2", "-x"]);
+        assert_eq!(
+            named,
+            [
+                ("aa".to_string(), Some("20".to_string())),
+                ("bb".to_string(), None),
+                ("c".to_string(), Some(String::new())),
+            ]
+        );
     }
 
     #[test]

@@ -67,6 +67,6 @@ pub fn run(requests: u32) -> Result<i32> {
         no_inline: false,
         list: false,
         args: Vec::new(),
-        cmd: Vec::new(),
+        program_params: Vec::new(),
     })
 }

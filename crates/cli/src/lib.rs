@@ -93,19 +93,20 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
             })
         })
         .collect::<Result<_>>()?;
-    let executable = match (&t.command, t.cmd.first()) {
-        (Some(c), _) => target::split_command(c)
+    let (after_dashes, named) = t.split_program_params();
+    let params: Vec<String> = params.into_iter().chain(after_dashes).collect();
+    let executable = t.command.as_ref().and_then(|c| {
+        target::split_command(c)
             .ok()
-            .and_then(|v| target::which(&v[0])),
-        (None, Some(c)) => target::which(c),
-        _ => None,
-    };
+            .and_then(|v| target::which(&v[0]))
+    });
     let resolver = dwarf::DwarfArgs {
         pid: t.pids.first().copied(),
         executable,
     };
     let opts = weft_lang::Options {
         positional: params,
+        named: named.clone(),
         config: weft_ir::Config {
             unsafe_ok: t.unsafe_ok,
             ..weft_ir::Config::default()
@@ -130,18 +131,28 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
     let Some(prog) = out.program else {
         return Ok(1);
     };
+    // As a typo would otherwise go unnoticed: every named parameter is one the
+    // program reads.
+    if let Some((name, _)) = named.iter().find(|(n, _)| !out.getopt_names.contains(n)) {
+        let known = if out.getopt_names.is_empty() {
+            "it has none".to_string()
+        } else {
+            format!("it has --{}", out.getopt_names.join(", --"))
+        };
+        eprintln!("error: --{name}: the program has no named parameter `{name}` (getopt); {known}");
+        return Ok(1);
+    }
     if t.dry_run {
         return Ok(0);
     }
     if prog.probes.is_empty() {
         bail!("{file}: the program has no probes (e.g. -e 'BEGIN {{ printf(\"hello\\n\"); }}')");
     }
-    let target = match (&t.command, t.pids.is_empty(), &t.cmd) {
-        (Some(c), true, v) if v.is_empty() => Target::Launch(target::split_command(c)?),
-        (None, false, v) if v.is_empty() => Target::Attach(t.pids.clone()),
-        (None, true, v) if !v.is_empty() => Target::Launch(v.clone()),
-        (None, true, _) => Target::None,
-        _ => bail!("give only one of -c CMD, -p PID and -- CMD ARGS..."),
+    let target = match (&t.command, t.pids.is_empty()) {
+        (Some(c), true) => Target::Launch(target::split_command(c)?),
+        (None, false) => Target::Attach(t.pids.clone()),
+        (None, true) => Target::None,
+        _ => bail!("give only one of -c CMD and -p PID"),
     };
     let opts = TraceOptions {
         target,

@@ -257,7 +257,7 @@ fn watched_files(prog: &Program) -> Result<Vec<watch::WatchedFile>> {
     }
     if files.is_empty() {
         // Profile probes alone: there is no file to find processes by.
-        bail!("profile probes need a target process: give -p PID or -c 'CMD' (or -- CMD ARGS...)");
+        bail!("profile probes need a target process: give -p PID or -c 'CMD'");
     }
     Ok(files)
 }

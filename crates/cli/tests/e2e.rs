@@ -1455,6 +1455,28 @@ fn program_from_stdin_dry_run_no_warnings_info() {
     assert!(out.contains("uprobe, uretprobe, usdt: yes"), "{out}");
 }
 
+/// Named program parameters after `--` (upstream's man page, Program Options): a
+/// name the program does not read is refused (a typo would otherwise go unnoticed),
+/// as is a value of the wrong type; positional parameters go on after `--`.
+#[test]
+fn named_parameters_after_dashes() {
+    let prog =
+        r#"BEGIN { printf("%d %s %s\n", getopt("n", 1), getopt("s", "x"), str($2)); exit(); }"#;
+    let o = weft(&["-q", "-e", prog, "a", "--", "--n=5", "b", "--s=yes"], T);
+    assert_eq!(ok(&o), "5 yes b\n\n\n");
+    let o = weft(&["-q", "-e", prog, "--", "--m=5"], T);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr)
+            .contains("--m: the program has no named parameter `m` (getopt); it has --n, --s"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = weft(&["-q", "-e", prog, "--", "--n=five"], T);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o.stderr).contains("--n=five: `n` is an integer parameter"));
+}
+
 /// `-o FILE` holds what bpftrace's does: printed lines and maps, without the blank
 /// lines before the maps (those go to standard output, as bpftrace writes them).
 #[test]

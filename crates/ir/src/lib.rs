@@ -69,7 +69,19 @@ pub enum Type {
     Ptr(Box<Type>),
     /// A C struct, union or array known from DWARF or a cast; layout from the target.
     CStruct(CStruct),
+    /// An IP address from `ntop()` (bpftrace `inet`): layout `{ af: u64 (AF_INET 2 or
+    /// AF_INET6 10), addr: [u8; 16] }` (an IPv4 address in the first 4 bytes); printed
+    /// as `inet_ntop` prints it, and as nothing for another family.
+    Inet,
+    /// A MAC address from `macaddr()`: its 6 bytes, printed `AA:BB:CC:DD:EE:FF`.
+    MacAddr,
 }
+
+/// Bytes of a [`Type::Inet`]: the family (8) and room for an IPv6 address (16).
+pub const INET_SIZE: u32 = 24;
+/// Address families of a [`Type::Inet`], as Linux numbers them.
+pub const AF_INET: u64 = 2;
+pub const AF_INET6: u64 = 10;
 
 /// Stack printing modes (bpftrace `ustack(mode, n)`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -120,20 +132,25 @@ impl Type {
             Type::UStack { depth, .. } => depth.saturating_mul(8).saturating_add(8),
             Type::Timestamp => 16,
             Type::CStruct(s) => s.size,
+            Type::Inet => INET_SIZE,
+            Type::MacAddr => 6,
         }
     }
 
     /// Alignment in bytes (a power of two, at most 8).
     pub fn align(&self) -> u32 {
         match self {
-            Type::Void | Type::Bool | Type::Str { .. } => 1,
+            Type::Void | Type::Bool | Type::Str { .. } | Type::MacAddr => 1,
             Type::Int { bits, .. } => u32::from(*bits) / 8,
             Type::Buf { .. } => 4,
             Type::Tuple(fields) => fields.iter().map(Type::align).max().unwrap_or(1),
             Type::Record(fields) => fields.iter().map(|(_, t)| t.align()).max().unwrap_or(1),
-            Type::USym | Type::ProbeName | Type::Ptr(_) | Type::UStack { .. } | Type::Timestamp => {
-                8
-            }
+            Type::USym
+            | Type::ProbeName
+            | Type::Ptr(_)
+            | Type::UStack { .. }
+            | Type::Timestamp
+            | Type::Inet => 8,
             // As C lays it out: its strictest member (an array: its element's).
             Type::CStruct(s) => s.fields.iter().map(|f| f.ty.align()).max().unwrap_or(1),
         }
@@ -215,6 +232,8 @@ impl fmt::Display for Type {
             Type::Timestamp => write!(f, "timestamp"),
             Type::Ptr(t) => write!(f, "{t} *"),
             Type::CStruct(s) => write!(f, "struct {}", s.name),
+            Type::Inet => write!(f, "inet"),
+            Type::MacAddr => write!(f, "macaddr"),
         }
     }
 }

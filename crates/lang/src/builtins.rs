@@ -192,6 +192,10 @@ pub static TABLE: &[Builtin] = &[
     f("strncmp", 3, 3),
     f("strcontains", 2, 2),
     f("bswap", 1, 1),
+    f("getopt", 1, 3),
+    f("ntop", 1, 2),
+    f("pton", 1, 1),
+    f("macaddr", 1, 1),
     f("reg", 1, 1).only(Where::InTarget),
     // Parsed as expressions of their own (`sizeof(T)`, `offsetof(T, f)`).
     f("sizeof", 1, 1),

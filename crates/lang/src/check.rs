@@ -30,6 +30,48 @@ pub struct Checked {
     pub config: Config,
     /// Default mode of `ustack` (config `stack_mode`).
     pub stack_mode: StackMode,
+    /// The value of each named parameter a `getopt()` reads: from the command line,
+    /// else the call's default.
+    pub named: HashMap<String, NamedValue>,
+}
+
+/// A named program parameter's value (`getopt`), of the type its default gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NamedValue {
+    Bool(bool),
+    Int(i64),
+    Str(Vec<u8>),
+}
+
+impl NamedValue {
+    /// As upstream bpftrace takes it from `--NAME` (`None`) or `--NAME=VALUE`: a
+    /// boolean is true without a value or with `true`/`1`, false with `false`/`0`;
+    /// an integer or a string needs the `=`.
+    fn with_command_line(&self, name: &str, given: Option<&str>) -> Result<NamedValue, String> {
+        match (self, given) {
+            (NamedValue::Bool(_), None | Some("true" | "1")) => Ok(NamedValue::Bool(true)),
+            (NamedValue::Bool(_), Some("false" | "0")) => Ok(NamedValue::Bool(false)),
+            (NamedValue::Bool(_), Some(v)) => Err(format!(
+                "--{name}={v}: `{name}` is a boolean parameter (true, false, 1 or 0)"
+            )),
+            (NamedValue::Int(_), Some(v)) => v
+                .parse()
+                .map(NamedValue::Int)
+                .map_err(|_| format!("--{name}={v}: `{name}` is an integer parameter")),
+            (NamedValue::Str(_), Some(v)) => Ok(NamedValue::Str(v.as_bytes().to_vec())),
+            (_, None) => Err(format!(
+                "--{name} needs a value (--{name}=VALUE): only boolean parameters go without one"
+            )),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            NamedValue::Bool(b) => b.to_string(),
+            NamedValue::Int(v) => v.to_string(),
+            NamedValue::Str(s) => format!("\"{}\"", String::from_utf8_lossy(s)),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -124,6 +166,10 @@ struct Checker<'a> {
     /// Variables declared by a plain assignment (not `let`), by name: still
     /// visible after their block closes, as in bpftrace 0.17.
     loose_vars: HashMap<String, u32>,
+    /// Each `getopt()` name's default and where it was first given (this pass).
+    getopt_defaults: HashMap<String, (NamedValue, Span)>,
+    /// Each `getopt()` name's value.
+    named: HashMap<String, NamedValue>,
 }
 
 pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>) {
@@ -145,6 +191,8 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         var_hints: HashMap::new(),
         probe_index: 0,
         loose_vars: HashMap::new(),
+        getopt_defaults: HashMap::new(),
+        named: HashMap::new(),
     };
     ck.config.unsafe_ok = opts.unsafe_ok || ck.config.unsafe_ok;
     positional_in_attach_points(&mut program, &opts.positional, &mut ck.diags);
@@ -157,6 +205,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         ck.report = pass == 3;
         ck.diags = Diags::default();
         ck.hints = std::mem::take(&mut ck.maps);
+        ck.getopt_defaults.clear();
         probes.clear();
         ck.probe_index = 0;
         for item in &mut program.items {
@@ -197,6 +246,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         probes,
         config: ck.config,
         stack_mode: ck.stack_mode,
+        named: ck.named,
     };
     (checked, diags)
 }
@@ -2677,21 +2727,65 @@ impl<'a> Checker<'a> {
                     }
                 }
             }
+            // Bytes at an address, of a string, or of an array (whose length is then
+            // optional: the array's). At most max_strlen bytes, as upstream.
             "buf" => {
                 if !arity(self) {
                     return Type::Void;
                 }
-                int_at(self, 0);
-                let cap = if n == 2 {
+                let max = self.config.strlen;
+                let data = &tys[0];
+                let array = is_array(data);
+                if !(*data == Type::Void
+                    || is_int(data)
+                    || array
+                    || matches!(data, Type::Ptr(_) | Type::Str { .. }))
+                {
+                    self.err(
+                        a[0].span,
+                        format!(
+                            "buf() expects an integer, string, or array argument, not `{data}`"
+                        ),
+                    );
+                }
+                let wanted = if n == 2 {
                     int_at(self, 1);
                     match literal_int(&a[1]) {
-                        Some(v) if v > 0 => v.min(i64::from(self.config.strlen)) as u32,
-                        _ => self.config.strlen,
+                        Some(v) if v < 0 => {
+                            self.err(
+                                a[1].span,
+                                format!("buf() cannot use a negative length ({v})"),
+                            );
+                            u64::from(max)
+                        }
+                        Some(v) => v as u64,
+                        None => u64::from(max),
                     }
+                } else if array {
+                    u64::from(data.size())
                 } else {
-                    self.config.strlen
+                    if *data != Type::Void {
+                        self.err(
+                            span,
+                            format!(
+                                "buf() expects a length argument for a non-array type (`{data}`)"
+                            ),
+                        );
+                    }
+                    u64::from(max)
                 };
-                Type::Buf { cap }
+                if wanted > u64::from(max) {
+                    self.push(Diagnostic::warning(
+                        span,
+                        format!(
+                            "buf() length is too long and will be shortened to {max} bytes \
+                             (see config max_strlen)"
+                        ),
+                    ));
+                }
+                Type::Buf {
+                    cap: wanted.min(u64::from(max)) as u32,
+                }
             }
             "delete" => {
                 if n == 1 {
@@ -2866,13 +2960,167 @@ impl<'a> Checker<'a> {
                 }
                 Type::Bool
             }
+            // A named program parameter (`-- --NAME=VALUE`), typed by its default: a
+            // boolean without one.
+            "getopt" => {
+                if !arity(self) {
+                    return Type::Void;
+                }
+                let ExprKind::Str(name) = &a[0].kind else {
+                    self.err(
+                        a[0].span,
+                        "getopt(): the first argument must be a string literal (the parameter's name)",
+                    );
+                    return Type::Void;
+                };
+                let name = String::from_utf8_lossy(name).into_owned();
+                let default = match a.get(1) {
+                    None => NamedValue::Bool(false),
+                    Some(x) => match (&x.kind, literal_int(x)) {
+                        (ExprKind::Bool(b), _) => NamedValue::Bool(*b),
+                        (ExprKind::Str(s), _) => NamedValue::Str(s.clone()),
+                        (_, Some(v)) => NamedValue::Int(v),
+                        _ => {
+                            self.err(
+                                x.span,
+                                "getopt(): the default value must be a string, integer or boolean literal",
+                            );
+                            return Type::Void;
+                        }
+                    },
+                };
+                if let Some(d) = a.get(2) {
+                    if !matches!(d.kind, ExprKind::Str(_)) {
+                        self.err(d.span, "getopt(): the description must be a string literal");
+                    }
+                }
+                match self.getopt_defaults.get(&name) {
+                    Some((prev, first)) if *prev != default => {
+                        let msg = format!(
+                            "getopt(): `{name}` needs the same default value everywhere; it was {} before",
+                            prev.describe()
+                        );
+                        let first = *first;
+                        self.push(
+                            Diagnostic::error(span, msg).with_note(Some(first), "first given here"),
+                        );
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.getopt_defaults
+                            .insert(name.clone(), (default.clone(), span));
+                    }
+                }
+                let given = self.opts.named.iter().rev().find(|(n, _)| *n == name);
+                let value = match given {
+                    None => default.clone(),
+                    Some((_, v)) => match default.with_command_line(&name, v.as_deref()) {
+                        Ok(v) => v,
+                        Err(msg) => {
+                            self.err(span, msg);
+                            default.clone()
+                        }
+                    },
+                };
+                self.named.insert(name, value);
+                match default {
+                    NamedValue::Bool(_) => Type::Bool,
+                    NamedValue::Int(_) => Type::I64,
+                    NamedValue::Str(_) => Type::Str {
+                        cap: self.config.strlen,
+                    },
+                }
+            }
+            // An IP address as text: the family from the first argument, else from
+            // the address (an integer or 4 bytes: IPv4; 16 bytes: IPv6).
+            "ntop" => {
+                if !arity(self) {
+                    return Type::Void;
+                }
+                if n == 2 {
+                    int_at(self, 0);
+                }
+                let addr = &tys[n - 1];
+                let size_ok = |t: &Type| matches!(t.size(), 4 | 16);
+                match addr {
+                    Type::Void => {}
+                    t if is_int(t) => {}
+                    t if matches!(t, Type::Str { .. }) || is_array(t) => {
+                        if !size_ok(t) {
+                            self.err(
+                                a[n - 1].span,
+                                format!("ntop() argument must be 4 or 16 bytes in size, not `{t}`"),
+                            );
+                        }
+                    }
+                    t => self.err(
+                        a[n - 1].span,
+                        format!("ntop() expects an integer or array argument, got `{t}`"),
+                    ),
+                }
+                Type::Inet
+            }
+            // A compile-time constant: the address's bytes in network order.
+            "pton" => {
+                if !arity(self) {
+                    return Type::Void;
+                }
+                let ExprKind::Str(s) = &a[0].kind else {
+                    if tys[0] != Type::Void {
+                        self.err(
+                            a[0].span,
+                            format!("pton() expects a string literal, got `{}`", tys[0]),
+                        );
+                    }
+                    return Type::Void;
+                };
+                match pton(&String::from_utf8_lossy(s)) {
+                    Ok(bytes) => byte_array(bytes.len() as u32),
+                    Err(msg) => {
+                        self.err(a[0].span, msg);
+                        Type::Void
+                    }
+                }
+            }
+            // Six bytes: read at an address, or an array or string of six bytes.
+            "macaddr" => {
+                if !arity(self) {
+                    return Type::Void;
+                }
+                match &tys[0] {
+                    Type::Void => {}
+                    t if is_int(t) || matches!(t, Type::Ptr(_)) => {}
+                    t if matches!(t, Type::Str { .. }) || is_array(t) => {
+                        if t.size() != 6 {
+                            self.err(
+                                a[0].span,
+                                format!("macaddr() argument must be 6 bytes in size, not `{t}`"),
+                            );
+                        }
+                    }
+                    t => self.err(
+                        a[0].span,
+                        format!("macaddr() only supports array or pointer arguments, not `{t}`"),
+                    ),
+                }
+                Type::MacAddr
+            }
             "reg" => {
                 if arity(self) {
                     match &a[0].kind {
                         ExprKind::Str(s) if machine_reg(&String::from_utf8_lossy(s)).is_some() => {}
+                        ExprKind::Str(s) => self.err(
+                            a[0].span,
+                            format!(
+                                "'{}' is not a valid register on this architecture (x86_64); \
+                                 the registers are {}",
+                                String::from_utf8_lossy(s),
+                                REGISTER_NAMES.join(", ")
+                            ),
+                        ),
                         _ => self.err(
                             a[0].span,
-                            "reg(): expected a register name such as \"rsp\" or \"ip\"",
+                            "reg(): the register name must be a string literal such as \"sp\"",
                         ),
                     }
                 }
@@ -2976,11 +3224,14 @@ impl<'a> Checker<'a> {
             let ok = match c.kind {
                 ArgKind::Int | ArgKind::Char => is_int(t) || matches!(t, Type::Ptr(_)),
                 ArgKind::Ptr => is_int(t) || matches!(t, Type::Ptr(_) | Type::USym),
-                // A bool prints as `true`/`false` (upstream).
+                // A bool prints as `true`/`false` (upstream); as bpftrace, a buffer
+                // prints with %r only, and %r prints nothing else.
                 ArgKind::Str => {
-                    *t == Type::Bool || !is_int(t) && !matches!(t, Type::Ptr(_) | Type::CStruct(_))
+                    *t == Type::Bool
+                        || !is_int(t)
+                            && !matches!(t, Type::Ptr(_) | Type::CStruct(_) | Type::Buf { .. })
                 }
-                ArgKind::Buf => matches!(t, Type::Buf { .. } | Type::Str { .. }),
+                ArgKind::Buf => matches!(t, Type::Buf { .. }),
             };
             if !ok {
                 let want = match c.kind {
@@ -3044,17 +3295,79 @@ pub fn signal_number(name: &str) -> Option<i64> {
     Some(v)
 }
 
-pub fn machine_reg(name: &str) -> Option<weft_ir::MachineReg> {
+/// Whether `t` is a C array (`uint8[4]`, from DWARF, a cast or `pton`).
+pub fn is_array(t: &Type) -> bool {
+    matches!(t, Type::CStruct(s) if s.name.ends_with(']'))
+}
+
+/// The type `uint8[n]` (what `pton` returns).
+pub fn byte_array(n: u32) -> Type {
+    let elem = Type::Int {
+        bits: 8,
+        signed: false,
+    };
+    Type::CStruct(CStruct {
+        name: format!("{elem}[{n}]"),
+        size: n,
+        fields: (0..n)
+            .map(|i| CField {
+                name: i.to_string(),
+                offset: i,
+                ty: elem.clone(),
+            })
+            .collect(),
+    })
+}
+
+/// `pton(text)` as upstream bpftrace computes it: a text with a `.` is an IPv4
+/// address (4 bytes), else one with a `:` an IPv6 address (16 bytes), each as
+/// `inet_pton` parses it (IPv4 in dotted decimal without leading zeros; so
+/// `::ffff:1.2.3.4`, which has a `.`, is refused).
+pub fn pton(text: &str) -> Result<Vec<u8>, String> {
+    let parsed = if text.contains('.') {
+        text.parse::<std::net::Ipv4Addr>()
+            .map(|a| a.octets().to_vec())
+    } else if text.contains(':') {
+        text.parse::<std::net::Ipv6Addr>()
+            .map(|a| a.octets().to_vec())
+    } else {
+        return Err(format!(
+            "pton() expects a string argument of an IPv4/IPv6 address, got {text}"
+        ));
+    };
+    parsed.map_err(|_| format!("pton() expects a valid IPv4/IPv6 address, got {text}"))
+}
+
+/// Where `reg(NAME)` reads from: a register saved at the probe site, or a value that
+/// is the same at every user-space probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegSource {
+    Machine(weft_ir::MachineReg),
+    Constant(i64),
+}
+
+/// The register names upstream bpftrace accepts on x86-64 (its `pt_regs` fields:
+/// `src/arch/x86_64.cpp`), and 0.17's `orig_ax` for upstream's `orig_rax`.
+pub const REGISTER_NAMES: &[&str] = &[
+    "r15", "r14", "r13", "r12", "bp", "bx", "r11", "r10", "r9", "r8", "ax", "cx", "dx", "si", "di",
+    "orig_rax", "orig_ax", "ip", "cs", "flags", "sp", "ss",
+];
+
+/// `reg(name)` on x86-64 Linux. In user space `cs` and `ss` are the 64-bit user
+/// segments (`__USER_CS` 0x33, `__USER_DS` 0x2b) and `orig_rax`, the system call
+/// being made, is -1 at a probe (no call is in progress), as bpftrace reads them
+/// from a uprobe's registers.
+pub fn machine_reg(name: &str) -> Option<RegSource> {
     use weft_ir::MachineReg as R;
-    Some(match name {
-        "rax" | "ax" => R::Rax,
-        "rbx" | "bx" => R::Rbx,
-        "rcx" | "cx" => R::Rcx,
-        "rdx" | "dx" => R::Rdx,
-        "rsi" | "si" => R::Rsi,
-        "rdi" | "di" => R::Rdi,
-        "rbp" | "bp" => R::Rbp,
-        "rsp" | "sp" => R::Rsp,
+    Some(RegSource::Machine(match name {
+        "ax" => R::Rax,
+        "bx" => R::Rbx,
+        "cx" => R::Rcx,
+        "dx" => R::Rdx,
+        "si" => R::Rsi,
+        "di" => R::Rdi,
+        "bp" => R::Rbp,
+        "sp" => R::Rsp,
         "r8" => R::R8,
         "r9" => R::R9,
         "r10" => R::R10,
@@ -3063,8 +3376,52 @@ pub fn machine_reg(name: &str) -> Option<weft_ir::MachineReg> {
         "r13" => R::R13,
         "r14" => R::R14,
         "r15" => R::R15,
-        "rip" | "ip" => R::Rip,
-        "flags" | "eflags" => R::Flags,
+        "ip" => R::Rip,
+        "flags" => R::Flags,
+        "cs" => return Some(RegSource::Constant(0x33)),
+        "ss" => return Some(RegSource::Constant(0x2b)),
+        "orig_rax" | "orig_ax" => return Some(RegSource::Constant(-1)),
         _ => return None,
-    })
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pton_bytes_in_network_order() {
+        assert_eq!(pton("127.0.0.1"), Ok(vec![127, 0, 0, 1]));
+        assert_eq!(pton("0.0.0.0"), Ok(vec![0; 4]));
+        let mut one = vec![0u8; 16];
+        one[15] = 1;
+        assert_eq!(pton("::1"), Ok(one));
+        let v6 = pton("fe80::1:2").unwrap();
+        assert_eq!(
+            (v6.len(), &v6[..2], &v6[12..]),
+            (16, &[0xfe, 0x80][..], &[0, 1, 0, 2][..])
+        );
+        for bad in [
+            "1.2.3",
+            "1.2.3.4.5",
+            "01.2.3.4",
+            "1.2.3.256",
+            "::ffff:1.2.3.4",
+            "1::2::3",
+            "abc",
+            "",
+        ] {
+            assert!(pton(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn byte_arrays_are_c_arrays() {
+        let t = byte_array(4);
+        assert!(is_array(&t));
+        assert_eq!(
+            (t.size(), t.align(), t.to_string()),
+            (4, 1, "struct uint8[4]".into())
+        );
+    }
 }

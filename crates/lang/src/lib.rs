@@ -41,6 +41,9 @@ pub trait ArgsResolver {
 pub struct Options {
     /// Positional parameters: `$1` is `positional[0]`; `$#` is the count.
     pub positional: Vec<String>,
+    /// Named parameters, for `getopt()`: `--NAME` is `(NAME, None)`, `--NAME=VALUE`
+    /// is `(NAME, Some(VALUE))`; the last of a name counts.
+    pub named: Vec<(String, Option<String>)>,
     /// Limits; a script's `config = { ... }` block overrides them.
     pub config: weft_ir::Config,
     /// `--unsafe`: allows `system()` and `signal()`.
@@ -55,6 +58,7 @@ impl std::fmt::Debug for Options {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Options")
             .field("positional", &self.positional)
+            .field("named", &self.named)
             .field("config", &self.config)
             .field("unsafe_ok", &self.unsafe_ok)
             .field("args_resolver", &self.args_resolver.is_some())
@@ -72,6 +76,9 @@ pub struct Output {
     pub diagnostics: Vec<Diagnostic>,
     /// The dumps asked for in [`Options::dump`], for the stages that ran.
     pub dumps: Vec<(Stage, String)>,
+    /// The names `getopt()` reads, once the checker ran (so the caller can refuse a
+    /// named parameter the program does not have).
+    pub getopt_names: Vec<String>,
 }
 
 impl Output {
@@ -122,6 +129,7 @@ pub fn compile(source: &str, file: &str, opts: &Options) -> Output {
         program: None,
         diagnostics: Vec::new(),
         dumps: Vec::new(),
+        getopt_names: Vec::new(),
     };
     let wants = |s: Stage| opts.dump.contains(&s);
 
@@ -146,6 +154,8 @@ pub fn compile(source: &str, file: &str, opts: &Options) -> Output {
     }
 
     let (checked, diags) = check(ast, opts);
+    out.getopt_names = checked.named.keys().cloned().collect();
+    out.getopt_names.sort();
     let failed = diags.iter().any(Diagnostic::is_error);
     out.diagnostics.extend(diags);
     if wants(Stage::Check) {

@@ -13,7 +13,9 @@ use weft_ir::{
 };
 
 use crate::ast::*;
-use crate::check::{machine_reg, signal_number, storage, Checked, ProbeInfo, COMM_CAP};
+use crate::check::{
+    machine_reg, signal_number, storage, Checked, NamedValue, ProbeInfo, RegSource, COMM_CAP,
+};
 use crate::diag::{Diagnostic, Diags};
 
 /// Number of array elements `join()` reads.
@@ -1059,6 +1061,11 @@ impl<'a> Fx<'a> {
                 let off = self.bin(IrBin::Mul, i, size);
                 Some(self.bin(IrBin::Add, base, off))
             }
+            // An array a function returns (`pton`): its value is its address.
+            ExprKind::Call { .. } if matches!(e.ty, Type::CStruct(_)) => {
+                let v = self.expr(e);
+                Some(self.reg_of(v))
+            }
             _ => None,
         }
     }
@@ -1544,8 +1551,8 @@ impl<'a> Fx<'a> {
                 let Type::Buf { cap } = e.ty else {
                     return Val::Unit;
                 };
-                let v = self.expr(&args[0]);
-                let addr = self.reg_of(v);
+                let data = &args[0];
+                let v = self.expr(data);
                 let len = match args.get(1) {
                     Some(n) => {
                         let nv = self.expr(n);
@@ -1554,6 +1561,48 @@ impl<'a> Fx<'a> {
                     None => self.konst(i64::from(cap)),
                 };
                 let dst = self.temp(4 + cap);
+                if let Type::Str { cap: scap } = data.ty {
+                    // A string's own bytes (zeroes past its capacity), `len` of them
+                    // at most the buffer's capacity.
+                    let src = self.place_of(v, &data.ty);
+                    self.emit(Inst::Zero {
+                        place: dst,
+                        len: 4 + cap,
+                    });
+                    let n = scap.min(cap);
+                    if n > 0 {
+                        self.emit(Inst::Copy {
+                            dst: dst.at(4),
+                            src,
+                            len: n,
+                        });
+                    }
+                    let capr = self.konst(i64::from(cap));
+                    let over = self.bin(IrBin::GtU, len, capr);
+                    let (clamp, keep, done) = (self.label(), self.label(), self.label());
+                    self.emit(Inst::Branch {
+                        cond: over,
+                        if_true: clamp,
+                        if_false: keep,
+                    });
+                    self.emit(Inst::Label(clamp));
+                    self.emit(Inst::Store {
+                        place: dst,
+                        src: capr,
+                        size: 4,
+                    });
+                    self.emit(Inst::Jump(done));
+                    self.emit(Inst::Label(keep));
+                    self.emit(Inst::Store {
+                        place: dst,
+                        src: len,
+                        size: 4,
+                    });
+                    self.emit(Inst::Label(done));
+                    return Val::Place(dst);
+                }
+                // An address, or an array's (its value is its address).
+                let addr = self.reg_of(v);
                 self.emit(Inst::ReadBuf {
                     dst,
                     addr,
@@ -1772,16 +1821,146 @@ impl<'a> Fx<'a> {
                 }
                 Val::Reg(d)
             }
+            "getopt" => {
+                let ExprKind::Str(name) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let value = self.ck.named.get(String::from_utf8_lossy(name).as_ref());
+                match (value, &e.ty) {
+                    (Some(NamedValue::Bool(b)), _) => Val::Reg(self.konst(i64::from(*b))),
+                    (Some(NamedValue::Int(v)), _) => Val::Reg(self.konst(*v)),
+                    (Some(NamedValue::Str(text)), Type::Str { cap }) => {
+                        let mut bytes = text.clone();
+                        bytes.truncate((*cap as usize).saturating_sub(1));
+                        let p = self.temp(*cap);
+                        self.emit(Inst::SetBytes {
+                            place: p,
+                            bytes,
+                            len: *cap,
+                        });
+                        Val::Place(p)
+                    }
+                    _ => Val::Unit,
+                }
+            }
+            "ntop" => {
+                let addr = &args[args.len() - 1];
+                let p = self.temp(ir::INET_SIZE);
+                self.emit(Inst::Zero {
+                    place: p,
+                    len: ir::INET_SIZE,
+                });
+                let af = if args.len() == 2 {
+                    let v = self.expr(&args[0]);
+                    self.reg_of(v)
+                } else if is_int(&addr.ty) || addr.ty.size() == 4 {
+                    self.konst(ir::AF_INET as i64)
+                } else {
+                    self.konst(ir::AF_INET6 as i64)
+                };
+                self.emit(Inst::Store {
+                    place: p,
+                    src: af,
+                    size: 8,
+                });
+                if is_int(&addr.ty) {
+                    // The low 32 bits, in memory order (so `0x0100007f` is 127.0.0.1).
+                    let v = self.expr(addr);
+                    let r = self.reg_of(v);
+                    self.emit(Inst::Store {
+                        place: p.at(8),
+                        src: r,
+                        size: 4,
+                    });
+                } else {
+                    let len = addr.ty.size().min(16);
+                    self.bytes_of(addr, p.at(8), len);
+                }
+                Val::Place(p)
+            }
+            // Held like any C array value: its bytes (here in the frame) and the value
+            // is their address.
+            "pton" => {
+                let ExprKind::Str(text) = &args[0].kind else {
+                    return Val::Reg(self.konst(0));
+                };
+                let bytes = crate::check::pton(&String::from_utf8_lossy(text)).unwrap_or_default();
+                let len = bytes.len() as u32;
+                let p = self.temp(len);
+                self.emit(Inst::SetBytes {
+                    place: p,
+                    bytes,
+                    len,
+                });
+                let d = self.reg();
+                self.emit(Inst::AddrOf { dst: d, place: p });
+                Val::Reg(d)
+            }
+            "macaddr" => {
+                let p = self.temp(6);
+                self.bytes_of(&args[0], p, 6);
+                Val::Place(p)
+            }
             "reg" => {
                 let ExprKind::Str(s) = &args[0].kind else {
                     return Val::Unit;
                 };
                 match machine_reg(&String::from_utf8_lossy(s)) {
-                    Some(r) => self.ctx(CtxValue::Reg(r)),
+                    Some(RegSource::Machine(r)) => self.ctx(CtxValue::Reg(r)),
+                    Some(RegSource::Constant(v)) => Val::Reg(self.konst(v)),
                     None => Val::Reg(self.konst(0)),
                 }
             }
             _ => Val::Unit,
+        }
+    }
+
+    /// Copy the first `len` bytes of a value to `dst`: a string's from its place; an
+    /// array's (whose value is its address) or those at an integer or pointer address
+    /// from memory, a faulting read giving zeroes.
+    fn bytes_of(&mut self, e: &Expr, dst: Place, len: u32) {
+        let v = self.expr(e);
+        if let Type::Str { cap } = e.ty {
+            let src = self.place_of(v, &e.ty);
+            self.emit(Inst::Copy {
+                dst,
+                src,
+                len: len.min(cap),
+            });
+            return;
+        }
+        let addr = self.reg_of(v);
+        self.read_bytes(addr, dst, len);
+    }
+
+    /// Read `len` bytes of memory at `addr` into `dst`, 8, 4, 2 and 1 bytes at a time
+    /// (each read fault-tolerant).
+    fn read_bytes(&mut self, addr: Reg, dst: Place, len: u32) {
+        let mut off = 0;
+        while off < len {
+            let size = [8u8, 4, 2, 1]
+                .into_iter()
+                .find(|&s| u32::from(s) <= len - off)
+                .unwrap_or(1);
+            let at = if off == 0 {
+                addr
+            } else {
+                let o = self.konst(i64::from(off));
+                self.bin(IrBin::Add, addr, o)
+            };
+            let r = self.reg();
+            self.emit(Inst::Load {
+                dst: r,
+                addr: at,
+                size,
+                signed: false,
+            });
+            self.emit(Inst::Store {
+                place: dst.at(off),
+                src: r,
+                size,
+            });
+            off += u32::from(size);
         }
     }
 
@@ -1824,6 +2003,10 @@ fn arith_type(a: &Type, b: &Type) -> Type {
         bits: 64,
         signed: sgn(a) && sgn(b),
     }
+}
+
+fn is_int(t: &Type) -> bool {
+    matches!(t, Type::Int { .. } | Type::Bool)
 }
 
 /// Signed for integer promotion (booleans promote like C's `int`).

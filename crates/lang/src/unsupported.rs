@@ -63,21 +63,23 @@ pub fn builtin(name: &str) -> Option<String> {
 /// Builtin functions.
 pub fn function(name: &str) -> Option<String> {
     let msg = match name {
-        "kstack" => "kstack: kernel stacks are not available in weft (user-space only); use ustack()",
+        "kstack" => {
+            "kstack: kernel stacks are not available in weft (user-space only); use ustack()"
+        }
         "ksym" => "ksym: kernel symbols are not available in weft; use usym",
         "kaddr" => "kaddr: kernel symbol addresses are not available in weft; use uaddr",
-        "kptr" | "uptr" => "kptr/uptr: address-space annotations are not needed in weft (all reads are user-space)",
-        "ntop" => "ntop: formatting IP addresses is not supported yet (missing: an inet address type in the probe program)",
-        "pton" => "pton: parsing IP addresses is not supported yet",
-        "macaddr" => "macaddr: formatting MAC addresses is not supported yet (missing: a MAC address type in the probe program)",
-        "override" => "override: changing a kernel function's return value is not available in weft",
+        "kptr" | "uptr" => {
+            "kptr/uptr: address-space annotations are not needed in weft (all reads are user-space)"
+        }
+        "override" => {
+            "override: changing a kernel function's return value is not available in weft"
+        }
         "cgroupid" => "cgroupid: cgroup ids are not available in weft",
         "path" => "path: kernel path resolution is not available in weft",
         "skboutput" => "skboutput: packet capture is not available in weft",
         "socket_cookie" => "socket_cookie is not available in weft",
         "percpu_kaddr" => "percpu_kaddr is not available in weft",
         "kfunc_arg" | "fentry_arg" => "kernel function arguments are not available in weft",
-        "getopt" => "getopt: named parameters are not supported yet; use positional parameters ($1, $2, ...)",
         "nsecs" => "nsecs() with a clock argument is not supported yet; use the nsecs builtin",
         "unwatch" => "unwatch: watchpoints are not available in weft",
         "debugf" => "debugf: the kernel trace pipe is not available in weft; use printf",

@@ -407,18 +407,6 @@ fn unsupported_builtins_and_functions() {
             1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
               |                                                                             ^^^^^
 
-            error: ntop: formatting IP addresses is not supported yet (missing: an inet address type in the probe program)
-             --> script.bt:1:96
-              |
-            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
-              |                                                                                                ^^^^
-
-            error: macaddr: formatting MAC addresses is not supported yet (missing: a MAC address type in the probe program)
-             --> script.bt:1:112
-              |
-            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
-              |                                                                                                                ^^^^^^^
-
             error: override: changing a kernel function's return value is not available in weft
              --> script.bt:1:125
               |
@@ -971,6 +959,12 @@ fn buf_length_does_not_wrap() {
     check(
         "uprobe:/bin/a:f { printf(\"%d\\n\", buf(arg0, 4294967297)); }",
         expect![[r#"
+            warning: buf() length is too long and will be shortened to 64 bytes (see config max_strlen)
+             --> script.bt:1:34
+              |
+            1 | uprobe:/bin/a:f { printf("%d\n", buf(arg0, 4294967297)); }
+              |                                  ^^^^^^^^^^^^^^^^^^^^^
+
             error: printf(): `%d` expects an integer, not `buffer[64]`
              --> script.bt:1:34
               |
@@ -1232,6 +1226,282 @@ fn typeof_of_an_expression_without_a_value() {
               |
             1 | BEGIN { $p = (typeof(printf("x")))1; let $q: typeof($nope); }
               |                                                     ^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn pton_invalid_addresses() {
+    check(
+        r#"BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }"#,
+        expect![[r#"
+            error: pton() expects a valid IPv4/IPv6 address, got 1.2.3
+             --> script.bt:1:19
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                   ^^^^^^^
+
+            error: pton() expects a valid IPv4/IPv6 address, got 1.2.3.04
+             --> script.bt:1:39
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                       ^^^^^^^^^^
+
+            error: pton() expects a valid IPv4/IPv6 address, got 256.1.1.1
+             --> script.bt:1:62
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                                              ^^^^^^^^^^^
+
+            error: pton() expects a valid IPv4/IPv6 address, got fe80::1::2
+             --> script.bt:1:86
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                                                                      ^^^^^^^^^^^^
+
+            error: pton() expects a string argument of an IPv4/IPv6 address, got abc
+             --> script.bt:1:111
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                                                                                               ^^^^^
+
+            error: pton() expects a valid IPv4/IPv6 address, got ::ffff:1.2.3.4
+             --> script.bt:1:129
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                                                                                                                 ^^^^^^^^^^^^^^^^
+
+            error: pton() expects a string argument of an IPv4/IPv6 address, got 
+             --> script.bt:1:158
+              |
+            1 | BEGIN { $a = pton("1.2.3"); $b = pton("1.2.3.04"); $c = pton("256.1.1.1"); $d = pton("fe80::1::2"); $e = pton("abc"); $f = pton("::ffff:1.2.3.4"); $g = pton(""); }
+              |                                                                                                                                                              ^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn pton_needs_a_literal() {
+    check(
+        r#"BEGIN { $s = "1.2.3.4"; $a = pton($s); $b = pton(1); }"#,
+        expect![[r#"
+            error: pton() expects a string literal, got `string[8]`
+             --> script.bt:1:35
+              |
+            1 | BEGIN { $s = "1.2.3.4"; $a = pton($s); $b = pton(1); }
+              |                                   ^^
+
+            error: pton() expects a string literal, got `int64`
+             --> script.bt:1:50
+              |
+            1 | BEGIN { $s = "1.2.3.4"; $a = pton($s); $b = pton(1); }
+              |                                                  ^
+
+        "#]],
+    );
+}
+
+#[test]
+fn ntop_and_macaddr_sizes() {
+    check(
+        r#"struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }"#,
+        expect![[r#"
+            error: ntop() argument must be 4 or 16 bytes in size, not `string[9]`
+             --> script.bt:1:81
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                 ^^^^^^^^^^
+
+            error: ntop() argument must be 4 or 16 bytes in size, not `struct uint8[5]`
+             --> script.bt:1:104
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                        ^^^^^
+
+            error: macaddr() argument must be 6 bytes in size, not `struct uint8[4]`
+             --> script.bt:1:143
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                                                               ^^^^^^^^^^^^^^^
+
+            error: macaddr() argument must be 6 bytes in size, not `struct uint8[5]`
+             --> script.bt:1:174
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                                                                                              ^^^^^
+
+            error: ntop() expects an integer or array argument, got `inet`
+             --> script.bt:1:215
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                                                                                                                                       ^^^^^^^
+
+            error: ntop(): argument 1 must be an integer, not `string[3]`
+             --> script.bt:1:235
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                                                                                                                                                           ^^^^
+
+            error: macaddr() only supports array or pointer arguments, not `inet`
+             --> script.bt:1:258
+              |
+            1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
+              |                                                                                                                                                                                                                                                                  ^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn buf_lengths_and_formats() {
+    check(
+        r#"BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }"#,
+        expect![[r#"
+            error: buf() expects a length argument for a non-array type (`int64`)
+             --> script.bt:1:14
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |              ^^^^^^
+
+            error: buf() cannot use a negative length (-1)
+             --> script.bt:1:34
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                  ^^
+
+            error: buf() expects an integer, string, or array argument, not `inet`
+             --> script.bt:1:48
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                ^^^^^^^
+
+            error: buf() expects a length argument for a non-array type (`string[4]`)
+             --> script.bt:1:66
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                  ^^^^^^^^^^
+
+            warning: buf() length is too long and will be shortened to 64 bytes (see config max_strlen)
+             --> script.bt:1:106
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                                                          ^^^^^^^^^^
+
+            error: printf(): `%s` expects a string, not `buffer[1]`
+             --> script.bt:1:136
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                                                                                        ^^^^^^^^^^^
+            note: in this format
+             --> script.bt:1:125
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                                                                             ^^^^^^^^^
+
+            error: printf(): `%r` expects a buffer, not `string[2]`
+             --> script.bt:1:149
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                                                                                                     ^^^
+            note: in this format
+             --> script.bt:1:125
+              |
+            1 | BEGIN { $a = buf(1); $b = buf(1, -1); $c = buf(ntop(1), 4); $d = buf("abc"); $e = buf(pton("::1")); $f = buf(1, 65); printf("%s %r\n", buf("a", 1), "a"); }
+              |                                                                                                                             ^^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn getopt_literals_defaults_and_values() {
+    let opts = Options {
+        named: vec![
+            ("i".into(), Some("x".into())),
+            ("b".into(), Some("maybe".into())),
+            ("s".into(), None),
+        ],
+        ..Options::default()
+    };
+    check_with(
+        r#"BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }"#,
+        &opts,
+        expect![[r#"
+            error: getopt(): the first argument must be a string literal (the parameter's name)
+             --> script.bt:1:31
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                               ^^
+
+            error: getopt(): the default value must be a string, integer or boolean literal
+             --> script.bt:1:53
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                     ^^
+
+            error: getopt(): the description must be a string literal
+             --> script.bt:1:78
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                              ^
+
+            error: getopt(): `e` needs the same default value everywhere; it was 1 before
+             --> script.bt:1:108
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                                                            ^^^^^^^^^^^^^^
+            note: first given here
+             --> script.bt:1:87
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                                       ^^^^^^^^^^^^^^
+
+            error: --i=x: `i` is an integer parameter
+             --> script.bt:1:129
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                                                                                 ^^^^^^^^^^^^^^
+
+            error: --b=maybe: `b` is a boolean parameter (true, false, 1 or 0)
+             --> script.bt:1:150
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                                                                                                      ^^^^^^^^^^^
+
+            error: --s needs a value (--s=VALUE): only boolean parameters go without one
+             --> script.bt:1:168
+              |
+            1 | BEGIN { $n = "a"; $a = getopt($n); $b = getopt("a", $n); $c = getopt("d", 1, 2); $d = getopt("e", 1); $e = getopt("e", 2); $f = getopt("i", 1); $g = getopt("b"); $h = getopt("s", "x"); }
+              |                                                                                                                                                                        ^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn reg_names_as_upstream() {
+    check(
+        r#"uprobe:/bin/a:f { $a = reg("rip"); $b = reg("eflags"); $c = reg(1); $d = reg("orig_rax") + reg("cs") + reg("ss") + reg("r15") + reg("flags"); }"#,
+        expect![[r#"
+            error: 'rip' is not a valid register on this architecture (x86_64); the registers are r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_rax, orig_ax, ip, cs, flags, sp, ss
+             --> script.bt:1:28
+              |
+            1 | uprobe:/bin/a:f { $a = reg("rip"); $b = reg("eflags"); $c = reg(1); $d = reg("orig_rax") + reg("cs") + reg("ss") + reg("r15") + reg("flags"); }
+              |                            ^^^^^
+
+            error: 'eflags' is not a valid register on this architecture (x86_64); the registers are r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax, cx, dx, si, di, orig_rax, orig_ax, ip, cs, flags, sp, ss
+             --> script.bt:1:45
+              |
+            1 | uprobe:/bin/a:f { $a = reg("rip"); $b = reg("eflags"); $c = reg(1); $d = reg("orig_rax") + reg("cs") + reg("ss") + reg("r15") + reg("flags"); }
+              |                                             ^^^^^^^^
+
+            error: reg(): the register name must be a string literal such as "sp"
+             --> script.bt:1:65
+              |
+            1 | uprobe:/bin/a:f { $a = reg("rip"); $b = reg("eflags"); $c = reg(1); $d = reg("orig_rax") + reg("cs") + reg("ss") + reg("r15") + reg("flags"); }
+              |                                                                 ^
 
         "#]],
     );

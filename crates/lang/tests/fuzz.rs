@@ -123,6 +123,16 @@ const PIECES: &[&str] = &[
     "\n",
     " ",
     "true",
+    "ntop",
+    "pton(\"1.2.3.4\")",
+    "pton(\"fe80::1\")",
+    "macaddr",
+    "buf",
+    "\"%r %rx %rh\"",
+    "getopt(\"n\", 1)",
+    "getopt",
+    "reg(\"sp\")",
+    "reg",
 ];
 
 fn random_program() -> impl Strategy<Value = String> {

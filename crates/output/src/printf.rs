@@ -28,9 +28,13 @@ use crate::Resolver;
 fn arg_kind_name(ty: &Type) -> &'static str {
     match ty {
         Type::Int { .. } | Type::Bool | Type::Ptr(_) => "integer",
-        Type::Str { .. } | Type::USym | Type::UStack { .. } | Type::ProbeName | Type::Timestamp => {
-            "string"
-        }
+        Type::Str { .. }
+        | Type::USym
+        | Type::UStack { .. }
+        | Type::ProbeName
+        | Type::Timestamp
+        | Type::Inet
+        | Type::MacAddr => "string",
         Type::Buf { .. } => "buffer",
         Type::Tuple(_) => "tuple",
         Type::Record(_) => "record",

@@ -24,8 +24,10 @@ pub fn print_value(ty: &Type, bytes: &[u8], r: &dyn Resolver) -> Vec<u8> {
 /// `div` divides integers (bpftrace's `print(@m, top, div)`).
 pub(crate) fn value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Resolver) -> Vec<u8> {
     let s = common_value_str(style, ty, v, div, r);
-    // bpftrace 0.17's `is_quoted_type`: ustack, usym, string, buffer and probe values
-    // are JSON strings; everything else (including timestamps) is written bare.
+    // bpftrace 0.17's `is_quoted_type`: ustack, usym, string, buffer, probe and inet
+    // values are JSON strings; everything else (including timestamps) is written
+    // bare. A MAC address is quoted too: 0.17 wrote it bare, which is not JSON, and
+    // upstream's JSON output writes it as the string it formats to.
     if style == Style::Json
         && matches!(
             ty,
@@ -34,6 +36,8 @@ pub(crate) fn value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Re
                 | Type::Str { .. }
                 | Type::Buf { .. }
                 | Type::ProbeName
+                | Type::Inet
+                | Type::MacAddr
         )
     {
         let mut q = Vec::with_capacity(s.len() + 2);
@@ -91,6 +95,8 @@ fn common_value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Resolv
         (_, Value::UStack { mode, ips }) => stack_str(*mode, ips, 8, r),
         (_, Value::Probe(id)) => r.probe_name(*id).into_bytes(),
         (_, Value::Timestamp { fmt, nsecs }) => timestamp_str(*fmt, *nsecs, r),
+        (_, Value::Inet { af, addr }) => inet_str(*af, addr),
+        (_, Value::MacAddr(mac)) => mac_str(mac),
         // bpftrace 0.17 prints a pointer value in decimal (newer versions: `0x…` hex).
         (_, Value::Ptr(p)) => ((*p as i64) / i64::from(div.max(1)))
             .to_string()
@@ -201,6 +207,8 @@ fn key_value_str(ty: &Type, v: &Value, r: &dyn Resolver) -> Vec<u8> {
         Value::UStack { mode, ips } => stack_str(*mode, ips, 4, r),
         Value::Probe(id) => r.probe_name(*id).into_bytes(),
         Value::Timestamp { fmt, nsecs } => timestamp_str(*fmt, *nsecs, r),
+        Value::Inet { af, addr } => inet_str(*af, addr),
+        Value::MacAddr(mac) => mac_str(mac),
         Value::Ptr(p) => format!("0x{p:x}").into_bytes(),
         Value::Array(vals) => {
             let elems: Vec<Vec<u8>> = match ty {
@@ -297,6 +305,83 @@ fn timestamp_str(fmt: weft_ir::FmtId, nsecs: u64, r: &dyn Resolver) -> Vec<u8> {
     }
 }
 
+/// An `ntop()` address as bpftrace prints it: glibc's `inet_ntop` of the family's
+/// bytes, and nothing for a family other than AF_INET and AF_INET6.
+pub(crate) fn inet_str(af: u64, addr: &[u8; 16]) -> Vec<u8> {
+    match af {
+        weft_ir::AF_INET => ipv4_str(&addr[..4]).into_bytes(),
+        weft_ir::AF_INET6 => ipv6_str(addr).into_bytes(),
+        _ => Vec::new(),
+    }
+}
+
+fn ipv4_str(b: &[u8]) -> String {
+    format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3])
+}
+
+/// glibc's `inet_ntop6`: groups in lowercase hex without leading zeros; the longest
+/// run of two or more zero groups (the first of equal ones) becomes `::`; an address
+/// whose first six groups are zero, or five zero groups then `ffff`, ends with its
+/// last four bytes as an IPv4 address (`::1.2.3.4`, `::ffff:1.2.3.4`), unless the
+/// zero run is longer (`::1`, `::`).
+pub(crate) fn ipv6_str(b: &[u8; 16]) -> String {
+    let words: [u16; 8] = std::array::from_fn(|i| u16::from_be_bytes([b[2 * i], b[2 * i + 1]]));
+    // The longest run of zero groups: (start, length).
+    let mut best: Option<(usize, usize)> = None;
+    let mut cur: Option<(usize, usize)> = None;
+    for (i, &w) in words.iter().enumerate() {
+        if w == 0 {
+            cur = Some(match cur {
+                Some((s, n)) => (s, n + 1),
+                None => (i, 1),
+            });
+        } else if let Some(c) = cur.take() {
+            if best.is_none_or(|b| c.1 > b.1) {
+                best = Some(c);
+            }
+        }
+    }
+    if let Some(c) = cur {
+        if best.is_none_or(|b| c.1 > b.1) {
+            best = Some(c);
+        }
+    }
+    let best = best.filter(|b| b.1 >= 2);
+    let mut out = String::new();
+    for (i, &w) in words.iter().enumerate() {
+        if let Some((s, n)) = best {
+            if i >= s && i < s + n {
+                if i == s {
+                    out.push(':');
+                }
+                continue;
+            }
+        }
+        if i != 0 {
+            out.push(':');
+        }
+        if i == 6 && best.is_some_and(|(s, n)| s == 0 && (n == 6 || (n == 5 && words[5] == 0xffff)))
+        {
+            out.push_str(&ipv4_str(&b[12..]));
+            return out;
+        }
+        out.push_str(&format!("{w:x}"));
+    }
+    if best.is_some_and(|(s, n)| s + n == 8) {
+        out.push(':');
+    }
+    out
+}
+
+/// A MAC address as bpftrace prints it: `AA:BB:CC:DD:EE:FF`.
+pub(crate) fn mac_str(m: &[u8; 6]) -> Vec<u8> {
+    format!(
+        "{:02X}:{:02X}:{:02X}:{:02X}:{:02X}:{:02X}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+    .into_bytes()
+}
+
 /// bpftrace's `hex_format_buffer`: printable ASCII as is (when `keep_ascii`), other bytes
 /// as `\xNN` (when `escape_hex`) or as `NN` separated by spaces.
 pub(crate) fn hex_format_buffer(buf: &[u8], keep_ascii: bool, escape_hex: bool) -> Vec<u8> {
@@ -378,6 +463,48 @@ mod tests {
         assert_eq!(
             hex_format_buffer(b"ab\x01", false, false),
             b"61 62 01".to_vec()
+        );
+    }
+
+    /// Each address as glibc's `inet_ntop` prints it (the expected texts come from
+    /// `socket.inet_ntop`, which calls it).
+    #[test]
+    fn ipv6_as_glibc_prints_it() {
+        let cases = [
+            ("00000000000000000000000000000000", "::"),
+            ("00000000000000000000000000000001", "::1"),
+            ("00000000000000000000000000020003", "::0.2.0.3"),
+            ("00000000000000000000000000010002", "::0.1.0.2"),
+            ("00000000000000000000000001020304", "::1.2.3.4"),
+            ("00000000000000000000ffff01020304", "::ffff:1.2.3.4"),
+            ("0000000000000000ffff000001020304", "::ffff:0:102:304"),
+            ("00010000000000000000000000000000", "1::"),
+            ("00010000000000020000000000000003", "1:0:0:2::3"),
+            ("00010000000000020000000000030004", "1::2:0:0:3:4"),
+            ("fe800000000000000000000000010002", "fe80::1:2"),
+            ("20010db8000000000000000000000001", "2001:db8::1"),
+            ("00010002000300040005000600070008", "1:2:3:4:5:6:7:8"),
+            ("00000000000100000000000000000000", "0:0:1::"),
+            ("00010000000200000003000000040000", "1:0:2:0:3:0:4:0"),
+            ("00000000000000000000000100000000", "::1:0:0"),
+        ];
+        for (hex, text) in cases {
+            let b: [u8; 16] =
+                std::array::from_fn(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap());
+            assert_eq!(ipv6_str(&b), text, "{hex}");
+        }
+    }
+
+    #[test]
+    fn inet_by_family_and_mac() {
+        let mut a = [0u8; 16];
+        a[..4].copy_from_slice(&[127, 0, 0, 1]);
+        assert_eq!(inet_str(2, &a), b"127.0.0.1");
+        assert_eq!(inet_str(10, &a), b"7f00:1::");
+        assert_eq!(inet_str(3, &a), b"", "another family prints nothing");
+        assert_eq!(
+            mac_str(&[0x18, 0xc0, 0x4d, 8, 0x2e, 0xbb]),
+            b"18:C0:4D:08:2E:BB"
         );
     }
 

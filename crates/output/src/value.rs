@@ -46,6 +46,13 @@ pub enum Value {
     /// A C array: a [`Type::CStruct`] whose name ends with `]` (`int[4]`), its fields
     /// being the elements in order.
     Array(Vec<Value>),
+    /// An `ntop()` address: the family and the 16 address bytes (IPv4 in the first 4).
+    Inet {
+        af: u64,
+        addr: [u8; 16],
+    },
+    /// A `macaddr()` value.
+    MacAddr([u8; 6]),
 }
 
 /// True when a C aggregate type is an array (by the naming convention of
@@ -113,6 +120,11 @@ pub fn decode(ty: &Type, bytes: &[u8]) -> Value {
             nsecs: read_uint(bytes, 8, 8),
         },
         Type::Ptr(_) => Value::Ptr(read_uint(bytes, 0, 8)),
+        Type::Inet => Value::Inet {
+            af: read_uint(bytes, 0, 8),
+            addr: std::array::from_fn(|i| byte(bytes, 8 + i)),
+        },
+        Type::MacAddr => Value::MacAddr(std::array::from_fn(|i| byte(bytes, i))),
         Type::CStruct(s) => {
             let fields = s
                 .fields
