@@ -471,18 +471,10 @@ fn messages_lead_somewhere() {
     );
     refused(&weft(&["--bogus"], T), "unexpected argument '--bogus'");
     // A dump of a program that cannot run (no target) still exits 1.
-    let o = weft(
-        &[
-            "-d",
-            "ast",
-            "-e",
-            &format!("uprobe:{b}:work {{ @ = count(); }}"),
-        ],
-        T,
-    );
+    let o = weft(&["-d", "ast", "-e", "profile:hz:99 { @ = count(); }"], T);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("=== parse ==="));
-    assert!(text(&o.stderr).contains("weft: uprobe probes need a target process"));
+    assert!(text(&o.stderr).contains("weft: profile probes need a target process"));
     // An unsigned value tested for its sign warns, and the program still runs.
     let o = weft(
         &[

@@ -656,12 +656,13 @@ impl<'p> Session<'p> {
         self.poll_caught();
         for pid in std::mem::take(&mut self.caught) {
             if !self.watcher.as_ref().is_some_and(|w| w.concerns(pid)) {
-                crate::watch::resume_caught(pid);
+                self.resume_caught(pid);
                 self.verbose(&format!(
                     "process {pid} caught, maps no probed file: let go"
                 ));
                 continue;
             }
+            weft_inject::die::at("caught");
             // A member caught again has exec'd: its old image (and agent) is gone.
             for m in self.members.iter_mut().filter(|m| m.pid == pid && m.alive) {
                 m.alive = false;
@@ -677,9 +678,16 @@ impl<'p> Session<'p> {
                     }
                 }
             }
-            crate::watch::resume_caught(pid);
+            self.resume_caught(pid);
         }
         Ok(())
+    }
+
+    fn resume_caught(&mut self, pid: i32) {
+        match self.watcher.as_mut() {
+            Some(w) => w.resume(pid),
+            None => crate::watch::resume_caught(pid),
+        }
     }
 
     fn weave_caught(&mut self, pid: i32) -> Result<()> {
@@ -695,6 +703,7 @@ impl<'p> Session<'p> {
         }
         // Held (or attached): it may run now; its thread waits in the agent.
         crate::watch::resume_caught(pid);
+        weft_inject::die::at("held");
         let a = self.listener.accept(pid, Duration::from_secs(10), || {
             if target::alive(pid) {
                 Ok(())
@@ -820,10 +829,11 @@ impl<'p> Session<'p> {
     /// not do, and thread counts.
     pub fn finish(mut self, sink: &mut dyn Sink) -> Result<Finished> {
         // No process is caught from now on; those caught go on unwoven.
-        if let Some(w) = self.watcher.take() {
-            for pid in w.stop().into_iter().chain(std::mem::take(&mut self.caught)) {
-                crate::watch::resume_caught(pid);
+        if let Some(mut w) = self.watcher.take() {
+            for pid in std::mem::take(&mut self.caught) {
+                w.resume(pid);
             }
+            w.stop();
         }
         // Unweave while the targets live.
         for m in &self.members {
@@ -864,10 +874,11 @@ impl<'p> Session<'p> {
     /// Kill launched commands (the session failed before they could run); let
     /// caught processes go.
     pub fn abandon(&mut self) {
-        if let Some(w) = self.watcher.take() {
-            for pid in w.stop().into_iter().chain(std::mem::take(&mut self.caught)) {
-                crate::watch::resume_caught(pid);
+        if let Some(mut w) = self.watcher.take() {
+            for pid in std::mem::take(&mut self.caught) {
+                w.resume(pid);
             }
+            w.stop();
         }
         for m in &mut self.members {
             if let Some(c) = m.child.as_mut() {

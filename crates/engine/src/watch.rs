@@ -244,6 +244,7 @@ fn maps_line_is_one_of(line: &str, files: &[WatchedFile]) -> bool {
 /// weft reads the caught pids from. Dropping it takes them all out.
 pub struct Watcher {
     files: Vec<WatchedFile>,
+    guardian: Guardian,
     caught: RingBuf<MapData>,
     seen: BpfHashMap<MapData, u32, u32>,
     /// Where the uprobes are (for `-v`).
@@ -257,6 +258,8 @@ impl Watcher {
     pub fn start(files: &[WatchedFile]) -> Result<Watcher> {
         let cant = "weft catches new processes with eBPF (kernel uprobes and the sched \
                     tracepoints; needs root or CAP_BPF+CAP_PERFMON)";
+        // Before any uprobe exists, so that it holds none of their descriptors.
+        let guardian = Guardian::spawn()?;
         let mut ebpf = aya::Ebpf::load(CATCH_OBJECT).with_context(|| cant.to_string())?;
         for (name, event) in [
             ("weft_exec", "sched_process_exec"),
@@ -309,6 +312,7 @@ impl Watcher {
         )?;
         Ok(Watcher {
             files: files.to_vec(),
+            guardian,
             caught,
             seen,
             points,
@@ -329,7 +333,8 @@ impl Watcher {
             .is_ok_and(|m| m.lines().any(|l| maps_line_is_one_of(l, &self.files)))
     }
 
-    /// Processes caught since the last call (each stopped, or about to stop).
+    /// Processes caught since the last call (each stopped, or about to stop): the
+    /// guardian knows them until [`Watcher::resume`].
     pub fn poll(&mut self) -> Vec<i32> {
         let mut out = Vec::new();
         while let Some(item) = self.caught.next() {
@@ -340,16 +345,146 @@ impl Watcher {
                 }
             }
         }
+        for &pid in &out {
+            self.guardian.tell(pid);
+        }
         out
+    }
+
+    /// Let caught process `pid` go on.
+    pub fn resume(&mut self, pid: i32) {
+        resume_caught(pid);
+        self.guardian.tell(-pid);
     }
 }
 
 impl Watcher {
-    /// Take the uprobes out, then return the processes caught until then (none is
+    /// Take the uprobes out and let every process caught until then go on (none is
     /// caught afterwards, so none is left stopped).
-    pub fn stop(mut self) -> Vec<i32> {
+    pub fn stop(mut self) {
         self.ebpf = None;
-        self.poll()
+        for pid in self.poll() {
+            self.resume(pid);
+        }
+    }
+}
+
+/// A process of weft's own that continues the processes weft caught and had not
+/// let go yet, should weft die (be SIGKILLed) meanwhile: weft writes each pid it
+/// reads from the ring (and its negation once it resumes it) to a pipe; when the
+/// pipe's other end closes, the guardian sends SIGCONT to those left, and ends.
+/// Only a process caught in the few milliseconds before weft read it stays stopped.
+struct Guardian {
+    pipe: Option<std::os::fd::OwnedFd>,
+    pid: i32,
+}
+
+impl Guardian {
+    fn spawn() -> Result<Guardian> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 writes two descriptors into the array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error()).context("creating the guardian's pipe");
+        }
+        // SAFETY: fork; the child only makes async-signal-safe system calls on its
+        // own stack and ends with _exit (weft has other threads).
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: as above.
+            unsafe { guardian_main(fds[0]) };
+        }
+        // SAFETY: the descriptors are ours; the read end is the child's now.
+        unsafe { libc::close(fds[0]) };
+        if pid < 0 {
+            // SAFETY: ours.
+            unsafe { libc::close(fds[1]) };
+            return Err(std::io::Error::last_os_error()).context("starting the guardian");
+        }
+        Ok(Guardian {
+            // SAFETY: fds[1] is open and owned by nothing else.
+            pipe: Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) }),
+            pid,
+        })
+    }
+
+    /// `pid` > 0: caught; < 0: let go.
+    fn tell(&self, pid: i32) {
+        use std::os::fd::AsRawFd;
+        let Some(pipe) = &self.pipe else {
+            return;
+        };
+        let b = pid.to_ne_bytes();
+        // SAFETY: writing 4 bytes from a local (atomic on a pipe).
+        unsafe { libc::write(pipe.as_raw_fd(), b.as_ptr().cast(), 4) };
+    }
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        // Closing our end ends the guardian (it lets go what it still holds).
+        self.pipe.take();
+        let mut st = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(self.pid, &mut st, 0) };
+    }
+}
+
+/// The guardian's body (in the child of `fork`): no allocation, no lock.
+///
+/// # Safety
+/// Called once, in a freshly forked child, with the pipe's read end.
+unsafe fn guardian_main(read_end: i32) -> ! {
+    const MAX: usize = 4096;
+    let mut held = [0i32; MAX];
+    // SAFETY: plain system calls on our own descriptors, signals and stack.
+    unsafe {
+        // Only the pipe: not weft's listening socket (agents would wait on it), not
+        // its terminal.
+        libc::dup2(read_end, 0);
+        libc::syscall(libc::SYS_close_range, 1u32, u32::MAX, 0u32);
+        // A Ctrl-C or a hang-up for weft's process group is weft's to act on.
+        for sig in [
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGQUIT,
+            libc::SIGPIPE,
+        ] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"weft-guardian".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        loop {
+            let mut b = [0u8; 4];
+            let n = libc::read(0, b.as_mut_ptr().cast(), 4);
+            if n == 4 {
+                let pid = i32::from_ne_bytes(b);
+                if pid > 0 {
+                    if let Some(slot) = held.iter_mut().find(|p| **p == 0) {
+                        *slot = pid;
+                    }
+                } else if let Some(slot) = held.iter_mut().find(|p| **p == -pid) {
+                    *slot = 0;
+                }
+                continue;
+            }
+            if n < 0 && *libc::__errno_location() == libc::EINTR {
+                continue;
+            }
+            break;
+        }
+        for &pid in &held {
+            if pid > 0 {
+                libc::kill(pid, libc::SIGCONT);
+            }
+        }
+        libc::_exit(0)
     }
 }
 

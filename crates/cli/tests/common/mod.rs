@@ -498,8 +498,14 @@ pub struct Background {
 
 impl Background {
     pub fn start(args: &[&str]) -> Background {
+        Background::start_with_env(args, &[])
+    }
+
+    /// [`Background::start`] with more environment variables.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Background {
         let mut child = Command::new(weft_bin())
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
