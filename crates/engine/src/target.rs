@@ -454,14 +454,14 @@ const CONNECT_HOLD: u64 = 2;
 const HOLD_RED_ZONE: u64 = 128;
 
 /// Load the agent into `pid`, a process weft caught as it started (a kernel uprobe
-/// stopped it at its entry point or at a library's initializer: one thread, at an
-/// instruction boundary, outside any system call, holding no lock but the dynamic
-/// linker's recursive one), connect it to `socket`, and leave its thread held in the
-/// agent's `weft_agent_hold` until the session says `GO`. The thread is borrowed
-/// where it is, with no safe-point search: a function entry called by the program's
-/// start-up or by the dynamic linker is a point where `dlopen` may be called (an
-/// initializer may call it). The process may be group-stopped (the kernel's
-/// `SIGSTOP`): the caller continues it after this returns.
+/// stopped it at its entry point, at `__libc_start_main` or where `dlopen` returned:
+/// one thread, at an instruction boundary, outside any system call, holding no lock),
+/// connect it to `socket`, and leave its thread held in the agent's `weft_agent_hold`
+/// until the session says `GO`. The thread is borrowed where it is, with no
+/// safe-point search. (Not inside the dynamic linker: held there, holding its lock,
+/// the thread would block the agent's control thread, whose start needs that lock.)
+/// The process may be group-stopped (the kernel's `SIGSTOP`): the caller continues
+/// it after this returns.
 pub fn attach_held(pid: i32, agent: &Path, socket: &str) -> Result<AttachReport> {
     if !weft_inject::process::process_exists(pid) || is_zombie(pid) {
         bail!("process {pid} exited while weft was attaching");
