@@ -667,8 +667,16 @@ impl<'p> Session<'p> {
             for m in self.members.iter_mut().filter(|m| m.pid == pid && m.alive) {
                 m.alive = false;
             }
+            let t0 = Instant::now();
             match self.weave_caught(pid) {
-                Ok(()) => self.verbose(&format!("process {pid} joined as it started")),
+                Ok(t) => self.verbose(&format!(
+                    "process {pid} joined as it started: held {:.1} ms (agent loaded in {:.1} ms, \
+                     connected in {:.1}, woven in {:.1})",
+                    t0.elapsed().as_secs_f64() * 1e3,
+                    t[0].as_secs_f64() * 1e3,
+                    t[1].as_secs_f64() * 1e3,
+                    t[2].as_secs_f64() * 1e3
+                )),
                 Err(e) => {
                     if let Some(m) = self.members.iter_mut().find(|m| m.pid == pid && m.alive) {
                         m.alive = false;
@@ -690,7 +698,10 @@ impl<'p> Session<'p> {
         }
     }
 
-    fn weave_caught(&mut self, pid: i32) -> Result<()> {
+    /// Weave caught process `pid`; how long loading the agent, the handshake and the
+    /// weave took.
+    fn weave_caught(&mut self, pid: i32) -> Result<[Duration; 3]> {
+        let t0 = Instant::now();
         let agent = target::agent_path()?;
         let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
             .map(|d| d.count())
@@ -704,6 +715,7 @@ impl<'p> Session<'p> {
         // Held (or attached): it may run now; its thread waits in the agent.
         crate::watch::resume_caught(pid);
         weft_inject::die::at("held");
+        let t1 = Instant::now();
         let a = self.listener.accept(pid, Duration::from_secs(10), || {
             if target::alive(pid) {
                 Ok(())
@@ -712,7 +724,9 @@ impl<'p> Session<'p> {
             }
         })?;
         self.join(pid, a, None)?;
-        self.weave_late_member(self.members.len() - 1)
+        let t2 = Instant::now();
+        self.weave_late_member(self.members.len() - 1)?;
+        Ok([t1 - t0, t2 - t1, t2.elapsed()])
     }
 
     /// Deliver events, run interval probes, until `exit()`, every target ends, or
