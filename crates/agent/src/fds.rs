@@ -53,3 +53,28 @@ pub fn high(fd: OwnedFd) -> OwnedFd {
     // SAFETY: `raw` is the descriptor just moved (or the original), owned here.
     unsafe { OwnedFd::from_raw_fd(raw) }
 }
+
+/// Grows the process's descriptor table past [`floor`] now, in the agent's
+/// constructor: growing it later, from the control thread of a process with several
+/// threads, makes the kernel wait for an RCU grace period (`expand_fdtable`), ~10 ms
+/// of every first session in a process. While the process has one thread (a launched
+/// command, a process caught as it starts) growing it costs nothing. The table never
+/// shrinks; no descriptor is left open.
+pub fn grow_table() {
+    let floor = floor();
+    if floor <= 3 {
+        return;
+    }
+    // SAFETY: opening, duplicating and closing descriptors of our own.
+    unsafe {
+        let fd = libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+        if fd < 0 {
+            return;
+        }
+        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor + 1);
+        if high >= 0 {
+            libc::close(high);
+        }
+        libc::close(fd);
+    }
+}

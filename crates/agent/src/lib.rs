@@ -65,6 +65,7 @@ fn init() {
     if threads::init().is_err() {
         return;
     }
+    fds::grow_table();
     // Faults that are not weft's go to the target's (virtual) disposition.
     let chain: fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = signals::chain;
     weft_runtime::safe::CHAIN.store(chain as usize, core::sync::atomic::Ordering::Release);

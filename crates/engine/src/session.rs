@@ -781,11 +781,14 @@ impl<'p> Session<'p> {
                 .iter()
                 .map(|t| t.saturating_duration_since(Instant::now()))
                 .min();
-            std::thread::sleep(
-                sleep
-                    .unwrap_or(Duration::from_millis(5))
-                    .min(Duration::from_millis(5)),
-            );
+            let sleep = sleep
+                .unwrap_or(Duration::from_millis(5))
+                .min(Duration::from_millis(5));
+            match &self.watcher {
+                // Woken as soon as the kernel catches a process.
+                Some(w) => w.wait(sleep),
+                None => std::thread::sleep(sleep),
+            }
         }
     }
 

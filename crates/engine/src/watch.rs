@@ -351,6 +351,19 @@ impl Watcher {
         out
     }
 
+    /// Wait up to `timeout` for a process to be caught (the ring's descriptor
+    /// becomes readable), so that one is woven as soon as it is stopped.
+    pub fn wait(&self, timeout: std::time::Duration) {
+        use std::os::fd::AsRawFd;
+        let mut pfd = libc::pollfd {
+            fd: self.caught.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
+    }
+
     /// Let caught process `pid` go on.
     pub fn resume(&mut self, pid: i32) {
         resume_caught(pid);
