@@ -270,7 +270,15 @@ fn start_system_wide(
     opts: &TraceOptions,
 ) -> Result<()> {
     // The kernel catches new processes first, so none starting meanwhile is missed.
-    let watcher = watch::Watcher::start(files)?;
+    let watcher = watch::Watcher::start(files);
+    if let Some(why) = &watcher.fallback {
+        eprintln!(
+            "weft: the kernel cannot catch processes as they start ({why}): weft looks for \
+             new ones in /proc every {} ms instead, and calls they make before it attaches \
+             are missed",
+            watch::PROC_SCAN_EVERY.as_millis()
+        );
+    }
     if opts.verbose {
         for p in &watcher.points {
             eprintln!("weft: system-wide: processes are caught as they start at {p}");

@@ -316,3 +316,35 @@ fn sigkill_of_weft_with_a_process_caught_or_held_leaves_it_running() {
         );
     }
 }
+
+/// Where the kernel cannot catch processes (no eBPF; forced here with
+/// `WEFT_TEST_NO_EBPF`), weft says so and finds new processes in `/proc`: a process
+/// started after weft is woven within a scan, and counted exactly from then on.
+#[test]
+fn without_ebpf_new_processes_are_found_in_proc() {
+    let t = Targets::build("noebpf");
+    let bin = t.path("sw");
+    let prog = format!("uprobe:{}:f {{ @[pid] = count(); }} {WOVEN}", bin.display());
+    let mut w = Background::start_with_env(&["-e", &prog], &[("WEFT_TEST_NO_EBPF", "1")]);
+    w.wait_line("looks for new ones in /proc", true, T);
+    w.wait_line("woven", false, T);
+    let mut late = Spawned::start(&bin, &["4", "wait"]);
+    late.wait_line("ready", T);
+    let deadline = std::time::Instant::now() + T;
+    while code_matches_file(late.pid(), &bin) {
+        assert!(std::time::Instant::now() < deadline, "never woven");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: signalling a child of this test that is still running.
+    unsafe { libc::kill(late.pid(), libc::SIGUSR1) };
+    assert!(late.child.wait().unwrap().success());
+    w.signal(libc::SIGINT);
+    let o = w.finish(T);
+    let out = ok(&o);
+    assert_eq!(
+        keyed(&out, "@"),
+        BTreeMap::from([(late.pid() as i64, 4)]),
+        "{out}\n{}",
+        text(&o.stderr)
+    );
+}

@@ -706,14 +706,19 @@ impl<'p> Session<'p> {
         let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
             .map(|d| d.count())
             .unwrap_or(0);
-        if threads == 1 {
+        let stopped = self.watcher.as_ref().is_some_and(|w| w.stops());
+        if stopped && threads == 1 {
             target::attach_held(pid, &agent, &self.listener.name)?;
         } else {
-            crate::watch::resume_caught(pid);
+            if stopped {
+                crate::watch::resume_caught(pid);
+            }
             target::attach(pid, &agent, &self.listener.name, None)?;
         }
         // Held (or attached): it may run now; its thread waits in the agent.
-        crate::watch::resume_caught(pid);
+        if stopped {
+            crate::watch::resume_caught(pid);
+        }
         weft_inject::die::at("held");
         let t1 = Instant::now();
         let a = self.listener.accept(pid, Duration::from_secs(10), || {

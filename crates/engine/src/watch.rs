@@ -203,7 +203,8 @@ pub fn mapping_processes(files: &[WatchedFile]) -> Vec<i32> {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
-        if pid == me {
+        // Not weft, nor a process of weft's own (its guardian).
+        if pid == me || parent_of(pid) == Some(me) {
             continue;
         }
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
@@ -214,6 +215,13 @@ pub fn mapping_processes(files: &[WatchedFile]) -> Vec<i32> {
         }
     }
     out.into_iter().collect()
+}
+
+/// The parent of process `pid`.
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Whether a `/proc/PID/maps` line maps one of `files`: by path, or by inode and
@@ -240,23 +248,157 @@ fn maps_line_is_one_of(line: &str, files: &[WatchedFile]) -> bool {
     })
 }
 
-/// The kernel side: uprobes on the files with the catching program, and the ring
-/// weft reads the caught pids from. Dropping it takes them all out.
+/// How weft learns of processes that start: the kernel catches them (eBPF on
+/// uprobes: [`Kernel`]), or, where the kernel cannot, weft reads `/proc` every
+/// [`PROC_SCAN_EVERY`] and attaches to what it finds (calls made before are missed).
 pub struct Watcher {
     files: Vec<WatchedFile>,
+    kernel: Option<Kernel>,
+    /// Without the kernel: the processes found so far, and when to look again.
+    known: std::collections::HashSet<i32>,
+    next_scan: std::time::Instant,
+    /// Where the uprobes are (for `-v`).
+    pub points: Vec<String>,
+    /// Why the kernel cannot catch processes, when weft watches `/proc` instead.
+    pub fallback: Option<String>,
+}
+
+/// How often `/proc` is read without the kernel's help.
+pub const PROC_SCAN_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// `WEFT_TEST_NO_EBPF=1`: behave as on a kernel without eBPF (tests of the `/proc`
+/// fallback).
+const NO_EBPF_ENV: &str = "WEFT_TEST_NO_EBPF";
+
+/// The kernel side: uprobes on the files with the catching program, and the ring
+/// weft reads the caught pids from. Dropping it takes them all out.
+struct Kernel {
     guardian: Guardian,
     caught: RingBuf<MapData>,
     seen: BpfHashMap<MapData, u32, u32>,
-    /// Where the uprobes are (for `-v`).
-    pub points: Vec<String>,
     /// Keeps the programs (and their links) loaded.
     ebpf: Option<aya::Ebpf>,
 }
 
 impl Watcher {
-    /// Load the catching program and set its uprobes for `files`.
-    pub fn start(files: &[WatchedFile]) -> Result<Watcher> {
-        let cant = "weft catches new processes with eBPF (kernel uprobes and the sched \
+    /// Catch the processes that start running `files`: with the kernel's help
+    /// where it can, else by watching `/proc` (and [`Watcher::fallback`] says why).
+    pub fn start(files: &[WatchedFile]) -> Watcher {
+        let kernel = if std::env::var_os(NO_EBPF_ENV).is_some() {
+            Err(anyhow!("{NO_EBPF_ENV} is set"))
+        } else {
+            Kernel::start(files)
+        };
+        let (kernel, points, fallback) = match kernel {
+            Ok((k, points)) => (Some(k), points, None),
+            Err(e) => (None, Vec::new(), Some(format!("{e:#}"))),
+        };
+        Watcher {
+            files: files.to_vec(),
+            kernel,
+            known: std::collections::HashSet::new(),
+            next_scan: std::time::Instant::now(),
+            points,
+            fallback,
+        }
+    }
+
+    /// Whether a process this reports is stopped where it started (the kernel
+    /// caught it), rather than found running.
+    pub fn stops(&self) -> bool {
+        self.kernel.is_some()
+    }
+
+    /// `pid` is woven (or being woven) already: it is not reported again (with the
+    /// kernel: until it execs).
+    pub fn seen(&mut self, pid: i32) {
+        self.known.insert(pid);
+        if let Some(k) = self.kernel.as_mut() {
+            let _ = k.seen.insert(pid as u32, 1, 0);
+        }
+    }
+
+    /// Whether process `pid` maps one of the watched files (a process caught at
+    /// `__libc_start_main` may map none: it is let go).
+    pub fn concerns(&self, pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .is_ok_and(|m| m.lines().any(|l| maps_line_is_one_of(l, &self.files)))
+    }
+
+    /// Processes caught since the last call (each stopped, or about to stop: the
+    /// guardian knows them until [`Watcher::resume`]); without the kernel, processes
+    /// that map a watched file and were not reported before.
+    pub fn poll(&mut self) -> Vec<i32> {
+        let Some(k) = self.kernel.as_mut() else {
+            if std::time::Instant::now() < self.next_scan {
+                return Vec::new();
+            }
+            self.next_scan = std::time::Instant::now() + PROC_SCAN_EVERY;
+            let new: Vec<i32> = mapping_processes(&self.files)
+                .into_iter()
+                .filter(|p| !self.known.contains(p))
+                .collect();
+            self.known.extend(&new);
+            return new;
+        };
+        let mut out = Vec::new();
+        while let Some(item) = k.caught.next() {
+            if let Some(b) = item.get(..4) {
+                let pid = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+                if !out.contains(&pid) {
+                    out.push(pid);
+                }
+            }
+        }
+        for &pid in &out {
+            k.guardian.tell(pid);
+        }
+        out
+    }
+
+    /// Wait up to `timeout` for a process to be caught (the ring's descriptor
+    /// becomes readable), so that one is woven as soon as it is stopped.
+    pub fn wait(&self, timeout: std::time::Duration) {
+        use std::os::fd::AsRawFd;
+        let Some(k) = self.kernel.as_ref() else {
+            std::thread::sleep(timeout);
+            return;
+        };
+        let mut pfd = libc::pollfd {
+            fd: k.caught.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll on one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
+    }
+
+    /// Let caught process `pid` go on.
+    pub fn resume(&mut self, pid: i32) {
+        if let Some(k) = self.kernel.as_mut() {
+            resume_caught(pid);
+            k.guardian.tell(-pid);
+        }
+    }
+
+    /// Take the uprobes out and let every process caught until then go on (none is
+    /// caught afterwards, so none is left stopped).
+    pub fn stop(mut self) {
+        if let Some(k) = self.kernel.as_mut() {
+            k.ebpf = None;
+        }
+        if self.kernel.is_some() {
+            for pid in self.poll() {
+                self.resume(pid);
+            }
+        }
+    }
+}
+
+impl Kernel {
+    /// Load the catching program and set its uprobes for `files`; where they are.
+    fn start(files: &[WatchedFile]) -> Result<(Kernel, Vec<String>)> {
+        let cant = "loading weft's eBPF program (kernel uprobes and the sched \
                     tracepoints; needs root or CAP_BPF+CAP_PERFMON)";
         // Before any uprobe exists, so that it holds none of their descriptors.
         let guardian = Guardian::spawn()?;
@@ -310,75 +452,15 @@ impl Watcher {
             ebpf.take_map("seen")
                 .ok_or_else(|| anyhow!("the eBPF object has no map `seen`"))?,
         )?;
-        Ok(Watcher {
-            files: files.to_vec(),
-            guardian,
-            caught,
-            seen,
+        Ok((
+            Kernel {
+                guardian,
+                caught,
+                seen,
+                ebpf: Some(ebpf),
+            },
             points,
-            ebpf: Some(ebpf),
-        })
-    }
-
-    /// `pid` is woven (or being woven) already: the kernel does not stop it, until it
-    /// execs.
-    pub fn seen(&mut self, pid: i32) {
-        let _ = self.seen.insert(pid as u32, 1, 0);
-    }
-
-    /// Whether process `pid` maps one of the watched files (a process caught at
-    /// `__libc_start_main` may map none: it is let go).
-    pub fn concerns(&self, pid: i32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/maps"))
-            .is_ok_and(|m| m.lines().any(|l| maps_line_is_one_of(l, &self.files)))
-    }
-
-    /// Processes caught since the last call (each stopped, or about to stop): the
-    /// guardian knows them until [`Watcher::resume`].
-    pub fn poll(&mut self) -> Vec<i32> {
-        let mut out = Vec::new();
-        while let Some(item) = self.caught.next() {
-            if let Some(b) = item.get(..4) {
-                let pid = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-                if !out.contains(&pid) {
-                    out.push(pid);
-                }
-            }
-        }
-        for &pid in &out {
-            self.guardian.tell(pid);
-        }
-        out
-    }
-
-    /// Wait up to `timeout` for a process to be caught (the ring's descriptor
-    /// becomes readable), so that one is woven as soon as it is stopped.
-    pub fn wait(&self, timeout: std::time::Duration) {
-        use std::os::fd::AsRawFd;
-        let mut pfd = libc::pollfd {
-            fd: self.caught.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll on one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().max(1) as i32) };
-    }
-
-    /// Let caught process `pid` go on.
-    pub fn resume(&mut self, pid: i32) {
-        resume_caught(pid);
-        self.guardian.tell(-pid);
-    }
-}
-
-impl Watcher {
-    /// Take the uprobes out and let every process caught until then go on (none is
-    /// caught afterwards, so none is left stopped).
-    pub fn stop(mut self) {
-        self.ebpf = None;
-        for pid in self.poll() {
-            self.resume(pid);
-        }
+        ))
     }
 }
 
