@@ -51,11 +51,11 @@ pub struct TraceArgs {
     #[arg(short = 'e', value_name = "PROGRAM")]
     pub program: Option<String>,
     /// Launch this command (split like a shell would) and trace it from its start.
-    #[arg(short = 'c', value_name = "CMD")]
+    #[arg(short = 'c', long = "cmd", value_name = "CMD")]
     pub command: Option<String>,
     /// Attach to this running process; repeat it (or give a comma list) to weave the
     /// same program into several processes.
-    #[arg(short = 'p', value_name = "PID", value_parser = pid_parser(), value_delimiter = ',')]
+    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = pid_parser(), value_delimiter = ',')]
     pub pids: Vec<i32>,
     /// With several processes: refuse the whole session if any of them cannot be
     /// attached to (by default the others are woven and that one is reported).
@@ -73,8 +73,13 @@ pub struct TraceArgs {
     #[arg(long = "max-processes", value_name = "N", default_value_t = 100)]
     pub max_processes: usize,
     /// Write output to FILE instead of stdout.
-    #[arg(short = 'o', value_name = "FILE")]
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Output buffering (terminal and file), as bpftrace's -B: line (the default:
+    /// written at each newline), full (when the buffer fills, and at the end) or none
+    /// (at each write).
+    #[arg(short = 'B', value_name = "MODE", value_parser = ["line", "full", "none"])]
+    pub buffering: Option<String>,
     /// Output format: text (default) or json.
     #[arg(short = 'f', value_name = "FORMAT")]
     pub format: Option<String>,
@@ -83,15 +88,32 @@ pub struct TraceArgs {
     #[arg(long = "record", value_name = "FILE")]
     pub record: Option<PathBuf>,
     /// Quiet: no "Attaching N probes..." line.
-    #[arg(short = 'q')]
+    #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
     /// Verbose: how each site was woven, pause times.
-    #[arg(short = 'v')]
+    #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
     /// Dump the program after a stage: ast, expanded, checked or program (also
     /// named parse, expand, check, lower), on stderr.
-    #[arg(short = 'd', value_name = "STAGE")]
+    #[arg(short = 'd', long = "debug", value_name = "STAGE")]
     pub dump: Vec<String>,
+    /// Accepted for bpftrace's command lines (`-k`, `-kk`: warn when a read of
+    /// memory fails): weft always counts failed reads and reports them at the end.
+    #[arg(short = 'k', long = "warnings", action = clap::ArgAction::Count)]
+    pub warnings: u8,
+    /// Run only the probes whose name (`uprobe:./app:parse`, `BEGIN`, ...) matches
+    /// this regular expression.
+    #[arg(long = "probe-filter", value_name = "REGEX")]
+    pub probe_filter: Option<String>,
+    /// Accepted for bpftrace's command lines: weft raises a USDT probe's semaphore in
+    /// every process it weaves, and with neither -p nor -c that is every process that
+    /// maps the file, which is what this asks of bpftrace.
+    #[arg(long = "usdt-file-activation")]
+    pub usdt_file_activation: bool,
+    /// Accepted for bpftrace's command lines: bpftrace's kernel features
+    /// (uprobe_multi, kprobe_multi, kprobe_session) are not used by weft.
+    #[arg(long = "no-feature", value_name = "FEATURE,...")]
+    pub no_feature: Option<String>,
     /// Do not print warnings (errors still print).
     #[arg(long = "no-warnings")]
     pub no_warnings: bool,
@@ -116,7 +138,7 @@ pub struct TraceArgs {
     pub no_inline: bool,
     /// List the probes matching the pattern given as the first argument (as
     /// `weft list`; with -v, the arguments' types from DWARF).
-    #[arg(short = 'l')]
+    #[arg(short = 'l', long = "list")]
     pub list: bool,
     /// Program file, then positional parameters ($1, $2, ...).
     #[arg(value_name = "FILE_OR_ARGS")]

@@ -5,7 +5,9 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-use crate::args::TraceArgs;
+use clap::Parser;
+
+use crate::args::Cli;
 
 const DEMO_C: &str = include_str!("../../../tests/targets/demo.c");
 
@@ -46,27 +48,9 @@ pub fn run(requests: u32) -> Result<i32> {
     let prog = DEMO_PROGRAM.replace("DEMO", &b);
     eprintln!("weft demo: weaving into {b} {requests}\n{}", prog.trim());
     eprintln!();
-    crate::trace(TraceArgs {
-        max_processes: 100,
-        program: Some(prog),
-        command: Some(format!("{b} {requests}")),
-        pids: Vec::new(),
-        all_or_nothing: false,
-        follow_fork: false,
-        output: None,
-        record: None,
-        format: None,
-        quiet: false,
-        verbose: false,
-        dump: Vec::new(),
-        unsafe_ok: false,
-        no_warnings: false,
-        dry_run: false,
-        info: false,
-        max_threads: None,
-        no_inline: false,
-        list: false,
-        args: Vec::new(),
-        program_params: Vec::new(),
-    })
+    // Parsed as the command line would be: every other flag keeps its default.
+    let cmd = format!("{b} {requests}");
+    let cli = Cli::try_parse_from(["weft", "-e", &prog, "-c", &cmd])
+        .context("the demo's own command line")?;
+    crate::trace(cli.trace)
 }

@@ -176,6 +176,27 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         all_or_nothing: t.all_or_nothing,
         follow_fork: t.follow_fork,
         max_processes: t.max_processes,
+        probe_filter: t
+            .probe_filter
+            .as_deref()
+            .map(|re| {
+                regex::Regex::new(re).map_err(|e| {
+                    // One line: the regex crate's message draws the pattern and a caret.
+                    let e = e.to_string();
+                    let why = e
+                        .lines()
+                        .last()
+                        .unwrap_or_default()
+                        .trim_start_matches("error: ");
+                    anyhow!("--probe-filter {re:?}: not a regular expression ({why})")
+                })
+            })
+            .transpose()?,
+        buffering: match t.buffering.as_deref() {
+            Some("full") => trace::Buffering::Full,
+            Some("none") => trace::Buffering::None,
+            _ => trace::Buffering::Line,
+        },
         print: true,
     };
     trace::run(&prog, &opts)

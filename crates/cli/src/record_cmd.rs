@@ -122,6 +122,8 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         all_or_nothing: false,
         follow_fork: a.follow_fork,
         max_processes: 0,
+        probe_filter: None,
+        buffering: Default::default(),
         print: false,
     };
     let mut tally = Tally::default();

@@ -41,9 +41,58 @@ pub struct TraceOptions {
     pub follow_fork: bool,
     /// System-wide: the most processes that may map the probed files at the start.
     pub max_processes: usize,
+    /// Run only the probes whose name matches (`--probe-filter`).
+    pub probe_filter: Option<regex::Regex>,
+    /// How output is buffered (`-B`).
+    pub buffering: Buffering,
     /// Print records and maps (bpftrace's output); off for `weft record`, whose
     /// output is its file.
     pub print: bool,
+}
+
+/// `-B`: when output is written (bpftrace's modes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Buffering {
+    /// At each newline.
+    #[default]
+    Line,
+    /// When the buffer fills, and at the end.
+    Full,
+    /// At each write.
+    None,
+}
+
+/// Output written as [`Buffering`] says; what is held is written when it is
+/// dropped.
+struct Buffered<W: Write> {
+    inner: std::io::BufWriter<W>,
+    mode: Buffering,
+}
+
+impl<W: Write> Write for Buffered<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.inner.write_all(buf)?;
+        match self.mode {
+            Buffering::None => self.inner.flush()?,
+            Buffering::Line if buf.contains(&b'\n') => self.inner.flush()?,
+            _ => {}
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        // The printer flushes after each batch of records: held in full mode.
+        match self.mode {
+            Buffering::Full => Ok(()),
+            _ => self.inner.flush(),
+        }
+    }
+}
+
+impl<W: Write> Drop for Buffered<W> {
+    fn drop(&mut self) {
+        let _ = self.inner.flush();
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -78,22 +127,47 @@ pub fn run_with(
     extra: &mut [&mut dyn weft_trace::Sink],
 ) -> Result<i32> {
     install_stop_handlers();
-    let needs_target = prog
-        .probes
-        .iter()
-        .any(|p| p.attach.iter().any(AttachPoint::runs_in_target));
+    let only = opts.probe_filter.as_ref().map(|re| {
+        let names = weft_engine::pointcut::attach_name_indices(prog);
+        (0..prog.probes.len())
+            .filter(|&i| {
+                names[i].iter().any(|&k| {
+                    prog.probe_names
+                        .get(k as usize)
+                        .is_some_and(|n| re.is_match(n))
+                })
+            })
+            .collect::<Vec<usize>>()
+    });
+    let selected = |i: &usize| only.as_ref().is_none_or(|o| o.contains(i));
+    if only.as_ref().is_some_and(|o| o.is_empty()) {
+        bail!("--probe-filter matches no probe of the program");
+    }
+    let needs_target = (0..prog.probes.len()).filter(selected).any(|i| {
+        prog.probes[i]
+            .attach
+            .iter()
+            .any(AttachPoint::runs_in_target)
+    });
     // No -p, no -c: the probes apply to every process that maps a probed file.
     let system_wide = needs_target && matches!(opts.target, Target::None);
     let watched = if system_wide {
-        watched_files(prog)?
+        watched_files(prog, &selected)?
     } else {
         Vec::new()
     };
     let out: Box<dyn Write> = match &opts.output {
-        Some(p) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        )),
-        None => Box::new(std::io::stdout()),
+        Some(p) => Box::new(Buffered {
+            inner: std::io::BufWriter::with_capacity(
+                64 << 10,
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            ),
+            mode: opts.buffering,
+        }),
+        None => Box::new(Buffered {
+            inner: std::io::BufWriter::with_capacity(64 << 10, std::io::stdout()),
+            mode: opts.buffering,
+        }),
     };
     let mut printer = Printer {
         to_file: opts.output.is_some(),
@@ -126,6 +200,7 @@ pub fn run_with(
         all_or_nothing: opts.all_or_nothing,
         follow_fork: follow,
         system_wide,
+        only_probes: only.clone(),
         ..Options::default()
     };
     let attaching = matches!(opts.target, Target::Attach(_)) || system_wide;
@@ -227,7 +302,10 @@ fn attach_all(session: &mut Session<'_>, pids: &[i32], all_or_nothing: bool) -> 
 
 /// The files the probes name, for a system-wide session: each probe's binary or
 /// library, as a path or a library name (`libc`), resolved without a process.
-fn watched_files(prog: &Program) -> Result<Vec<watch::WatchedFile>> {
+fn watched_files(
+    prog: &Program,
+    selected: &dyn Fn(&usize) -> bool,
+) -> Result<Vec<watch::WatchedFile>> {
     let search = weft_symbols::LibrarySearch::system();
     let ctx = weft_symbols::TargetContext {
         process: None,
@@ -235,7 +313,10 @@ fn watched_files(prog: &Program) -> Result<Vec<watch::WatchedFile>> {
         search: &search,
     };
     let mut files: Vec<watch::WatchedFile> = Vec::new();
-    for a in prog.probes.iter().flat_map(|p| &p.attach) {
+    for a in (0..prog.probes.len())
+        .filter(selected)
+        .flat_map(|i| &prog.probes[i].attach)
+    {
         let (AttachPoint::Uprobe { target, .. }
         | AttachPoint::Uretprobe { target, .. }
         | AttachPoint::Usdt { target, .. }) = a

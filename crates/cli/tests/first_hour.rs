@@ -618,3 +618,78 @@ fn probe_names_the_binary_as_written() {
         "{out}"
     );
 }
+
+/// bpftrace's command line as upstream writes it: long forms of the short flags
+/// (`--cmd`, `--pid`, `--output`, `--quiet`, `--verbose`, `--debug`, `--list`),
+/// `-B` output buffering (the same bytes in every mode), `--probe-filter` (only the
+/// probes whose name matches run), and the flags weft accepts for compatibility
+/// (`-k`, `--usdt-file-activation`, `--no-feature`).
+#[test]
+fn upstream_command_line_forms() {
+    let calls = build("calls.c", Variant::O2_PIE, &[]);
+    let c = calls.to_str().unwrap();
+    let dir = repo_root()
+        .join("target/tmp")
+        .join(format!("cli-forms-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = format!(
+        "uprobe:{c}:work {{ @w = count(); printf(\"w %d\\n\", arg0); }} \
+         uprobe:{c}:tiny {{ @t = count(); }}"
+    );
+    let cmd = format!("{c} 5");
+    let mut files = Vec::new();
+    for mode in ["line", "full", "none"] {
+        let out = dir.join(format!("{mode}.txt"));
+        let o = weft(
+            &[
+                "-B",
+                mode,
+                "--quiet",
+                "--output",
+                out.to_str().unwrap(),
+                "--cmd",
+                &cmd,
+                "-e",
+                &prog,
+                "-k",
+                "-kk",
+                "--usdt-file-activation",
+                "--no-feature",
+                "uprobe_multi",
+            ],
+            T,
+        );
+        assert!(o.status.success(), "{mode}: {o:?}");
+        files.push(std::fs::read_to_string(&out).unwrap());
+    }
+    assert!(
+        files[0].starts_with("w 0\nw 1\nw 2\nw 3\nw 4\n"),
+        "{}",
+        files[0]
+    );
+    assert!(
+        files[0].contains("@t: 5\n") && files[0].contains("@w: 5\n"),
+        "{}",
+        files[0]
+    );
+    assert_eq!(files[0], files[1]);
+    assert_eq!(files[0], files[2]);
+    // Only the probes whose name matches run.
+    let o = weft(&["--probe-filter", ":tiny$", "-c", &cmd, "-e", &prog], T);
+    let out = ok(&o);
+    assert_eq!(map_value(&out, "@t"), Some(5), "{out}");
+    assert!(!out.contains("w 0") && !out.contains("@w: 5"), "{out}");
+    refused(
+        &weft(&["--probe-filter", "nothing", "-c", &cmd, "-e", &prog], T),
+        "--probe-filter matches no probe of the program",
+    );
+    refused(
+        &weft(&["--probe-filter", "(", "-c", &cmd, "-e", &prog], T),
+        "--probe-filter \"(\": not a regular expression (unclosed group)",
+    );
+    // --list and --verbose, as -l and -v.
+    let o = weft(&["--list", &format!("uprobe:{c}:wor*")], T);
+    assert_eq!(ok(&o), format!("uprobe:{c}:work\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -50,6 +50,9 @@ pub struct Options {
     /// until its members end; a member that fails is left out, never the session;
     /// processes the kernel catches as they start join it ([`Session::watch`]).
     pub system_wide: bool,
+    /// Run only these probes (indices in the program; `--probe-filter`); all when
+    /// `None`.
+    pub only_probes: Option<Vec<usize>>,
 }
 
 impl Default for Options {
@@ -62,6 +65,7 @@ impl Default for Options {
             all_or_nothing: false,
             follow_fork: false,
             system_wide: false,
+            only_probes: None,
         }
     }
 }
@@ -160,7 +164,15 @@ impl<'p> Session<'p> {
         let mut end = Vec::new();
         let mut intervals = Vec::new();
         let mut bodies = Vec::new();
-        for (p, names) in prog.probes.iter().zip(attach_name_indices(prog)) {
+        for (i, (p, names)) in prog
+            .probes
+            .iter()
+            .zip(attach_name_indices(prog))
+            .enumerate()
+        {
+            if opts.only_probes.as_ref().is_some_and(|o| !o.contains(&i)) {
+                continue;
+            }
             for (a, name) in p.attach.iter().zip(names) {
                 let slot = bodies.len();
                 match a {
@@ -315,7 +327,7 @@ impl<'p> Session<'p> {
     /// Resolve the program in every member, compile its advice and write the code;
     /// returns the number of probes ("Attaching N probes").
     pub fn prepare(&mut self) -> Result<usize> {
-        let all: Vec<usize> = (0..self.prog.probes.len()).collect();
+        let all: Vec<usize> = self.selected();
         self.prepare_probes(&all)
     }
 
@@ -633,10 +645,18 @@ impl<'p> Session<'p> {
         }
     }
 
+    /// The probes this session runs: all, or those `--probe-filter` kept.
+    fn selected(&self) -> Vec<usize> {
+        match &self.opts.only_probes {
+            Some(o) => o.clone(),
+            None => (0..self.prog.probes.len()).collect(),
+        }
+    }
+
     /// Weave the whole program into member `i`, which joined while the session runs,
     /// and let it go on.
     fn weave_late_member(&mut self, i: usize) -> Result<()> {
-        let all: Vec<usize> = (0..self.prog.probes.len()).collect();
+        let all: Vec<usize> = self.selected();
         let (w, _) = self.plan(&all, Some(i))?;
         self.patch(&w)?;
         if self.members[i].alive {
