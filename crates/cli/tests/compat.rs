@@ -12,6 +12,9 @@
 //! * `#! golden`: bpftrace 0.17 lacks the language (for, let, len, has_key, ...): weft's
 //!   output is compared with `compat/golden/NAME.out` instead (`UPDATE_GOLDEN=1`
 //!   rewrites those; check the diff by hand).
+//! * `#! times`: the output holds wall-clock times (`tseries`): in both outputs each
+//!   `HH:MM:SS` becomes `hh:mm:ss` (and the digits of its fraction `f`), each
+//!   `YYYY-MM-DD` becomes `yyyy-mm-dd`, before they are compared.
 //!
 //! The test fails when bpftrace is missing or cannot attach uprobes (`scripts/setup`
 //! installs it and mounts tracefs), and on every mismatch not in [`KNOWN_DIFFERENCES`]
@@ -93,6 +96,7 @@ struct Program {
     args: Vec<String>,
     flags: Vec<String>,
     golden: bool,
+    times: bool,
 }
 
 fn corpus_dir() -> PathBuf {
@@ -112,6 +116,7 @@ fn parse_corpus(path: &Path) -> Vec<Program> {
                 args: Vec::new(),
                 flags: Vec::new(),
                 golden: false,
+                times: false,
             });
             continue;
         }
@@ -123,6 +128,7 @@ fn parse_corpus(path: &Path) -> Vec<Program> {
                 Some((k, rest)) if k == "args" => p.args = rest.to_vec(),
                 Some((k, rest)) if k == "flags" => p.flags = rest.to_vec(),
                 Some((k, _)) if k == "golden" => p.golden = true,
+                Some((k, _)) if k == "times" => p.times = true,
                 _ => panic!("{}: unknown directive {line:?}", p.name),
             }
         } else {
@@ -243,8 +249,9 @@ fn compare(p: &Program, bin: &Path, golden_update: bool) -> Verdict {
     let bpftrace =
         (!p.golden).then(|| run_with_timeout(command(Path::new("bpftrace"), p, bin), RUN_TIMEOUT));
     let weft = run_with_timeout(command(&weft_bin(), p, bin), RUN_TIMEOUT);
+    let mask = |s: String| if p.times { mask_times(&s) } else { s };
     let actual = match &weft {
-        Some(o) if o.status.code() == Some(0) => text(&weft_stdout(o)),
+        Some(o) if o.status.code() == Some(0) => mask(text(&weft_stdout(o))),
         Some(o) => format!(
             "<weft exited with {}>\n{}\n<stderr>\n{}",
             o.status,
@@ -263,7 +270,7 @@ fn compare(p: &Program, bin: &Path, golden_update: bool) -> Verdict {
             .unwrap_or_else(|e| format!("<no golden {}: {e}>", path.display()))
     } else {
         match bpftrace.flatten() {
-            Some(o) if o.status.success() => text(&o.stdout),
+            Some(o) if o.status.success() => mask(text(&o.stdout)),
             Some(o) => format!(
                 "<bpftrace exited with {}>\n{}\n<stderr>\n{}",
                 o.status,
@@ -278,6 +285,49 @@ fn compare(p: &Program, bin: &Path, golden_update: bool) -> Verdict {
     } else {
         Verdict::Differs { expected, actual }
     }
+}
+
+/// `s` with its wall-clock times masked (the `#! times` directive).
+fn mask_times(s: &str) -> String {
+    let b = s.as_bytes();
+    let digits = |at: usize, n: usize| {
+        b.get(at..at + n)
+            .is_some_and(|d| d.iter().all(u8::is_ascii_digit))
+    };
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hms = digits(i, 2)
+            && b.get(i + 2) == Some(&b':')
+            && digits(i + 3, 2)
+            && b.get(i + 5) == Some(&b':')
+            && digits(i + 6, 2);
+        let ymd = digits(i, 4)
+            && b.get(i + 4) == Some(&b'-')
+            && digits(i + 5, 2)
+            && b.get(i + 7) == Some(&b'-')
+            && digits(i + 8, 2);
+        if hms {
+            out.push_str("hh:mm:ss");
+            i += 8;
+            if b.get(i) == Some(&b'.') {
+                out.push('.');
+                i += 1;
+                while b.get(i).is_some_and(u8::is_ascii_digit) {
+                    out.push('f');
+                    i += 1;
+                }
+            }
+        } else if ymd {
+            out.push_str("yyyy-mm-dd");
+            i += 10;
+        } else {
+            let c = s[i..].chars().next().unwrap_or(' ');
+            out.push(c);
+            i += c.len_utf8();
+        }
+    }
+    out
 }
 
 /// A copy of `bin` (a new inode) at a path that depends only on `name`.
@@ -313,6 +363,7 @@ fn require_bpftrace(bin: &Path) {
         args: Vec::new(),
         flags: Vec::new(),
         golden: false,
+        times: false,
     };
     let o = run_with_timeout(command(Path::new("bpftrace"), &probe, bin), RUN_TIMEOUT);
     let ok = o

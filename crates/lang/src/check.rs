@@ -10,7 +10,10 @@
 
 use std::collections::HashMap;
 
-use weft_ir::{AttachPoint, CField, CStruct, Config, MapValue, StackMode, Type, PRINTF_MAX_WIDTH};
+use weft_ir::{
+    AttachPoint, CField, CStruct, Config, MapValue, StackMode, TseriesAgg, Type, PRINTF_MAX_WIDTH,
+    TSERIES_MAX_INTERVALS,
+};
 
 use crate::ast::*;
 use crate::builtins;
@@ -360,6 +363,7 @@ fn agg_name(v: &MapValue) -> &'static str {
         MapValue::Stats { .. } => "stats",
         MapValue::Hist { .. } => "hist",
         MapValue::Lhist { .. } => "lhist",
+        MapValue::Tseries { .. } => "tseries",
     }
 }
 
@@ -368,6 +372,21 @@ fn describe_value(v: &MapValue) -> String {
         MapValue::Plain(t) => format!("`{t}`"),
         MapValue::Hist { k } if *k > 0 => format!("`hist(_, {k})`"),
         MapValue::Lhist { min, max, step } => format!("`lhist(_, {min}, {max}, {step})`"),
+        MapValue::Tseries {
+            interval_ns,
+            intervals,
+            agg: TseriesAgg::Last,
+            ..
+        } => format!("`tseries(_, {interval_ns}, {intervals})`"),
+        MapValue::Tseries {
+            interval_ns,
+            intervals,
+            agg,
+            ..
+        } => format!(
+            "`tseries(_, {interval_ns}, {intervals}, \"{}\")`",
+            agg.name()
+        ),
         other => format!("`{}()`", agg_name(other)),
     }
 }
@@ -1549,7 +1568,12 @@ impl<'a> Checker<'a> {
                     // Signedness of sum/min/max/avg/stats follows the first use.
                     (a, b)
                         if agg_name(a) == agg_name(b)
-                            && !matches!(a, MapValue::Hist { .. } | MapValue::Lhist { .. }) =>
+                            && !matches!(
+                                a,
+                                MapValue::Hist { .. }
+                                    | MapValue::Lhist { .. }
+                                    | MapValue::Tseries { .. }
+                            ) =>
                     {
                         Some(a.clone())
                     }
@@ -1743,8 +1767,77 @@ impl<'a> Checker<'a> {
                 }
                 Some(MapValue::Lhist { min, max, step })
             }
+            "tseries" => {
+                if !arity(self) || !int_arg(self, 0) {
+                    return None;
+                }
+                self.tseries(&args, signed(&tys[0]))
+            }
             _ => None,
         }
+    }
+
+    /// The literal arguments of `tseries(v, interval, intervals[, agg])`, with
+    /// upstream's rules (stdlib.md: `interval_ns` and `num_intervals` positive
+    /// literals, `agg` one of avg/max/min/sum) and weft's bound on `intervals`.
+    fn tseries(&mut self, args: &[Expr], signed: bool) -> Option<MapValue> {
+        let interval_ns = match literal_int(&args[1]) {
+            Some(v) if v >= 1 => v as u64,
+            Some(v) => {
+                let msg = format!("tseries() interval_ns must be >= 1 ({v} provided)");
+                self.err(args[1].span, msg);
+                return None;
+            }
+            None => {
+                let msg =
+                    "tseries(): the interval must be an integer literal (a duration such as 100ms)";
+                self.err(args[1].span, msg);
+                return None;
+            }
+        };
+        let intervals = match literal_int(&args[2]) {
+            Some(v) if (1..=i64::from(TSERIES_MAX_INTERVALS)).contains(&v) => v as u32,
+            Some(v) => {
+                let msg = format!(
+                    "tseries(): the number of intervals must be from 1 to {TSERIES_MAX_INTERVALS} ({v} provided)"
+                );
+                self.err(args[2].span, msg);
+                return None;
+            }
+            None => {
+                let msg = "tseries(): the number of intervals must be an integer literal";
+                self.err(args[2].span, msg);
+                return None;
+            }
+        };
+        let agg = match args.get(3).map(|a| (a, &a.kind)) {
+            None => TseriesAgg::Last,
+            Some((a, ExprKind::Str(s))) => {
+                let name = String::from_utf8_lossy(s);
+                match TseriesAgg::from_name(&name) {
+                    Some(agg) => agg,
+                    None => {
+                        let msg = format!(
+                            "tseries() expects one of the following aggregation functions: avg, max, min, sum (\"{name}\" provided)"
+                        );
+                        self.err(a.span, msg);
+                        return None;
+                    }
+                }
+            }
+            Some((a, _)) => {
+                let msg =
+                    "tseries(): the aggregation must be a string literal: avg, max, min or sum";
+                self.err(a.span, msg);
+                return None;
+            }
+        };
+        Some(MapValue::Tseries {
+            interval_ns,
+            intervals,
+            agg,
+            signed,
+        })
     }
 
     // ---- expressions ------------------------------------------------------------

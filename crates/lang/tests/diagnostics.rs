@@ -1506,3 +1506,56 @@ fn reg_names_as_upstream() {
         "#]],
     );
 }
+
+/// `tseries` takes literals, as upstream's checker (its messages for the interval,
+/// the aggregation name), and at most weft's number of intervals; two uses of one
+/// map must agree on all of them.
+#[test]
+fn tseries_arguments() {
+    check(
+        "BEGIN { @a = tseries(1, 0, 10); @b = tseries(1, 1s, 0); @c = tseries(1, 1s, 5, \"stats\");\n@d = tseries(1, $1 + 1, 5); @e = tseries(\"x\", 1s, 5); @f = tseries(1, 1s, 5); @f = tseries(1, 1s, 6, \"max\"); }",
+        expect![[r#"
+            error: tseries() interval_ns must be >= 1 (0 provided)
+             --> script.bt:1:25
+              |
+            1 | BEGIN { @a = tseries(1, 0, 10); @b = tseries(1, 1s, 0); @c = tseries(1, 1s, 5, "stats");
+              |                         ^
+
+            error: tseries(): the number of intervals must be from 1 to 1000 (0 provided)
+             --> script.bt:1:53
+              |
+            1 | BEGIN { @a = tseries(1, 0, 10); @b = tseries(1, 1s, 0); @c = tseries(1, 1s, 5, "stats");
+              |                                                     ^
+
+            error: tseries() expects one of the following aggregation functions: avg, max, min, sum ("stats" provided)
+             --> script.bt:1:80
+              |
+            1 | BEGIN { @a = tseries(1, 0, 10); @b = tseries(1, 1s, 0); @c = tseries(1, 1s, 5, "stats");
+              |                                                                                ^^^^^^^
+
+            error: tseries(): the interval must be an integer literal (a duration such as 100ms)
+             --> script.bt:2:17
+              |
+            2 | @d = tseries(1, $1 + 1, 5); @e = tseries("x", 1s, 5); @f = tseries(1, 1s, 5); @f = tseries(1, 1s, 6, "max"); }
+              |                 ^^^^^^
+
+            error: tseries() needs an integer argument, not `string[2]`
+             --> script.bt:2:42
+              |
+            2 | @d = tseries(1, $1 + 1, 5); @e = tseries("x", 1s, 5); @f = tseries(1, 1s, 5); @f = tseries(1, 1s, 6, "max"); }
+              |                                          ^^^
+
+            error: type mismatch for `@f`: assigning `tseries(_, 1000000000, 6, "max")` to a map that holds `tseries(_, 1000000000, 5)`
+             --> script.bt:2:84
+              |
+            2 | @d = tseries(1, $1 + 1, 5); @e = tseries("x", 1s, 5); @f = tseries(1, 1s, 5); @f = tseries(1, 1s, 6, "max"); }
+              |                                                                                    ^^^^^^^^^^^^^^^^^^^^^^^^
+            note: the map's type was set here
+             --> script.bt:2:60
+              |
+            2 | @d = tseries(1, $1 + 1, 5); @e = tseries("x", 1s, 5); @f = tseries(1, 1s, 5); @f = tseries(1, 1s, 6, "max"); }
+              |                                                            ^^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
