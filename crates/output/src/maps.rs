@@ -27,8 +27,8 @@
 //! 0 means "none" for both.
 //!
 //! **Layout.** Entries are joined by a newline and the map ends with one (`stats`/`avg`
-//! maps: two); `hist`/`lhist` entries put their rows on the lines after `@h[k]: `, so a
-//! blank line separates them. An empty map prints one newline (`stats`/`avg`: two).
+//! maps: two); `hist`/`lhist`/`tseries` entries put their rows on the lines after
+//! `@h[k]:` (upstream; 0.17 wrote `@h[k]: `), so a blank line separates them. An empty map prints one newline (`stats`/`avg`: two).
 //! Maps whose values are `usym`s or stacks are joined with nothing (bpftrace 0.17).
 
 use weft_ir::{MapDecl, MapValue, Type};
@@ -71,14 +71,17 @@ pub fn print_map(
             if let Some(kt) = &decl.key {
                 e.extend_from_slice(&render::key_text(&render::key_fields(kt, k, r)));
             }
-            e.extend_from_slice(b": ");
-            if matches!(decl.value, MapValue::Hist { .. } | MapValue::Lhist { .. }) {
-                e.push(b'\n');
+            if matches!(
+                decl.value,
+                MapValue::Hist { .. } | MapValue::Lhist { .. } | MapValue::Tseries { .. }
+            ) {
+                // Rows on the lines after `@h:` (upstream's text.cpp; bpftrace 0.17
+                // wrote `@h: ` with a trailing space).
+                e.extend_from_slice(b":\n");
+            } else {
+                e.extend_from_slice(b": ");
             }
             if let Some(s) = tseries_of(decl, v, last) {
-                // Upstream: `@name:` and the graph on the lines after.
-                e.pop();
-                e.push(b'\n');
                 e.extend_from_slice(&tseries::text(&s, &|secs| {
                     time::time_text(b"%H:%M:%S", secs)
                         .map(|t| String::from_utf8_lossy(&t).into_owned())
