@@ -1331,12 +1331,26 @@ impl<'a> Checker<'a> {
             );
             return Type::Void;
         }
-        if let ExprKind::Call { name, .. } = &v.kind {
-            if builtins::function(name).is_some_and(|b| b.void) {
-                self.err(v.span, format!("`{name}()` does not return a value"));
-            }
-        }
+        self.no_void_call(v);
         t
+    }
+
+    /// Refuse a call that returns nothing (`join()`, `printf()`, ...) where a value is
+    /// needed: an assignment, or an argument (`printf("%s", join(arg1))`, which
+    /// upstream refuses: "%s specifier expects a value of type string (none
+    /// supplied)").
+    fn no_void_call(&mut self, v: &Expr) {
+        let ExprKind::Call { name, .. } = &v.kind else {
+            return;
+        };
+        if !builtins::function(name).is_some_and(|b| b.void) {
+            return;
+        }
+        let mut d = Diagnostic::error(v.span, format!("`{name}()` does not return a value"));
+        if name == "join" {
+            d = d.with_help("join() prints the joined strings itself: call it as a statement");
+        }
+        self.push(d);
     }
 
     fn assign(&mut self, target: &mut LValue, op: Option<BinOp>, value: &mut Expr, span: Span) {
@@ -2668,7 +2682,9 @@ impl<'a> Checker<'a> {
                 a.ty = Type::Void;
                 tys.push(Type::Void);
             } else {
-                tys.push(self.expr(a));
+                let t = self.expr(a);
+                self.no_void_call(a);
+                tys.push(t);
             }
         }
         let args_snapshot: Vec<Expr> = args.clone();

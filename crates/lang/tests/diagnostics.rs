@@ -1559,3 +1559,35 @@ fn tseries_arguments() {
         "#]],
     );
 }
+
+/// A call that returns nothing is no argument: upstream refuses `printf("%s",
+/// join(arg1))` (`%s specifier expects a value of type string (none supplied)`).
+#[test]
+fn void_call_as_argument() {
+    check(
+        "uprobe:/bin/sh:main { printf(\"%s\\n\", join(arg1)); print(join(arg1, \",\")); $x = join(arg1); join(arg1); }",
+        expect![[r#"
+            error: `join()` does not return a value
+             --> script.bt:1:38
+              |
+            1 | uprobe:/bin/sh:main { printf("%s\n", join(arg1)); print(join(arg1, ",")); $x = join(arg1); join(arg1); }
+              |                                      ^^^^^^^^^^
+              = help: join() prints the joined strings itself: call it as a statement
+
+            error: `join()` does not return a value
+             --> script.bt:1:57
+              |
+            1 | uprobe:/bin/sh:main { printf("%s\n", join(arg1)); print(join(arg1, ",")); $x = join(arg1); join(arg1); }
+              |                                                         ^^^^^^^^^^^^^^^
+              = help: join() prints the joined strings itself: call it as a statement
+
+            error: `join()` does not return a value
+             --> script.bt:1:80
+              |
+            1 | uprobe:/bin/sh:main { printf("%s\n", join(arg1)); print(join(arg1, ",")); $x = join(arg1); join(arg1); }
+              |                                                                                ^^^^^^^^^^
+              = help: join() prints the joined strings itself: call it as a statement
+
+        "#]],
+    );
+}
