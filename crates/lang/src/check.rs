@@ -444,6 +444,31 @@ fn positional_in_attach_points(program: &mut Program, positional: &[String], dia
     }
 }
 
+/// What a statement always ends its block with (`exit()`, `return`, in a loop
+/// `break` and `continue`, an `if` whose branches all do), as said in a warning;
+/// `None` when the next statement may run. As upstream: an `exit` with more than one
+/// argument (an error) does not count, nor a `break` outside a loop.
+fn jumps_away(s: &Stmt, in_loop: bool) -> Option<&'static str> {
+    let block = |b: &Block| b.stmts.iter().find_map(|s| jumps_away(s, in_loop));
+    match &s.kind {
+        StmtKind::Return(_) => Some("`return`"),
+        StmtKind::Break if in_loop => Some("`break`"),
+        StmtKind::Continue if in_loop => Some("`continue`"),
+        StmtKind::Expr(Expr {
+            kind: ExprKind::Call { name, args, .. },
+            ..
+        }) if name == "exit" && args.len() <= 1 => Some("`exit()`"),
+        StmtKind::If {
+            then,
+            otherwise: Some(o),
+            ..
+        } => (block(then).is_some() && block(o).is_some())
+            .then_some("an `if` whose branches all end"),
+        StmtKind::Block(b) | StmtKind::Unroll { body: b, .. } => block(b),
+        _ => None,
+    }
+}
+
 fn literal_int(e: &Expr) -> Option<i64> {
     match &e.kind {
         ExprKind::Int(v) => Some(*v as i64),
@@ -1096,8 +1121,26 @@ impl<'a> Checker<'a> {
 
     fn block_stmts(&mut self, b: &mut Block) -> Type {
         self.scopes.push(HashMap::new());
+        // Upstream warns at the first statement after one that always jumps away
+        // (its control-flow pass: `Unreachable statement.`).
+        let mut ended: Option<&'static str> = None;
+        let mut warned = false;
         for s in &mut b.stmts {
+            if let Some(after) = ended.filter(|_| self.report && !warned) {
+                let msg = format!("unreachable statement: it follows {after}, so it never runs");
+                self.diags.warning(s.span, msg);
+                warned = true;
+            }
             self.stmt(s);
+            ended = ended.or_else(|| jumps_away(s, self.loop_depth > 0));
+        }
+        if let (Some(after), Some(v)) = (ended, &b.value) {
+            if !warned && self.report {
+                let msg = format!(
+                    "unreachable expression: it follows {after}, so the block has no value"
+                );
+                self.diags.warning(v.span, msg);
+            }
         }
         let t = match &mut b.value {
             Some(v) => self.expr(v),

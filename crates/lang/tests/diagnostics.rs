@@ -18,6 +18,12 @@ fn unknown_function_suggests() {
     check(
         "BEGIN {\n    exit();\n    prinft(\"%d\\n\", pid);\n}\n",
         expect![[r#"
+            warning: unreachable statement: it follows `exit()`, so it never runs
+             --> script.bt:3:5
+              |
+            3 |     prinft("%d\n", pid);
+              |     ^^^^^^^^^^^^^^^^^^^
+
             error: unknown function `prinft`; did you mean `printf`?
              --> script.bt:3:5
               |
@@ -1587,6 +1593,35 @@ fn void_call_as_argument() {
             1 | uprobe:/bin/sh:main { printf("%s\n", join(arg1)); print(join(arg1, ",")); $x = join(arg1); join(arg1); }
               |                                                                                ^^^^^^^^^^
               = help: join() prints the joined strings itself: call it as a statement
+
+        "#]],
+    );
+}
+
+/// Upstream's control-flow pass warns once, at the first statement after one that
+/// always jumps away (`Unreachable statement.`); the program still runs.
+#[test]
+fn unreachable_statements_warn() {
+    check(
+        "BEGIN { @a = 1; exit(); @b = 2; @c = 3; }\nEND { if (pid) { return; } else { exit(); } @d = 1; }\ninterval:s:1 { while (1) { break; @e = 1; } if (pid) { return; } @f = 1; }",
+        expect![[r#"
+            warning: unreachable statement: it follows `exit()`, so it never runs
+             --> script.bt:1:25
+              |
+            1 | BEGIN { @a = 1; exit(); @b = 2; @c = 3; }
+              |                         ^^^^^^
+
+            warning: unreachable statement: it follows an `if` whose branches all end, so it never runs
+             --> script.bt:2:45
+              |
+            2 | END { if (pid) { return; } else { exit(); } @d = 1; }
+              |                                             ^^^^^^
+
+            warning: unreachable statement: it follows `break`, so it never runs
+             --> script.bt:3:35
+              |
+            3 | interval:s:1 { while (1) { break; @e = 1; } if (pid) { return; } @f = 1; }
+              |                                   ^^^^^^
 
         "#]],
     );
