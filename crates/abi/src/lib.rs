@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -142,6 +142,7 @@ pub enum MapKind {
     Stats = 6,
     Hist = 7,
     Lhist = 8,
+    Tseries = 9,
 }
 
 /// Aggregation op codes: what advice passes to the `MapAgg` helper (and what the
@@ -154,6 +155,22 @@ pub const AGG_AVG: u32 = 4;
 pub const AGG_STATS: u32 = 5;
 pub const AGG_HIST: u32 = 6;
 pub const AGG_LHIST: u32 = 7;
+pub const AGG_TSERIES: u32 = 8;
+
+/// How a `tseries` interval combines the values written in it ([`MapDesc::tseries_agg`]):
+/// the last one (upstream's default), or their average, maximum, minimum or sum.
+pub const TSERIES_LAST: u32 = 0;
+pub const TSERIES_AVG: u32 = 1;
+pub const TSERIES_MAX: u32 = 2;
+pub const TSERIES_MIN: u32 = 3;
+pub const TSERIES_SUM: u32 = 4;
+
+/// Words of one `tseries` interval in an accumulator: `[value, meta, epoch]`. `epoch`
+/// is the interval's number (`CLOCK_REALTIME / interval_ns`; 0: never written);
+/// `meta` is the write's time for [`TSERIES_LAST`] (so merging keeps the latest),
+/// the number of values for [`TSERIES_AVG`], else 0. Interval `e` lives at index
+/// `e % intervals`.
+pub const TSERIES_WORDS: usize = 3;
 
 #[repr(C)]
 pub struct MapDesc {
@@ -177,6 +194,10 @@ pub struct MapDesc {
     pub lhist_min: i64,
     pub lhist_max: i64,
     pub lhist_step: i64,
+    /// `tseries`: nanoseconds per interval, number of intervals kept, `TSERIES_*`.
+    pub tseries_interval_ns: u64,
+    pub tseries_intervals: u32,
+    pub tseries_agg: u32,
     /// Offset of the key table in the segment.
     pub table_off: u64,
     /// Offset of this map's accumulators inside each thread's aggregation area

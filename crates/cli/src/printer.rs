@@ -24,6 +24,15 @@ pub struct Printer<'a> {
 }
 
 impl Printer<'_> {
+    /// Output of `cat()`, `system()` or `time()`: as it is in text, a
+    /// `{"type": KIND, "data": "..."}` record with `-f json` (as bpftrace).
+    fn write_message(&mut self, kind: &str, text: &[u8]) {
+        let _ = match self.format {
+            OutputFormat::Text => self.out.write_all(text),
+            OutputFormat::Json => self.out.write_all(&weft_output::json::message(kind, text)),
+        };
+    }
+
     fn print_map(&mut self, m: &MapSnapshot, cx: &Context<'_>) {
         let Some(decl) = cx.prog.maps.get(m.map as usize) else {
             return;
@@ -70,9 +79,7 @@ impl Sink for Printer<'_> {
                         match std::fs::File::open(&arg)
                             .and_then(|f| f.take(max).read_to_end(&mut bytes))
                         {
-                            Ok(_) => {
-                                let _ = self.out.write_all(&bytes);
-                            }
+                            Ok(_) => self.write_message("cat", &bytes),
                             Err(err) => eprintln!("weft: cat {arg}: {err}"),
                         }
                     } else if self.unsafe_ok {
@@ -82,7 +89,7 @@ impl Sink for Printer<'_> {
                             .arg(&arg)
                             .output()
                         {
-                            let _ = self.out.write_all(&o.stdout);
+                            self.write_message("syscall", &o.stdout);
                         }
                     }
                 }
@@ -93,16 +100,22 @@ impl Sink for Printer<'_> {
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_secs() as i64);
                     if let Some(text) = weft_output::time::time_text(f.text.as_bytes(), secs) {
-                        let _ = self.out.write_all(&text);
+                        self.write_message("time", &text);
                     }
                 }
             }
             Event::Join { format, args } => {
                 if let Some(f) = fmt(*format) {
                     let parts = join_parts(&f.args, args);
-                    let _ = self
-                        .out
-                        .write_all(&weft_output::join_line(&parts, f.text.as_bytes()));
+                    let sep = f.text.as_bytes();
+                    let _ = match self.format {
+                        OutputFormat::Text => {
+                            self.out.write_all(&weft_output::join_line(&parts, sep))
+                        }
+                        OutputFormat::Json => {
+                            self.out.write_all(&weft_output::json::join(&parts, sep))
+                        }
+                    };
                 }
             }
             Event::Print { format, value } => {

@@ -407,7 +407,7 @@ fn map_lines<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
 /// `(bucket, count)` of each line of the histogram `name`.
 fn hist_buckets(out: &str, name: &str) -> Vec<(String, u64)> {
     out.lines()
-        .skip_while(|l| *l != format!("{name}: "))
+        .skip_while(|l| *l != format!("{name}:"))
         .skip(1)
         .take_while(|l| l.starts_with('['))
         .map(|l| {

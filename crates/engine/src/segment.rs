@@ -5,7 +5,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use anyhow::{bail, Context, Result};
 use weft_abi::{MapKind, ENTRY_LIVE};
-use weft_ir::{MapValue, Program};
+use weft_ir::{MapValue, Program, TseriesAgg};
 use weft_jit::MapLayout;
 use weft_runtime::layout::{Layout, LayoutBuilder, MapSpec};
 use weft_runtime::shm::Shm;
@@ -50,6 +50,7 @@ pub fn map_spec(value: &MapValue, key_size: u32, max_entries: u32) -> MapSpec {
         MapValue::Stats { signed } => (MapKind::Stats, *signed),
         MapValue::Hist { .. } => (MapKind::Hist, false),
         MapValue::Lhist { .. } => (MapKind::Lhist, true),
+        MapValue::Tseries { signed, .. } => (MapKind::Tseries, *signed),
     };
     let vs = value.value_size();
     let mut s = if kind == MapKind::Plain {
@@ -63,7 +64,27 @@ pub fn map_spec(value: &MapValue, key_size: u32, max_entries: u32) -> MapSpec {
     if let MapValue::Lhist { min, max, step } = value {
         s.lhist = (*min, *max, *step);
     }
+    if let MapValue::Tseries {
+        interval_ns,
+        intervals,
+        agg,
+        ..
+    } = value
+    {
+        s.tseries = (*interval_ns, *intervals, tseries_agg_code(*agg));
+    }
     s
+}
+
+/// The agent's code for a `tseries` aggregation.
+fn tseries_agg_code(agg: TseriesAgg) -> u32 {
+    match agg {
+        TseriesAgg::Last => weft_abi::TSERIES_LAST,
+        TseriesAgg::Avg => weft_abi::TSERIES_AVG,
+        TseriesAgg::Max => weft_abi::TSERIES_MAX,
+        TseriesAgg::Min => weft_abi::TSERIES_MIN,
+        TseriesAgg::Sum => weft_abi::TSERIES_SUM,
+    }
 }
 
 impl Segment {

@@ -350,7 +350,52 @@ pub enum MapValue {
         max: i64,
         step: i64,
     },
+    /// `tseries(v, interval, intervals[, agg])`: the last `intervals` intervals of
+    /// `interval_ns` nanoseconds (wall clock), each holding one value.
+    Tseries {
+        interval_ns: u64,
+        intervals: u32,
+        agg: TseriesAgg,
+        signed: bool,
+    },
 }
+
+/// How a `tseries` interval combines the values written in it (its fourth argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TseriesAgg {
+    /// No fourth argument: the last value written.
+    Last,
+    Avg,
+    Max,
+    Min,
+    Sum,
+}
+
+impl TseriesAgg {
+    /// The aggregation named by `tseries`'s fourth argument.
+    pub fn from_name(name: &str) -> Option<TseriesAgg> {
+        Some(match name {
+            "avg" => TseriesAgg::Avg,
+            "max" => TseriesAgg::Max,
+            "min" => TseriesAgg::Min,
+            "sum" => TseriesAgg::Sum,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TseriesAgg::Last => "",
+            TseriesAgg::Avg => "avg",
+            TseriesAgg::Max => "max",
+            TseriesAgg::Min => "min",
+            TseriesAgg::Sum => "sum",
+        }
+    }
+}
+
+/// Most intervals of one `tseries` (each thread keeps 24 bytes per interval and key).
+pub const TSERIES_MAX_INTERVALS: u32 = 1000;
 
 impl MapValue {
     pub fn is_aggregation(&self) -> bool {
@@ -363,6 +408,7 @@ impl MapValue {
     /// * Min/Max: `[count, value]` (count > 0 when a value is present)
     /// * Avg/Stats: `[count, total, min, max]` (min/max only meaningful for Stats)
     /// * Hist: `[bucket; hist_buckets(k)]`; Lhist: `[bucket; lhist_buckets(..)]`
+    /// * Tseries: `[value, meta, epoch; intervals]` (see `weft_abi::TSERIES_WORDS`)
     pub fn value_size(&self) -> u32 {
         match self {
             MapValue::Plain(t) => t.size().max(1),
@@ -371,6 +417,7 @@ impl MapValue {
             MapValue::Avg { .. } | MapValue::Stats { .. } => 32,
             MapValue::Hist { k } => 8 * hist_buckets(*k),
             MapValue::Lhist { min, max, step } => 8 * lhist_buckets(*min, *max, *step),
+            MapValue::Tseries { intervals, .. } => 24 * intervals,
         }
     }
 }
@@ -659,6 +706,7 @@ pub enum AggOp {
     Stats(Reg),
     Hist(Reg),
     Lhist(Reg),
+    Tseries(Reg),
 }
 
 /// Asynchronous actions; each becomes one record in the thread's event ring, handled

@@ -900,6 +900,7 @@ impl Cx<'_> {
             AggOp::Stats(r) => (weft_abi::AGG_STATS, Some(r)),
             AggOp::Hist(r) => (weft_abi::AGG_HIST, Some(r)),
             AggOp::Lhist(r) => (weft_abi::AGG_LHIST, Some(r)),
+            AggOp::Tseries(r) => (weft_abi::AGG_TSERIES, Some(r)),
         };
         let layout = self.map_layout(map)?;
         let inline = key.is_none()

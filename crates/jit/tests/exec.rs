@@ -32,6 +32,7 @@ fn spec_for(m: &MapDecl, p: &Program) -> MapSpec {
         MapValue::Stats { signed } => (MapKind::Stats, *signed),
         MapValue::Hist { .. } => (MapKind::Hist, false),
         MapValue::Lhist { .. } => (MapKind::Lhist, true),
+        MapValue::Tseries { signed, .. } => (MapKind::Tseries, *signed),
     };
     let mut s = if kind == MapKind::Plain {
         MapSpec::plain(key_size, vs, max)

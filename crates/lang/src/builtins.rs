@@ -209,6 +209,7 @@ pub static TABLE: &[Builtin] = &[
     agg("stats", 1, 1),
     agg("hist", 1, 2),
     agg("lhist", 4, 4),
+    agg("tseries", 3, 4),
     // Variables.
     var("pid"),
     var("tid"),

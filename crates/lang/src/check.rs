@@ -10,7 +10,10 @@
 
 use std::collections::HashMap;
 
-use weft_ir::{AttachPoint, CField, CStruct, Config, MapValue, StackMode, Type, PRINTF_MAX_WIDTH};
+use weft_ir::{
+    AttachPoint, CField, CStruct, Config, MapValue, StackMode, TseriesAgg, Type, PRINTF_MAX_WIDTH,
+    TSERIES_MAX_INTERVALS,
+};
 
 use crate::ast::*;
 use crate::builtins;
@@ -360,6 +363,7 @@ fn agg_name(v: &MapValue) -> &'static str {
         MapValue::Stats { .. } => "stats",
         MapValue::Hist { .. } => "hist",
         MapValue::Lhist { .. } => "lhist",
+        MapValue::Tseries { .. } => "tseries",
     }
 }
 
@@ -368,6 +372,21 @@ fn describe_value(v: &MapValue) -> String {
         MapValue::Plain(t) => format!("`{t}`"),
         MapValue::Hist { k } if *k > 0 => format!("`hist(_, {k})`"),
         MapValue::Lhist { min, max, step } => format!("`lhist(_, {min}, {max}, {step})`"),
+        MapValue::Tseries {
+            interval_ns,
+            intervals,
+            agg: TseriesAgg::Last,
+            ..
+        } => format!("`tseries(_, {interval_ns}, {intervals})`"),
+        MapValue::Tseries {
+            interval_ns,
+            intervals,
+            agg,
+            ..
+        } => format!(
+            "`tseries(_, {interval_ns}, {intervals}, \"{}\")`",
+            agg.name()
+        ),
         other => format!("`{}()`", agg_name(other)),
     }
 }
@@ -422,6 +441,31 @@ fn positional_in_attach_points(program: &mut Program, positional: &[String], dia
                 *a = crate::parser::attach_spec(raw, a.span);
             }
         }
+    }
+}
+
+/// What a statement always ends its block with (`exit()`, `return`, in a loop
+/// `break` and `continue`, an `if` whose branches all do), as said in a warning;
+/// `None` when the next statement may run. As upstream: an `exit` with more than one
+/// argument (an error) does not count, nor a `break` outside a loop.
+fn jumps_away(s: &Stmt, in_loop: bool) -> Option<&'static str> {
+    let block = |b: &Block| b.stmts.iter().find_map(|s| jumps_away(s, in_loop));
+    match &s.kind {
+        StmtKind::Return(_) => Some("`return`"),
+        StmtKind::Break if in_loop => Some("`break`"),
+        StmtKind::Continue if in_loop => Some("`continue`"),
+        StmtKind::Expr(Expr {
+            kind: ExprKind::Call { name, args, .. },
+            ..
+        }) if name == "exit" && args.len() <= 1 => Some("`exit()`"),
+        StmtKind::If {
+            then,
+            otherwise: Some(o),
+            ..
+        } => (block(then).is_some() && block(o).is_some())
+            .then_some("an `if` whose branches all end"),
+        StmtKind::Block(b) | StmtKind::Unroll { body: b, .. } => block(b),
+        _ => None,
     }
 }
 
@@ -1077,8 +1121,26 @@ impl<'a> Checker<'a> {
 
     fn block_stmts(&mut self, b: &mut Block) -> Type {
         self.scopes.push(HashMap::new());
+        // Upstream warns at the first statement after one that always jumps away
+        // (its control-flow pass: `Unreachable statement.`).
+        let mut ended: Option<&'static str> = None;
+        let mut warned = false;
         for s in &mut b.stmts {
+            if let Some(after) = ended.filter(|_| self.report && !warned) {
+                let msg = format!("unreachable statement: it follows {after}, so it never runs");
+                self.diags.warning(s.span, msg);
+                warned = true;
+            }
             self.stmt(s);
+            ended = ended.or_else(|| jumps_away(s, self.loop_depth > 0));
+        }
+        if let (Some(after), Some(v)) = (ended, &b.value) {
+            if !warned && self.report {
+                let msg = format!(
+                    "unreachable expression: it follows {after}, so the block has no value"
+                );
+                self.diags.warning(v.span, msg);
+            }
         }
         let t = match &mut b.value {
             Some(v) => self.expr(v),
@@ -1312,12 +1374,26 @@ impl<'a> Checker<'a> {
             );
             return Type::Void;
         }
-        if let ExprKind::Call { name, .. } = &v.kind {
-            if builtins::function(name).is_some_and(|b| b.void) {
-                self.err(v.span, format!("`{name}()` does not return a value"));
-            }
-        }
+        self.no_void_call(v);
         t
+    }
+
+    /// Refuse a call that returns nothing (`join()`, `printf()`, ...) where a value is
+    /// needed: an assignment, or an argument (`printf("%s", join(arg1))`, which
+    /// upstream refuses: "%s specifier expects a value of type string (none
+    /// supplied)").
+    fn no_void_call(&mut self, v: &Expr) {
+        let ExprKind::Call { name, .. } = &v.kind else {
+            return;
+        };
+        if !builtins::function(name).is_some_and(|b| b.void) {
+            return;
+        }
+        let mut d = Diagnostic::error(v.span, format!("`{name}()` does not return a value"));
+        if name == "join" {
+            d = d.with_help("join() prints the joined strings itself: call it as a statement");
+        }
+        self.push(d);
     }
 
     fn assign(&mut self, target: &mut LValue, op: Option<BinOp>, value: &mut Expr, span: Span) {
@@ -1549,7 +1625,12 @@ impl<'a> Checker<'a> {
                     // Signedness of sum/min/max/avg/stats follows the first use.
                     (a, b)
                         if agg_name(a) == agg_name(b)
-                            && !matches!(a, MapValue::Hist { .. } | MapValue::Lhist { .. }) =>
+                            && !matches!(
+                                a,
+                                MapValue::Hist { .. }
+                                    | MapValue::Lhist { .. }
+                                    | MapValue::Tseries { .. }
+                            ) =>
                     {
                         Some(a.clone())
                     }
@@ -1743,8 +1824,77 @@ impl<'a> Checker<'a> {
                 }
                 Some(MapValue::Lhist { min, max, step })
             }
+            "tseries" => {
+                if !arity(self) || !int_arg(self, 0) {
+                    return None;
+                }
+                self.tseries(&args, signed(&tys[0]))
+            }
             _ => None,
         }
+    }
+
+    /// The literal arguments of `tseries(v, interval, intervals[, agg])`, with
+    /// upstream's rules (stdlib.md: `interval_ns` and `num_intervals` positive
+    /// literals, `agg` one of avg/max/min/sum) and weft's bound on `intervals`.
+    fn tseries(&mut self, args: &[Expr], signed: bool) -> Option<MapValue> {
+        let interval_ns = match literal_int(&args[1]) {
+            Some(v) if v >= 1 => v as u64,
+            Some(v) => {
+                let msg = format!("tseries() interval_ns must be >= 1 ({v} provided)");
+                self.err(args[1].span, msg);
+                return None;
+            }
+            None => {
+                let msg =
+                    "tseries(): the interval must be an integer literal (a duration such as 100ms)";
+                self.err(args[1].span, msg);
+                return None;
+            }
+        };
+        let intervals = match literal_int(&args[2]) {
+            Some(v) if (1..=i64::from(TSERIES_MAX_INTERVALS)).contains(&v) => v as u32,
+            Some(v) => {
+                let msg = format!(
+                    "tseries(): the number of intervals must be from 1 to {TSERIES_MAX_INTERVALS} ({v} provided)"
+                );
+                self.err(args[2].span, msg);
+                return None;
+            }
+            None => {
+                let msg = "tseries(): the number of intervals must be an integer literal";
+                self.err(args[2].span, msg);
+                return None;
+            }
+        };
+        let agg = match args.get(3).map(|a| (a, &a.kind)) {
+            None => TseriesAgg::Last,
+            Some((a, ExprKind::Str(s))) => {
+                let name = String::from_utf8_lossy(s);
+                match TseriesAgg::from_name(&name) {
+                    Some(agg) => agg,
+                    None => {
+                        let msg = format!(
+                            "tseries() expects one of the following aggregation functions: avg, max, min, sum (\"{name}\" provided)"
+                        );
+                        self.err(a.span, msg);
+                        return None;
+                    }
+                }
+            }
+            Some((a, _)) => {
+                let msg =
+                    "tseries(): the aggregation must be a string literal: avg, max, min or sum";
+                self.err(a.span, msg);
+                return None;
+            }
+        };
+        Some(MapValue::Tseries {
+            interval_ns,
+            intervals,
+            agg,
+            signed,
+        })
     }
 
     // ---- expressions ------------------------------------------------------------
@@ -2575,7 +2725,9 @@ impl<'a> Checker<'a> {
                 a.ty = Type::Void;
                 tys.push(Type::Void);
             } else {
-                tys.push(self.expr(a));
+                let t = self.expr(a);
+                self.no_void_call(a);
+                tys.push(t);
             }
         }
         let args_snapshot: Vec<Expr> = args.clone();

@@ -712,6 +712,7 @@ impl<'a> Fx<'a> {
                             "stats" => AggOp::Stats(r),
                             "hist" => AggOp::Hist(r),
                             "lhist" => AggOp::Lhist(r),
+                            "tseries" => AggOp::Tseries(r),
                             _ => return,
                         };
                         if arg.is_none() && op != AggOp::Count {

@@ -84,7 +84,6 @@ pub fn function(name: &str) -> Option<String> {
         "unwatch" => "unwatch: watchpoints are not available in weft",
         "debugf" => "debugf: the kernel trace pipe is not available in weft; use printf",
         "errorf" | "warnf" => "errorf/warnf are not supported yet; use printf",
-        "tseries" => "tseries is not supported yet",
         "proceed" => "proceed() (around advice) is not supported yet",
         _ => return None,
     };

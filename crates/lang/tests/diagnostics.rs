@@ -18,6 +18,12 @@ fn unknown_function_suggests() {
     check(
         "BEGIN {\n    exit();\n    prinft(\"%d\\n\", pid);\n}\n",
         expect![[r#"
+            warning: unreachable statement: it follows `exit()`, so it never runs
+             --> script.bt:3:5
+              |
+            3 |     prinft("%d\n", pid);
+              |     ^^^^^^^^^^^^^^^^^^^
+
             error: unknown function `prinft`; did you mean `printf`?
              --> script.bt:3:5
               |
@@ -1502,6 +1508,120 @@ fn reg_names_as_upstream() {
               |
             1 | uprobe:/bin/a:f { $a = reg("rip"); $b = reg("eflags"); $c = reg(1); $d = reg("orig_rax") + reg("cs") + reg("ss") + reg("r15") + reg("flags"); }
               |                                                                 ^
+
+        "#]],
+    );
+}
+
+/// `tseries` takes literals, as upstream's checker (its messages for the interval,
+/// the aggregation name), and at most weft's number of intervals; two uses of one
+/// map must agree on all of them.
+#[test]
+fn tseries_arguments() {
+    check(
+        "BEGIN { @a = tseries(1, 0, 10); @b = tseries(1, 1s, 0); @c = tseries(1, 1s, 5, \"stats\");\n@d = tseries(1, $1 + 1, 5); @e = tseries(\"x\", 1s, 5); @f = tseries(1, 1s, 5); @f = tseries(1, 1s, 6, \"max\"); }",
+        expect![[r#"
+            error: tseries() interval_ns must be >= 1 (0 provided)
+             --> script.bt:1:25
+              |
+            1 | BEGIN { @a = tseries(1, 0, 10); @b = tseries(1, 1s, 0); @c = tseries(1, 1s, 5, "stats");
+              |                         ^
+
+            error: tseries(): the number of intervals must be from 1 to 1000 (0 provided)
+             --> script.bt:1:53
+              |
+            1 | BEGIN { @a = tseries(1, 0, 10); @b = tseries(1, 1s, 0); @c = tseries(1, 1s, 5, "stats");
+              |                                                     ^
+
+            error: tseries() expects one of the following aggregation functions: avg, max, min, sum ("stats" provided)
+             --> script.bt:1:80
+              |
+            1 | BEGIN { @a = tseries(1, 0, 10); @b = tseries(1, 1s, 0); @c = tseries(1, 1s, 5, "stats");
+              |                                                                                ^^^^^^^
+
+            error: tseries(): the interval must be an integer literal (a duration such as 100ms)
+             --> script.bt:2:17
+              |
+            2 | @d = tseries(1, $1 + 1, 5); @e = tseries("x", 1s, 5); @f = tseries(1, 1s, 5); @f = tseries(1, 1s, 6, "max"); }
+              |                 ^^^^^^
+
+            error: tseries() needs an integer argument, not `string[2]`
+             --> script.bt:2:42
+              |
+            2 | @d = tseries(1, $1 + 1, 5); @e = tseries("x", 1s, 5); @f = tseries(1, 1s, 5); @f = tseries(1, 1s, 6, "max"); }
+              |                                          ^^^
+
+            error: type mismatch for `@f`: assigning `tseries(_, 1000000000, 6, "max")` to a map that holds `tseries(_, 1000000000, 5)`
+             --> script.bt:2:84
+              |
+            2 | @d = tseries(1, $1 + 1, 5); @e = tseries("x", 1s, 5); @f = tseries(1, 1s, 5); @f = tseries(1, 1s, 6, "max"); }
+              |                                                                                    ^^^^^^^^^^^^^^^^^^^^^^^^
+            note: the map's type was set here
+             --> script.bt:2:60
+              |
+            2 | @d = tseries(1, $1 + 1, 5); @e = tseries("x", 1s, 5); @f = tseries(1, 1s, 5); @f = tseries(1, 1s, 6, "max"); }
+              |                                                            ^^^^^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// A call that returns nothing is no argument: upstream refuses `printf("%s",
+/// join(arg1))` (`%s specifier expects a value of type string (none supplied)`).
+#[test]
+fn void_call_as_argument() {
+    check(
+        "uprobe:/bin/sh:main { printf(\"%s\\n\", join(arg1)); print(join(arg1, \",\")); $x = join(arg1); join(arg1); }",
+        expect![[r#"
+            error: `join()` does not return a value
+             --> script.bt:1:38
+              |
+            1 | uprobe:/bin/sh:main { printf("%s\n", join(arg1)); print(join(arg1, ",")); $x = join(arg1); join(arg1); }
+              |                                      ^^^^^^^^^^
+              = help: join() prints the joined strings itself: call it as a statement
+
+            error: `join()` does not return a value
+             --> script.bt:1:57
+              |
+            1 | uprobe:/bin/sh:main { printf("%s\n", join(arg1)); print(join(arg1, ",")); $x = join(arg1); join(arg1); }
+              |                                                         ^^^^^^^^^^^^^^^
+              = help: join() prints the joined strings itself: call it as a statement
+
+            error: `join()` does not return a value
+             --> script.bt:1:80
+              |
+            1 | uprobe:/bin/sh:main { printf("%s\n", join(arg1)); print(join(arg1, ",")); $x = join(arg1); join(arg1); }
+              |                                                                                ^^^^^^^^^^
+              = help: join() prints the joined strings itself: call it as a statement
+
+        "#]],
+    );
+}
+
+/// Upstream's control-flow pass warns once, at the first statement after one that
+/// always jumps away (`Unreachable statement.`); the program still runs.
+#[test]
+fn unreachable_statements_warn() {
+    check(
+        "BEGIN { @a = 1; exit(); @b = 2; @c = 3; }\nEND { if (pid) { return; } else { exit(); } @d = 1; }\ninterval:s:1 { while (1) { break; @e = 1; } if (pid) { return; } @f = 1; }",
+        expect![[r#"
+            warning: unreachable statement: it follows `exit()`, so it never runs
+             --> script.bt:1:25
+              |
+            1 | BEGIN { @a = 1; exit(); @b = 2; @c = 3; }
+              |                         ^^^^^^
+
+            warning: unreachable statement: it follows an `if` whose branches all end, so it never runs
+             --> script.bt:2:45
+              |
+            2 | END { if (pid) { return; } else { exit(); } @d = 1; }
+              |                                             ^^^^^^
+
+            warning: unreachable statement: it follows `break`, so it never runs
+             --> script.bt:3:35
+              |
+            3 | interval:s:1 { while (1) { break; @e = 1; } if (pid) { return; } @f = 1; }
+              |                                   ^^^^^^
 
         "#]],
     );

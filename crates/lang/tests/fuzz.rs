@@ -133,6 +133,9 @@ const PIECES: &[&str] = &[
     "getopt",
     "reg(\"sp\")",
     "reg",
+    "tseries",
+    "tseries(1, 100ms, 5)",
+    "tseries(arg0, 1s, 3, \"avg\")",
 ];
 
 fn random_program() -> impl Strategy<Value = String> {

@@ -1,6 +1,7 @@
 //! `-f json`: one function per NDJSON record kind, each returning one line.
 //!
-//! Records are written as bpftrace 0.17 writes them: `{"type": "KIND", "data": ...}`
+//! Records are written as bpftrace 0.17 writes them, where upstream did not change
+//! them (`attached_probes`/`lost_events` gained a `count`): `{"type": "KIND", "data": ...}`
 //! with a space after each colon and comma, strings escaped by bpftrace's own escaper
 //! (bytes >= 0x80 come out as `\uffffffNN`).
 
@@ -10,14 +11,18 @@ use crate::render::{self, json_escape, Style};
 use crate::value::decode;
 use crate::Resolver;
 
-/// `{"type": "attached_probes", "data": {"probes": N}}`
+/// `{"type": "attached_probes", "count": N, "data": {"probes": N}}`: upstream's record
+/// (its `src/output/json.cpp`; 0.17 had no `count`).
 pub fn attached_probes(n: u64) -> Vec<u8> {
-    format!("{{\"type\": \"attached_probes\", \"data\": {{\"probes\": {n}}}}}\n").into_bytes()
+    format!("{{\"type\": \"attached_probes\", \"count\": {n}, \"data\": {{\"probes\": {n}}}}}\n")
+        .into_bytes()
 }
 
-/// `{"type": "lost_events", "data": {"events": N}}`
+/// `{"type": "lost_events", "count": N, "data": {"events": N}}` (upstream, as
+/// [`attached_probes`]).
 pub fn lost_events(n: u64) -> Vec<u8> {
-    format!("{{\"type\": \"lost_events\", \"data\": {{\"events\": {n}}}}}\n").into_bytes()
+    format!("{{\"type\": \"lost_events\", \"count\": {n}, \"data\": {{\"events\": {n}}}}}\n")
+        .into_bytes()
 }
 
 /// `{"type": "printf", "data": "..."}` for the output of [`crate::format_printf`].

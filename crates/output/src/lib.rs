@@ -22,6 +22,8 @@
 //! * [`json`]: one function per NDJSON record kind.
 //! * [`time`]: `strftime()` values and `time()` events.
 //! * `sort`: libstdc++'s `std::sort`, whose tie order bpftrace's output shows.
+//! * `tseries`: `tseries()` graphs and JSON lists, as upstream bpftrace prints them
+//!   (0.17 has no `tseries`).
 //!
 //! A session in text mode prints [`attaching_line`], then events as they come
 //! ([`format_printf`], [`print_value`], [`print_map`], [`time::time_text`], ...), then at
@@ -36,6 +38,7 @@ mod maps;
 mod printf;
 mod render;
 mod sort;
+mod tseries;
 mod value;
 
 pub use maps::{exit_header, exit_order, print_map, print_map_json};

@@ -27,8 +27,8 @@
 //! 0 means "none" for both.
 //!
 //! **Layout.** Entries are joined by a newline and the map ends with one (`stats`/`avg`
-//! maps: two); `hist`/`lhist` entries put their rows on the lines after `@h[k]: `, so a
-//! blank line separates them. An empty map prints one newline (`stats`/`avg`: two).
+//! maps: two); `hist`/`lhist`/`tseries` entries put their rows on the lines after
+//! `@h[k]:` (upstream; 0.17 wrote `@h[k]: `), so a blank line separates them. An empty map prints one newline (`stats`/`avg`: two).
 //! Maps whose values are `usym`s or stacks are joined with nothing (bpftrace 0.17).
 
 use weft_ir::{MapDecl, MapValue, Type};
@@ -38,6 +38,7 @@ use crate::render::{self, Style};
 use crate::sort::std_sort;
 use crate::value::{decode, read_u64, Value};
 use crate::Resolver;
+use crate::{time, tseries};
 
 /// What bpftrace prints before the maps at exit: two newlines (also with `-f json`).
 pub fn exit_header() -> &'static str {
@@ -62,6 +63,7 @@ pub fn print_map(
 ) -> Vec<u8> {
     let rows = selected_entries(decl, entries, top);
     let div = div.max(1);
+    let last = tseries_last(decl, &rows);
     let elems: Vec<Vec<u8>> = rows
         .iter()
         .map(|(k, v)| {
@@ -69,9 +71,23 @@ pub fn print_map(
             if let Some(kt) = &decl.key {
                 e.extend_from_slice(&render::key_text(&render::key_fields(kt, k, r)));
             }
-            e.extend_from_slice(b": ");
-            if matches!(decl.value, MapValue::Hist { .. } | MapValue::Lhist { .. }) {
-                e.push(b'\n');
+            if matches!(
+                decl.value,
+                MapValue::Hist { .. } | MapValue::Lhist { .. } | MapValue::Tseries { .. }
+            ) {
+                // Rows on the lines after `@h:` (upstream's text.cpp; bpftrace 0.17
+                // wrote `@h: ` with a trailing space).
+                e.extend_from_slice(b":\n");
+            } else {
+                e.extend_from_slice(b": ");
+            }
+            if let Some(s) = tseries_of(decl, v, last) {
+                e.extend_from_slice(&tseries::text(&s, &|secs| {
+                    time::time_text(b"%H:%M:%S", secs)
+                        .map(|t| String::from_utf8_lossy(&t).into_owned())
+                        .unwrap_or_default()
+                }));
+                return e;
             }
             e.extend_from_slice(&value_text(Style::Text, &decl.value, v, div, r));
             e
@@ -106,8 +122,10 @@ pub fn print_map_json(
     let kind = match decl.value {
         MapValue::Hist { .. } | MapValue::Lhist { .. } => "hist",
         MapValue::Avg { .. } | MapValue::Stats { .. } => "stats",
+        MapValue::Tseries { .. } => "tseries",
         _ => "map",
     };
+    let last = tseries_last(decl, &rows);
     let elems: Vec<Vec<u8>> = rows
         .iter()
         .map(|(k, v)| {
@@ -116,7 +134,10 @@ pub fn print_map_json(
                 e.extend_from_slice(&render::key_json(&render::key_fields(kt, k, r)));
                 e.extend_from_slice(b": ");
             }
-            e.extend_from_slice(&value_text(Style::Json, &decl.value, v, div, r));
+            match tseries_of(decl, v, last) {
+                Some(s) => e.extend_from_slice(&tseries::json(&s)),
+                None => e.extend_from_slice(&value_text(Style::Json, &decl.value, v, div, r)),
+            }
             e
         })
         .collect();
@@ -133,6 +154,38 @@ pub fn print_map_json(
     }
     out.extend_from_slice(b"}}\n");
     out
+}
+
+/// The newest interval of a `tseries` map's entries (0 for other maps).
+fn tseries_last(decl: &MapDecl, rows: &[(Vec<u8>, Vec<u8>)]) -> u64 {
+    match decl.value {
+        MapValue::Tseries { .. } => {
+            tseries::last_epoch(&rows.iter().map(|(_, v)| v.as_slice()).collect::<Vec<_>>())
+        }
+        _ => 0,
+    }
+}
+
+/// The series of one entry of a `tseries` map, ending at the map's `last` interval;
+/// `None` for other maps.
+fn tseries_of(decl: &MapDecl, v: &[u8], last: u64) -> Option<tseries::Series> {
+    let MapValue::Tseries {
+        interval_ns,
+        intervals,
+        agg,
+        signed,
+    } = decl.value
+    else {
+        return None;
+    };
+    Some(tseries::series(
+        v,
+        last,
+        interval_ns,
+        intervals,
+        agg,
+        signed,
+    ))
 }
 
 /// The value part of one entry.
@@ -171,6 +224,8 @@ fn value_text(style: Style, mv: &MapValue, v: &[u8], div: u32, r: &dyn Resolver)
             };
         }
         MapValue::Plain(ty) => return render::value_str(style, ty, &decode(ty, v), div, r),
+        // Printed by `tseries::text`/`json` with the whole map's last interval.
+        MapValue::Tseries { .. } => String::new(),
     };
     s.into_bytes()
 }
@@ -224,6 +279,8 @@ fn kept_by_bpftrace(mv: &MapValue, v: &[u8]) -> bool {
 fn order(decl: &MapDecl, rows: &mut [(Vec<u8>, Vec<u8>)]) {
     let key_ty = decl.key.as_ref();
     match &decl.value {
+        // Upstream keeps a tseries map in a `std::map` of its key bytes.
+        MapValue::Tseries { .. } => sort_by_bpftrace_key_bytes(key_ty, rows),
         MapValue::Hist { .. } | MapValue::Lhist { .. } => {
             sort_by_bpftrace_key_bytes(key_ty, rows);
             let total = |v: &[u8]| u64s(v).iter().fold(0u64, |a, &b| a.wrapping_add(b));

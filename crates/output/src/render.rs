@@ -25,9 +25,10 @@ pub fn print_value(ty: &Type, bytes: &[u8], r: &dyn Resolver) -> Vec<u8> {
 pub(crate) fn value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Resolver) -> Vec<u8> {
     let s = common_value_str(style, ty, v, div, r);
     // bpftrace 0.17's `is_quoted_type`: ustack, usym, string, buffer, probe and inet
-    // values are JSON strings; everything else (including timestamps) is written
-    // bare. A MAC address is quoted too: 0.17 wrote it bare, which is not JSON, and
-    // upstream's JSON output writes it as the string it formats to.
+    // values are JSON strings; everything else is written bare. A MAC address and a
+    // `strftime()` timestamp are quoted too: 0.17 wrote them bare, which is not JSON
+    // (`[1,11/26/26]`), and upstream's JSON output writes each as the string it
+    // formats to (tests/runtime/json-output, `strftime`).
     if style == Style::Json
         && matches!(
             ty,
@@ -38,6 +39,7 @@ pub(crate) fn value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Re
                 | Type::ProbeName
                 | Type::Inet
                 | Type::MacAddr
+                | Type::Timestamp
         )
     {
         let mut q = Vec::with_capacity(s.len() + 2);

@@ -191,7 +191,7 @@ fn hist_with_k() {
         &r(),
     ));
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "@h: ");
+    assert_eq!(lines[0], "@h:", "upstream: no space after the colon");
     assert_eq!(
         lines[1],
         "(..., 0)               1 |@@@@@@@@@@@@@                                       |"
@@ -261,10 +261,21 @@ fn timestamps() {
         text(weft_output::format_text("%s|", &[Type::Timestamp], &b, &r)),
         "1000000000.123456|"
     );
-    // bpftrace 0.17 does not quote timestamps in JSON.
+    // Upstream quotes them in JSON (0.17 wrote them bare: invalid JSON).
     assert_eq!(
         text(json::value(&Type::Timestamp, &b, &r)),
-        "{\"type\": \"value\", \"data\": 1000000000.123456}\n"
+        "{\"type\": \"value\", \"data\": \"1000000000.123456\"}\n"
+    );
+    // In a tuple too (upstream's json-output test `strftime`).
+    let mut t = 1u64.to_le_bytes().to_vec();
+    t.extend_from_slice(&b);
+    assert_eq!(
+        text(json::value(
+            &Type::Tuple(vec![Type::I64, Type::Timestamp]),
+            &t,
+            &r
+        )),
+        "{\"type\": \"value\", \"data\": [1,\"1000000000.123456\"]}\n"
     );
 }
 
@@ -275,11 +286,11 @@ fn small_records_and_lines() {
     assert_eq!(weft_output::lost_events_line(12), "Lost 12 events\n");
     assert_eq!(
         text(json::attached_probes(2)),
-        "{\"type\": \"attached_probes\", \"data\": {\"probes\": 2}}\n"
+        "{\"type\": \"attached_probes\", \"count\": 2, \"data\": {\"probes\": 2}}\n"
     );
     assert_eq!(
         text(json::lost_events(5)),
-        "{\"type\": \"lost_events\", \"data\": {\"events\": 5}}\n"
+        "{\"type\": \"lost_events\", \"count\": 5, \"data\": {\"events\": 5}}\n"
     );
     let parts = vec![
         b"a".to_vec(),

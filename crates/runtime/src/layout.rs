@@ -33,6 +33,8 @@ pub struct MapSpec {
     pub max_entries: u32,
     pub hist_k: u32,
     pub lhist: (i64, i64, i64),
+    /// `tseries`: (interval in ns, intervals, `TSERIES_*` aggregation).
+    pub tseries: (u64, u32, u32),
 }
 
 impl MapSpec {
@@ -45,6 +47,7 @@ impl MapSpec {
             max_entries,
             hist_k: 0,
             lhist: (0, 0, 1),
+            tseries: (1, 1, 0),
         }
     }
 
@@ -63,6 +66,7 @@ impl MapSpec {
             max_entries,
             hist_k: 0,
             lhist: (0, 0, 1),
+            tseries: (1, 1, 0),
         }
     }
 
@@ -235,6 +239,9 @@ impl Layout {
                 (*d).lhist_min = spec.lhist.0;
                 (*d).lhist_max = spec.lhist.1;
                 (*d).lhist_step = spec.lhist.2;
+                (*d).tseries_interval_ns = spec.tseries.0;
+                (*d).tseries_intervals = spec.tseries.1;
+                (*d).tseries_agg = spec.tseries.2;
                 (*d).table_off = *table_off;
                 (*d).agg_off = *agg_off;
             }

@@ -14,7 +14,8 @@
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use weft_abi::{
     entry_layout, hist_index, key_hash, lhist_index, EntryHeader, MapDesc, MapKind, ThreadSlot,
-    ENTRY_BUSY, ENTRY_DELETED, ENTRY_EMPTY, ENTRY_LIVE,
+    ENTRY_BUSY, ENTRY_DELETED, ENTRY_EMPTY, ENTRY_LIVE, TSERIES_AVG, TSERIES_LAST, TSERIES_MAX,
+    TSERIES_MIN, TSERIES_SUM, TSERIES_WORDS,
 };
 
 use crate::shm::Shm;
@@ -309,7 +310,9 @@ fn bump(w: &AtomicU64, by: u64) {
 }
 
 /// Aggregation operations, as passed to the `MapAgg` helper (`weft_abi::AGG_*`).
-pub use weft_abi::{AGG_AVG, AGG_COUNT, AGG_HIST, AGG_LHIST, AGG_MAX, AGG_MIN, AGG_STATS, AGG_SUM};
+pub use weft_abi::{
+    AGG_AVG, AGG_COUNT, AGG_HIST, AGG_LHIST, AGG_MAX, AGG_MIN, AGG_STATS, AGG_SUM, AGG_TSERIES,
+};
 
 /// Apply an aggregation to this thread's accumulator `acc` of map `d`.
 #[inline]
@@ -357,7 +360,90 @@ pub fn aggregate(d: &MapDesc, acc: *mut u8, op: u32, v: u64) {
             ),
             1,
         ),
+        AGG_TSERIES => tseries_write(d, acc, v, crate::clock::realtime_ns()),
         _ => {}
+    }
+}
+
+/// `tseries(v, ...)` at time `now` (CLOCK_REALTIME ns): into the interval `now`
+/// falls in, which replaces whatever older interval held its place (see
+/// [`weft_abi::TSERIES_WORDS`]).
+#[inline]
+fn tseries_write(d: &MapDesc, acc: *mut u8, v: u64, now: u64) {
+    let interval = d.tseries_interval_ns.max(1);
+    let intervals = u64::from(d.tseries_intervals.max(1));
+    let epoch = now / interval;
+    let base = (epoch % intervals) as usize * TSERIES_WORDS;
+    let (val, meta, ep) = (word(acc, base), word(acc, base + 1), word(acc, base + 2));
+    let first_meta = match d.tseries_agg {
+        TSERIES_LAST => now,
+        TSERIES_AVG => 1,
+        _ => 0,
+    };
+    if ep.load(Ordering::Relaxed) != epoch {
+        val.store(v, Ordering::Relaxed);
+        meta.store(first_meta, Ordering::Relaxed);
+        ep.store(epoch, Ordering::Relaxed);
+        return;
+    }
+    let signed = d.signed != 0;
+    let cur = val.load(Ordering::Relaxed);
+    let new = match d.tseries_agg {
+        TSERIES_AVG => {
+            bump(meta, 1);
+            cur.wrapping_add(v)
+        }
+        TSERIES_SUM => cur.wrapping_add(v),
+        TSERIES_MIN if less(signed, v, cur) => v,
+        TSERIES_MAX if less(signed, cur, v) => v,
+        TSERIES_MIN | TSERIES_MAX => cur,
+        _ => {
+            meta.store(now, Ordering::Relaxed);
+            v
+        }
+    };
+    val.store(new, Ordering::Relaxed);
+}
+
+#[inline]
+fn less(signed: bool, a: u64, b: u64) -> bool {
+    if signed {
+        (a as i64) < (b as i64)
+    } else {
+        a < b
+    }
+}
+
+/// Merge interval by interval: the newer interval wins a place; two threads'
+/// values of the same interval combine as the aggregation does (the last write by
+/// its time, avg by adding totals and counts).
+fn tseries_combine(d: &MapDesc, acc: &mut [u64], src: impl Fn(usize) -> u64) {
+    let signed = d.signed != 0;
+    for base in (0..acc.len() / TSERIES_WORDS).map(|i| i * TSERIES_WORDS) {
+        let (v, meta, epoch) = (src(base), src(base + 1), src(base + 2));
+        if epoch == 0 || epoch < acc[base + 2] {
+            continue;
+        }
+        if epoch > acc[base + 2] {
+            acc[base..base + TSERIES_WORDS].copy_from_slice(&[v, meta, epoch]);
+            continue;
+        }
+        let cur = acc[base];
+        match d.tseries_agg {
+            TSERIES_AVG => {
+                acc[base] = cur.wrapping_add(v);
+                acc[base + 1] = acc[base + 1].wrapping_add(meta);
+            }
+            TSERIES_SUM => acc[base] = cur.wrapping_add(v),
+            TSERIES_MIN if less(signed, v, cur) => acc[base] = v,
+            TSERIES_MAX if less(signed, cur, v) => acc[base] = v,
+            TSERIES_MIN | TSERIES_MAX => {}
+            _ if meta > acc[base + 1] => {
+                acc[base] = v;
+                acc[base + 1] = meta;
+            }
+            _ => {}
+        }
     }
 }
 
@@ -376,6 +462,7 @@ fn combine(d: &MapDesc, acc: &mut [u64], src: impl Fn(usize) -> u64) {
         }
     };
     match d.kind {
+        k if k == MapKind::Tseries as u32 => tseries_combine(d, acc, src),
         k if k == MapKind::Min as u32 || k == MapKind::Max as u32 => {
             let n = src(0);
             if n == 0 {
@@ -583,6 +670,48 @@ mod tests {
             insert(&shm, d, &3u64.to_le_bytes()).index().is_some(),
             "existing key still found"
         );
+    }
+
+    /// Two threads write `tseries(v, 100ns, 4)`: a newer interval replaces the
+    /// older one in its place, values of one interval combine per aggregation, and
+    /// the merge keeps the newest interval of each place.
+    #[test]
+    fn tseries_intervals_rotate_and_merge() {
+        for (agg, expect) in [
+            (TSERIES_LAST, 7u64),
+            (TSERIES_AVG, 4 + 7 + 5),
+            (TSERIES_MIN, 4),
+            (TSERIES_MAX, 7),
+            (TSERIES_SUM, 4 + 7 + 5),
+        ] {
+            let mut spec = MapSpec::agg(MapKind::Tseries, true, 0, 8 * 3 * 4, 1);
+            spec.tseries = (100, 4, agg);
+            let (_mem, shm) = segment(&[spec]);
+            let d = shm.map(0);
+            let i = insert(&shm, d, &[]).index().unwrap();
+            shm.header().slots_used.store(4, Ordering::Relaxed);
+            let (a, b) = (
+                accumulator(&shm, d, shm.thread_slot(2), i),
+                accumulator(&shm, d, shm.thread_slot(3), i),
+            );
+            tseries_write(d, a, 9, 1_000); // epoch 10, place 2
+            tseries_write(d, a, 4, 1_410); // epoch 14 replaces it
+            tseries_write(d, b, 5, 1_420);
+            tseries_write(d, a, 7, 1_430);
+            tseries_write(d, b, 1, 1_100); // epoch 11, place 3
+            let mut out = [0u8; 96];
+            merge(&shm, d, i, &mut out);
+            let w: Vec<u64> = out
+                .chunks(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .collect();
+            assert_eq!(&w[6..9], &[expect, w[7], 14], "agg {agg}");
+            assert_eq!(&w[9..12], &[1, w[10], 11], "agg {agg}");
+            assert_eq!(&w[..6], &[0; 6], "agg {agg}: places 0 and 1 unused");
+            if agg == TSERIES_AVG {
+                assert_eq!(w[7], 3, "three values in interval 14");
+            }
+        }
     }
 
     #[test]

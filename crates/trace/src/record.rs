@@ -81,6 +81,7 @@ pub fn metadata(prog: &Program) -> Json {
                 MapValue::Stats { .. } => ("stats", None),
                 MapValue::Hist { .. } => ("hist", None),
                 MapValue::Lhist { .. } => ("lhist", None),
+                MapValue::Tseries { .. } => ("tseries", None),
             };
             json!({
                 "name": m.name,
