@@ -231,6 +231,8 @@ impl fmt::Display for Type {
             Type::ProbeName => write!(f, "probe"),
             Type::Timestamp => write!(f, "timestamp"),
             Type::Ptr(t) => write!(f, "{t} *"),
+            // An array is named by its element type and length (`uint8[4]`).
+            Type::CStruct(s) if s.name.ends_with(']') => write!(f, "{}", s.name),
             Type::CStruct(s) => write!(f, "struct {}", s.name),
             Type::Inet => write!(f, "inet"),
             Type::MacAddr => write!(f, "macaddr"),

@@ -174,6 +174,12 @@ impl<'a> Fx<'a> {
     fn place_of(&mut self, v: Val, ty: &Type) -> Place {
         match v {
             Val::Place(p) => p,
+            // A struct or array held by its address: its bytes, copied.
+            Val::Reg(addr) if matches!(ty, Type::CStruct(_)) => {
+                let p = self.temp(ty.size());
+                self.read_bytes(addr, p, ty.size());
+                p
+            }
             Val::Reg(r) => {
                 let p = self.temp(ty.size().max(8));
                 self.emit(Inst::Store {
@@ -206,6 +212,9 @@ impl<'a> Fx<'a> {
         } else if ty.size() > 0 {
             match v {
                 Val::Place(p) if p == place => {}
+                Val::Reg(addr) if matches!(ty, Type::CStruct(_)) => {
+                    self.read_bytes(addr, place, ty.size())
+                }
                 Val::Place(p) => self.emit(Inst::Copy {
                     dst: place,
                     src: p,
@@ -352,6 +361,28 @@ impl<'a> Fx<'a> {
                     self.store(dst.at(dof[i]), x, &ts[i]);
                 }
                 Val::Place(dst)
+            }
+            // Array casts: an integer's bytes as an integer array, and back.
+            (_, Type::CStruct(_)) if from.is_scalar() => {
+                let r = self.reg_of(v);
+                let dst = self.temp(to.size());
+                self.emit(Inst::Store {
+                    place: dst,
+                    src: r,
+                    size: to.size().clamp(1, 8) as u8,
+                });
+                Val::Place(dst)
+            }
+            (Type::CStruct(_), Type::Int { signed, .. }) => {
+                let src = self.place_of(v, from);
+                let d = self.reg();
+                self.emit(Inst::LoadSlot {
+                    dst: d,
+                    place: src,
+                    size: int_size(to),
+                    signed: *signed,
+                });
+                Val::Reg(d)
             }
             (Type::UStack { .. }, Type::UStack { .. }) => {
                 let src = self.place_of(v, from);
@@ -1061,11 +1092,17 @@ impl<'a> Fx<'a> {
                 let off = self.bin(IrBin::Mul, i, size);
                 Some(self.bin(IrBin::Add, base, off))
             }
-            // An array a function returns (`pton`): its value is its address.
-            ExprKind::Call { .. } if matches!(e.ty, Type::CStruct(_)) => {
-                let v = self.expr(e);
-                Some(self.reg_of(v))
-            }
+            // Any other struct or array value (`pton(...)`, `$v`, `@m[k]`, a cast):
+            // the address of its bytes, in the frame or in the target.
+            _ if matches!(e.ty, Type::CStruct(_)) => match self.expr(e) {
+                Val::Place(p) => {
+                    let d = self.reg();
+                    self.emit(Inst::AddrOf { dst: d, place: p });
+                    Some(d)
+                }
+                Val::Reg(r) => Some(r),
+                Val::Unit => None,
+            },
             _ => None,
         }
     }
@@ -1084,8 +1121,13 @@ impl<'a> Fx<'a> {
                 signed: e.ty.is_signed(),
             });
             Val::Reg(d)
+        } else if let Type::Str { cap } = e.ty {
+            // A `char[N]` in memory: its N bytes (a string without its NUL when full).
+            let p = self.temp(cap);
+            self.read_bytes(addr, p, cap);
+            Val::Place(p)
         } else {
-            // A whole struct value: only its address is meaningful (as a base).
+            // A whole struct or array: its address; copied where it is stored.
             Val::Reg(addr)
         }
     }

@@ -836,8 +836,8 @@ BEGIN { printf("%40000d %40000d\n", 1, 2); }"#,
 #[test]
 fn array_lengths_and_struct_sizes_are_bounded() {
     check(
-        "struct X { char a[4294967295]; }
-struct A { char a[40000]; char b[40000]; }
+        "struct X { int8 a[4294967295]; }
+struct A { int8 a[40000]; int8 b[40000]; }
 struct Z { char z[0]; }
 struct Y { struct Z y[30000]; }
 struct W { struct Y w[2]; }
@@ -846,13 +846,13 @@ BEGIN { $x = (int8[99999999999])0; let $y: int64[70000]; @s = sizeof(uint8[65536
             error: `int8[4294967295]` has too many elements, nested ones counted (at most 65536)
              --> script.bt:1:12
               |
-            1 | struct X { char a[4294967295]; }
+            1 | struct X { int8 a[4294967295]; }
               |            ^^^^^^^^^^^^^^^^^^
 
             error: struct `A` has too many fields and elements, nested ones counted (at most 65536)
              --> script.bt:2:32
               |
-            2 | struct A { char a[40000]; char b[40000]; }
+            2 | struct A { int8 a[40000]; int8 b[40000]; }
               |                                ^
 
             error: `struct Y[2]` has too many elements, nested ones counted (at most 65536)
@@ -1314,19 +1314,19 @@ fn ntop_and_macaddr_sizes() {
             1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
               |                                                                                 ^^^^^^^^^^
 
-            error: ntop() argument must be 4 or 16 bytes in size, not `struct uint8[5]`
+            error: ntop() argument must be 4 or 16 bytes in size, not `uint8[5]`
              --> script.bt:1:104
               |
             1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
               |                                                                                                        ^^^^^
 
-            error: macaddr() argument must be 6 bytes in size, not `struct uint8[4]`
+            error: macaddr() argument must be 6 bytes in size, not `uint8[4]`
              --> script.bt:1:143
               |
             1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
               |                                                                                                                                               ^^^^^^^^^^^^^^^
 
-            error: macaddr() argument must be 6 bytes in size, not `struct uint8[5]`
+            error: macaddr() argument must be 6 bytes in size, not `uint8[5]`
              --> script.bt:1:174
               |
             1 | struct S { uint8_t m[5]; uint32_t w[4]; } BEGIN { $p = (struct S *)0; $a = ntop("abcdefgh"); $b = ntop($p->m); $c = ntop($p->w); $d = macaddr(pton("1.2.3.4")); $e = macaddr($p->m); $f = macaddr("abcde"); $g = ntop(ntop(1)); $h = ntop("ab", 1); $i = macaddr(ntop(1)); }
@@ -1502,6 +1502,131 @@ fn reg_names_as_upstream() {
               |
             1 | uprobe:/bin/a:f { $a = reg("rip"); $b = reg("eflags"); $c = reg(1); $d = reg("orig_rax") + reg("cs") + reg("ss") + reg("r15") + reg("flags"); }
               |                                                                 ^
+
+        "#]],
+    );
+}
+
+/// Whole structs and arrays are values (upstream): what stays refused is a cast that
+/// changes the size, `%s` on an array that is not `char[N]`, comparing arrays of
+/// different types, and assigning one array type over another.
+#[test]
+fn struct_and_array_values() {
+    check(
+        r#"struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }"#,
+        expect![[r#"
+            error: cannot cast `uint32` (4 bytes) to `uint8[3]` (3 bytes): an array cast keeps the size
+             --> script.bt:1:72
+              |
+            1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
+              |                                                                        ^^^^^^^^^^^^^^^^^^^
+
+            error: cannot cast `uint8[4]` (4 bytes) to `uint64` (8 bytes): an array cast keeps the size
+             --> script.bt:1:98
+              |
+            1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
+              |                                                                                                  ^^^^^^^^^^^^^^^^^^^^^^^
+
+            error: printf(): `%s` expects a string, not `uint8[4]`
+             --> script.bt:1:141
+              |
+            1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
+              |                                                                                                                                             ^^^^^^^^^^^^^^^
+            note: in this format
+             --> script.bt:1:130
+              |
+            1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
+              |                                                                                                                                  ^^^^^^^^^
+
+            error: cannot compare `uint8[16]` with `uint8[4]`
+             --> script.bt:1:170
+              |
+            1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
+              |                                                                                                                                                                          ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+
+            error: type mismatch for `$c`: assigning a value of type `uint8[16]` to a variable of type `uint8[4]`
+             --> script.bt:1:233
+              |
+            1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
+              |                                                                                                                                                                                                                                         ^^^^^^^^^^^
+            note: the variable's type was set here
+             --> script.bt:1:206
+              |
+            1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
+              |                                                                                                                                                                                                              ^^
+
+            error: casts to arrays need an integer element type, not `struct S`
+             --> script.bt:1:252
+              |
+            1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
+              |                                                                                                                                                                                                                                                            ^^^^^^^^^^^
+
+            error: cannot cast `string[3]` to an array
+             --> script.bt:1:272
+              |
+            1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
+              |                                                                                                                                                                                                                                                                                ^^^^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+/// A struct known only by name and size (here from debug info: too deep, or an array
+/// of more elements than weft expands) has no layout to copy, print or compare.
+#[test]
+fn opaque_struct_values_are_refused() {
+    use std::sync::Arc;
+    use weft_ir::{CField, CStruct, Type};
+    struct Fake;
+    impl weft_lang::ArgsResolver for Fake {
+        fn params(&self, _: &weft_ir::AttachPoint) -> Option<Vec<(String, Type)>> {
+            let opaque = Type::CStruct(CStruct {
+                name: "uint8[100]".into(),
+                size: 100,
+                fields: Vec::new().into(),
+            });
+            let outer = Type::CStruct(CStruct {
+                name: "outer".into(),
+                size: 104,
+                fields: vec![
+                    CField {
+                        name: "big".into(),
+                        offset: 0,
+                        ty: opaque,
+                    },
+                    CField {
+                        name: "n".into(),
+                        offset: 100,
+                        ty: Type::Int {
+                            bits: 32,
+                            signed: true,
+                        },
+                    },
+                ]
+                .into(),
+            });
+            Some(vec![("o".into(), Type::Ptr(Box::new(outer)))])
+        }
+    }
+    let opts = Options {
+        args_resolver: Some(Arc::new(Fake)),
+        ..Options::default()
+    };
+    check_with(
+        "uprobe:/bin/a:f { $n = args.o->n; print(args.o->big); @o = *args.o; }",
+        &opts,
+        expect![[r#"
+            error: a whole `uint8[100]` cannot be used as a value: weft does not know its members (read its fields or elements one by one)
+             --> script.bt:1:41
+              |
+            1 | uprobe:/bin/a:f { $n = args.o->n; print(args.o->big); @o = *args.o; }
+              |                                         ^^^^^^^^^^^
+
+            error: a whole `struct outer` cannot be used as a value: weft does not know the members of the `uint8[100]` in it (read its other fields one by one)
+             --> script.bt:1:60
+              |
+            1 | uprobe:/bin/a:f { $n = args.o->n; print(args.o->big); @o = *args.o; }
+              |                                                            ^^^^^^^
 
         "#]],
     );
