@@ -437,6 +437,7 @@ pub fn attach_slot(th: &mut AgentThread) -> *mut ThreadSlot {
             name.as_mut_ptr() as u64,
         );
         (*slot).comm = name;
+        (*slot).pcomm = s.pcomm;
     }
     th.slot = slot;
     th.session = s.generation;

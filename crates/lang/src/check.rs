@@ -33,6 +33,37 @@ pub struct Checked {
     /// The value of each named parameter a `getopt()` reads: from the command line,
     /// else the call's default.
     pub named: HashMap<String, NamedValue>,
+    /// The program's file name and text, for the locations `errorf`/`warnf` report
+    /// (set by `compile`; without it they name the line and columns only).
+    pub origin: Option<(String, String)>,
+}
+
+impl Checked {
+    /// Where an `errorf`/`warnf` call at `span` is, as upstream reports it (without
+    /// [`Self::origin`], the text counts as one line of `stdin`).
+    pub fn message_at(&self, level: weft_ir::MessageLevel, span: Span) -> Option<weft_ir::Message> {
+        let one_line = (String::from("-e"), String::new());
+        let (file, text) = self.origin.as_ref().unwrap_or(&one_line);
+        let at = |offset: u32| match self.origin {
+            Some(_) => crate::diag::line_col(text, offset),
+            None => (1, offset as usize + 1),
+        };
+        let (line, col) = at(span.start);
+        let (end_line, end_col) = at(span.end);
+        let end_col = if end_line == line { end_col } else { col + 1 };
+        // upstream names a program given with -e (or on standard input) `stdin`.
+        let file = match file.as_str() {
+            "-e" | "-" => "stdin".to_string(),
+            f => f.to_string(),
+        };
+        Some(weft_ir::Message {
+            level,
+            file,
+            line: line as u32,
+            col: col as u32,
+            end_col: end_col as u32,
+        })
+    }
 }
 
 /// A named program parameter's value (`getopt`), of the type its default gives it.
@@ -247,6 +278,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         config: ck.config,
         stack_mode: ck.stack_mode,
         named: ck.named,
+        origin: None,
     };
     (checked, diags)
 }
@@ -2533,7 +2565,7 @@ impl<'a> Checker<'a> {
                 bits: 32,
                 signed: false,
             },
-            "comm" => Type::Str { cap: COMM_CAP },
+            "comm" | "pcomm" => Type::Str { cap: COMM_CAP },
             "probe" => Type::ProbeName,
             "func" => Type::USym,
             "retval" => Type::U64,
@@ -2737,7 +2769,7 @@ impl<'a> Checker<'a> {
             }
         };
         match name.as_str() {
-            "printf" | "system" | "cat" => {
+            "printf" | "system" | "cat" | "errorf" | "warnf" => {
                 if !arity(self) {
                     return Type::Void;
                 }
@@ -3227,6 +3259,12 @@ impl<'a> Checker<'a> {
                     }
                 }
                 Type::U64
+            }
+            // `pcomm()` is `pcomm` (upstream's stdlib has both forms; the one taking
+            // a task is kernel-only).
+            "pcomm" => {
+                arity(self);
+                Type::Str { cap: COMM_CAP }
             }
             _ => Type::Void,
         }

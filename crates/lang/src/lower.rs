@@ -150,7 +150,18 @@ impl<'a> Fx<'a> {
         self.temps_free.extend(freed);
     }
     fn format(&mut self, text: String, args: Vec<Type>) -> FmtId {
-        let fm = Format::new(text, args);
+        self.format_message(text, args, None)
+    }
+    fn format_message(
+        &mut self,
+        text: String,
+        args: Vec<Type>,
+        message: Option<ir::Message>,
+    ) -> FmtId {
+        let fm = Format {
+            message,
+            ..Format::new(text, args)
+        };
         if let Some(i) = self.formats.iter().position(|f| *f == fm) {
             return FmtId(i as u32);
         }
@@ -1169,6 +1180,14 @@ impl<'a> Fx<'a> {
                 });
                 Val::Place(p)
             }
+            "pcomm" => {
+                let p = self.temp(COMM_CAP);
+                self.emit(Inst::PComm {
+                    dst: p,
+                    cap: COMM_CAP,
+                });
+                Val::Place(p)
+            }
             "ustack" => {
                 let p = self.temp(ty.size());
                 let depth = match ty {
@@ -1435,7 +1454,42 @@ impl<'a> Fx<'a> {
             return Val::Unit;
         };
         match name.as_str() {
-            "printf" | "system" | "cat" => {
+            "printf" => {
+                let ExprKind::Str(fmt) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let text = String::from_utf8_lossy(fmt).into_owned();
+                let (payload, len, types) = self.pack(&args[1..]);
+                let id = self.format(text, types);
+                self.emit(Inst::Emit {
+                    kind: EventKind::Printf(id),
+                    payload,
+                    len,
+                });
+                Val::Unit
+            }
+            // A printf whose format says it is a message, and from where.
+            "errorf" | "warnf" => {
+                let ExprKind::Str(fmt) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let level = if name == "errorf" {
+                    ir::MessageLevel::Error
+                } else {
+                    ir::MessageLevel::Warning
+                };
+                let message = self.ck.message_at(level, e.span);
+                let text = String::from_utf8_lossy(fmt).into_owned();
+                let (payload, len, types) = self.pack(&args[1..]);
+                let id = self.format_message(text, types, message);
+                self.emit(Inst::Emit {
+                    kind: EventKind::Printf(id),
+                    payload,
+                    len,
+                });
+                Val::Unit
+            }
+            "system" | "cat" => {
                 let ExprKind::Str(fmt) = &args[0].kind else {
                     return Val::Unit;
                 };
@@ -1443,7 +1497,6 @@ impl<'a> Fx<'a> {
                 let (payload, len, types) = self.pack(&args[1..]);
                 let id = self.format(text, types);
                 let kind = match name.as_str() {
-                    "printf" => EventKind::Printf(id),
                     "system" => EventKind::System(id),
                     _ => EventKind::Cat(id),
                 };
@@ -1953,6 +2006,7 @@ impl<'a> Fx<'a> {
                     None => Val::Reg(self.konst(0)),
                 }
             }
+            "pcomm" => self.builtin("pcomm", &e.ty),
             _ => Val::Unit,
         }
     }

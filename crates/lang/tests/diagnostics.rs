@@ -1631,3 +1631,42 @@ fn opaque_struct_values_are_refused() {
         "#]],
     );
 }
+
+/// `errorf`/`warnf` take printf's formats; `pcomm` takes no task (kernel only).
+#[test]
+fn errorf_warnf_pcomm_arguments() {
+    check(
+        r#"BEGIN { errorf("%d %s\n", 1); warnf(); warnf("%s", 5); $p = pcomm(1); $q = pcomm; $r = pcomm(); }"#,
+        expect![[r#"
+            error: errorf(): not enough arguments for the format (1 given, 2 expected)
+             --> script.bt:1:9
+              |
+            1 | BEGIN { errorf("%d %s\n", 1); warnf(); warnf("%s", 5); $p = pcomm(1); $q = pcomm; $r = pcomm(); }
+              |         ^^^^^^^^^^^^^^^^^^^^
+
+            error: warnf() takes at least 1 argument (0 given)
+             --> script.bt:1:31
+              |
+            1 | BEGIN { errorf("%d %s\n", 1); warnf(); warnf("%s", 5); $p = pcomm(1); $q = pcomm; $r = pcomm(); }
+              |                               ^^^^^^^
+
+            error: warnf(): `%s` expects a string, not `int64`
+             --> script.bt:1:52
+              |
+            1 | BEGIN { errorf("%d %s\n", 1); warnf(); warnf("%s", 5); $p = pcomm(1); $q = pcomm; $r = pcomm(); }
+              |                                                    ^
+            note: in this format
+             --> script.bt:1:46
+              |
+            1 | BEGIN { errorf("%d %s\n", 1); warnf(); warnf("%s", 5); $p = pcomm(1); $q = pcomm; $r = pcomm(); }
+              |                                              ^^^^
+
+            error: pcomm() takes no arguments (1 given)
+             --> script.bt:1:61
+              |
+            1 | BEGIN { errorf("%d %s\n", 1); warnf(); warnf("%s", 5); $p = pcomm(1); $q = pcomm; $r = pcomm(); }
+              |                                                             ^^^^^^^^
+
+        "#]],
+    );
+}
