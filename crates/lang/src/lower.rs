@@ -21,6 +21,10 @@ use crate::diag::{Diagnostic, Diags};
 /// Number of array elements `join()` reads.
 pub const JOIN_MAX: u32 = 16;
 
+/// The most bytes of memory read with inline loads; a larger value (a whole struct)
+/// is copied by one helper call.
+const INLINE_READ_MAX: u32 = 64;
+
 pub fn lower(ck: &Checked) -> (ir::Program, Vec<Diagnostic>) {
     let mut prog = ir::Program {
         maps: ck
@@ -2030,8 +2034,25 @@ impl<'a> Fx<'a> {
     }
 
     /// Read `len` bytes of memory at `addr` into `dst`, 8, 4, 2 and 1 bytes at a time
-    /// (each read fault-tolerant).
+    /// (each read fault-tolerant); more than [`INLINE_READ_MAX`] bytes (a whole
+    /// struct) with one fault-tolerant copy into a buffer, so the code stays small.
     fn read_bytes(&mut self, addr: Reg, dst: Place, len: u32) {
+        if len > INLINE_READ_MAX {
+            let buf = self.temp(len.saturating_add(4));
+            let n = self.konst(i64::from(len));
+            self.emit(Inst::ReadBuf {
+                dst: buf,
+                addr,
+                len: n,
+                cap: len,
+            });
+            self.emit(Inst::Copy {
+                dst,
+                src: buf.at(4),
+                len,
+            });
+            return;
+        }
         let mut off = 0;
         while off < len {
             let size = [8u8, 4, 2, 1]
