@@ -1,7 +1,9 @@
-/* 4 threads; thread t calls hit(t) exactly (t + 1) * N times. usage: threads N */
+/* 4 threads; thread t, named `worker-t`, calls hit(t) exactly (t + 1) * N times.
+ * usage: threads N */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 
 static long n;
 
@@ -12,6 +14,9 @@ __attribute__((noinline)) long hit(long t) {
 
 static void *run(void *arg) {
   long t = (long)arg, s = 0;
+  char name[16];
+  snprintf(name, sizeof name, "worker-%ld", t);
+  prctl(PR_SET_NAME, name);
   for (long i = 0; i < (t + 1) * n; i++) s += hit(t);
   return (void *)s;
 }

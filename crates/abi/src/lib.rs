@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -356,8 +356,11 @@ pub struct ThreadSlot {
     /// Process of the thread (a session may span several processes).
     pub pid: u32,
     pub _pad: u32,
+    /// `pcomm`: the name of the thread's process (its main thread's `comm`),
+    /// NUL-padded, as the agent read it when the session reached the process.
+    pub pcomm: [u8; 16],
     /// Reserved.
-    pub _reserved: [u64; 7],
+    pub _reserved: [u64; 5],
 }
 
 /// Size reserved for the [`ThreadSlot`] header before the ring.
@@ -566,9 +569,10 @@ pub enum Helper {
     CountError,
     Tid,
     Pid,
+    PComm,
 }
 
-pub const HELPER_COUNT: usize = Helper::Pid as usize + 1;
+pub const HELPER_COUNT: usize = Helper::PComm as usize + 1;
 
 // ---------------------------------------------------------------------------------
 // Control messages

@@ -19,8 +19,15 @@ pub enum Msg<'a> {
     Hello(Hello),
     /// weft → agent: map the session's shared segment (a memfd, attached) of `size`
     /// bytes; `space` identifies this process's sites in the segment's site table;
-    /// `flags` are `SESSION_*`. Answered by [`Msg::ShmMapped`].
-    MapShm { size: u64, space: u32, flags: u32 },
+    /// `flags` are `SESSION_*`; `pcomm` is the process's name (its main thread's
+    /// `comm`, NUL-padded) for `pcomm`, read by weft from `/proc` so the agent opens
+    /// nothing. Answered by [`Msg::ShmMapped`].
+    MapShm {
+        size: u64,
+        space: u32,
+        flags: u32,
+        pcomm: [u8; 16],
+    },
     /// Agent → weft: where the segment is mapped, and the agent's generation number
     /// for this session (return probes check it).
     ShmMapped { addr: u64, generation: u32 },
@@ -207,11 +214,17 @@ impl<'a> Msg<'a> {
                 };
                 w.bytes(bytes)?;
             }
-            Msg::MapShm { size, space, flags } => {
+            Msg::MapShm {
+                size,
+                space,
+                flags,
+                pcomm,
+            } => {
                 w.u32(MAP_SHM)?;
                 w.u64(size)?;
                 w.u32(space)?;
                 w.u32(flags)?;
+                w.bytes(&pcomm)?;
             }
             Msg::ShmMapped { addr, generation } => {
                 w.u32(SHM_MAPPED)?;
@@ -273,6 +286,10 @@ impl<'a> Msg<'a> {
                 size: r.u64()?,
                 space: r.u32()?,
                 flags: r.u32()?,
+                pcomm: {
+                    let b = r.take(16)?;
+                    core::array::from_fn(|i| b[i])
+                },
             },
             SHM_MAPPED => Msg::ShmMapped {
                 addr: r.u64()?,
@@ -351,6 +368,7 @@ mod tests {
                 size: 1 << 30,
                 space: 3,
                 flags: SESSION_FOLLOW_FORK,
+                pcomm: *b"app\0\0\0\0\0\0\0\0\0\0\0\0\0",
             },
             Msg::ShmMapped {
                 addr: 0x7f00_0000_0000,

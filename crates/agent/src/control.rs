@@ -484,16 +484,19 @@ fn serve_session(fd: OwnedFd, reaper: &mut reap::Reaper, forked: Option<(u32, u3
             }
         };
         let reply = match received.msg() {
-            Ok(Msg::MapShm { size, space, flags }) => {
-                match map_shm(received.fd.as_ref(), size, space, flags) {
-                    Ok(addr) => {
-                        let generation = session::current().map_or(0, |s| s.generation as u32);
-                        let _ = proto::send(sock, &Msg::ShmMapped { addr, generation }, None);
-                        continue;
-                    }
-                    Err(e) => Err(e),
+            Ok(Msg::MapShm {
+                size,
+                space,
+                flags,
+                pcomm,
+            }) => match map_shm(received.fd.as_ref(), size, space, flags, pcomm) {
+                Ok(addr) => {
+                    let generation = session::current().map_or(0, |s| s.generation as u32);
+                    let _ = proto::send(sock, &Msg::ShmMapped { addr, generation }, None);
+                    continue;
                 }
-            }
+                Err(e) => Err(e),
+            },
             Ok(Msg::AllocCode { lo, hi, size }) => match alloc_code(lo, hi, size) {
                 Ok((addr, size, memfd)) => {
                     regions.push((addr, size));
@@ -607,7 +610,13 @@ fn weft_gone(ending: Option<Box<session::Session>>) {
     release_launch();
 }
 
-fn map_shm(fd: Option<&OwnedFd>, size: u64, space: u32, flags: u32) -> Result<u64, String> {
+fn map_shm(
+    fd: Option<&OwnedFd>,
+    size: u64,
+    space: u32,
+    flags: u32,
+    pcomm: [u8; 16],
+) -> Result<u64, String> {
     let fd = fd.ok_or("MapShm without a file descriptor")?;
     let size = size as usize;
     if session::current().is_some() {
@@ -655,6 +664,7 @@ fn map_shm(fd: Option<&OwnedFd>, size: u64, space: u32, flags: u32) -> Result<u6
         adopted: core::sync::atomic::AtomicBool::new(true),
         profiles: Default::default(),
         code: Vec::new(),
+        pcomm,
     }));
     Ok(p as u64)
 }

@@ -28,6 +28,10 @@ pub struct Session {
     pub profiles: [Profile; weft_abi::MAX_PROFILES],
     /// Code regions mapped for this session: (address, size).
     pub code: Vec<(u64, usize)>,
+    /// The process's name (`pcomm`) when weft reached it, NUL-padded; each thread's
+    /// slot gets a copy when it is claimed (a forked child keeps its parent's, which
+    /// is its own name too until it renames itself).
+    pub pcomm: [u8; 16],
 }
 
 /// A `profile:hz:N` probe of the session; `hz == 0`: none.

@@ -429,7 +429,7 @@ pub fn attach_slot(th: &mut AgentThread) -> *mut ThreadSlot {
     };
     let mut name = [0u8; 16];
     // SAFETY: prctl(PR_GET_NAME) writes at most 16 bytes into `name`; the slot is
-    // ours (claimed), and `comm` is read only by advice on this thread.
+    // ours (claimed), and `comm` and `pcomm` are read only by advice on this thread.
     unsafe {
         raw_syscall(
             libc::SYS_prctl,
@@ -437,6 +437,7 @@ pub fn attach_slot(th: &mut AgentThread) -> *mut ThreadSlot {
             name.as_mut_ptr() as u64,
         );
         (*slot).comm = name;
+        (*slot).pcomm = s.pcomm;
     }
     th.slot = slot;
     th.session = s.generation;

@@ -166,6 +166,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         quiet: t.quiet,
         verbose: t.verbose,
         unsafe_ok: t.unsafe_ok,
+        no_warnings: t.no_warnings,
         sizes: segment::Sizes {
             max_threads: t
                 .max_threads

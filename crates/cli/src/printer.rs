@@ -21,6 +21,8 @@ pub struct Printer<'a> {
     /// `out` is a file (`-o FILE`): the blank lines before the final maps go to
     /// standard output instead, as bpftrace writes them, so the file has none.
     pub to_file: bool,
+    /// `--no-warnings`: `warnf()` prints nothing.
+    pub no_warnings: bool,
 }
 
 impl Printer<'_> {
@@ -50,6 +52,33 @@ impl Printer<'_> {
     }
 }
 
+impl Printer<'_> {
+    /// An `errorf`/`warnf` message, as upstream writes it: `LOCATION: ERROR: text`
+    /// on standard error (no source line: it would only show the call), or a JSON
+    /// record on the output.
+    fn message(&mut self, m: &weft_ir::Message, text: &[u8]) {
+        let warning = m.level == weft_ir::MessageLevel::Warning;
+        if warning && self.no_warnings {
+            return;
+        }
+        match self.format {
+            OutputFormat::Text => {
+                let _ = self.out.flush();
+                let level = if warning { "WARNING" } else { "ERROR" };
+                let mut line = format!("{}: {level}: ", m.location()).into_bytes();
+                line.extend_from_slice(text);
+                line.push(b'\n');
+                let _ = std::io::stderr().write_all(&line);
+            }
+            OutputFormat::Json => {
+                let kind = if warning { "warnf" } else { "errorf" };
+                let rec = weft_output::json::located(kind, text, &m.file, m.line, m.col);
+                let _ = self.out.write_all(&rec);
+            }
+        }
+    }
+}
+
 impl Sink for Printer<'_> {
     fn record(&mut self, r: &Record, cx: &Context<'_>) {
         let fmt = |id: u32| cx.prog.formats.get(id as usize);
@@ -57,6 +86,10 @@ impl Sink for Printer<'_> {
             Event::Printf { format, args } => {
                 if let Some(f) = fmt(*format) {
                     let text = weft_output::format_printf(f, args, cx.resolver);
+                    if let Some(m) = &f.message {
+                        self.message(m, &text);
+                        return;
+                    }
                     match self.format {
                         OutputFormat::Text => {
                             let _ = self.out.write_all(&text);
@@ -230,6 +263,7 @@ mod tests {
             out: Box::new(&mut text),
             format,
             unsafe_ok: false,
+            no_warnings: false,
         };
         let resolver = NoSymbols(prog.formats.clone());
         let cx = Context {

@@ -112,6 +112,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         quiet: true,
         verbose: a.verbose,
         unsafe_ok: false,
+        no_warnings: false,
         sizes: segment::Sizes {
             max_threads: a
                 .max_threads

@@ -32,6 +32,8 @@ pub struct TraceOptions {
     pub quiet: bool,
     pub verbose: bool,
     pub unsafe_ok: bool,
+    /// `--no-warnings`: `warnf()` messages are not printed either (upstream).
+    pub no_warnings: bool,
     pub sizes: Sizes,
     /// Compile simple advice into trampolines.
     pub inline: bool,
@@ -174,6 +176,7 @@ pub fn run_with(
         out,
         format: opts.format,
         unsafe_ok: opts.unsafe_ok,
+        no_warnings: opts.no_warnings,
     };
     let mut recorder = match &opts.record {
         Some(p) => {

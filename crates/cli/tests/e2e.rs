@@ -329,6 +329,49 @@ fn four_threads_exact_per_thread_totals() {
     );
 }
 
+/// `pcomm` is the process's name (its main thread's), `comm` the thread's own
+/// (upstream docs/stdlib.md, "pcomm"): each worker names itself `worker-N`.
+#[test]
+fn pcomm_names_the_process_comm_the_thread() {
+    let bin = build("threads.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let name: String = bin
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .chars()
+        .take(15)
+        .collect();
+    let prog = format!("uprobe:{b}:hit {{ @[comm, pcomm, pcomm()] = count(); }}");
+    let out = ok(&weft(&["-e", &prog, "-c", &format!("{b} 100")], T));
+    for t in 0..4 {
+        let line = format!("@[worker-{t}, {name}, {name}]: {}\n", (t + 1) * 100);
+        assert!(out.contains(&line), "{line:?} in {out}");
+    }
+}
+
+/// `errorf`/`warnf` print on standard error as upstream does (docs/stdlib.md,
+/// "errorf", "warnf"): `LOCATION: ERROR: text`, the location of the call in the
+/// program (`stdin` for -e); `--no-warnings` silences `warnf`. Nothing on stdout.
+#[test]
+fn errorf_and_warnf_go_to_stderr_with_their_location() {
+    let prog = "BEGIN { errorf(\"Something bad with args: %d, %s\", 10, \"arg2\");\n  warnf(\"kinda bad %s\", \"x\"); printf(\"out\\n\"); exit(); }";
+    let o = weft(&["-q", "-e", prog], T);
+    let out = ok(&o);
+    assert_eq!(out, "out\n\n\n");
+    assert_eq!(
+        text(&o.stderr),
+        "stdin:1:9-62: ERROR: Something bad with args: 10, arg2\n\
+         stdin:2:3-29: WARNING: kinda bad x\n"
+    );
+    let o = weft(&["-q", "--no-warnings", "-e", prog], T);
+    ok(&o);
+    assert_eq!(
+        text(&o.stderr),
+        "stdin:1:9-62: ERROR: Something bad with args: 10, arg2\n"
+    );
+}
+
 // ---------------------------------------------------------------------------------
 // Threads that come and go (issue 24): slots and agent state are reused once a
 // thread is gone, so the limits are on threads alive at once, not threads ever seen.

@@ -188,9 +188,31 @@ impl Agent {
     }
 
     /// Have the agent map the segment as site space `space`; returns its address in
-    /// the target and the session's generation number.
-    pub fn map_shm(&self, fd: RawFd, size: u64, space: u32, flags: u32) -> Result<(u64, u32)> {
-        let r = self.request(Msg::MapShm { size, space, flags }, Some(fd))?;
+    /// the target and the session's generation number. `pid`'s name (`pcomm`) goes
+    /// with it.
+    pub fn map_shm(
+        &self,
+        fd: RawFd,
+        size: u64,
+        space: u32,
+        flags: u32,
+        pid: i32,
+    ) -> Result<(u64, u32)> {
+        let name = std::fs::read(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let mut pcomm = [0u8; 16];
+        for (d, s) in pcomm[..15]
+            .iter_mut()
+            .zip(name.iter().take_while(|&&b| b != b'\n'))
+        {
+            *d = *s;
+        }
+        let msg = Msg::MapShm {
+            size,
+            space,
+            flags,
+            pcomm,
+        };
+        let r = self.request(msg, Some(fd))?;
         match r.msg() {
             Ok(Msg::ShmMapped { addr, generation }) => Ok((addr, generation)),
             other => bail!("unexpected answer {other:?} from the agent to a segment"),

@@ -93,6 +93,7 @@ impl Member {
             seg.size(),
             space,
             flags,
+            pid,
         )?;
         weft_inject::die::at("shm-mapped");
         Ok(Member {

@@ -231,6 +231,8 @@ impl fmt::Display for Type {
             Type::ProbeName => write!(f, "probe"),
             Type::Timestamp => write!(f, "timestamp"),
             Type::Ptr(t) => write!(f, "{t} *"),
+            // An array is named by its element type and length (`uint8[4]`).
+            Type::CStruct(s) if s.name.ends_with(']') => write!(f, "{}", s.name),
             Type::CStruct(s) => write!(f, "struct {}", s.name),
             Type::Inet => write!(f, "inet"),
             Type::MacAddr => write!(f, "macaddr"),
@@ -448,6 +450,37 @@ pub struct Format {
     pub args: Vec<Type>,
     /// The conversions of `text` (parsed once, by [`Format::new`]).
     pub conversions: Vec<format::Conversion>,
+    /// `errorf`/`warnf`: the formatted text is a message of this level from this
+    /// place in the program (upstream prints `stdin:1:9-62: ERROR: text` on
+    /// standard error); `None` for every other format.
+    pub message: Option<Message>,
+}
+
+/// Where and how an `errorf`/`warnf` message is reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub level: MessageLevel,
+    /// The program's name as upstream reports it (`stdin` for `-e` and standard
+    /// input, else the file as given).
+    pub file: String,
+    /// 1-based line and columns of the call; `end_col` is one past its last
+    /// character on its first line.
+    pub line: u32,
+    pub col: u32,
+    pub end_col: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MessageLevel {
+    Error,
+    Warning,
+}
+
+impl Message {
+    /// `stdin:1:9-62`, as upstream writes a location.
+    pub fn location(&self) -> String {
+        format!("{}:{}:{}-{}", self.file, self.line, self.col, self.end_col)
+    }
 }
 
 impl Format {
@@ -457,6 +490,7 @@ impl Format {
             text,
             args,
             conversions,
+            message: None,
         }
     }
 }
@@ -713,7 +747,8 @@ pub enum AggOp {
 /// by weft in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EventKind {
-    /// `printf(fmt, args...)`: payload is the tuple of the format's args.
+    /// `printf(fmt, args...)`: payload is the tuple of the format's args. Also
+    /// `errorf`/`warnf`, whose format carries a [`Message`].
     Printf(FmtId),
     /// `system(fmt, args...)` (needs `--unsafe`).
     System(FmtId),
@@ -870,6 +905,12 @@ pub enum Inst {
     },
     /// `comm` into a `Str` of `cap` bytes.
     Comm {
+        dst: Place,
+        cap: u32,
+    },
+    /// `pcomm` (the process's name: its main thread's `comm`) into a `Str` of `cap`
+    /// bytes.
+    PComm {
         dst: Place,
         cap: u32,
     },

@@ -424,6 +424,12 @@ impl Cx<'_> {
                 self.a.mov(edx, *cap)?;
                 self.call(Helper::Comm)?;
             }
+            Inst::PComm { dst, cap } => {
+                self.a.mov(rdi, rbx)?;
+                self.lea_place(rsi, *dst)?;
+                self.a.mov(edx, *cap)?;
+                self.call(Helper::PComm)?;
+            }
             Inst::FuncName { dst, cap } => {
                 self.a.mov(rdi, rbx)?;
                 self.lea_place(rsi, *dst)?;

@@ -453,6 +453,9 @@ pub enum TypeName {
     Void,
     /// `string` or `string[N]`... (written `string`).
     Str,
+    /// Plain `char`: an `int8`, but an array of them is a string (`char name[16]`
+    /// is a `string[16]`, as in bpftrace; `signed char` and `int8_t` arrays are not).
+    Char,
     /// `struct X`, `union X`, `enum X`.
     Struct(String),
     /// Any other identifier (a typedef from C).
@@ -469,6 +472,7 @@ impl std::fmt::Display for TypeExpr {
                 write!(f, "{}int{}", if *signed { "" } else { "u" }, bits)?
             }
             TypeName::Bool => write!(f, "bool")?,
+            TypeName::Char => write!(f, "char")?,
             TypeName::Void => write!(f, "void")?,
             TypeName::Str => write!(f, "string")?,
             TypeName::Struct(n) => write!(f, "struct {n}")?,

@@ -156,6 +156,9 @@ const ANY: usize = usize::MAX;
 pub static TABLE: &[Builtin] = &[
     // Output and actions: events weft handles.
     f("printf", 1, ANY).action(),
+    f("errorf", 1, ANY).action(),
+    f("warnf", 1, ANY).action(),
+    f("pcomm", 0, 0),
     f("print", 1, 3).action().map_first(),
     f("exit", 0, 1).action(),
     f("clear", 1, 1).action().map_first(),
@@ -221,6 +224,7 @@ pub static TABLE: &[Builtin] = &[
     var("cpid"),
     var("rand"),
     var("comm"),
+    var("pcomm"),
     var("func").only(Where::FunctionProbes),
     var("probe"),
     var("retval").only(Where::ReturnProbes),

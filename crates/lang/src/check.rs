@@ -36,6 +36,37 @@ pub struct Checked {
     /// The value of each named parameter a `getopt()` reads: from the command line,
     /// else the call's default.
     pub named: HashMap<String, NamedValue>,
+    /// The program's file name and text, for the locations `errorf`/`warnf` report
+    /// (set by `compile`; without it they name the line and columns only).
+    pub origin: Option<(String, String)>,
+}
+
+impl Checked {
+    /// Where an `errorf`/`warnf` call at `span` is, as upstream reports it (without
+    /// [`Self::origin`], the text counts as one line of `stdin`).
+    pub fn message_at(&self, level: weft_ir::MessageLevel, span: Span) -> Option<weft_ir::Message> {
+        let one_line = (String::from("-e"), String::new());
+        let (file, text) = self.origin.as_ref().unwrap_or(&one_line);
+        let at = |offset: u32| match self.origin {
+            Some(_) => crate::diag::line_col(text, offset),
+            None => (1, offset as usize + 1),
+        };
+        let (line, col) = at(span.start);
+        let (end_line, end_col) = at(span.end);
+        let end_col = if end_line == line { end_col } else { col + 1 };
+        // upstream names a program given with -e (or on standard input) `stdin`.
+        let file = match file.as_str() {
+            "-e" | "-" => "stdin".to_string(),
+            f => f.to_string(),
+        };
+        Some(weft_ir::Message {
+            level,
+            file,
+            line: line as u32,
+            col: col as u32,
+            end_col: end_col as u32,
+        })
+    }
 }
 
 /// A named program parameter's value (`getopt`), of the type its default gives it.
@@ -250,6 +281,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         config: ck.config,
         stack_mode: ck.stack_mode,
         named: ck.named,
+        origin: None,
     };
     (checked, diags)
 }
@@ -808,6 +840,21 @@ impl<'a> Checker<'a> {
                 signed: *signed,
             },
             TypeName::Bool => Type::Bool,
+            // `char name[N]` is a string of N bytes (as bpftrace types it).
+            TypeName::Char => match t.array {
+                Some(Some(n)) if t.pointer == 0 => {
+                    return u32::try_from(n).map(|cap| Type::Str { cap }).map_err(|_| {
+                        TypeError::TooLarge(format!(
+                            "`{t}` is too large: {n} bytes (at most {})",
+                            u32::MAX
+                        ))
+                    })
+                }
+                _ => Type::Int {
+                    bits: 8,
+                    signed: true,
+                },
+            },
             TypeName::Void => {
                 if t.pointer == 0 {
                     return Err(TypeError::Unknown);
@@ -1364,14 +1411,8 @@ impl<'a> Checker<'a> {
     /// handled by `assign`).
     fn value_expr(&mut self, v: &mut Expr) -> Type {
         let t = self.expr(v);
-        if let Type::CStruct(st) = &t {
-            self.err(
-                v.span,
-                format!(
-                    "a whole `struct {}` cannot be used as a value yet; read its fields",
-                    st.name
-                ),
-            );
+        if let Some(why) = uncopyable(&t) {
+            self.err(v.span, why);
             return Type::Void;
         }
         self.no_void_call(v);
@@ -1491,13 +1532,6 @@ impl<'a> Checker<'a> {
                 if vt == Type::Void {
                     return;
                 }
-                if matches!(vt, Type::CStruct(_) | Type::Void) {
-                    self.err(
-                        value.span,
-                        format!("a value of type `{vt}` cannot be stored in a map"),
-                    );
-                    return;
-                }
                 self.set_map_value(m, MapValue::Plain(storage(&vt)), value.span);
             }
         }
@@ -1557,9 +1591,6 @@ impl<'a> Checker<'a> {
         for k in keys.iter_mut() {
             let t = self.value_expr(k);
             if t == Type::Void {
-                unknown = true;
-            } else if matches!(t, Type::CStruct(_)) {
-                self.err(k.span, format!("a value of type `{t}` cannot be a map key"));
                 unknown = true;
             }
             ts.push(storage(&t));
@@ -2137,17 +2168,34 @@ impl<'a> Checker<'a> {
                 if !self.typeof_operand(ty) {
                     return Type::Void;
                 }
+                if let Some(len) = ty.array {
+                    let ty = ty.clone();
+                    return self.array_cast(&t, expr, &ty, len, span);
+                }
                 let Some(target) = self.type_of(ty, || format!("unknown type `{ty}`")) else {
                     return Type::Void;
                 };
-                if ty.array.is_some() {
-                    self.err(ty.span, "casts to arrays are not supported yet");
-                    return Type::Void;
-                }
                 if t == Type::Void {
                     return target;
                 }
                 let ok = match &target {
+                    // An integer array of the integer's size (upstream's array casts).
+                    Type::Int { bits, .. } if int_array(&t).is_some() => {
+                        let ok = t.size() == u32::from(*bits / 8);
+                        if !ok {
+                            self.err(
+                                span,
+                                format!(
+                                    "cannot cast `{t}` ({} bytes) to `{target}` ({} bytes): \
+                                     an array cast keeps the size",
+                                    t.size(),
+                                    bits / 8
+                                ),
+                            );
+                            return Type::Void;
+                        }
+                        ok
+                    }
                     Type::Int { .. } => is_int(&t) || matches!(t, Type::Ptr(_) | Type::USym),
                     // `(bool)"text"` is whether the string is not empty (upstream).
                     Type::Bool => {
@@ -2421,7 +2469,9 @@ impl<'a> Checker<'a> {
                     || matches!((a, b), (Type::Str { .. }, Type::Str { .. }))
                     || matches!((a, b), (Type::Buf { .. }, Type::Buf { .. }))
                     || matches!((a, b), (Type::Tuple(_), Type::Tuple(_)))
-                        && storage(a) == storage(b);
+                        && storage(a) == storage(b)
+                    // Structs and arrays of the same type, byte for byte (upstream).
+                    || matches!(a, Type::CStruct(_)) && a == b && uncopyable(a).is_none();
                 if !ok {
                     self.err(span, format!("cannot compare `{a}` with `{b}`"));
                 }
@@ -2462,6 +2512,101 @@ impl<'a> Checker<'a> {
                 int64(signed(a) && signed(b))
             }
         }
+    }
+
+    /// `(int8[8])x`, `(uint8[])x`: an integer's bytes as an integer array of the
+    /// same size (upstream's array casts; the length may be left out). An integer
+    /// literal may become an array of 1, 2, 4 or 8 bytes (its low bytes).
+    fn array_cast(
+        &mut self,
+        t: &Type,
+        x: &Expr,
+        ty: &TypeExpr,
+        len: Option<u64>,
+        span: Span,
+    ) -> Type {
+        if ty.pointer > 0 {
+            self.err(ty.span, "casts to pointers to arrays are not supported");
+            return Type::Void;
+        }
+        // `(char[4])x` is an array of `int8`, not a string.
+        let base = match ty.base {
+            TypeName::Char => TypeName::Int {
+                bits: 8,
+                signed: true,
+            },
+            ref b => b.clone(),
+        };
+        let elem_expr = TypeExpr {
+            base: base.clone(),
+            array: None,
+            ..ty.clone()
+        };
+        let Some(elem) = self.type_of(&elem_expr, || format!("unknown type `{elem_expr}`")) else {
+            return Type::Void;
+        };
+        let Type::Int { bits, .. } = elem else {
+            self.err(
+                ty.span,
+                format!("casts to arrays need an integer element type, not `{elem}`"),
+            );
+            return Type::Void;
+        };
+        // A length as written is checked as a type first (at most 65536 elements).
+        if let Some(n) = len {
+            let written = TypeExpr {
+                base: base.clone(),
+                array: Some(Some(n)),
+                ..ty.clone()
+            };
+            if self
+                .type_of(&written, || format!("unknown type `{written}`"))
+                .is_none()
+            {
+                return Type::Void;
+            }
+        }
+        if *t == Type::Void {
+            return Type::Void;
+        }
+        if !is_int(t) && int_array(t).is_none() {
+            self.err(span, format!("cannot cast `{t}` to an array"));
+            return Type::Void;
+        }
+        let esize = u64::from(bits / 8);
+        let literal = literal_int(x).is_some();
+        let source = u64::from(t.size());
+        // Without a length, a literal has the size of the smallest integer type that
+        // holds it (upstream types literals so: `(uint8[])0x0102` has 2 elements).
+        let source = match literal_int(x) {
+            Some(v) if len.is_none() && *t != Type::U64 => literal_size(v),
+            _ => source,
+        };
+        let n = match len {
+            Some(n) => n,
+            None if source % esize == 0 => source / esize,
+            None => 0,
+        };
+        let size = n.saturating_mul(esize);
+        let fits = size == source || literal && matches!(size, 1 | 2 | 4 | 8);
+        if !fits {
+            self.err(
+                span,
+                format!(
+                    "cannot cast `{t}` ({source} bytes) to `{}[{n}]` ({size} bytes): an array \
+                     cast keeps the size",
+                    elem
+                ),
+            );
+            return Type::Void;
+        }
+        let resolved = TypeExpr {
+            base,
+            array: Some(Some(n)),
+            ..ty.clone()
+        };
+        self.type_of(&resolved, || format!("unknown type `{resolved}`"))
+            .unwrap_or(Type::Void)
     }
 
     fn field_of(&mut self, t: &Type, field: &str, span: Span) -> Type {
@@ -2570,7 +2715,7 @@ impl<'a> Checker<'a> {
                 bits: 32,
                 signed: false,
             },
-            "comm" => Type::Str { cap: COMM_CAP },
+            "comm" | "pcomm" => Type::Str { cap: COMM_CAP },
             "probe" => Type::ProbeName,
             "func" => Type::USym,
             "retval" => Type::U64,
@@ -2578,16 +2723,9 @@ impl<'a> Checker<'a> {
                 depth: USTACK_DEPTH,
                 mode: self.stack_mode,
             },
-            "args" => {
-                let t = self.args_type(span);
-                if t != Type::Void {
-                    self.err(
-                        span,
-                        "printing all of args is not supported yet; use args.NAME",
-                    );
-                }
-                Type::Void
-            }
+            // All the parameters as one value (`print(args)`, `$a = args`): a record
+            // printed as upstream prints a struct, `{ .a = 1, .b = 2 }`.
+            "args" => self.args_type(span),
             _ => {
                 if let Some(msg) = unsupported::builtin(name) {
                     self.err(span, msg);
@@ -2783,7 +2921,7 @@ impl<'a> Checker<'a> {
             }
         };
         match name.as_str() {
-            "printf" | "system" | "cat" => {
+            "printf" | "system" | "cat" | "errorf" | "warnf" => {
                 if !arity(self) {
                     return Type::Void;
                 }
@@ -2818,12 +2956,8 @@ impl<'a> Checker<'a> {
                         }
                     } else if tys[0] == Type::Void {
                         return Type::Void;
-                    }
-                    if matches!(tys[0], Type::CStruct(_)) {
-                        self.err(
-                            a[0].span,
-                            format!("print() of `{}` is not supported yet", tys[0]),
-                        );
+                    } else if let Some(why) = uncopyable(&tys[0]) {
+                        self.err(a[0].span, why);
                     }
                 }
                 Type::Void
@@ -3278,6 +3412,12 @@ impl<'a> Checker<'a> {
                 }
                 Type::U64
             }
+            // `pcomm()` is `pcomm` (upstream's stdlib has both forms; the one taking
+            // a task is kernel-only).
+            "pcomm" => {
+                arity(self);
+                Type::Str { cap: COMM_CAP }
+            }
             _ => Type::Void,
         }
     }
@@ -3399,7 +3539,7 @@ impl<'a> Checker<'a> {
                     .with_note(Some(args[0].span), "in this format"),
                 );
             }
-            if matches!(t, Type::Void | Type::CStruct(_)) {
+            if ok && matches!(t, Type::CStruct(_)) {
                 self.err(
                     args[i + 1].span,
                     format!("{name}(): a value of type `{t}` cannot be printed"),
@@ -3445,6 +3585,59 @@ pub fn signal_number(name: &str) -> Option<i64> {
         _ => return None,
     };
     Some(v)
+}
+
+/// Why a value of type `t` cannot be copied (into a variable, a map, an event), or
+/// None: a struct or array weft knows only by name and size (declared but not
+/// defined, nested too deep in DWARF, an array of more elements than weft expands)
+/// has no layout to print or compare.
+fn uncopyable(t: &Type) -> Option<String> {
+    /// The first struct or array without members in `t` (`t` itself included).
+    fn opaque(t: &Type) -> Option<&Type> {
+        match t {
+            Type::CStruct(s) if s.fields.is_empty() => Some(t),
+            Type::CStruct(s) => s.fields.iter().find_map(|f| opaque(&f.ty)),
+            Type::Tuple(ts) => ts.iter().find_map(opaque),
+            Type::Record(fs) => fs.iter().find_map(|(_, t)| opaque(t)),
+            _ => None,
+        }
+    }
+    let inner = opaque(t)?;
+    Some(if inner == t {
+        format!(
+            "a whole `{t}` cannot be used as a value: weft does not know its members (read \
+             its fields or elements one by one)"
+        )
+    } else {
+        format!(
+            "a whole `{t}` cannot be used as a value: weft does not know the members of the \
+             `{inner}` in it (read its other fields one by one)"
+        )
+    })
+}
+
+/// Bytes of the smallest integer type holding `v` (unsigned when `v` is not
+/// negative), as upstream types an integer literal.
+fn literal_size(v: i64) -> u64 {
+    let fits = |bits: u32| {
+        if v >= 0 {
+            v < 1i64 << bits.min(63)
+        } else {
+            v >= -(1i64 << (bits - 1).min(63))
+        }
+    };
+    [1u64, 2, 4]
+        .into_iter()
+        .find(|&b| fits(b as u32 * 8))
+        .unwrap_or(8)
+}
+
+/// The element type of an array of integers (what array casts convert).
+fn int_array(t: &Type) -> Option<&Type> {
+    match t {
+        Type::CStruct(s) if is_array(t) => s.fields.first().map(|f| &f.ty).filter(|e| is_int(e)),
+        _ => None,
+    }
 }
 
 /// Whether `t` is a C array (`uint8[4]`, from DWARF, a cast or `pton`).
@@ -3573,7 +3766,7 @@ mod tests {
         assert!(is_array(&t));
         assert_eq!(
             (t.size(), t.align(), t.to_string()),
-            (4, 1, "struct uint8[4]".into())
+            (4, 1, "uint8[4]".into())
         );
     }
 }

@@ -124,7 +124,6 @@ pub fn dump(what: Dumpable<'_>) -> String {
 
 /// Run every stage, stopping after the first that reports an error.
 pub fn compile(source: &str, file: &str, opts: &Options) -> Output {
-    let _ = file; // Diagnostics carry spans; the caller renders them with the name.
     let mut out = Output {
         program: None,
         diagnostics: Vec::new(),
@@ -153,7 +152,8 @@ pub fn compile(source: &str, file: &str, opts: &Options) -> Output {
         return out;
     }
 
-    let (checked, diags) = check(ast, opts);
+    let (mut checked, diags) = check(ast, opts);
+    checked.origin = Some((file.to_string(), source.to_string()));
     out.getopt_names = checked.named.keys().cloned().collect();
     out.getopt_names.sort();
     let failed = diags.iter().any(Diagnostic::is_error);

@@ -21,6 +21,10 @@ use crate::diag::{Diagnostic, Diags};
 /// Number of array elements `join()` reads.
 pub const JOIN_MAX: u32 = 16;
 
+/// The most bytes of memory read with inline loads; a larger value (a whole struct)
+/// is copied by one helper call.
+const INLINE_READ_MAX: u32 = 64;
+
 pub fn lower(ck: &Checked) -> (ir::Program, Vec<Diagnostic>) {
     let mut prog = ir::Program {
         maps: ck
@@ -150,7 +154,18 @@ impl<'a> Fx<'a> {
         self.temps_free.extend(freed);
     }
     fn format(&mut self, text: String, args: Vec<Type>) -> FmtId {
-        let fm = Format::new(text, args);
+        self.format_message(text, args, None)
+    }
+    fn format_message(
+        &mut self,
+        text: String,
+        args: Vec<Type>,
+        message: Option<ir::Message>,
+    ) -> FmtId {
+        let fm = Format {
+            message,
+            ..Format::new(text, args)
+        };
         if let Some(i) = self.formats.iter().position(|f| *f == fm) {
             return FmtId(i as u32);
         }
@@ -174,6 +189,12 @@ impl<'a> Fx<'a> {
     fn place_of(&mut self, v: Val, ty: &Type) -> Place {
         match v {
             Val::Place(p) => p,
+            // A struct or array held by its address: its bytes, copied.
+            Val::Reg(addr) if matches!(ty, Type::CStruct(_)) => {
+                let p = self.temp(ty.size());
+                self.read_bytes(addr, p, ty.size());
+                p
+            }
             Val::Reg(r) => {
                 let p = self.temp(ty.size().max(8));
                 self.emit(Inst::Store {
@@ -206,6 +227,9 @@ impl<'a> Fx<'a> {
         } else if ty.size() > 0 {
             match v {
                 Val::Place(p) if p == place => {}
+                Val::Reg(addr) if matches!(ty, Type::CStruct(_)) => {
+                    self.read_bytes(addr, place, ty.size())
+                }
                 Val::Place(p) => self.emit(Inst::Copy {
                     dst: place,
                     src: p,
@@ -352,6 +376,28 @@ impl<'a> Fx<'a> {
                     self.store(dst.at(dof[i]), x, &ts[i]);
                 }
                 Val::Place(dst)
+            }
+            // Array casts: an integer's bytes as an integer array, and back.
+            (_, Type::CStruct(_)) if from.is_scalar() => {
+                let r = self.reg_of(v);
+                let dst = self.temp(to.size());
+                self.emit(Inst::Store {
+                    place: dst,
+                    src: r,
+                    size: to.size().clamp(1, 8) as u8,
+                });
+                Val::Place(dst)
+            }
+            (Type::CStruct(_), Type::Int { signed, .. }) => {
+                let src = self.place_of(v, from);
+                let d = self.reg();
+                self.emit(Inst::LoadSlot {
+                    dst: d,
+                    place: src,
+                    size: int_size(to),
+                    signed: *signed,
+                });
+                Val::Reg(d)
             }
             (Type::UStack { .. }, Type::UStack { .. }) => {
                 let src = self.place_of(v, from);
@@ -1062,11 +1108,17 @@ impl<'a> Fx<'a> {
                 let off = self.bin(IrBin::Mul, i, size);
                 Some(self.bin(IrBin::Add, base, off))
             }
-            // An array a function returns (`pton`): its value is its address.
-            ExprKind::Call { .. } if matches!(e.ty, Type::CStruct(_)) => {
-                let v = self.expr(e);
-                Some(self.reg_of(v))
-            }
+            // Any other struct or array value (`pton(...)`, `$v`, `@m[k]`, a cast):
+            // the address of its bytes, in the frame or in the target.
+            _ if matches!(e.ty, Type::CStruct(_)) => match self.expr(e) {
+                Val::Place(p) => {
+                    let d = self.reg();
+                    self.emit(Inst::AddrOf { dst: d, place: p });
+                    Some(d)
+                }
+                Val::Reg(r) => Some(r),
+                Val::Unit => None,
+            },
             _ => None,
         }
     }
@@ -1085,8 +1137,13 @@ impl<'a> Fx<'a> {
                 signed: e.ty.is_signed(),
             });
             Val::Reg(d)
+        } else if let Type::Str { cap } = e.ty {
+            // A `char[N]` in memory: its N bytes (a string without its NUL when full).
+            let p = self.temp(cap);
+            self.read_bytes(addr, p, cap);
+            Val::Place(p)
         } else {
-            // A whole struct value: only its address is meaningful (as a base).
+            // A whole struct or array: its address; copied where it is stored.
             Val::Reg(addr)
         }
     }
@@ -1123,6 +1180,14 @@ impl<'a> Fx<'a> {
             "comm" => {
                 let p = self.temp(COMM_CAP);
                 self.emit(Inst::Comm {
+                    dst: p,
+                    cap: COMM_CAP,
+                });
+                Val::Place(p)
+            }
+            "pcomm" => {
+                let p = self.temp(COMM_CAP);
+                self.emit(Inst::PComm {
                     dst: p,
                     cap: COMM_CAP,
                 });
@@ -1394,7 +1459,42 @@ impl<'a> Fx<'a> {
             return Val::Unit;
         };
         match name.as_str() {
-            "printf" | "system" | "cat" => {
+            "printf" => {
+                let ExprKind::Str(fmt) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let text = String::from_utf8_lossy(fmt).into_owned();
+                let (payload, len, types) = self.pack(&args[1..]);
+                let id = self.format(text, types);
+                self.emit(Inst::Emit {
+                    kind: EventKind::Printf(id),
+                    payload,
+                    len,
+                });
+                Val::Unit
+            }
+            // A printf whose format says it is a message, and from where.
+            "errorf" | "warnf" => {
+                let ExprKind::Str(fmt) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let level = if name == "errorf" {
+                    ir::MessageLevel::Error
+                } else {
+                    ir::MessageLevel::Warning
+                };
+                let message = self.ck.message_at(level, e.span);
+                let text = String::from_utf8_lossy(fmt).into_owned();
+                let (payload, len, types) = self.pack(&args[1..]);
+                let id = self.format_message(text, types, message);
+                self.emit(Inst::Emit {
+                    kind: EventKind::Printf(id),
+                    payload,
+                    len,
+                });
+                Val::Unit
+            }
+            "system" | "cat" => {
                 let ExprKind::Str(fmt) = &args[0].kind else {
                     return Val::Unit;
                 };
@@ -1402,7 +1502,6 @@ impl<'a> Fx<'a> {
                 let (payload, len, types) = self.pack(&args[1..]);
                 let id = self.format(text, types);
                 let kind = match name.as_str() {
-                    "printf" => EventKind::Printf(id),
                     "system" => EventKind::System(id),
                     _ => EventKind::Cat(id),
                 };
@@ -1912,6 +2011,7 @@ impl<'a> Fx<'a> {
                     None => Val::Reg(self.konst(0)),
                 }
             }
+            "pcomm" => self.builtin("pcomm", &e.ty),
             _ => Val::Unit,
         }
     }
@@ -1935,8 +2035,25 @@ impl<'a> Fx<'a> {
     }
 
     /// Read `len` bytes of memory at `addr` into `dst`, 8, 4, 2 and 1 bytes at a time
-    /// (each read fault-tolerant).
+    /// (each read fault-tolerant); more than [`INLINE_READ_MAX`] bytes (a whole
+    /// struct) with one fault-tolerant copy into a buffer, so the code stays small.
     fn read_bytes(&mut self, addr: Reg, dst: Place, len: u32) {
+        if len > INLINE_READ_MAX {
+            let buf = self.temp(len.saturating_add(4));
+            let n = self.konst(i64::from(len));
+            self.emit(Inst::ReadBuf {
+                dst: buf,
+                addr,
+                len: n,
+                cap: len,
+            });
+            self.emit(Inst::Copy {
+                dst,
+                src: buf.at(4),
+                len,
+            });
+            return;
+        }
         let mut off = 0;
         while off < len {
             let size = [8u8, 4, 2, 1]

@@ -105,6 +105,7 @@ fn int_type_name(name: &str) -> Option<TypeName> {
         _ => {
             return match name {
                 "bool" => Some(TypeName::Bool),
+                "char" => Some(TypeName::Char),
                 "void" => Some(TypeName::Void),
                 "string" => Some(TypeName::Str),
                 _ => c_scalar(name),
@@ -117,7 +118,7 @@ fn int_type_name(name: &str) -> Option<TypeName> {
 /// C spellings of integer types (for casts and struct definitions).
 fn c_scalar(name: &str) -> Option<TypeName> {
     let (bits, signed) = match name {
-        "char" | "s8" | "__s8" | "int8_t" => (8, true),
+        "s8" | "__s8" | "int8_t" => (8, true),
         "u8" | "__u8" | "uint8_t" | "unsigned_char" => (8, false),
         "short" | "s16" | "__s16" | "int16_t" => (16, true),
         "u16" | "__u16" | "uint16_t" => (16, false),

@@ -136,6 +136,17 @@ const PIECES: &[&str] = &[
     "tseries",
     "tseries(1, 100ms, 5)",
     "tseries(arg0, 1s, 3, \"avg\")",
+    "(uint8[8])",
+    "(int16[])",
+    "(uint8[])0x0102",
+    "(uint64)pton(\"1.2.3.4\")",
+    "struct C { char n[4]; uint8_t b[2]; }",
+    "*(struct C *)arg0",
+    "print(args)",
+    "args",
+    "pcomm",
+    "errorf(\"e %d\", 1)",
+    "warnf(\"w %s\", comm)",
 ];
 
 fn random_program() -> impl Strategy<Value = String> {

@@ -418,7 +418,7 @@ fn preamble_items() {
              struct Point
               int32 x
               uint64 y
-              int8[8] name
+              char[8] name
               struct Point * next
              let @a = hash(100)
              macro add(x, $y, @z)

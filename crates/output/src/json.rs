@@ -80,6 +80,17 @@ pub fn map(
 }
 
 /// `{"type": "KIND", "data": "..."}` with `text` escaped.
+/// `{"type": "errorf", "msg": "...", "filename": "stdin", "line": 1, "col": 9}`:
+/// an `errorf`/`warnf` message as upstream's JSON output writes it.
+pub fn located(kind: &str, text: &[u8], file: &str, line: u32, col: u32) -> Vec<u8> {
+    let mut out = format!("{{\"type\": \"{kind}\", \"msg\": \"").into_bytes();
+    out.extend_from_slice(&json_escape(text));
+    out.extend_from_slice(b"\", \"filename\": \"");
+    out.extend_from_slice(&json_escape(file.as_bytes()));
+    out.extend_from_slice(format!("\", \"line\": {line}, \"col\": {col}}}\n").as_bytes());
+    out
+}
+
 pub fn message(kind: &str, text: &[u8]) -> Vec<u8> {
     let mut out = format!("{{\"type\": \"{kind}\", \"data\": \"").into_bytes();
     out.extend_from_slice(&json_escape(text));

@@ -166,6 +166,10 @@ pub(crate) fn bool_str(b: bool) -> &'static [u8] {
 }
 
 fn struct_str(elems: Vec<Vec<u8>>) -> Vec<u8> {
+    // An empty struct is `{}` (upstream).
+    if elems.is_empty() {
+        return b"{}".to_vec();
+    }
     wrap(b"{ ", &join(&elems, b", "), b" }")
 }
 
@@ -230,15 +234,13 @@ fn key_value_str(ty: &Type, v: &Value, r: &dyn Resolver) -> Vec<u8> {
                     .fields
                     .iter()
                     .zip(fields)
-                    .map(|(f, (n, v))| {
-                        let mut e = format!(".{n}=").into_bytes();
-                        e.extend_from_slice(&key_value_str(&f.ty, v, r));
-                        e
-                    })
+                    .map(|(f, (n, v))| field_str(Style::Text, n, &key_value_str(&f.ty, v, r)))
                     .collect(),
                 _ => Vec::new(),
             };
-            wrap(b"{", &join(&elems, b","), b"}")
+            // As upstream prints a struct anywhere: `{ .a = 1, .b = 2 }` (0.17 wrote
+            // keys as `{.a=1,.b=2}`).
+            struct_str(elems)
         }
         // Not possible as bpftrace keys (it rejects tuple keys): printed as text values.
         Value::Tuple(_) | Value::Record(_) => value_str(Style::Text, ty, v, 1, r),

@@ -145,6 +145,13 @@ pub unsafe extern "C" fn weft_h_comm(f: *mut Frame, dst: *mut u8, cap: u64) {
     copy_cstr(out, comm);
 }
 
+pub unsafe extern "C" fn weft_h_pcomm(f: *mut Frame, dst: *mut u8, cap: u64) {
+    let pcomm = &slot(frame(f)).pcomm;
+    // SAFETY: dst is a frame slot of cap bytes.
+    let out = unsafe { core::slice::from_raw_parts_mut(dst, cap as usize) };
+    copy_cstr(out, pcomm);
+}
+
 pub unsafe extern "C" fn weft_h_func_name(f: *mut Frame, dst: *mut u8, cap: u64) {
     let fr = frame(f);
     // SAFETY: dst is a frame slot of cap bytes.
@@ -533,6 +540,7 @@ pub fn helper_table() -> [u64; HELPER_COUNT] {
         weft_h_read_buf as *const () as usize,
     );
     set(&mut t, Helper::Comm, weft_h_comm as *const () as usize);
+    set(&mut t, Helper::PComm, weft_h_pcomm as *const () as usize);
     set(
         &mut t,
         Helper::FuncName,

@@ -129,6 +129,7 @@ pub fn claim_weft(shm: &Shm, tid: u32) -> *mut ThreadSlot {
     unsafe {
         (*slot).tid = tid;
         (*slot).comm = *b"weft\0\0\0\0\0\0\0\0\0\0\0\0";
+        (*slot).pcomm = *b"weft\0\0\0\0\0\0\0\0\0\0\0\0";
         (*slot).state.store(THREAD_LIVE, Ordering::Release);
     }
     slot
@@ -187,6 +188,7 @@ pub fn retire(shm: &Shm, slots: &[u32]) {
             (*slot).tid = 0;
             (*slot).pid = 0;
             (*slot).comm = [0; 16];
+            (*slot).pcomm = [0; 16];
         }
         s.state.store(THREAD_FREE, Ordering::Release);
         shm.free_slots().push(idx);

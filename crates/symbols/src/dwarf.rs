@@ -17,7 +17,9 @@
 //!   A struct already being expanded (`struct node *next`), one more than 8 levels
 //!   deep, or only declared, is an opaque `CStruct` (name and size, no fields).
 //! * arrays → a `CStruct` named like `int[4]` with one field per element (`[0]`,
-//!   `[1]`, …); arrays of more than 64 elements are opaque (size only).
+//!   `[1]`, …); arrays of more than 64 elements are opaque (size only). An array of
+//!   plain `char` is a [`Type::Str`] of its length (bpftrace's `string[N]`), so
+//!   `char name[16]` prints as text; `signed char` and `unsigned char` arrays do not.
 //!
 //! Compressed debug sections (`SHF_COMPRESSED`) and separate debug files are not read.
 
@@ -361,11 +363,52 @@ impl<'a> DebugInfo<'a> {
                 })
             }
             gimli::DW_TAG_array_type => {
-                let elem = inner(self, walk, depth + 1, None);
-                let dims = self.array_dims(die);
+                let mut dims = self.array_dims(die);
+                // `char name[N]` is a string of N bytes, as bpftrace types it (the last
+                // dimension of `char names[4][16]`: an array of strings).
+                let plain_char = self
+                    .reference(ui, &e, gimli::DW_AT_type)
+                    .is_some_and(|t| self.is_plain_char(t, 0));
+                let elem = match dims.last() {
+                    Some(&n) if plain_char && n > 0 => {
+                        dims.pop();
+                        Type::Str {
+                            cap: n.min(u64::from(u32::MAX)) as u32,
+                        }
+                    }
+                    _ => inner(self, walk, depth + 1, None),
+                };
+                if dims.is_empty() {
+                    return elem;
+                }
                 build_array(elem, &dims)
             }
             _ => Type::Void,
+        }
+    }
+
+    /// Whether a type DIE is C's plain `char` (through typedefs and qualifiers);
+    /// `signed char` and `unsigned char` (`int8_t`, `uint8_t`) are not.
+    fn is_plain_char(&self, die: DieRef, hops: u32) -> bool {
+        let (ui, off) = die;
+        let Ok(e) = self.units[ui].entry(off) else {
+            return false;
+        };
+        match e.tag() {
+            gimli::DW_TAG_base_type => {
+                self.string_attr(ui, &e, gimli::DW_AT_name).as_deref() == Some("char")
+            }
+            gimli::DW_TAG_typedef
+            | gimli::DW_TAG_const_type
+            | gimli::DW_TAG_volatile_type
+            | gimli::DW_TAG_restrict_type
+            | gimli::DW_TAG_atomic_type
+                if hops < 16 =>
+            {
+                self.reference(ui, &e, gimli::DW_AT_type)
+                    .is_some_and(|t| self.is_plain_char(t, hops + 1))
+            }
+            _ => false,
         }
     }
 

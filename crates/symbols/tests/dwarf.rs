@@ -22,7 +22,7 @@ int g(pair_t *q, const char *s, double d, enum color c, union number *u, void *o
 
 static int one(int x) { return x; }
 
-struct grid { short cells[2][3]; char big[100]; };
+struct grid { short cells[2][3]; unsigned char big[100]; char name[8]; char names[2][4]; };
 int h(struct grid *gr) { return gr->cells[1][2]; }
 
 int main(void) {
@@ -151,15 +151,29 @@ fn struct_pointer_parameters() {
             12,
             vec![field("[0]", 0, row.clone()), field("[1]", 6, row)],
         );
-        let big = cstruct("int8[100]", 100, vec![]);
+        let big = cstruct("uint8[100]", 100, vec![]);
+        // Plain `char` arrays are strings of their length (the last dimension).
+        let names = cstruct(
+            "string[2][4]",
+            8,
+            vec![
+                field("[0]", 0, Type::Str { cap: 4 }),
+                field("[1]", 4, Type::Str { cap: 4 }),
+            ],
+        );
         assert_eq!(
             dbg.function_params("h").unwrap(),
             vec![Param {
                 name: "gr".into(),
                 ty: Type::Ptr(Box::new(cstruct(
                     "grid",
-                    112,
-                    vec![field("cells", 0, cells), field("big", 12, big)]
+                    128,
+                    vec![
+                        field("cells", 0, cells),
+                        field("big", 12, big),
+                        field("name", 112, Type::Str { cap: 8 }),
+                        field("names", 120, names),
+                    ]
                 ))),
             }]
         );

@@ -64,7 +64,14 @@ pub fn metadata(prog: &Program) -> Json {
                 .zip(tuple.field_offsets())
                 .map(|(t, off)| json!({ "type": t.to_string(), "offset": off, "size": t.size() }))
                 .collect();
-            json!({ "text": f.text, "args": args })
+            let message = f.message.as_ref().map(|m| {
+                let level = match m.level {
+                    weft_ir::MessageLevel::Error => "error",
+                    weft_ir::MessageLevel::Warning => "warning",
+                };
+                json!({ "level": level, "location": m.location() })
+            });
+            json!({ "text": f.text, "args": args, "message": message })
         })
         .collect();
     let maps: Vec<Json> = prog
