@@ -19,20 +19,20 @@
 //! * arrays → a `CStruct` named like `int[4]` with one field per element (`[0]`,
 //!   `[1]`, …); arrays of more than 64 elements are opaque (size only).
 //!
-//! Compressed debug sections (`SHF_COMPRESSED`) and separate debug files are not read.
+//! Where the DWARF comes from (the file itself, compressed or not; a separate debug
+//! file; `.dwo` files and `.dwp` packages for split DWARF) is `debugfile`'s business;
+//! this module reads the units it hands over.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gimli::{AttributeValue, DebuggingInformationEntry, EndianSlice, LittleEndian, UnitOffset};
+use gimli::{AttributeValue, DebuggingInformationEntry, Reader, UnitOffset};
 use weft_ir::{CField, CStruct, Type};
 
-use crate::elf::ElfFile;
+use crate::debugfile::{self, DebugSearch, MissingDwo, R};
+use crate::elf::{ElfFile, SharedBytes};
 use crate::error::{Error, Result};
 
-type R<'a> = EndianSlice<'a, LittleEndian>;
-
-const SHF_COMPRESSED: u64 = 0x800;
 const MAX_DEPTH: u32 = 8;
 const MAX_ARRAY_FIELDS: u64 = 64;
 
@@ -44,56 +44,98 @@ pub struct Param {
     pub ty: Type,
 }
 
-/// The DWARF of one ELF file, borrowed from it.
-pub struct DebugInfo<'a> {
-    path: &'a Path,
-    dwarf: Arc<gimli::Dwarf<R<'a>>>,
-    units: Vec<gimli::Unit<R<'a>>>,
-    lines: addr2line::Context<R<'a>>,
+/// One unit and the DWARF it is read from (the file's, or its `.dwo`'s for a split
+/// unit).
+struct DebugUnit {
+    dwarf: Arc<gimli::Dwarf<R>>,
+    unit: gimli::Unit<R>,
 }
 
-impl std::fmt::Debug for DebugInfo<'_> {
+/// The DWARF of one ELF file (from wherever it lives), owning what it reads.
+pub struct DebugInfo {
+    path: PathBuf,
+    units: Vec<DebugUnit>,
+    missing: Vec<MissingDwo>,
+    lines: addr2line::Context<R>,
+}
+
+impl std::fmt::Debug for DebugInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DebugInfo")
             .field("path", &self.path)
             .field("units", &self.units.len())
+            .field("missing", &self.missing)
             .finish()
     }
 }
 
 impl ElfFile {
-    /// The file's DWARF, or `None` when it has no `.debug_info`.
-    pub fn debug_info(&self) -> Result<Option<DebugInfo<'_>>> {
-        let Some(info) = self.section(".debug_info") else {
-            return Ok(None);
+    /// The file's DWARF (see [`ElfFile::debug_info_in`]), separate debug files looked
+    /// for in [`DebugSearch::system`].
+    pub fn debug_info(&self) -> Result<Option<DebugInfo>> {
+        self.debug_info_in(&DebugSearch::system())
+    }
+
+    /// The file's DWARF: its own `.debug_info` (compressed or not), else the separate
+    /// debug file `search` finds; split units replaced by their `.dwo` or `.dwp`
+    /// contribution. `None` when there is none.
+    pub fn debug_info_in(&self, search: &DebugSearch) -> Result<Option<DebugInfo>> {
+        let (path, bytes) = if debugfile::file_has_debug_info(self.data()) {
+            (self.path().to_path_buf(), self.shared_data())
+        } else {
+            let Some(path) = search.find_separate(self) else {
+                return Ok(None);
+            };
+            let bytes = SharedBytes::map(&path).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            (path, bytes)
         };
         let err = |why: String| Error::Dwarf {
-            path: self.path().to_path_buf(),
+            path: path.clone(),
             why,
         };
-        if info.flags & SHF_COMPRESSED != 0 {
-            return Err(err("compressed debug sections are not supported".into()));
-        }
-        let dwarf = gimli::Dwarf::load(|id| -> std::result::Result<R<'_>, gimli::Error> {
-            let data = self
-                .section(id.name())
-                .map(|s| self.section_data(s))
-                .unwrap_or(&[]);
-            Ok(EndianSlice::new(data, LittleEndian))
-        })
-        .map_err(|e| err(e.to_string()))?;
-        let mut units = Vec::new();
+        let dwarf = Arc::new(debugfile::load_dwarf(&bytes, false).map_err(err)?);
+        let mut skeletons = Vec::new();
         let mut headers = dwarf.units();
         while let Some(header) = headers.next().map_err(|e| err(e.to_string()))? {
-            units.push(dwarf.unit(header).map_err(|e| err(e.to_string()))?);
+            skeletons.push(dwarf.unit(header).map_err(|e| err(e.to_string()))?);
         }
-        let dwarf = Arc::new(dwarf);
-        let lines =
-            addr2line::Context::from_arc_dwarf(dwarf.clone()).map_err(|e| err(e.to_string()))?;
+        let mut units = Vec::new();
+        let mut missing = Vec::new();
+        if skeletons.iter().any(|u| u.dwo_id.is_some()) {
+            let package = [self.path(), &path]
+                .into_iter()
+                .find_map(|p| debugfile::load_package(&debugfile::package_path(p)));
+            let file_dir = self.path().parent().unwrap_or(Path::new("."));
+            for unit in skeletons {
+                if unit.dwo_id.is_none() {
+                    units.push(DebugUnit {
+                        dwarf: dwarf.clone(),
+                        unit,
+                    });
+                    continue;
+                }
+                match debugfile::split_unit(&dwarf, &unit, package.as_ref(), file_dir) {
+                    Ok(split) => units.push(DebugUnit {
+                        dwarf: split.dwarf,
+                        unit: split.unit,
+                    }),
+                    Err(m) => missing.push(m),
+                }
+            }
+        } else {
+            units.extend(skeletons.into_iter().map(|unit| DebugUnit {
+                dwarf: dwarf.clone(),
+                unit,
+            }));
+        }
+        let lines = addr2line::Context::from_arc_dwarf(dwarf).map_err(|e| err(e.to_string()))?;
         Ok(Some(DebugInfo {
-            path: self.path(),
-            dwarf,
+            path,
             units,
+            missing,
             lines,
         }))
     }
@@ -116,7 +158,19 @@ struct Walk {
 const MAX_HOPS: u32 = 64;
 const MAX_NODES: u32 = 20_000;
 
-impl<'a> DebugInfo<'a> {
+impl DebugInfo {
+    /// The file the DWARF was read from (the ELF file itself, or its separate debug
+    /// file).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Split units whose `.dwo` was found neither in a package nor on disk: their
+    /// functions and types are unknown.
+    pub fn missing_dwo(&self) -> &[MissingDwo] {
+        &self.missing
+    }
+
     /// The source file and line of a file virtual address.
     pub fn line_for(&self, vaddr: u64) -> Option<(String, u32)> {
         let loc = self.lines.find_location(vaddr).ok()??;
@@ -128,8 +182,8 @@ impl<'a> DebugInfo<'a> {
     /// described.
     pub fn function_params(&self, name: &str) -> Option<Vec<Param>> {
         let mut fallback = None;
-        for (ui, unit) in self.units.iter().enumerate() {
-            let mut entries = unit.entries();
+        for (ui, u) in self.units.iter().enumerate() {
+            let mut entries = u.unit.entries();
             while let Ok(Some((_, entry))) = entries.next_dfs() {
                 if entry.tag() != gimli::DW_TAG_subprogram || !entry.has_children() {
                     continue;
@@ -163,7 +217,7 @@ impl<'a> DebugInfo<'a> {
     fn names_of(
         &self,
         ui: usize,
-        entry: &DebuggingInformationEntry<'_, '_, R<'a>>,
+        entry: &DebuggingInformationEntry<'_, '_, R>,
         depth: u32,
     ) -> Vec<String> {
         let mut out = Vec::new();
@@ -179,7 +233,7 @@ impl<'a> DebugInfo<'a> {
         if out.is_empty() && depth < 4 {
             for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
                 if let Some((uj, off)) = self.reference(ui, entry, at) {
-                    if let Ok(e) = self.units[uj].entry(off) {
+                    if let Ok(e) = self.units[uj].unit.entry(off) {
                         out.extend(self.names_of(uj, &e, depth + 1));
                     }
                 }
@@ -191,7 +245,7 @@ impl<'a> DebugInfo<'a> {
     /// The formal parameters of a subprogram; `None` for one without a name or type.
     fn params_of(&self, die: DieRef) -> Vec<Option<Param>> {
         let (ui, off) = die;
-        let unit = &self.units[ui];
+        let unit = &self.units[ui].unit;
         let Ok(mut tree) = unit.entries_tree(Some(off)) else {
             return Vec::new();
         };
@@ -210,11 +264,11 @@ impl<'a> DebugInfo<'a> {
             let origin = self.reference(ui, e, gimli::DW_AT_abstract_origin);
             let name = self.string_attr(ui, e, gimli::DW_AT_name).or_else(|| {
                 let (uj, o) = origin?;
-                self.string_attr(uj, &self.units[uj].entry(o).ok()?, gimli::DW_AT_name)
+                self.string_attr(uj, &self.units[uj].unit.entry(o).ok()?, gimli::DW_AT_name)
             });
             let ty = self.reference(ui, e, gimli::DW_AT_type).or_else(|| {
                 let (uj, o) = origin?;
-                self.reference(uj, &self.units[uj].entry(o).ok()?, gimli::DW_AT_type)
+                self.reference(uj, &self.units[uj].unit.entry(o).ok()?, gimli::DW_AT_type)
             });
             out.push(ty.map(|t| Param {
                 name: name.unwrap_or_else(|| format!("arg{index}")),
@@ -227,34 +281,39 @@ impl<'a> DebugInfo<'a> {
     fn string_attr(
         &self,
         ui: usize,
-        e: &DebuggingInformationEntry<'_, '_, R<'a>>,
+        e: &DebuggingInformationEntry<'_, '_, R>,
         at: gimli::DwAt,
     ) -> Option<String> {
         let v = e.attr_value(at).ok()??;
-        let s = self.dwarf.attr_string(&self.units[ui], v).ok()?;
-        Some(s.to_string_lossy().into_owned())
+        let u = &self.units[ui];
+        let s = u.dwarf.attr_string(&u.unit, v).ok()?;
+        Some(String::from_utf8_lossy(&s).into_owned())
     }
 
     /// Follows a reference attribute to a DIE, possibly in another unit.
     fn reference(
         &self,
         ui: usize,
-        e: &DebuggingInformationEntry<'_, '_, R<'a>>,
+        e: &DebuggingInformationEntry<'_, '_, R>,
         at: gimli::DwAt,
     ) -> Option<DieRef> {
         match e.attr_value(at).ok()?? {
             AttributeValue::UnitRef(off) => Some((ui, off)),
             AttributeValue::DebugInfoRef(off) => {
+                // An offset in the `.debug_info` this unit was read from.
+                let dwarf = &self.units[ui].dwarf;
                 self.units.iter().enumerate().find_map(|(uj, u)| {
-                    let local = off.to_unit_offset(&u.header)?;
-                    Some((uj, local))
+                    if !Arc::ptr_eq(&u.dwarf, dwarf) {
+                        return None;
+                    }
+                    Some((uj, off.to_unit_offset(&u.unit.header)?))
                 })
             }
             _ => None,
         }
     }
 
-    fn udata(&self, e: &DebuggingInformationEntry<'_, '_, R<'a>>, at: gimli::DwAt) -> Option<u64> {
+    fn udata(&self, e: &DebuggingInformationEntry<'_, '_, R>, at: gimli::DwAt) -> Option<u64> {
         e.attr_value(at).ok()??.udata_value()
     }
 
@@ -285,7 +344,7 @@ impl<'a> DebugInfo<'a> {
         typedef_name: Option<&str>,
     ) -> Type {
         let (ui, off) = die;
-        let Ok(e) = self.units[ui].entry(off) else {
+        let Ok(e) = self.units[ui].unit.entry(off) else {
             return Type::Void;
         };
         let name = self.string_attr(ui, &e, gimli::DW_AT_name);
@@ -372,7 +431,7 @@ impl<'a> DebugInfo<'a> {
     /// The data members of a struct or union DIE (anonymous members lifted).
     fn members(&self, die: DieRef, depth: u32, walk: &mut Walk) -> Vec<CField> {
         let (ui, off) = die;
-        let unit = &self.units[ui];
+        let unit = &self.units[ui].unit;
         let Ok(mut tree) = unit.entries_tree(Some(off)) else {
             return Vec::new();
         };
@@ -420,7 +479,7 @@ impl<'a> DebugInfo<'a> {
     /// Element counts of an array DIE's dimensions (0 for an unknown bound).
     fn array_dims(&self, die: DieRef) -> Vec<u64> {
         let (ui, off) = die;
-        let Ok(mut tree) = self.units[ui].entries_tree(Some(off)) else {
+        let Ok(mut tree) = self.units[ui].unit.entries_tree(Some(off)) else {
             return Vec::new();
         };
         let Ok(root) = tree.root() else {
@@ -456,15 +515,14 @@ impl<'a> DebugInfo<'a> {
 }
 
 /// `DW_AT_data_member_location` as a constant, or as `DW_OP_plus_uconst N`.
-fn member_offset(m: &DebuggingInformationEntry<'_, '_, R<'_>>) -> Option<u64> {
+fn member_offset(m: &DebuggingInformationEntry<'_, '_, R>) -> Option<u64> {
     match m.attr_value(gimli::DW_AT_data_member_location).ok()?? {
         AttributeValue::Exprloc(expr) => {
-            let bytes = expr.0.slice();
-            if bytes.first() != Some(&gimli::DW_OP_plus_uconst.0) {
+            let mut r = expr.0;
+            if r.read_u8().ok()? != gimli::DW_OP_plus_uconst.0 {
                 return None;
             }
-            let mut r = EndianSlice::new(&bytes[1..], LittleEndian);
-            gimli::Reader::read_uleb128(&mut r).ok()
+            r.read_uleb128().ok()
         }
         v => v.udata_value(),
     }
