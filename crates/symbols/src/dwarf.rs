@@ -23,9 +23,11 @@
 //! file; `.dwo` files and `.dwp` packages for split DWARF) is `debugfile`'s business;
 //! this module reads the units it hands over.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use addr2line::LookupContinuation;
 use gimli::{AttributeValue, DebuggingInformationEntry, Reader, UnitOffset};
 use weft_ir::{CField, CStruct, Type};
 
@@ -56,7 +58,26 @@ pub struct DebugInfo {
     path: PathBuf,
     units: Vec<DebugUnit>,
     missing: Vec<MissingDwo>,
+    /// The split units' DWARF by DWO id, handed to addr2line when it asks.
+    split: HashMap<gimli::DwoId, Arc<gimli::Dwarf<R>>>,
     lines: addr2line::Context<R>,
+}
+
+/// One frame of the source-level call chain at an address (see
+/// [`DebugInfo::frames`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFrame {
+    /// The function's name as DWARF gives it (its linkage name when it has one).
+    pub function: Option<String>,
+    /// The C++ (or Rust) demangling of `function`, when it is a mangled name.
+    pub demangled: Option<String>,
+    /// The source file (with its directory) and line of the address in this frame:
+    /// for an inlined frame, where its code is; for the frames around it, the call
+    /// site of the frame inside.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// Inlined into the next frame (every frame but the last).
+    pub inlined: bool,
 }
 
 impl std::fmt::Debug for DebugInfo {
@@ -104,6 +125,7 @@ impl ElfFile {
         }
         let mut units = Vec::new();
         let mut missing = Vec::new();
+        let mut split = HashMap::new();
         if skeletons.iter().any(|u| u.dwo_id.is_some()) {
             let package = [self.path(), &path]
                 .into_iter()
@@ -118,10 +140,15 @@ impl ElfFile {
                     continue;
                 }
                 match debugfile::split_unit(&dwarf, &unit, package.as_ref(), file_dir) {
-                    Ok(split) => units.push(DebugUnit {
-                        dwarf: split.dwarf,
-                        unit: split.unit,
-                    }),
+                    Ok(found) => {
+                        if let Some(id) = unit.dwo_id {
+                            split.insert(id, found.dwarf.clone());
+                        }
+                        units.push(DebugUnit {
+                            dwarf: found.dwarf,
+                            unit: found.unit,
+                        });
+                    }
                     Err(m) => missing.push(m),
                 }
             }
@@ -136,6 +163,7 @@ impl ElfFile {
             path,
             units,
             missing,
+            split,
             lines,
         }))
     }
@@ -175,6 +203,52 @@ impl DebugInfo {
     pub fn line_for(&self, vaddr: u64) -> Option<(String, u32)> {
         let loc = self.lines.find_location(vaddr).ok()??;
         Some((loc.file?.to_string(), loc.line?))
+    }
+
+    /// The source-level frames at a file virtual address, innermost first: the
+    /// functions inlined there (each marked `inlined`), then the function the code
+    /// belongs to. Empty when no DWARF describes the address.
+    pub fn frames(&self, vaddr: u64) -> Vec<SourceFrame> {
+        let mut lookup = self.lines.find_frames(vaddr);
+        let found = loop {
+            match lookup {
+                addr2line::LookupResult::Output(found) => break found,
+                addr2line::LookupResult::Load { load, continuation } => {
+                    lookup = continuation.resume(self.split.get(&load.dwo_id).cloned());
+                }
+            }
+        };
+        // addr2line 0.24 fails (UnexpectedEof) on gcc 12's DWARF 5 split units here;
+        // their types and lines read fine, their frames are then unknown.
+        let Ok(mut iter) = found else {
+            return Vec::new();
+        };
+        let mut out: Vec<SourceFrame> = Vec::new();
+        while let Ok(Some(frame)) = iter.next() {
+            let function = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.raw_name().ok().map(|n| n.into_owned()));
+            let demangled = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.demangle().ok().map(|n| n.into_owned()))
+                .filter(|d| Some(d) != function.as_ref());
+            out.push(SourceFrame {
+                function,
+                demangled,
+                file: frame
+                    .location
+                    .as_ref()
+                    .and_then(|l| l.file.map(str::to_string)),
+                line: frame.location.as_ref().and_then(|l| l.line),
+                inlined: true,
+            });
+        }
+        if let Some(last) = out.last_mut() {
+            last.inlined = false;
+        }
+        out
     }
 
     /// The parameters of the function named `name` (its source name, or its linkage

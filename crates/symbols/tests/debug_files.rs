@@ -317,3 +317,76 @@ fn build_id_under_a_debug_file_directory() {
     check_visit(&exe, &search, "build-id");
     assert_eq!(debug_info(&exe, &search).unwrap().path(), debug);
 }
+
+const INLINED: &str = r#"__attribute__((noinline)) int leaf(int x) { __asm__ volatile(""); return x * 3; }
+static inline __attribute__((always_inline)) int middle(int x) {
+    return leaf(x) + 1;
+}
+int outer(int x) {
+    return middle(x) * 2;
+}
+int main(int argc, char **argv) { (void)argv; return outer(argc); }
+"#;
+
+/// The address of `outer`'s `call leaf` (the call `middle` inlined into it).
+fn call_to_leaf(elf: &ElfFile) -> u64 {
+    let f = |name: &str| {
+        elf.functions()
+            .iter()
+            .find(|f| f.name() == name)
+            .unwrap()
+            .clone()
+    };
+    let (outer, leaf) = (f("outer"), f("leaf"));
+    let code = elf.read_vaddr(outer.vaddr, outer.size).unwrap();
+    (0..code.len().saturating_sub(4))
+        .find(|&i| {
+            let rel = i32::from_le_bytes(code[i + 1..i + 5].try_into().unwrap());
+            code[i] == 0xe8
+                && (outer.vaddr + i as u64 + 5).wrapping_add(rel as i64 as u64) == leaf.vaddr
+        })
+        .map(|i| outer.vaddr + i as u64)
+        .expect("outer calls leaf")
+}
+
+#[test]
+fn inlined_frames_at_an_address() {
+    // Not DWARF 5 split units: addr2line 0.24's find_frames fails on gcc 12's
+    // (UnexpectedEof); DebugInfo::frames is then empty.
+    for flags in [
+        &["-g"][..],
+        &["-g", "-gdwarf-4", "-gsplit-dwarf"],
+        &["-g", "-gz=zlib"],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["-O2"];
+        args.extend_from_slice(flags);
+        let exe = cc_in(dir.path(), "app", &[("t.c", INLINED)], &args);
+        let elf = ElfFile::open(&exe).unwrap();
+        let dbg = elf.debug_info_in(&nowhere()).unwrap().unwrap();
+        let frames: Vec<(String, String, u32, bool)> = dbg
+            .frames(call_to_leaf(&elf))
+            .into_iter()
+            .map(|f| {
+                let file = f.file.unwrap();
+                let base = Path::new(&file)
+                    .file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string();
+                (f.function.unwrap(), base, f.line.unwrap(), f.inlined)
+            })
+            .collect();
+        // middle's call of leaf is line 3; outer's call of middle line 6.
+        assert_eq!(
+            frames,
+            [
+                ("middle".to_string(), "t.c".to_string(), 3, true),
+                ("outer".to_string(), "t.c".to_string(), 6, false),
+            ],
+            "{flags:?}"
+        );
+        assert_eq!(dbg.frames(0), vec![], "{flags:?}");
+    }
+}
