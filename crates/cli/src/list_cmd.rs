@@ -149,7 +149,9 @@ pub fn run(l: ListArgs) -> Result<i32> {
         bail!("no probe matches {text}");
     }
     let mut out = std::io::stdout().lock();
-    let mut dwarf: Option<(PathBuf, ElfFile)> = None;
+    // The DWARF of the file listed last (loaded once per file: it may be a separate
+    // debug file or many `.dwo` files).
+    let mut dwarf: Option<(PathBuf, Option<weft_symbols::DebugInfo>)> = None;
     for (line, func) in lines {
         use std::io::Write;
         writeln!(out, "{line}")?;
@@ -157,11 +159,14 @@ pub fn run(l: ListArgs) -> Result<i32> {
             continue;
         };
         if dwarf.as_ref().is_none_or(|(p, _)| *p != open) {
-            dwarf = ElfFile::open(&open).ok().map(|e| (open.clone(), e));
+            let info = ElfFile::open(&open)
+                .ok()
+                .and_then(|e| e.debug_info().ok().flatten());
+            dwarf = Some((open.clone(), info));
         }
         let params = dwarf
             .as_ref()
-            .and_then(|(_, e)| e.debug_info().ok().flatten())
+            .and_then(|(_, d)| d.as_ref())
             .and_then(|d| d.function_params(&name));
         for p in params.unwrap_or_default() {
             writeln!(out, "    {} {}", p.ty, p.name)?;

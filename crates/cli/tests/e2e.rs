@@ -167,6 +167,168 @@ fn args_from_dwarf_with_struct_fields() {
     }
 }
 
+/// `tests/targets/structs.c` built at -O2 with `flags` in a fresh directory (gcc's
+/// working directory: where `-gsplit-dwarf` writes its `.dwo`), then each of `post`
+/// run there (`{}` is the directory).
+fn build_debug_form(name: &str, flags: &[&str], post: &[&[&str]]) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("debug-forms")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |argv: &[&str]| {
+        let argv: Vec<String> = argv
+            .iter()
+            .map(|a| a.replace("{}", dir.to_str().unwrap()))
+            .collect();
+        let o = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{argv:?}: {}", text(&o.stderr));
+    };
+    let source = repo_root().join("tests/targets/structs.c");
+    let mut gcc = vec![
+        "gcc",
+        "-O2",
+        "-g",
+        "-o",
+        "structs",
+        source.to_str().unwrap(),
+    ];
+    gcc.extend_from_slice(flags);
+    run(&gcc);
+    for argv in post {
+        run(argv);
+    }
+    dir.join("structs")
+}
+
+/// The `.dwo` files beside `bin`.
+fn dwo_files(bin: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(bin.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "dwo"))
+        .collect()
+}
+
+/// `args` of `dist` in `structs.c` read from wherever `bin`'s DWARF is (`env` set
+/// for weft): every call's fields and scale, exactly.
+fn assert_dist_args(bin: &std::path::Path, env: &[(&str, &str)], what: &str) {
+    let b = bin_str(bin);
+    let prog = format!(
+        "uprobe:{b}:dist {{ printf(\"%d %d %s %d\\n\", args.p->x, args.p->y, str(args.p->name), args.scale); }}"
+    );
+    let child = std::process::Command::new(weft_bin())
+        .args(["-e", &prog, "-c", b])
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = ok(&wait_output(child, T));
+    let (own, events): (Vec<&str>, Vec<&str>) = out
+        .lines()
+        .filter(|l| !l.is_empty())
+        .partition(|l| l.starts_with("s="));
+    assert_eq!(own, ["s=50"], "{what}: {out}");
+    assert_eq!(
+        events,
+        ["1 2 one 1", "3 4 two 2", "5 6 three 3"],
+        "{what}: {out}"
+    );
+}
+
+#[test]
+fn args_from_split_dwarf_dwo() {
+    let bin = build_debug_form("split", &["-gsplit-dwarf"], &[]);
+    assert_eq!(dwo_files(&bin).len(), 1, "gcc wrote a .dwo");
+    assert_dist_args(&bin, &[], "-gsplit-dwarf");
+}
+
+#[test]
+fn args_from_split_dwarf_dwp_package() {
+    // GNU dwp packages DWARF 4 (llvm-dwp 14 loops on gcc 12's DWARF 5 here); the .dwo
+    // is removed, so only the package has the types.
+    let bin = build_debug_form(
+        "dwp",
+        &["-gdwarf-4", "-gsplit-dwarf"],
+        &[&["dwp", "-e", "structs", "-o", "structs.dwp"]],
+    );
+    let dwos = dwo_files(&bin);
+    assert_eq!(dwos.len(), 1, "gcc wrote a .dwo");
+    std::fs::remove_file(&dwos[0]).unwrap();
+    assert_dist_args(&bin, &[], "structs.dwp");
+}
+
+#[test]
+fn args_from_compressed_debug_sections() {
+    let zlib = build_debug_form("gz-zlib", &["-gz=zlib"], &[]);
+    assert_dist_args(&zlib, &[], "-gz=zlib");
+    let zstd = build_debug_form("gz-zstd", &["-Wl,--compress-debug-sections=zstd"], &[]);
+    assert_dist_args(&zstd, &[], "zstd");
+}
+
+#[test]
+fn args_from_a_debuglink_debug_file() {
+    let bin = build_debug_form(
+        "debuglink",
+        &[],
+        &[
+            &["objcopy", "--only-keep-debug", "structs", "structs.debug"],
+            &[
+                "objcopy",
+                "--strip-debug",
+                "--add-gnu-debuglink=structs.debug",
+                "structs",
+            ],
+        ],
+    );
+    assert_dist_args(&bin, &[], ".gnu_debuglink");
+}
+
+#[test]
+fn args_from_a_build_id_debug_file() {
+    // The debug file goes to DIR/.build-id/xx/rest.debug, DIR named by
+    // WEFT_DEBUG_FILE_DIRECTORY (in place of /usr/lib/debug); no debuglink.
+    let bin = build_debug_form(
+        "build-id",
+        &["-Wl,--build-id"],
+        &[
+            &["objcopy", "--only-keep-debug", "structs", "structs.debug"],
+            &["objcopy", "--strip-debug", "structs"],
+        ],
+    );
+    let dir = bin.parent().unwrap();
+    let id = text(
+        &std::process::Command::new("readelf")
+            .args(["-n", bin_str(&bin)])
+            .output()
+            .unwrap()
+            .stdout,
+    );
+    let id = id
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap()
+        .to_string();
+    let ids = dir.join("root/.build-id").join(&id[..2]);
+    std::fs::create_dir_all(&ids).unwrap();
+    std::fs::rename(
+        dir.join("structs.debug"),
+        ids.join(format!("{}.debug", &id[2..])),
+    )
+    .unwrap();
+    let root = dir.join("root");
+    assert_dist_args(
+        &bin,
+        &[("WEFT_DEBUG_FILE_DIRECTORY", root.to_str().unwrap())],
+        "build-id",
+    );
+}
+
 #[test]
 fn profile_samples_each_busy_thread_with_stacks() {
     let bin = build("burn.c", Variant::O2_PIE, &[]);

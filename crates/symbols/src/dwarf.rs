@@ -21,20 +21,22 @@
 //!   plain `char` is a [`Type::Str`] of its length (bpftrace's `string[N]`), so
 //!   `char name[16]` prints as text; `signed char` and `unsigned char` arrays do not.
 //!
-//! Compressed debug sections (`SHF_COMPRESSED`) and separate debug files are not read.
+//! Where the DWARF comes from (the file itself, compressed or not; a separate debug
+//! file; `.dwo` files and `.dwp` packages for split DWARF) is `debugfile`'s business;
+//! this module reads the units it hands over.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gimli::{AttributeValue, DebuggingInformationEntry, EndianSlice, LittleEndian, UnitOffset};
+use addr2line::LookupContinuation;
+use gimli::{AttributeValue, DebuggingInformationEntry, Reader, UnitOffset};
 use weft_ir::{CField, CStruct, Type};
 
-use crate::elf::ElfFile;
+use crate::debugfile::{self, DebugSearch, MissingDwo, R};
+use crate::elf::{ElfFile, SharedBytes};
 use crate::error::{Error, Result};
 
-type R<'a> = EndianSlice<'a, LittleEndian>;
-
-const SHF_COMPRESSED: u64 = 0x800;
 const MAX_DEPTH: u32 = 8;
 const MAX_ARRAY_FIELDS: u64 = 64;
 
@@ -46,56 +48,124 @@ pub struct Param {
     pub ty: Type,
 }
 
-/// The DWARF of one ELF file, borrowed from it.
-pub struct DebugInfo<'a> {
-    path: &'a Path,
-    dwarf: Arc<gimli::Dwarf<R<'a>>>,
-    units: Vec<gimli::Unit<R<'a>>>,
-    lines: addr2line::Context<R<'a>>,
+/// One unit and the DWARF it is read from (the file's, or its `.dwo`'s for a split
+/// unit).
+struct DebugUnit {
+    dwarf: Arc<gimli::Dwarf<R>>,
+    unit: gimli::Unit<R>,
 }
 
-impl std::fmt::Debug for DebugInfo<'_> {
+/// The DWARF of one ELF file (from wherever it lives), owning what it reads.
+pub struct DebugInfo {
+    path: PathBuf,
+    units: Vec<DebugUnit>,
+    missing: Vec<MissingDwo>,
+    /// The split units' DWARF by DWO id, handed to addr2line when it asks.
+    split: HashMap<gimli::DwoId, Arc<gimli::Dwarf<R>>>,
+    lines: addr2line::Context<R>,
+}
+
+/// One frame of the source-level call chain at an address (see
+/// [`DebugInfo::frames`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFrame {
+    /// The function's name as DWARF gives it (its linkage name when it has one).
+    pub function: Option<String>,
+    /// The C++ (or Rust) demangling of `function`, when it is a mangled name.
+    pub demangled: Option<String>,
+    /// The source file (with its directory) and line of the address in this frame:
+    /// for an inlined frame, where its code is; for the frames around it, the call
+    /// site of the frame inside.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// Inlined into the next frame (every frame but the last).
+    pub inlined: bool,
+}
+
+impl std::fmt::Debug for DebugInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DebugInfo")
             .field("path", &self.path)
             .field("units", &self.units.len())
+            .field("missing", &self.missing)
             .finish()
     }
 }
 
 impl ElfFile {
-    /// The file's DWARF, or `None` when it has no `.debug_info`.
-    pub fn debug_info(&self) -> Result<Option<DebugInfo<'_>>> {
-        let Some(info) = self.section(".debug_info") else {
-            return Ok(None);
+    /// The file's DWARF (see [`ElfFile::debug_info_in`]), separate debug files looked
+    /// for in [`DebugSearch::system`].
+    pub fn debug_info(&self) -> Result<Option<DebugInfo>> {
+        self.debug_info_in(&DebugSearch::system())
+    }
+
+    /// The file's DWARF: its own `.debug_info` (compressed or not), else the separate
+    /// debug file `search` finds; split units replaced by their `.dwo` or `.dwp`
+    /// contribution. `None` when there is none.
+    pub fn debug_info_in(&self, search: &DebugSearch) -> Result<Option<DebugInfo>> {
+        let (path, bytes) = if debugfile::file_has_debug_info(self.data()) {
+            (self.path().to_path_buf(), self.shared_data())
+        } else {
+            let Some(path) = search.find_separate(self) else {
+                return Ok(None);
+            };
+            let bytes = SharedBytes::map(&path).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            (path, bytes)
         };
         let err = |why: String| Error::Dwarf {
-            path: self.path().to_path_buf(),
+            path: path.clone(),
             why,
         };
-        if info.flags & SHF_COMPRESSED != 0 {
-            return Err(err("compressed debug sections are not supported".into()));
-        }
-        let dwarf = gimli::Dwarf::load(|id| -> std::result::Result<R<'_>, gimli::Error> {
-            let data = self
-                .section(id.name())
-                .map(|s| self.section_data(s))
-                .unwrap_or(&[]);
-            Ok(EndianSlice::new(data, LittleEndian))
-        })
-        .map_err(|e| err(e.to_string()))?;
-        let mut units = Vec::new();
+        let dwarf = Arc::new(debugfile::load_dwarf(&bytes, false).map_err(err)?);
+        let mut skeletons = Vec::new();
         let mut headers = dwarf.units();
         while let Some(header) = headers.next().map_err(|e| err(e.to_string()))? {
-            units.push(dwarf.unit(header).map_err(|e| err(e.to_string()))?);
+            skeletons.push(dwarf.unit(header).map_err(|e| err(e.to_string()))?);
         }
-        let dwarf = Arc::new(dwarf);
-        let lines =
-            addr2line::Context::from_arc_dwarf(dwarf.clone()).map_err(|e| err(e.to_string()))?;
+        let mut units = Vec::new();
+        let mut missing = Vec::new();
+        let mut split = HashMap::new();
+        if skeletons.iter().any(|u| u.dwo_id.is_some()) {
+            let package = [self.path(), &path]
+                .into_iter()
+                .find_map(|p| debugfile::load_package(&debugfile::package_path(p)));
+            let file_dir = self.path().parent().unwrap_or(Path::new("."));
+            for unit in skeletons {
+                if unit.dwo_id.is_none() {
+                    units.push(DebugUnit {
+                        dwarf: dwarf.clone(),
+                        unit,
+                    });
+                    continue;
+                }
+                match debugfile::split_unit(&dwarf, &unit, package.as_ref(), file_dir) {
+                    Ok(found) => {
+                        if let Some(id) = unit.dwo_id {
+                            split.insert(id, found.dwarf.clone());
+                        }
+                        units.push(DebugUnit {
+                            dwarf: found.dwarf,
+                            unit: found.unit,
+                        });
+                    }
+                    Err(m) => missing.push(m),
+                }
+            }
+        } else {
+            units.extend(skeletons.into_iter().map(|unit| DebugUnit {
+                dwarf: dwarf.clone(),
+                unit,
+            }));
+        }
+        let lines = addr2line::Context::from_arc_dwarf(dwarf).map_err(|e| err(e.to_string()))?;
         Ok(Some(DebugInfo {
-            path: self.path(),
-            dwarf,
+            path,
             units,
+            missing,
+            split,
             lines,
         }))
     }
@@ -118,11 +188,69 @@ struct Walk {
 const MAX_HOPS: u32 = 64;
 const MAX_NODES: u32 = 20_000;
 
-impl<'a> DebugInfo<'a> {
+impl DebugInfo {
+    /// The file the DWARF was read from (the ELF file itself, or its separate debug
+    /// file).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Split units whose `.dwo` was found neither in a package nor on disk: their
+    /// functions and types are unknown.
+    pub fn missing_dwo(&self) -> &[MissingDwo] {
+        &self.missing
+    }
+
     /// The source file and line of a file virtual address.
     pub fn line_for(&self, vaddr: u64) -> Option<(String, u32)> {
         let loc = self.lines.find_location(vaddr).ok()??;
         Some((loc.file?.to_string(), loc.line?))
+    }
+
+    /// The source-level frames at a file virtual address, innermost first: the
+    /// functions inlined there (each marked `inlined`), then the function the code
+    /// belongs to. Empty when no DWARF describes the address.
+    pub fn frames(&self, vaddr: u64) -> Vec<SourceFrame> {
+        let mut lookup = self.lines.find_frames(vaddr);
+        let found = loop {
+            match lookup {
+                addr2line::LookupResult::Output(found) => break found,
+                addr2line::LookupResult::Load { load, continuation } => {
+                    lookup = continuation.resume(self.split.get(&load.dwo_id).cloned());
+                }
+            }
+        };
+        // addr2line 0.24 fails (UnexpectedEof) on gcc 12's DWARF 5 split units here;
+        // their types and lines read fine, their frames are then unknown.
+        let Ok(mut iter) = found else {
+            return Vec::new();
+        };
+        let mut out: Vec<SourceFrame> = Vec::new();
+        while let Ok(Some(frame)) = iter.next() {
+            let function = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.raw_name().ok().map(|n| n.into_owned()));
+            let demangled = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.demangle().ok().map(|n| n.into_owned()))
+                .filter(|d| Some(d) != function.as_ref());
+            out.push(SourceFrame {
+                function,
+                demangled,
+                file: frame
+                    .location
+                    .as_ref()
+                    .and_then(|l| l.file.map(str::to_string)),
+                line: frame.location.as_ref().and_then(|l| l.line),
+                inlined: true,
+            });
+        }
+        if let Some(last) = out.last_mut() {
+            last.inlined = false;
+        }
+        out
     }
 
     /// The parameters of the function named `name` (its source name, or its linkage
@@ -130,8 +258,8 @@ impl<'a> DebugInfo<'a> {
     /// described.
     pub fn function_params(&self, name: &str) -> Option<Vec<Param>> {
         let mut fallback = None;
-        for (ui, unit) in self.units.iter().enumerate() {
-            let mut entries = unit.entries();
+        for (ui, u) in self.units.iter().enumerate() {
+            let mut entries = u.unit.entries();
             while let Ok(Some((_, entry))) = entries.next_dfs() {
                 if entry.tag() != gimli::DW_TAG_subprogram || !entry.has_children() {
                     continue;
@@ -165,7 +293,7 @@ impl<'a> DebugInfo<'a> {
     fn names_of(
         &self,
         ui: usize,
-        entry: &DebuggingInformationEntry<'_, '_, R<'a>>,
+        entry: &DebuggingInformationEntry<'_, '_, R>,
         depth: u32,
     ) -> Vec<String> {
         let mut out = Vec::new();
@@ -181,7 +309,7 @@ impl<'a> DebugInfo<'a> {
         if out.is_empty() && depth < 4 {
             for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
                 if let Some((uj, off)) = self.reference(ui, entry, at) {
-                    if let Ok(e) = self.units[uj].entry(off) {
+                    if let Ok(e) = self.units[uj].unit.entry(off) {
                         out.extend(self.names_of(uj, &e, depth + 1));
                     }
                 }
@@ -193,7 +321,7 @@ impl<'a> DebugInfo<'a> {
     /// The formal parameters of a subprogram; `None` for one without a name or type.
     fn params_of(&self, die: DieRef) -> Vec<Option<Param>> {
         let (ui, off) = die;
-        let unit = &self.units[ui];
+        let unit = &self.units[ui].unit;
         let Ok(mut tree) = unit.entries_tree(Some(off)) else {
             return Vec::new();
         };
@@ -212,11 +340,11 @@ impl<'a> DebugInfo<'a> {
             let origin = self.reference(ui, e, gimli::DW_AT_abstract_origin);
             let name = self.string_attr(ui, e, gimli::DW_AT_name).or_else(|| {
                 let (uj, o) = origin?;
-                self.string_attr(uj, &self.units[uj].entry(o).ok()?, gimli::DW_AT_name)
+                self.string_attr(uj, &self.units[uj].unit.entry(o).ok()?, gimli::DW_AT_name)
             });
             let ty = self.reference(ui, e, gimli::DW_AT_type).or_else(|| {
                 let (uj, o) = origin?;
-                self.reference(uj, &self.units[uj].entry(o).ok()?, gimli::DW_AT_type)
+                self.reference(uj, &self.units[uj].unit.entry(o).ok()?, gimli::DW_AT_type)
             });
             out.push(ty.map(|t| Param {
                 name: name.unwrap_or_else(|| format!("arg{index}")),
@@ -229,34 +357,39 @@ impl<'a> DebugInfo<'a> {
     fn string_attr(
         &self,
         ui: usize,
-        e: &DebuggingInformationEntry<'_, '_, R<'a>>,
+        e: &DebuggingInformationEntry<'_, '_, R>,
         at: gimli::DwAt,
     ) -> Option<String> {
         let v = e.attr_value(at).ok()??;
-        let s = self.dwarf.attr_string(&self.units[ui], v).ok()?;
-        Some(s.to_string_lossy().into_owned())
+        let u = &self.units[ui];
+        let s = u.dwarf.attr_string(&u.unit, v).ok()?;
+        Some(String::from_utf8_lossy(&s).into_owned())
     }
 
     /// Follows a reference attribute to a DIE, possibly in another unit.
     fn reference(
         &self,
         ui: usize,
-        e: &DebuggingInformationEntry<'_, '_, R<'a>>,
+        e: &DebuggingInformationEntry<'_, '_, R>,
         at: gimli::DwAt,
     ) -> Option<DieRef> {
         match e.attr_value(at).ok()?? {
             AttributeValue::UnitRef(off) => Some((ui, off)),
             AttributeValue::DebugInfoRef(off) => {
+                // An offset in the `.debug_info` this unit was read from.
+                let dwarf = &self.units[ui].dwarf;
                 self.units.iter().enumerate().find_map(|(uj, u)| {
-                    let local = off.to_unit_offset(&u.header)?;
-                    Some((uj, local))
+                    if !Arc::ptr_eq(&u.dwarf, dwarf) {
+                        return None;
+                    }
+                    Some((uj, off.to_unit_offset(&u.unit.header)?))
                 })
             }
             _ => None,
         }
     }
 
-    fn udata(&self, e: &DebuggingInformationEntry<'_, '_, R<'a>>, at: gimli::DwAt) -> Option<u64> {
+    fn udata(&self, e: &DebuggingInformationEntry<'_, '_, R>, at: gimli::DwAt) -> Option<u64> {
         e.attr_value(at).ok()??.udata_value()
     }
 
@@ -287,7 +420,7 @@ impl<'a> DebugInfo<'a> {
         typedef_name: Option<&str>,
     ) -> Type {
         let (ui, off) = die;
-        let Ok(e) = self.units[ui].entry(off) else {
+        let Ok(e) = self.units[ui].unit.entry(off) else {
             return Type::Void;
         };
         let name = self.string_attr(ui, &e, gimli::DW_AT_name);
@@ -415,7 +548,7 @@ impl<'a> DebugInfo<'a> {
     /// The data members of a struct or union DIE (anonymous members lifted).
     fn members(&self, die: DieRef, depth: u32, walk: &mut Walk) -> Vec<CField> {
         let (ui, off) = die;
-        let unit = &self.units[ui];
+        let unit = &self.units[ui].unit;
         let Ok(mut tree) = unit.entries_tree(Some(off)) else {
             return Vec::new();
         };
@@ -463,7 +596,7 @@ impl<'a> DebugInfo<'a> {
     /// Element counts of an array DIE's dimensions (0 for an unknown bound).
     fn array_dims(&self, die: DieRef) -> Vec<u64> {
         let (ui, off) = die;
-        let Ok(mut tree) = self.units[ui].entries_tree(Some(off)) else {
+        let Ok(mut tree) = self.units[ui].unit.entries_tree(Some(off)) else {
             return Vec::new();
         };
         let Ok(root) = tree.root() else {
@@ -499,15 +632,14 @@ impl<'a> DebugInfo<'a> {
 }
 
 /// `DW_AT_data_member_location` as a constant, or as `DW_OP_plus_uconst N`.
-fn member_offset(m: &DebuggingInformationEntry<'_, '_, R<'_>>) -> Option<u64> {
+fn member_offset(m: &DebuggingInformationEntry<'_, '_, R>) -> Option<u64> {
     match m.attr_value(gimli::DW_AT_data_member_location).ok()?? {
         AttributeValue::Exprloc(expr) => {
-            let bytes = expr.0.slice();
-            if bytes.first() != Some(&gimli::DW_OP_plus_uconst.0) {
+            let mut r = expr.0;
+            if r.read_u8().ok()? != gimli::DW_OP_plus_uconst.0 {
                 return None;
             }
-            let mut r = EndianSlice::new(&bytes[1..], LittleEndian);
-            gimli::Reader::read_uleb128(&mut r).ok()
+            r.read_uleb128().ok()
         }
         v => v.udata_value(),
     }

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader, Sym};
@@ -138,8 +139,9 @@ impl Function {
     }
 }
 
-/// The file's bytes: mapped from disk, or owned (for files parsed from memory).
-enum Bytes {
+/// A file's bytes: mapped from disk, or owned (for files parsed from memory and
+/// decompressed sections).
+pub(crate) enum Bytes {
     Mapped(memmap2::Mmap),
     Owned(Vec<u8>),
 }
@@ -154,10 +156,61 @@ impl Deref for Bytes {
     }
 }
 
+/// [`Bytes`] shared by everything read from them: the [`ElfFile`], and the DWARF
+/// readers (`gimli::EndianReader`s) that outlive a borrow of it.
+#[derive(Clone)]
+pub(crate) struct SharedBytes(Arc<Bytes>);
+
+impl SharedBytes {
+    pub(crate) fn new(bytes: Bytes) -> SharedBytes {
+        SharedBytes(Arc::new(bytes))
+    }
+
+    /// Maps the file at `path` (an empty file is an empty buffer: mmap refuses it).
+    pub(crate) fn map(path: &Path) -> std::io::Result<SharedBytes> {
+        // Never open a FIFO or a device (the open itself may block).
+        if !std::fs::metadata(path)?.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        let file = File::open(path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        if meta.len() == 0 {
+            return Ok(SharedBytes::new(Bytes::Owned(Vec::new())));
+        }
+        // SAFETY: as in `ElfFile::open_identified`: a private read-only mapping of a
+        // file that is replaced by rename, not rewritten in place, in practice.
+        let map = unsafe { memmap2::Mmap::map(&file) }?;
+        Ok(SharedBytes::new(Bytes::Mapped(map)))
+    }
+}
+
+impl Deref for SharedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedBytes({} bytes)", self.len())
+    }
+}
+
+// SAFETY: the bytes live in an `Arc` that is never mutated, and neither a mapping nor
+// a `Vec`'s buffer moves when the `SharedBytes` (or the `Arc`) is moved or cloned: the
+// address `deref` returns is the same for every clone for as long as any lives.
+unsafe impl gimli::StableDeref for SharedBytes {}
+// SAFETY: see above; a clone derefs to the same address.
+unsafe impl gimli::CloneStableDeref for SharedBytes {}
+
 /// A validated 64-bit little-endian x86-64 executable or shared library.
 pub struct ElfFile {
     path: PathBuf,
-    data: Bytes,
+    data: SharedBytes,
     kind: ElfKind,
     entry: u64,
     segments: Vec<Segment>,
@@ -237,7 +290,7 @@ impl ElfFile {
         let parsed = Parsed::parse(path, &data)?;
         Ok(ElfFile {
             path: path.to_path_buf(),
-            data,
+            data: SharedBytes::new(data),
             kind: parsed.kind,
             entry: parsed.entry,
             segments: parsed.segments,
@@ -266,6 +319,11 @@ impl ElfFile {
     /// The whole file.
     pub fn data(&self) -> &[u8] {
         &self.data
+    }
+
+    /// The whole file, shared (for readers that outlive a borrow of `self`).
+    pub(crate) fn shared_data(&self) -> SharedBytes {
+        self.data.clone()
     }
 
     pub fn kind(&self) -> ElfKind {

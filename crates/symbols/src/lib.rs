@@ -18,7 +18,8 @@
 //!    "did you mean" suggestions. [`resolve_usdt`] does the same for USDT probes.
 //! 4. **Printing** — [`Symbolizer`] turns addresses back into `function+offset` for
 //!    `usym`/`ustack`/`func`; [`list`] produces `weft -l` lines;
-//!    [`ElfFile::debug_info`] gives DWARF parameter types (for `args`) and lines.
+//!    [`ElfFile::debug_info`] gives DWARF parameter types (for `args`) and lines,
+//!    from the file, its separate debug file ([`DebugSearch`]) or split DWARF.
 //!
 //! Parsing is pure (bytes in, values out: [`ElfFile::parse`], [`ProcMaps::parse`],
 //! [`load_bias`], [`parse_stapsdt_notes`], [`parse_arg`], [`parse_ld_so_cache`],
@@ -30,6 +31,7 @@
 //! Addresses: a *vaddr* is a file virtual address (`st_value`); a *runtime address*
 //! is `vaddr + load bias` in one process.
 
+mod debugfile;
 mod dwarf;
 mod elf;
 mod error;
@@ -42,7 +44,8 @@ mod target;
 mod unwind;
 mod usdt;
 
-pub use dwarf::{DebugInfo, Param};
+pub use debugfile::{DebugSearch, MissingDwo, DEFAULT_DEBUG_DIR};
+pub use dwarf::{DebugInfo, Param, SourceFrame};
 pub use elf::{demangle, ElfFile, ElfKind, Function, FunctionName, Section, Segment};
 pub use error::{Error, Result};
 pub use maps::{find_module, load_bias, MappedFile, Mapping, Module, Perms, ProcMaps};

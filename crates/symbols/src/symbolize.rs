@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use crate::dwarf::{DebugInfo, SourceFrame};
 use crate::elf::ElfFile;
 use crate::error::Result;
 use crate::maps::{Module, ProcMaps};
@@ -28,6 +29,8 @@ pub struct Symbol {
 pub struct Symbolizer {
     modules: Vec<Module>,
     files: HashMap<PathBuf, Option<std::sync::Arc<ElfFile>>>,
+    /// Each module's DWARF, loaded on the first [`Symbolizer::source_frames`].
+    debug: HashMap<PathBuf, Option<DebugInfo>>,
 }
 
 impl Symbolizer {
@@ -35,6 +38,7 @@ impl Symbolizer {
         Symbolizer {
             modules,
             files: HashMap::new(),
+            debug: HashMap::new(),
         }
     }
 
@@ -81,6 +85,26 @@ impl Symbolizer {
                 module: module.path.clone(),
             },
         })
+    }
+
+    /// The source-level frames at `addr` (inlined functions first, then the function
+    /// holding the code: [`DebugInfo::frames`]), from its module's DWARF wherever
+    /// that lives; empty outside every module or without DWARF.
+    pub fn source_frames(&mut self, addr: u64) -> Vec<SourceFrame> {
+        let Some(module) = self.modules.iter().find(|m| m.contains(addr)) else {
+            return Vec::new();
+        };
+        let vaddr = module.vaddr(addr);
+        let elf = self
+            .files
+            .entry(module.open_path.clone())
+            .or_insert_with(|| module.open().ok())
+            .clone();
+        let debug = self
+            .debug
+            .entry(module.open_path.clone())
+            .or_insert_with(|| elf.and_then(|e| e.debug_info().ok().flatten()));
+        debug.as_ref().map_or_else(Vec::new, |d| d.frames(vaddr))
     }
 
     /// The loaded file for a module path, if it was loaded and readable.

@@ -81,3 +81,39 @@ pub fn nm_addr(path: &Path, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("{name} in nm"))
         .addr
 }
+
+/// Like [`cc`], with `dir` as gcc's working directory: where `-gsplit-dwarf` writes
+/// its `.dwo` files (and the `DW_AT_comp_dir` they are found under).
+pub fn cc_in(dir: &Path, out: &str, sources: &[(&str, &str)], args: &[&str]) -> PathBuf {
+    let mut cmd = Command::new("gcc");
+    cmd.current_dir(dir);
+    for (name, src) in sources {
+        std::fs::write(dir.join(name), src).unwrap();
+        cmd.arg(name);
+    }
+    cmd.args(args).arg("-o").arg(out);
+    let res = cmd.output().expect("gcc runs");
+    assert!(
+        res.status.success(),
+        "gcc failed: {}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    dir.join(out)
+}
+
+/// Runs a tool with `dir` as its working directory; panics if it fails or takes
+/// more than a minute.
+pub fn run_in(dir: &Path, prog: &str, args: &[&str]) {
+    let res = Command::new("timeout")
+        .current_dir(dir)
+        .arg("60")
+        .arg(prog)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{prog}: {e}"));
+    assert!(
+        res.status.success(),
+        "{prog} {args:?}: {}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+}
