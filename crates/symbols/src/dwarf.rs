@@ -524,7 +524,7 @@ impl DebugInfo {
     /// `signed char` and `unsigned char` (`int8_t`, `uint8_t`) are not.
     fn is_plain_char(&self, die: DieRef, hops: u32) -> bool {
         let (ui, off) = die;
-        let Ok(e) = self.units[ui].entry(off) else {
+        let Ok(e) = self.units[ui].unit.entry(off) else {
             return false;
         };
         match e.tag() {
