@@ -317,7 +317,8 @@ pub fn release_launch() {
 // 128 bytes below its stack pointer, past the red zone) waits for the session's `GO`
 // with every register, the flags and the x87/SSE state kept, then returns to where
 // it was with `ret 128`. weft does this to a process it caught as it started (a
-// kernel uprobe on its entry point stopped it): its one thread stays here while the
+// kernel uprobe stopped it at its entry point, at __libc_start_main or where dlopen
+// returned): its one thread stays here while the
 // probes are woven, so the program runs no probed code before they are in.
 #[unsafe(naked)]
 #[unsafe(no_mangle)]

@@ -295,14 +295,19 @@ impl<'p> Session<'p> {
             "agent loaded into {pid} (target paused {:.1} ms{moved})",
             report.pause.as_secs_f64() * 1e3
         ));
-        let a = self.listener.accept(pid, Duration::from_secs(10), || {
+        let a = self.accept_agent(pid)?;
+        self.join(pid, a, None)
+    }
+
+    /// The connection of the agent just loaded into (or asked to connect in) `pid`.
+    fn accept_agent(&self, pid: i32) -> Result<crate::conn::Agent> {
+        self.listener.accept(pid, Duration::from_secs(10), || {
             if target::alive(pid) {
                 Ok(())
             } else {
                 bail!("process {pid} exited while weft was attaching")
             }
-        })?;
-        self.join(pid, a, None)
+        })
     }
 
     fn join(&mut self, pid: i32, agent: crate::conn::Agent, child: Option<Child>) -> Result<()> {
@@ -592,7 +597,8 @@ impl<'p> Session<'p> {
         loop {
             let members: Vec<i32> = self.members.iter().map(|m| m.pid).collect();
             let related = |pid: i32| {
-                members.contains(&pid) || parent_of(pid).is_some_and(|pp| members.contains(&pp))
+                members.contains(&pid)
+                    || target::parent_of(pid).is_some_and(|pp| members.contains(&pp))
             };
             let Some((agent, pid)) = self.listener.try_accept(related)? else {
                 return Ok(joined);
@@ -741,13 +747,7 @@ impl<'p> Session<'p> {
         }
         weft_inject::die::at("held");
         let t1 = Instant::now();
-        let a = self.listener.accept(pid, Duration::from_secs(10), || {
-            if target::alive(pid) {
-                Ok(())
-            } else {
-                bail!("process {pid} exited while weft was attaching")
-            }
-        })?;
+        let a = self.accept_agent(pid)?;
         self.join(pid, a, None)?;
         let t2 = Instant::now();
         self.weave_late_member(self.members.len() - 1)?;
@@ -1037,14 +1037,6 @@ fn is_broken_connection(e: &anyhow::Error) -> bool {
             )
         })
     }) || e.to_string().contains("closed the connection")
-}
-
-/// The parent of process `pid` (`/proc/PID/stat`).
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn proc_ids(pid: i32) -> Option<(u64, u64)> {

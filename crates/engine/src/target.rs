@@ -529,6 +529,14 @@ pub fn attach_held(pid: i32, agent: &Path, socket: &str) -> Result<AttachReport>
     })
 }
 
+/// The parent of process `pid` (`/proc/PID/stat`).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Whether a thread of `pid` is the agent's control thread (named `weft-agent`).
 fn control_thread_alive(pid: i32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {

@@ -204,7 +204,7 @@ pub fn mapping_processes(files: &[WatchedFile]) -> Vec<i32> {
             continue;
         };
         // Not weft, nor a process of weft's own (its guardian).
-        if pid == me || parent_of(pid) == Some(me) {
+        if pid == me || crate::target::parent_of(pid) == Some(me) {
             continue;
         }
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
@@ -215,13 +215,6 @@ pub fn mapping_processes(files: &[WatchedFile]) -> Vec<i32> {
         }
     }
     out.into_iter().collect()
-}
-
-/// The parent of process `pid`.
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Whether a `/proc/PID/maps` line maps one of `files`: by path, or by inode and
