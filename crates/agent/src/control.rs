@@ -318,8 +318,8 @@ pub fn release_launch() {
 // with every register, the flags and the x87/SSE state kept, then returns to where
 // it was with `ret 128`. weft does this to a process it caught as it started (a
 // kernel uprobe stopped it at its entry point, at __libc_start_main or where dlopen
-// returned): its one thread stays here while the
-// probes are woven, so the program runs no probed code before they are in.
+// returned): its one thread stays here while the probes are woven, so the program
+// runs no probed code before they are in.
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
 pub extern "C" fn weft_agent_hold() {
