@@ -1451,7 +1451,16 @@ impl<'a> Checker<'a> {
                     };
                     v.id = Some(id);
                     let cur = self.vars[id as usize].ty.clone().unwrap_or(Type::I64);
-                    if vt != Type::Void
+                    if matches!(cur, Type::Ptr(_)) && !matches!(op, BinOp::Add | BinOp::Sub) {
+                        self.err(
+                            span,
+                            format!(
+                                "`{}=` cannot be used on `${}`, a pointer (`{cur}`); only `+=` and `-=` can",
+                                op.text(),
+                                v.name
+                            ),
+                        );
+                    } else if vt != Type::Void
                         && (!is_int(&vt) || !(is_int(&cur) || matches!(cur, Type::Ptr(_))))
                     {
                         self.err(
@@ -1510,6 +1519,26 @@ impl<'a> Checker<'a> {
                 }
                 let vt = self.value_expr(value);
                 self.set_map_key(m, key);
+                if let (Some(op), Some(pt)) = (op, self.map_pointer(&m.name)) {
+                    // `@p += n` on a map of pointers: pointer arithmetic (upstream
+                    // docs/language.md, Arithmetic Operators).
+                    if !matches!(op, BinOp::Add | BinOp::Sub) {
+                        self.err(
+                            span,
+                            format!(
+                                "`{}=` cannot be used on `{}`, which holds pointers (`{pt}`); only `+=` and `-=` can",
+                                op.text(),
+                                m.name
+                            ),
+                        );
+                    } else if vt != Type::Void && !is_int(&vt) {
+                        self.err(
+                            value.span,
+                            format!("`{}=` on a pointer needs an integer, not `{vt}`", op.text()),
+                        );
+                    }
+                    return;
+                }
                 if op.is_some() {
                     if vt != Type::Void && !is_int(&vt) {
                         self.err(
@@ -1534,6 +1563,15 @@ impl<'a> Checker<'a> {
                 }
                 self.set_map_value(m, MapValue::Plain(storage(&vt)), value.span);
             }
+        }
+    }
+
+    /// The pointer type a map holds, when its values are pointers (known in this
+    /// pass or from the previous one).
+    fn map_pointer(&self, name: &str) -> Option<Type> {
+        match self.map_state(name)?.value? {
+            MapValue::Plain(t @ Type::Ptr(_)) => Some(t),
+            _ => None,
         }
     }
 
@@ -2132,6 +2170,10 @@ impl<'a> Checker<'a> {
                         self.touch_map(m);
                         let key = self.map_keys(m);
                         self.set_map_key(m, key);
+                        // `@p++` on a map of pointers steps by the pointee's size.
+                        if let Some(pt) = self.map_pointer(&m.name) {
+                            return pt;
+                        }
                         self.set_map_value(m, MapValue::Plain(Type::I64), m.span);
                         self.require_int_map(m);
                         match self.maps.get(&m.name).and_then(|s| s.value.clone()) {
@@ -2499,10 +2541,17 @@ impl<'a> Checker<'a> {
                     }
                 }
                 if !(is_int(a) && is_int(b)) {
-                    self.err(
+                    let d = Diagnostic::error(
                         span,
                         format!("`{}` needs integers, not `{a}` and `{b}`", op.text()),
                     );
+                    self.push(if matches!(a, Type::Ptr(_)) || matches!(b, Type::Ptr(_)) {
+                        d.with_help(
+                            "a pointer takes only `+` and `-` of an integer, with the pointer on the left of `-`",
+                        )
+                    } else {
+                        d
+                    });
                     return Type::Void;
                 }
                 // Two booleans make a boolean (`a & b`), as upstream types them.

@@ -1750,3 +1750,44 @@ fn errorf_warnf_pcomm_arguments() {
         "#]],
     );
 }
+
+#[test]
+fn pointer_arithmetic_only_adds_and_subtracts() {
+    check(
+        r#"BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }"#,
+        expect![[r#"
+            error: `*=` cannot be used on `$p`, a pointer (`int16 *`); only `+=` and `-=` can
+             --> script.bt:1:26
+              |
+            1 | BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }
+              |                          ^^^^^^^
+
+            error: `<<=` cannot be used on `@p`, which holds pointers (`int16 *`); only `+=` and `-=` can
+             --> script.bt:1:44
+              |
+            1 | BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }
+              |                                            ^^^^^^^^
+
+            error: `-` needs integers, not `int16 *` and `int16 *`
+             --> script.bt:1:59
+              |
+            1 | BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }
+              |                                                           ^^^^^^^
+              = help: a pointer takes only `+` and `-` of an integer, with the pointer on the left of `-`
+
+            error: `-` needs integers, not `int64` and `int16 *`
+             --> script.bt:1:73
+              |
+            1 | BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }
+              |                                                                         ^^^^^^
+              = help: a pointer takes only `+` and `-` of an integer, with the pointer on the left of `-`
+
+            error: `+=` on a pointer needs an integer, not `string[2]`
+             --> script.bt:1:93
+              |
+            1 | BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }
+              |                                                                                             ^^^
+
+        "#]],
+    );
+}
