@@ -61,6 +61,20 @@ PROBED int endpoint_id(const struct endpoint *e) { return e->mac[5] + e->v4[3]; 
 static const unsigned char blob_bytes[16] = {'a', ' ', '~', 0x7f, 0x1f, '\\', '"', 0,
                                              '\t', '\n', 0x80, 0xff, 'Z', '%', 0x01, '0'};
 PROBED int blob(const unsigned char *data, int n) { return data[0] + n; }
+/* Nested and anonymous members, for program-defined structs that mirror them. */
+struct shape {
+  char tag;
+  struct {
+    int x;
+    short y;
+  } pos;
+  union {
+    long l;
+    unsigned char b[12];
+  };
+  int last;
+};
+PROBED int shape_tag(const struct shape *sh) { return sh->tag + sh->pos.x + sh->last; }
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 5;
@@ -100,6 +114,8 @@ int main(int argc, char **argv) {
                          0x0100007fu + ((unsigned)i << 24)};
     s += endpoint_id(&e);
     s += blob(blob_bytes, i * 4);
+    struct shape sh = {(char)('A' + i), {i * 7, (short)-i}, {.l = 0x0102030405060708L * i}, 1000 + i};
+    s += shape_tag(&sh);
   }
   s += fib(7);
   sink = s;

@@ -93,7 +93,14 @@ pub struct MapDeclItem {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StructDef {
     pub name: String,
+    /// `union X { ... }`: every member at offset 0.
+    pub union: bool,
+    /// Each member; an anonymous `struct { ... };` / `union { ... };` member has an
+    /// empty name (its fields belong to this struct, at its offset).
     pub fields: Vec<(TypeExpr, String, Span)>,
+    /// The bodies of the members written `struct { ... }` / `union { ... }` inside
+    /// this one, named `Outer::(anonymous N)`; defined before this struct.
+    pub nested: Vec<StructDef>,
     pub span: Span,
 }
 

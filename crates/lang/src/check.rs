@@ -552,22 +552,42 @@ enum TypeError {
 }
 
 /// A C struct's layout; `Err(size)` when it would not fit in 32 bits.
-fn c_layout(name: &str, fields: &[(String, Type)]) -> Result<CStruct, u64> {
+/// C's layout of a struct (members in order, each at its alignment) or a union (every
+/// member at 0). A member with an empty name is an anonymous struct or union: its
+/// fields become this one's, at its offset.
+fn c_layout(name: &str, fields: &[(String, Type)], union: bool) -> Result<CStruct, u64> {
     let mut off = 0u64;
+    let mut end = 0u64;
     let mut align = 1u64;
     let mut out = Vec::new();
     for (n, t) in fields {
         let a = u64::from(t.align().max(1));
         align = align.max(a);
+        if union {
+            off = 0;
+        }
         off = off.div_ceil(a) * a;
-        out.push(CField {
-            name: n.clone(),
-            offset: u32::try_from(off).map_err(|_| off)?,
-            ty: t.clone(),
-        });
+        match t {
+            Type::CStruct(inner) if n.is_empty() => {
+                for f in inner.fields.iter() {
+                    let at = off + u64::from(f.offset);
+                    out.push(CField {
+                        name: f.name.clone(),
+                        offset: u32::try_from(at).map_err(|_| at)?,
+                        ty: f.ty.clone(),
+                    });
+                }
+            }
+            _ => out.push(CField {
+                name: n.clone(),
+                offset: u32::try_from(off).map_err(|_| off)?,
+                ty: t.clone(),
+            }),
+        }
         off += u64::from(t.size());
+        end = end.max(off);
     }
-    let size = off.div_ceil(align) * align;
+    let size = end.div_ceil(align) * align;
     Ok(CStruct {
         name: name.to_string(),
         size: u32::try_from(size).map_err(|_| size)?,
@@ -751,6 +771,9 @@ impl<'a> Checker<'a> {
     }
 
     fn struct_def(&mut self, s: &StructDef) {
+        for n in &s.nested {
+            self.struct_def(n);
+        }
         let mut fields = Vec::new();
         let mut count = 0u64;
         for (t, n, span) in &s.fields {
@@ -776,7 +799,7 @@ impl<'a> Checker<'a> {
                 Err(TypeError::TooLarge(m)) => self.err(t.span, m),
             }
         }
-        let layout = match c_layout(&s.name, &fields) {
+        let layout = match c_layout(&s.name, &fields, s.union) {
             Ok(l) => l,
             Err(size) => {
                 self.err(

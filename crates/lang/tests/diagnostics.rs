@@ -1791,3 +1791,24 @@ fn pointer_arithmetic_only_adds_and_subtracts() {
         "#]],
     );
 }
+
+#[test]
+fn nested_struct_members_are_checked_where_written() {
+    check(
+        "struct S { int a; union { foo_t b; char c; }; struct { int x; } in; }\nBEGIN { $s = (struct S *)0; $v = $s->c + $s->in.x + $s->in.z; }",
+        expect![[r#"
+            error: unknown type `foo_t` for field `b`
+             --> script.bt:1:33
+              |
+            1 | struct S { int a; union { foo_t b; char c; }; struct { int x; } in; }
+              |                                 ^
+
+            error: struct `S::(anonymous 2)` has no field `z`; did you mean `x`?
+             --> script.bt:2:53
+              |
+            2 | BEGIN { $s = (struct S *)0; $v = $s->c + $s->in.x + $s->in.z; }
+              |                                                     ^^^^^^^^
+
+        "#]],
+    );
+}

@@ -142,6 +142,8 @@ const PIECES: &[&str] = &[
     "$p - 1",
     "@p++",
     "@p += 2",
+    "struct S { int a; union { int b; char c; }; struct { int x; } in; }",
+    "union {",
     "(uint8[])0x0102",
     "(uint64)pton(\"1.2.3.4\")",
     "struct C { char n[4]; uint8_t b[2]; }",
