@@ -75,6 +75,17 @@ struct shape {
   int last;
 };
 PROBED int shape_tag(const struct shape *sh) { return sh->tag + sh->pos.x + sh->last; }
+/* Bit-fields: unsigned and signed, across a unit boundary (f starts a new unit). */
+struct flags {
+  unsigned int a : 3;
+  unsigned int b : 5;
+  int c : 4;
+  unsigned char d : 1;
+  int e;
+  long long f : 40;
+  long long g : 30;
+};
+PROBED int flags_sum(const struct flags *f) { return (int)(f->a + f->b + f->c + f->e); }
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 5;
@@ -116,6 +127,8 @@ int main(int argc, char **argv) {
     s += blob(blob_bytes, i * 4);
     struct shape sh = {(char)('A' + i), {i * 7, (short)-i}, {.l = 0x0102030405060708L * i}, 1000 + i};
     s += shape_tag(&sh);
+    struct flags fl = {(unsigned)i, 31u - (unsigned)i, -i, (unsigned char)(i & 1), 100 + i, -(1LL << 38) + i, -3 * i};
+    s += flags_sum(&fl);
   }
   s += fib(7);
   sink = s;

@@ -95,9 +95,10 @@ pub struct StructDef {
     pub name: String,
     /// `union X { ... }`: every member at offset 0.
     pub union: bool,
-    /// Each member; an anonymous `struct { ... };` / `union { ... };` member has an
-    /// empty name (its fields belong to this struct, at its offset).
-    pub fields: Vec<(TypeExpr, String, Span)>,
+    /// Each member: type, name, name's span and bit-field width (`a:3`). An anonymous
+    /// `struct { ... };` / `union { ... };` member has an empty name (its fields
+    /// belong to this struct, at its offset).
+    pub fields: Vec<(TypeExpr, String, Span, Option<u64>)>,
     /// The bodies of the members written `struct { ... }` / `union { ... }` inside
     /// this one, named `Outer::(anonymous N)`; defined before this struct.
     pub nested: Vec<StructDef>,

@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 
 use weft_ir::{
-    AttachPoint, CField, CStruct, Config, MapValue, StackMode, TseriesAgg, Type, PRINTF_MAX_WIDTH,
-    TSERIES_MAX_INTERVALS,
+    AttachPoint, BitField, CField, CStruct, Config, MapValue, StackMode, TseriesAgg, Type,
+    PRINTF_MAX_WIDTH, TSERIES_MAX_INTERVALS,
 };
 
 use crate::ast::*;
@@ -552,40 +552,67 @@ enum TypeError {
 }
 
 /// A C struct's layout; `Err(size)` when it would not fit in 32 bits.
-/// C's layout of a struct (members in order, each at its alignment) or a union (every
-/// member at 0). A member with an empty name is an anonymous struct or union: its
-/// fields become this one's, at its offset.
-fn c_layout(name: &str, fields: &[(String, Type)], union: bool) -> Result<CStruct, u64> {
-    let mut off = 0u64;
+/// C's layout (x86-64 System V) of a struct (members in order, each at its alignment)
+/// or a union (every member at 0). A member with an empty name is an anonymous struct
+/// or union: its fields become this one's, at its offset. A bit-field (`Some(width)`)
+/// takes the next `width` bits when they fit in one aligned unit of its type, else
+/// starts the next unit; it aligns the struct as its type does.
+fn c_layout(
+    name: &str,
+    fields: &[(String, Type, Option<u8>)],
+    union: bool,
+) -> Result<CStruct, u64> {
+    let mut bit = 0u64;
     let mut end = 0u64;
     let mut align = 1u64;
     let mut out = Vec::new();
-    for (n, t) in fields {
+    let fits = |v: u64| u32::try_from(v).map_err(|_| v);
+    for (n, t, width) in fields {
         let a = u64::from(t.align().max(1));
+        let size = u64::from(t.size());
         align = align.max(a);
         if union {
-            off = 0;
+            bit = 0;
         }
-        off = off.div_ceil(a) * a;
+        if let Some(w) = width {
+            let w = u64::from(*w);
+            let unit = (size * 8).max(8);
+            if bit / unit != (bit + w.max(1) - 1) / unit {
+                bit = bit.div_ceil(unit) * unit;
+            }
+            let unit_off = bit / unit * (unit / 8);
+            out.push(CField {
+                name: n.clone(),
+                offset: fits(unit_off)?,
+                ty: t.clone(),
+                bits: Some(BitField {
+                    shift: (bit - unit_off * 8) as u8,
+                    width: w as u8,
+                }),
+            });
+            bit += w;
+            end = end.max(bit.div_ceil(8));
+            continue;
+        }
+        let off = bit.div_ceil(8).div_ceil(a) * a;
         match t {
             Type::CStruct(inner) if n.is_empty() => {
                 for f in inner.fields.iter() {
-                    let at = off + u64::from(f.offset);
                     out.push(CField {
-                        name: f.name.clone(),
-                        offset: u32::try_from(at).map_err(|_| at)?,
-                        ty: f.ty.clone(),
+                        offset: fits(off + u64::from(f.offset))?,
+                        ..f.clone()
                     });
                 }
             }
             _ => out.push(CField {
                 name: n.clone(),
-                offset: u32::try_from(off).map_err(|_| off)?,
+                offset: fits(off)?,
                 ty: t.clone(),
+                bits: None,
             }),
         }
-        off += u64::from(t.size());
-        end = end.max(off);
+        bit = (off + size) * 8;
+        end = end.max(off + size);
     }
     let size = end.div_ceil(align) * align;
     Ok(CStruct {
@@ -776,9 +803,35 @@ impl<'a> Checker<'a> {
         }
         let mut fields = Vec::new();
         let mut count = 0u64;
-        for (t, n, span) in &s.fields {
+        for (t, n, span, width) in &s.fields {
             match self.resolve_type(t) {
                 Ok(ty) => {
+                    if let Some(w) = *width {
+                        let bits = match ty {
+                            Type::Int { bits, .. } => u64::from(bits),
+                            Type::Bool => 8,
+                            _ => 0,
+                        };
+                        if bits == 0 {
+                            self.err(
+                                *span,
+                                format!(
+                                    "the bit-field `{n}` must have an integer type, not `{ty}`"
+                                ),
+                            );
+                            continue;
+                        }
+                        if w == 0 || w > bits {
+                            self.err(
+                                *span,
+                                format!(
+                                    "the width of the bit-field `{n}` must be 1 to {bits} (the bits of `{ty}`), not {w}"
+                                ),
+                            );
+                            continue;
+                        }
+                    }
+                    let width = width.map(|w| w as u8);
                     count = count.saturating_add(1 + members(&ty));
                     if count > MAX_TYPE_MEMBERS {
                         self.err(
@@ -791,7 +844,7 @@ impl<'a> Checker<'a> {
                         );
                         break;
                     }
-                    fields.push((n.clone(), ty));
+                    fields.push((n.clone(), ty, width));
                 }
                 Err(TypeError::Unknown) => {
                     self.err(*span, format!("unknown type `{t}` for field `{n}`"))
@@ -928,6 +981,7 @@ impl<'a> Checker<'a> {
                 // At most `size`: fits.
                 offset: (i * esize) as u32,
                 ty: elem.clone(),
+                bits: None,
             });
             ty = Type::CStruct(CStruct {
                 name: format!("{elem}[{n}]"),
@@ -3731,6 +3785,7 @@ pub fn byte_array(n: u32) -> Type {
                 name: i.to_string(),
                 offset: i,
                 ty: elem.clone(),
+                bits: None,
             })
             .collect(),
     })

@@ -51,8 +51,11 @@ impl Dumper {
         }
         let kw = if s.union { "union" } else { "struct" };
         self.line(d, &format!("{kw} {}", s.name));
-        for (t, n, _) in &s.fields {
-            self.line(d + 1, &format!("{t} {n}"));
+        for (t, n, _, width) in &s.fields {
+            match width {
+                Some(w) => self.line(d + 1, &format!("{t} {n}:{w}")),
+                None => self.line(d + 1, &format!("{t} {n}")),
+            }
         }
     }
 

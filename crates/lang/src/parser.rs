@@ -626,7 +626,7 @@ impl<'a> Parser<'a> {
                     _ => (String::new(), ty.span),
                 };
                 self.expect(&Tok::Semi)?;
-                fields.push((ty, fname.0, fname.1));
+                fields.push((ty, fname.0, fname.1, None));
                 continue;
             }
             let mut ty = self.c_type()?;
@@ -649,8 +649,22 @@ impl<'a> Parser<'a> {
                 // `char name[N]`: the type as written, for diagnostics about its size.
                 ty.span = self.span_from(ty.span);
             }
+            // `unsigned int a:3;`: a bit-field of 3 bits.
+            let width = if self.eat(&Tok::Colon) {
+                let w = self.bump();
+                let Tok::Int(w) = w.tok else {
+                    self.diags.error(
+                        w.span,
+                        format!("expected a bit-field width, found {}", w.tok.describe()),
+                    );
+                    return Err(Stop);
+                };
+                Some(w)
+            } else {
+                None
+            };
             self.expect(&Tok::Semi)?;
-            fields.push((ty, fname, nt.span));
+            fields.push((ty, fname, nt.span, width));
         }
         Ok(StructDef {
             name,

@@ -1674,6 +1674,7 @@ fn opaque_struct_values_are_refused() {
                         name: "big".into(),
                         offset: 0,
                         ty: opaque,
+                        bits: None,
                     },
                     CField {
                         name: "n".into(),
@@ -1682,6 +1683,7 @@ fn opaque_struct_values_are_refused() {
                             bits: 32,
                             signed: true,
                         },
+                        bits: None,
                     },
                 ]
                 .into(),
@@ -1808,6 +1810,44 @@ fn nested_struct_members_are_checked_where_written() {
               |
             2 | BEGIN { $s = (struct S *)0; $v = $s->c + $s->in.x + $s->in.z; }
               |                                                     ^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn bit_field_widths_are_checked() {
+    check(
+        "struct S { int a:33; unsigned char b:0; char *p:3; int c:; }",
+        expect![[r#"
+            error: expected a bit-field width, found `;`
+             --> script.bt:1:58
+              |
+            1 | struct S { int a:33; unsigned char b:0; char *p:3; int c:; }
+              |                                                          ^
+
+        "#]],
+    );
+    check(
+        "struct S { int a:33; unsigned char b:0; char *p:3; }\nBEGIN { $s = (struct S *)0; }",
+        expect![[r#"
+            error: the width of the bit-field `a` must be 1 to 32 (the bits of `int32`), not 33
+             --> script.bt:1:16
+              |
+            1 | struct S { int a:33; unsigned char b:0; char *p:3; }
+              |                ^
+
+            error: the width of the bit-field `b` must be 1 to 8 (the bits of `uint8`), not 0
+             --> script.bt:1:36
+              |
+            1 | struct S { int a:33; unsigned char b:0; char *p:3; }
+              |                                    ^
+
+            error: the bit-field `p` must have an integer type, not `int8 *`
+             --> script.bt:1:47
+              |
+            1 | struct S { int a:33; unsigned char b:0; char *p:3; }
+              |                                               ^
 
         "#]],
     );

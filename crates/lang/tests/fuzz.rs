@@ -144,6 +144,8 @@ const PIECES: &[&str] = &[
     "@p += 2",
     "struct S { int a; union { int b; char c; }; struct { int x; } in; }",
     "union {",
+    "struct B { unsigned int a:3; int b:5; long c:40; }",
+    ":3;",
     "(uint8[])0x0102",
     "(uint64)pton(\"1.2.3.4\")",
     "struct C { char n[4]; uint8_t b[2]; }",

@@ -444,6 +444,7 @@ impl<'a> DebugInfo<'a> {
                     name,
                     offset: offset as u32,
                     ty,
+                    bits: None,
                 }),
                 None => {
                     if let Type::CStruct(inner) = ty {
@@ -540,6 +541,7 @@ fn build_array(elem: Type, dims: &[u64]) -> Type {
                 name: format!("[{i}]"),
                 offset: (i * elem_size) as u32,
                 ty: elem.clone(),
+                bits: None,
             })
             .collect()
     } else {
