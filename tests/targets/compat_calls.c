@@ -86,6 +86,14 @@ struct flags {
   long long g : 30;
 };
 PROBED int flags_sum(const struct flags *f) { return (int)(f->a + f->b + f->c + f->e); }
+/* Multi-dimensional arrays. */
+struct grid {
+  char tag;
+  int z[2][3];
+  short w[2][2][2];
+  long last;
+};
+PROBED int grid_sum(const struct grid *g) { return g->z[1][2] + g->w[1][1][1]; }
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 5;
@@ -129,6 +137,8 @@ int main(int argc, char **argv) {
     s += shape_tag(&sh);
     struct flags fl = {(unsigned)i, 31u - (unsigned)i, -i, (unsigned char)(i & 1), 100 + i, -(1LL << 38) + i, -3 * i};
     s += flags_sum(&fl);
+    struct grid g = {'g', {{i, i + 1, i + 2}, {10 * i, 10 * i + 1, 10 * i + 2}}, {{{1, 2}, {3, 4}}, {{5, 6}, {7, (short)(8 + i)}}}, -i};
+    s += grid_sum(&g);
   }
   s += fib(7);
   sink = s;

@@ -448,6 +448,9 @@ pub struct TypeExpr {
     pub pointer: u32,
     /// `[N]` after the type (`Some(None)` for `[]`).
     pub array: Option<Option<u64>>,
+    /// The dimensions after the first of a multi-dimensional array member
+    /// (`int z[2][3]`: `array` is 2, `dims` is `[3]`).
+    pub dims: Vec<u64>,
     pub span: Span,
 }
 
@@ -492,6 +495,9 @@ impl std::fmt::Display for TypeExpr {
                 Some(n) => write!(f, "[{n}]")?,
                 None => write!(f, "[]")?,
             }
+        }
+        for n in &self.dims {
+            write!(f, "[{n}]")?;
         }
         for _ in 0..self.pointer {
             write!(f, " *")?;

@@ -552,6 +552,44 @@ enum TypeError {
 }
 
 /// A C struct's layout; `Err(size)` when it would not fit in 32 bits.
+/// An array of `n` `elem`s (written `t`), with a field per element; named as C writes
+/// it (`int32[2][3]` for 2 arrays of 3).
+fn array_of(elem: Type, n: u64, t: &TypeExpr) -> Result<Type, TypeError> {
+    let count = n.saturating_mul(1 + members(&elem));
+    if count > MAX_TYPE_MEMBERS {
+        return Err(TypeError::TooLarge(format!(
+            "`{t}` has too many elements, nested ones counted (at most {MAX_TYPE_MEMBERS})"
+        )));
+    }
+    let esize = u64::from(elem.size());
+    let size = n * esize;
+    let Ok(size) = u32::try_from(size) else {
+        return Err(TypeError::TooLarge(format!(
+            "`{t}` is too large: {size} bytes (at most {})",
+            u32::MAX
+        )));
+    };
+    let elem_name = elem.to_string();
+    let name = match elem_name.find('[') {
+        Some(i) if matches!(elem, Type::CStruct(_)) && elem_name.ends_with(']') => {
+            format!("{}[{n}]{}", &elem_name[..i], &elem_name[i..])
+        }
+        _ => format!("{elem_name}[{n}]"),
+    };
+    let fields = (0..n).map(|i| CField {
+        name: i.to_string(),
+        // At most `size`: fits.
+        offset: (i * esize) as u32,
+        ty: elem.clone(),
+        bits: None,
+    });
+    Ok(Type::CStruct(CStruct {
+        name,
+        size,
+        fields: fields.collect(),
+    }))
+}
+
 /// C's layout (x86-64 System V) of a struct (members in order, each at its alignment)
 /// or a union (every member at 0). A member with an empty name is an anonymous struct
 /// or union: its fields become this one's, at its offset. A bit-field (`Some(width)`)
@@ -910,6 +948,20 @@ impl<'a> Checker<'a> {
 
     /// A written type to an ir type.
     fn resolve_type(&self, t: &TypeExpr) -> Result<Type, TypeError> {
+        if let (Some(Some(n)), Some((&first, rest))) = (t.array, t.dims.split_first()) {
+            // `T x[a][b]...`: an array of `a` arrays `T[b]...` (C order).
+            let elem = self.resolve_type(&TypeExpr {
+                pointer: 0,
+                array: Some(Some(first)),
+                dims: rest.to_vec(),
+                ..t.clone()
+            })?;
+            let mut ty = array_of(elem, n, t)?;
+            for _ in 0..t.pointer {
+                ty = Type::Ptr(Box::new(ty));
+            }
+            return Ok(ty);
+        }
         let mut ty = match &t.base {
             TypeName::Int { bits, signed } => Type::Int {
                 bits: *bits,
@@ -960,34 +1012,7 @@ impl<'a> Checker<'a> {
             },
         };
         if let Some(Some(n)) = t.array {
-            let elem = ty.clone();
-            let count = n.saturating_mul(1 + members(&elem));
-            if count > MAX_TYPE_MEMBERS {
-                return Err(TypeError::TooLarge(format!(
-                    "`{t}` has too many elements, nested ones counted (at most \
-                     {MAX_TYPE_MEMBERS})"
-                )));
-            }
-            let esize = u64::from(elem.size());
-            let size = n * esize;
-            let Ok(size) = u32::try_from(size) else {
-                return Err(TypeError::TooLarge(format!(
-                    "`{t}` is too large: {size} bytes (at most {})",
-                    u32::MAX
-                )));
-            };
-            let fields = (0..n).map(|i| CField {
-                name: i.to_string(),
-                // At most `size`: fits.
-                offset: (i * esize) as u32,
-                ty: elem.clone(),
-                bits: None,
-            });
-            ty = Type::CStruct(CStruct {
-                name: format!("{elem}[{n}]"),
-                size,
-                fields: fields.collect(),
-            });
+            ty = array_of(ty, n, t)?;
         }
         for _ in 0..t.pointer {
             ty = Type::Ptr(Box::new(ty));
@@ -2666,6 +2691,7 @@ impl<'a> Checker<'a> {
         let elem_expr = TypeExpr {
             base: base.clone(),
             array: None,
+            dims: Vec::new(),
             ..ty.clone()
         };
         let Some(elem) = self.type_of(&elem_expr, || format!("unknown type `{elem_expr}`")) else {
@@ -2683,6 +2709,7 @@ impl<'a> Checker<'a> {
             let written = TypeExpr {
                 base: base.clone(),
                 array: Some(Some(n)),
+                dims: Vec::new(),
                 ..ty.clone()
             };
             if self
@@ -2729,6 +2756,7 @@ impl<'a> Checker<'a> {
         let resolved = TypeExpr {
             base,
             array: Some(Some(n)),
+            dims: Vec::new(),
             ..ty.clone()
         };
         self.type_of(&resolved, || format!("unknown type `{resolved}`"))

@@ -615,6 +615,7 @@ impl<'a> Parser<'a> {
                     base: TypeName::Struct(inner_name),
                     pointer: 0,
                     array: None,
+                    dims: Vec::new(),
                     span: inner.span,
                 };
                 nested.push(inner);
@@ -646,6 +647,16 @@ impl<'a> Parser<'a> {
                 };
                 self.expect(&Tok::RBracket)?;
                 ty.array = Some(Some(len));
+                // `int z[2][3]`: the further dimensions.
+                while self.eat(&Tok::LBracket) {
+                    let n = self.bump();
+                    let Tok::Int(len) = n.tok else {
+                        self.diags.error(n.span, "expected an array length");
+                        return Err(Stop);
+                    };
+                    self.expect(&Tok::RBracket)?;
+                    ty.dims.push(len);
+                }
                 // `char name[N]`: the type as written, for diagnostics about its size.
                 ty.span = self.span_from(ty.span);
             }
@@ -777,6 +788,7 @@ impl<'a> Parser<'a> {
             base: c_type_name(&words),
             pointer,
             array: None,
+            dims: Vec::new(),
             span: self.span_from(start),
         })
     }
@@ -1359,6 +1371,7 @@ impl<'a> Parser<'a> {
             base,
             pointer,
             array,
+            dims: Vec::new(),
             span: self.span_from(start),
         })
     }

@@ -1852,3 +1852,18 @@ fn bit_field_widths_are_checked() {
         "#]],
     );
 }
+
+#[test]
+fn multi_dimensional_array_members() {
+    check(
+        "struct G { int z[2][x]; }",
+        expect![[r#"
+            error: expected an array length
+             --> script.bt:1:21
+              |
+            1 | struct G { int z[2][x]; }
+              |                     ^
+
+        "#]],
+    );
+}

@@ -146,6 +146,8 @@ const PIECES: &[&str] = &[
     "union {",
     "struct B { unsigned int a:3; int b:5; long c:40; }",
     ":3;",
+    "struct G { int z[2][3]; char n[2][4]; }",
+    "[1][2]",
     "(uint8[])0x0102",
     "(uint64)pton(\"1.2.3.4\")",
     "struct C { char n[4]; uint8_t b[2]; }",
