@@ -1540,6 +1540,9 @@ impl<'a> Checker<'a> {
     }
 
     fn assign(&mut self, target: &mut LValue, op: Option<BinOp>, value: &mut Expr, span: Span) {
+        if let Some(op) = op {
+            self.division_by_zero(op, value);
+        }
         match target {
             LValue::Var(v) => {
                 let vt = self.value_expr(value);
@@ -1665,6 +1668,22 @@ impl<'a> Checker<'a> {
                 }
                 self.set_map_value(m, MapValue::Plain(storage(&vt)), value.span);
             }
+        }
+    }
+
+    /// A warning for `x / 0`, `x % 0`, `x /= 0`, `x %= 0`: the division happens at
+    /// run time, gives 0 and is counted as an error then.
+    fn division_by_zero(&mut self, op: BinOp, rhs: &Expr) {
+        if matches!(op, BinOp::Div | BinOp::Mod) && matches!(rhs.kind, ExprKind::Int(0)) {
+            let what = if op == BinOp::Div {
+                "division"
+            } else {
+                "modulo"
+            };
+            self.push(
+                Diagnostic::warning(rhs.span, format!("{what} by zero"))
+                    .with_help("the result is 0, and weft counts it as an error at exit"),
+            );
         }
     }
 
@@ -2234,6 +2253,7 @@ impl<'a> Checker<'a> {
                 let op = *op;
                 let a = self.expr(lhs);
                 let b = self.expr(rhs);
+                self.division_by_zero(op, rhs);
                 if op.is_comparison() {
                     self.unsigned_against_sign(op, (&a, lhs), (&b, rhs));
                 }

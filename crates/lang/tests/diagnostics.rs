@@ -1867,3 +1867,47 @@ fn multi_dimensional_array_members() {
         "#]],
     );
 }
+
+#[test]
+fn division_by_constant_zero_warns() {
+    check(
+        "BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }",
+        expect![[r#"
+            warning: division by zero
+             --> script.bt:1:27
+              |
+            1 | BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }
+              |                           ^
+              = help: the result is 0, and weft counts it as an error at exit
+
+            warning: modulo by zero
+             --> script.bt:1:40
+              |
+            1 | BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }
+              |                                        ^
+              = help: the result is 0, and weft counts it as an error at exit
+
+            warning: division by zero
+             --> script.bt:1:49
+              |
+            1 | BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }
+              |                                                 ^
+              = help: the result is 0, and weft counts it as an error at exit
+
+            warning: modulo by zero
+             --> script.bt:1:58
+              |
+            1 | BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }
+              |                                                          ^
+              = help: the result is 0, and weft counts it as an error at exit
+
+            warning: division by zero
+             --> script.bt:1:71
+              |
+            1 | BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }
+              |                                                                       ^^
+              = help: the result is 0, and weft counts it as an error at exit
+
+        "#]],
+    );
+}
