@@ -2244,7 +2244,29 @@ impl<'a> Checker<'a> {
                         }
                     },
                     UnOp::AddrOf => {
-                        self.err(span, "the address-of operator `&` is not supported");
+                        // Upstream takes `&` only of a scratch variable or a map, as an
+                        // unstable feature (`unstable_addr`) for passing them to external
+                        // BPF functions of imports; the pointer is not meant to be read.
+                        let d = if matches!(expr.kind, ExprKind::Var(_) | ExprKind::Map(_)) {
+                            Diagnostic::error(
+                                span,
+                                "the address of a variable or a map (`&`) is not supported",
+                            )
+                            .with_help(
+                                "bpftrace takes it only to pass a variable or map to an \
+                                 imported BPF function (unstable_addr), which weft does not have",
+                            )
+                        } else {
+                            Diagnostic::error(
+                                span,
+                                "`&` takes the address of a scratch variable or a map only",
+                            )
+                            .with_help(
+                                "the address of a struct member is \
+                                 `(uint64)$p + offsetof(struct T, field)`",
+                            )
+                        };
+                        self.push(d);
                         Type::Void
                     }
                 }

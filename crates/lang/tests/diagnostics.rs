@@ -1911,3 +1911,40 @@ fn division_by_constant_zero_warns() {
         "#]],
     );
 }
+
+#[test]
+fn address_of_is_refused_where_written() {
+    check(
+        "struct S { int a; }\nBEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }",
+        expect![[r#"
+            error: the address of a variable or a map (`&`) is not supported
+             --> script.bt:2:22
+              |
+            2 | BEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }
+              |                      ^^^
+              = help: bpftrace takes it only to pass a variable or map to an imported BPF function (unstable_addr), which weft does not have
+
+            error: the address of a variable or a map (`&`) is not supported
+             --> script.bt:2:40
+              |
+            2 | BEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }
+              |                                        ^^^
+              = help: bpftrace takes it only to pass a variable or map to an imported BPF function (unstable_addr), which weft does not have
+
+            error: `&` takes the address of a scratch variable or a map only
+             --> script.bt:2:70
+              |
+            2 | BEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }
+              |                                                                      ^^^^^^
+              = help: the address of a struct member is `(uint64)$p + offsetof(struct T, field)`
+
+            error: `&` takes the address of a scratch variable or a map only
+             --> script.bt:2:83
+              |
+            2 | BEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }
+              |                                                                                   ^^
+              = help: the address of a struct member is `(uint64)$p + offsetof(struct T, field)`
+
+        "#]],
+    );
+}
