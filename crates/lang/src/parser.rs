@@ -609,7 +609,8 @@ impl<'a> Parser<'a> {
             if let Some(inner_union) = inline {
                 let kw = self.bump().span;
                 let inner_name = format!("{name}::(anonymous {})", nested.len() + 1);
-                let mut inner = self.struct_body(inner_name.clone(), inner_union, kw)?;
+                let mut inner =
+                    self.deeper(|p| p.struct_body(inner_name.clone(), inner_union, kw))?;
                 inner.span = self.span_from(kw);
                 let ty = TypeExpr {
                     base: TypeName::Struct(inner_name),
