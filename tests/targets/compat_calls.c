@@ -61,6 +61,39 @@ PROBED int endpoint_id(const struct endpoint *e) { return e->mac[5] + e->v4[3]; 
 static const unsigned char blob_bytes[16] = {'a', ' ', '~', 0x7f, 0x1f, '\\', '"', 0,
                                              '\t', '\n', 0x80, 0xff, 'Z', '%', 0x01, '0'};
 PROBED int blob(const unsigned char *data, int n) { return data[0] + n; }
+/* Nested and anonymous members, for program-defined structs that mirror them. */
+struct shape {
+  char tag;
+  struct {
+    int x;
+    short y;
+  } pos;
+  union {
+    long l;
+    unsigned char b[12];
+  };
+  int last;
+};
+PROBED int shape_tag(const struct shape *sh) { return sh->tag + sh->pos.x + sh->last; }
+/* Bit-fields: unsigned and signed, across a unit boundary (f starts a new unit). */
+struct flags {
+  unsigned int a : 3;
+  unsigned int b : 5;
+  int c : 4;
+  unsigned char d : 1;
+  int e;
+  long long f : 40;
+  long long g : 30;
+};
+PROBED int flags_sum(const struct flags *f) { return (int)(f->a + f->b + f->c + f->e); }
+/* Multi-dimensional arrays. */
+struct grid {
+  char tag;
+  int z[2][3];
+  short w[2][2][2];
+  long last;
+};
+PROBED int grid_sum(const struct grid *g) { return g->z[1][2] + g->w[1][1][1]; }
 
 int main(int argc, char **argv) {
   int n = argc > 1 ? atoi(argv[1]) : 5;
@@ -100,6 +133,12 @@ int main(int argc, char **argv) {
                          0x0100007fu + ((unsigned)i << 24)};
     s += endpoint_id(&e);
     s += blob(blob_bytes, i * 4);
+    struct shape sh = {(char)('A' + i), {i * 7, (short)-i}, {.l = 0x0102030405060708L * i}, 1000 + i};
+    s += shape_tag(&sh);
+    struct flags fl = {(unsigned)i, 31u - (unsigned)i, -i, (unsigned char)(i & 1), 100 + i, -(1LL << 38) + i, -3 * i};
+    s += flags_sum(&fl);
+    struct grid g = {'g', {{i, i + 1, i + 2}, {10 * i, 10 * i + 1, 10 * i + 2}}, {{{1, 2}, {3, 4}}, {{5, 6}, {7, (short)(8 + i)}}}, -i};
+    s += grid_sum(&g);
   }
   s += fib(7);
   sink = s;

@@ -104,8 +104,33 @@ pub struct CStruct {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CField {
     pub name: String,
+    /// Bytes from the start of the struct; for a bit-field, of its storage unit (an
+    /// integer of `ty`'s size).
     pub offset: u32,
     pub ty: Type,
+    /// A bit-field (`unsigned int a:3`): its bits in the storage unit.
+    pub bits: Option<BitField>,
+}
+
+/// Where a bit-field's bits sit in its storage unit, counted from the least
+/// significant bit (x86-64 is little-endian: the first bit-field takes the low bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BitField {
+    pub shift: u8,
+    pub width: u8,
+}
+
+impl BitField {
+    /// The field's value from its storage unit's value: its bits, zero-extended even
+    /// for a signed type (as bpftrace reads them: 0.17 prints `int c:4` holding -1
+    /// as 15).
+    pub fn extract(self, unit: u64) -> u64 {
+        let v = unit >> self.shift;
+        match self.width {
+            0 | 64.. => v,
+            w => v & ((1u64 << w) - 1),
+        }
+    }
 }
 
 impl Type {

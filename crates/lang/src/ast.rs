@@ -93,7 +93,15 @@ pub struct MapDeclItem {
 #[derive(Clone, Debug, PartialEq)]
 pub struct StructDef {
     pub name: String,
-    pub fields: Vec<(TypeExpr, String, Span)>,
+    /// `union X { ... }`: every member at offset 0.
+    pub union: bool,
+    /// Each member: type, name, name's span and bit-field width (`a:3`). An anonymous
+    /// `struct { ... };` / `union { ... };` member has an empty name (its fields
+    /// belong to this struct, at its offset).
+    pub fields: Vec<(TypeExpr, String, Span, Option<u64>)>,
+    /// The bodies of the members written `struct { ... }` / `union { ... }` inside
+    /// this one, named `Outer::(anonymous N)`; defined before this struct.
+    pub nested: Vec<StructDef>,
     pub span: Span,
 }
 
@@ -440,6 +448,9 @@ pub struct TypeExpr {
     pub pointer: u32,
     /// `[N]` after the type (`Some(None)` for `[]`).
     pub array: Option<Option<u64>>,
+    /// The dimensions after the first of a multi-dimensional array member
+    /// (`int z[2][3]`: `array` is 2, `dims` is `[3]`).
+    pub dims: Vec<u64>,
     pub span: Span,
 }
 
@@ -484,6 +495,9 @@ impl std::fmt::Display for TypeExpr {
                 Some(n) => write!(f, "[{n}]")?,
                 None => write!(f, "[]")?,
             }
+        }
+        for n in &self.dims {
+            write!(f, "[{n}]")?;
         }
         for _ in 0..self.pointer {
             write!(f, " *")?;

@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 
 use weft_ir::{
-    AttachPoint, CField, CStruct, Config, MapValue, StackMode, TseriesAgg, Type, PRINTF_MAX_WIDTH,
-    TSERIES_MAX_INTERVALS,
+    AttachPoint, BitField, CField, CStruct, Config, MapValue, StackMode, TseriesAgg, Type,
+    PRINTF_MAX_WIDTH, TSERIES_MAX_INTERVALS,
 };
 
 use crate::ast::*;
@@ -552,22 +552,107 @@ enum TypeError {
 }
 
 /// A C struct's layout; `Err(size)` when it would not fit in 32 bits.
-fn c_layout(name: &str, fields: &[(String, Type)]) -> Result<CStruct, u64> {
-    let mut off = 0u64;
+/// An array of `n` `elem`s (written `t`), with a field per element; named as C writes
+/// it (`int32[2][3]` for 2 arrays of 3).
+fn array_of(elem: Type, n: u64, t: &TypeExpr) -> Result<Type, TypeError> {
+    let count = n.saturating_mul(1 + members(&elem));
+    if count > MAX_TYPE_MEMBERS {
+        return Err(TypeError::TooLarge(format!(
+            "`{t}` has too many elements, nested ones counted (at most {MAX_TYPE_MEMBERS})"
+        )));
+    }
+    let esize = u64::from(elem.size());
+    let size = n * esize;
+    let Ok(size) = u32::try_from(size) else {
+        return Err(TypeError::TooLarge(format!(
+            "`{t}` is too large: {size} bytes (at most {})",
+            u32::MAX
+        )));
+    };
+    let elem_name = elem.to_string();
+    let name = match elem_name.find('[') {
+        Some(i) if matches!(elem, Type::CStruct(_)) && elem_name.ends_with(']') => {
+            format!("{}[{n}]{}", &elem_name[..i], &elem_name[i..])
+        }
+        _ => format!("{elem_name}[{n}]"),
+    };
+    let fields = (0..n).map(|i| CField {
+        name: i.to_string(),
+        // At most `size`: fits.
+        offset: (i * esize) as u32,
+        ty: elem.clone(),
+        bits: None,
+    });
+    Ok(Type::CStruct(CStruct {
+        name,
+        size,
+        fields: fields.collect(),
+    }))
+}
+
+/// C's layout (x86-64 System V) of a struct (members in order, each at its alignment)
+/// or a union (every member at 0). A member with an empty name is an anonymous struct
+/// or union: its fields become this one's, at its offset. A bit-field (`Some(width)`)
+/// takes the next `width` bits when they fit in one aligned unit of its type, else
+/// starts the next unit; it aligns the struct as its type does.
+fn c_layout(
+    name: &str,
+    fields: &[(String, Type, Option<u8>)],
+    union: bool,
+) -> Result<CStruct, u64> {
+    let mut bit = 0u64;
+    let mut end = 0u64;
     let mut align = 1u64;
     let mut out = Vec::new();
-    for (n, t) in fields {
+    let fits = |v: u64| u32::try_from(v).map_err(|_| v);
+    for (n, t, width) in fields {
         let a = u64::from(t.align().max(1));
+        let size = u64::from(t.size());
         align = align.max(a);
-        off = off.div_ceil(a) * a;
-        out.push(CField {
-            name: n.clone(),
-            offset: u32::try_from(off).map_err(|_| off)?,
-            ty: t.clone(),
-        });
-        off += u64::from(t.size());
+        if union {
+            bit = 0;
+        }
+        if let Some(w) = width {
+            let w = u64::from(*w);
+            let unit = (size * 8).max(8);
+            if bit / unit != (bit + w.max(1) - 1) / unit {
+                bit = bit.div_ceil(unit) * unit;
+            }
+            let unit_off = bit / unit * (unit / 8);
+            out.push(CField {
+                name: n.clone(),
+                offset: fits(unit_off)?,
+                ty: t.clone(),
+                bits: Some(BitField {
+                    shift: (bit - unit_off * 8) as u8,
+                    width: w as u8,
+                }),
+            });
+            bit += w;
+            end = end.max(bit.div_ceil(8));
+            continue;
+        }
+        let off = bit.div_ceil(8).div_ceil(a) * a;
+        match t {
+            Type::CStruct(inner) if n.is_empty() => {
+                for f in inner.fields.iter() {
+                    out.push(CField {
+                        offset: fits(off + u64::from(f.offset))?,
+                        ..f.clone()
+                    });
+                }
+            }
+            _ => out.push(CField {
+                name: n.clone(),
+                offset: fits(off)?,
+                ty: t.clone(),
+                bits: None,
+            }),
+        }
+        bit = (off + size) * 8;
+        end = end.max(off + size);
     }
-    let size = off.div_ceil(align) * align;
+    let size = end.div_ceil(align) * align;
     Ok(CStruct {
         name: name.to_string(),
         size: u32::try_from(size).map_err(|_| size)?,
@@ -751,11 +836,40 @@ impl<'a> Checker<'a> {
     }
 
     fn struct_def(&mut self, s: &StructDef) {
+        for n in &s.nested {
+            self.struct_def(n);
+        }
         let mut fields = Vec::new();
         let mut count = 0u64;
-        for (t, n, span) in &s.fields {
+        for (t, n, span, width) in &s.fields {
             match self.resolve_type(t) {
                 Ok(ty) => {
+                    if let Some(w) = *width {
+                        let bits = match ty {
+                            Type::Int { bits, .. } => u64::from(bits),
+                            Type::Bool => 8,
+                            _ => 0,
+                        };
+                        if bits == 0 {
+                            self.err(
+                                *span,
+                                format!(
+                                    "the bit-field `{n}` must have an integer type, not `{ty}`"
+                                ),
+                            );
+                            continue;
+                        }
+                        if w == 0 || w > bits {
+                            self.err(
+                                *span,
+                                format!(
+                                    "the width of the bit-field `{n}` must be 1 to {bits} (the bits of `{ty}`), not {w}"
+                                ),
+                            );
+                            continue;
+                        }
+                    }
+                    let width = width.map(|w| w as u8);
                     count = count.saturating_add(1 + members(&ty));
                     if count > MAX_TYPE_MEMBERS {
                         self.err(
@@ -768,7 +882,7 @@ impl<'a> Checker<'a> {
                         );
                         break;
                     }
-                    fields.push((n.clone(), ty));
+                    fields.push((n.clone(), ty, width));
                 }
                 Err(TypeError::Unknown) => {
                     self.err(*span, format!("unknown type `{t}` for field `{n}`"))
@@ -776,7 +890,7 @@ impl<'a> Checker<'a> {
                 Err(TypeError::TooLarge(m)) => self.err(t.span, m),
             }
         }
-        let layout = match c_layout(&s.name, &fields) {
+        let layout = match c_layout(&s.name, &fields, s.union) {
             Ok(l) => l,
             Err(size) => {
                 self.err(
@@ -834,6 +948,20 @@ impl<'a> Checker<'a> {
 
     /// A written type to an ir type.
     fn resolve_type(&self, t: &TypeExpr) -> Result<Type, TypeError> {
+        if let (Some(Some(n)), Some((&first, rest))) = (t.array, t.dims.split_first()) {
+            // `T x[a][b]...`: an array of `a` arrays `T[b]...` (C order).
+            let elem = self.resolve_type(&TypeExpr {
+                pointer: 0,
+                array: Some(Some(first)),
+                dims: rest.to_vec(),
+                ..t.clone()
+            })?;
+            let mut ty = array_of(elem, n, t)?;
+            for _ in 0..t.pointer {
+                ty = Type::Ptr(Box::new(ty));
+            }
+            return Ok(ty);
+        }
         let mut ty = match &t.base {
             TypeName::Int { bits, signed } => Type::Int {
                 bits: *bits,
@@ -884,33 +1012,7 @@ impl<'a> Checker<'a> {
             },
         };
         if let Some(Some(n)) = t.array {
-            let elem = ty.clone();
-            let count = n.saturating_mul(1 + members(&elem));
-            if count > MAX_TYPE_MEMBERS {
-                return Err(TypeError::TooLarge(format!(
-                    "`{t}` has too many elements, nested ones counted (at most \
-                     {MAX_TYPE_MEMBERS})"
-                )));
-            }
-            let esize = u64::from(elem.size());
-            let size = n * esize;
-            let Ok(size) = u32::try_from(size) else {
-                return Err(TypeError::TooLarge(format!(
-                    "`{t}` is too large: {size} bytes (at most {})",
-                    u32::MAX
-                )));
-            };
-            let fields = (0..n).map(|i| CField {
-                name: i.to_string(),
-                // At most `size`: fits.
-                offset: (i * esize) as u32,
-                ty: elem.clone(),
-            });
-            ty = Type::CStruct(CStruct {
-                name: format!("{elem}[{n}]"),
-                size,
-                fields: fields.collect(),
-            });
+            ty = array_of(ty, n, t)?;
         }
         for _ in 0..t.pointer {
             ty = Type::Ptr(Box::new(ty));
@@ -1438,6 +1540,9 @@ impl<'a> Checker<'a> {
     }
 
     fn assign(&mut self, target: &mut LValue, op: Option<BinOp>, value: &mut Expr, span: Span) {
+        if let Some(op) = op {
+            self.division_by_zero(op, value);
+        }
         match target {
             LValue::Var(v) => {
                 let vt = self.value_expr(value);
@@ -1451,7 +1556,16 @@ impl<'a> Checker<'a> {
                     };
                     v.id = Some(id);
                     let cur = self.vars[id as usize].ty.clone().unwrap_or(Type::I64);
-                    if vt != Type::Void
+                    if matches!(cur, Type::Ptr(_)) && !matches!(op, BinOp::Add | BinOp::Sub) {
+                        self.err(
+                            span,
+                            format!(
+                                "`{}=` cannot be used on `${}`, a pointer (`{cur}`); only `+=` and `-=` can",
+                                op.text(),
+                                v.name
+                            ),
+                        );
+                    } else if vt != Type::Void
                         && (!is_int(&vt) || !(is_int(&cur) || matches!(cur, Type::Ptr(_))))
                     {
                         self.err(
@@ -1510,6 +1624,26 @@ impl<'a> Checker<'a> {
                 }
                 let vt = self.value_expr(value);
                 self.set_map_key(m, key);
+                if let (Some(op), Some(pt)) = (op, self.map_pointer(&m.name)) {
+                    // `@p += n` on a map of pointers: pointer arithmetic (upstream
+                    // docs/language.md, Arithmetic Operators).
+                    if !matches!(op, BinOp::Add | BinOp::Sub) {
+                        self.err(
+                            span,
+                            format!(
+                                "`{}=` cannot be used on `{}`, which holds pointers (`{pt}`); only `+=` and `-=` can",
+                                op.text(),
+                                m.name
+                            ),
+                        );
+                    } else if vt != Type::Void && !is_int(&vt) {
+                        self.err(
+                            value.span,
+                            format!("`{}=` on a pointer needs an integer, not `{vt}`", op.text()),
+                        );
+                    }
+                    return;
+                }
                 if op.is_some() {
                     if vt != Type::Void && !is_int(&vt) {
                         self.err(
@@ -1534,6 +1668,31 @@ impl<'a> Checker<'a> {
                 }
                 self.set_map_value(m, MapValue::Plain(storage(&vt)), value.span);
             }
+        }
+    }
+
+    /// A warning for `x / 0`, `x % 0`, `x /= 0`, `x %= 0`: the division happens at
+    /// run time, gives 0 and is counted as an error then.
+    fn division_by_zero(&mut self, op: BinOp, rhs: &Expr) {
+        if matches!(op, BinOp::Div | BinOp::Mod) && matches!(rhs.kind, ExprKind::Int(0)) {
+            let what = if op == BinOp::Div {
+                "division"
+            } else {
+                "modulo"
+            };
+            self.push(
+                Diagnostic::warning(rhs.span, format!("{what} by zero"))
+                    .with_help("the result is 0, and weft counts it as an error at exit"),
+            );
+        }
+    }
+
+    /// The pointer type a map holds, when its values are pointers (known in this
+    /// pass or from the previous one).
+    fn map_pointer(&self, name: &str) -> Option<Type> {
+        match self.map_state(name)?.value? {
+            MapValue::Plain(t @ Type::Ptr(_)) => Some(t),
+            _ => None,
         }
     }
 
@@ -2085,7 +2244,29 @@ impl<'a> Checker<'a> {
                         }
                     },
                     UnOp::AddrOf => {
-                        self.err(span, "the address-of operator `&` is not supported");
+                        // Upstream takes `&` only of a scratch variable or a map, as an
+                        // unstable feature (`unstable_addr`) for passing them to external
+                        // BPF functions of imports; the pointer is not meant to be read.
+                        let d = if matches!(expr.kind, ExprKind::Var(_) | ExprKind::Map(_)) {
+                            Diagnostic::error(
+                                span,
+                                "the address of a variable or a map (`&`) is not supported",
+                            )
+                            .with_help(
+                                "bpftrace takes it only to pass a variable or map to an \
+                                 imported BPF function (unstable_addr), which weft does not have",
+                            )
+                        } else {
+                            Diagnostic::error(
+                                span,
+                                "`&` takes the address of a scratch variable or a map only",
+                            )
+                            .with_help(
+                                "the address of a struct member is \
+                                 `(uint64)$p + offsetof(struct T, field)`",
+                            )
+                        };
+                        self.push(d);
                         Type::Void
                     }
                 }
@@ -2094,6 +2275,7 @@ impl<'a> Checker<'a> {
                 let op = *op;
                 let a = self.expr(lhs);
                 let b = self.expr(rhs);
+                self.division_by_zero(op, rhs);
                 if op.is_comparison() {
                     self.unsigned_against_sign(op, (&a, lhs), (&b, rhs));
                 }
@@ -2132,6 +2314,10 @@ impl<'a> Checker<'a> {
                         self.touch_map(m);
                         let key = self.map_keys(m);
                         self.set_map_key(m, key);
+                        // `@p++` on a map of pointers steps by the pointee's size.
+                        if let Some(pt) = self.map_pointer(&m.name) {
+                            return pt;
+                        }
                         self.set_map_value(m, MapValue::Plain(Type::I64), m.span);
                         self.require_int_map(m);
                         match self.maps.get(&m.name).and_then(|s| s.value.clone()) {
@@ -2499,10 +2685,17 @@ impl<'a> Checker<'a> {
                     }
                 }
                 if !(is_int(a) && is_int(b)) {
-                    self.err(
+                    let d = Diagnostic::error(
                         span,
                         format!("`{}` needs integers, not `{a}` and `{b}`", op.text()),
                     );
+                    self.push(if matches!(a, Type::Ptr(_)) || matches!(b, Type::Ptr(_)) {
+                        d.with_help(
+                            "a pointer takes only `+` and `-` of an integer, with the pointer on the left of `-`",
+                        )
+                    } else {
+                        d
+                    });
                     return Type::Void;
                 }
                 // Two booleans make a boolean (`a & b`), as upstream types them.
@@ -2540,6 +2733,7 @@ impl<'a> Checker<'a> {
         let elem_expr = TypeExpr {
             base: base.clone(),
             array: None,
+            dims: Vec::new(),
             ..ty.clone()
         };
         let Some(elem) = self.type_of(&elem_expr, || format!("unknown type `{elem_expr}`")) else {
@@ -2557,6 +2751,7 @@ impl<'a> Checker<'a> {
             let written = TypeExpr {
                 base: base.clone(),
                 array: Some(Some(n)),
+                dims: Vec::new(),
                 ..ty.clone()
             };
             if self
@@ -2603,6 +2798,7 @@ impl<'a> Checker<'a> {
         let resolved = TypeExpr {
             base,
             array: Some(Some(n)),
+            dims: Vec::new(),
             ..ty.clone()
         };
         self.type_of(&resolved, || format!("unknown type `{resolved}`"))
@@ -3659,6 +3855,7 @@ pub fn byte_array(n: u32) -> Type {
                 name: i.to_string(),
                 offset: i,
                 ty: elem.clone(),
+                bits: None,
             })
             .collect(),
     })

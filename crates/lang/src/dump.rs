@@ -45,6 +45,20 @@ impl Dumper {
         let _ = writeln!(self.out, "{}{}", " ".repeat(depth), text);
     }
 
+    fn struct_def(&mut self, d: usize, s: &StructDef) {
+        for n in &s.nested {
+            self.struct_def(d, n);
+        }
+        let kw = if s.union { "union" } else { "struct" };
+        self.line(d, &format!("{kw} {}", s.name));
+        for (t, n, _, width) in &s.fields {
+            match width {
+                Some(w) => self.line(d + 1, &format!("{t} {n}:{w}")),
+                None => self.line(d + 1, &format!("{t} {n}")),
+            }
+        }
+    }
+
     fn item(&mut self, d: usize, item: &Item) {
         match item {
             Item::Probe(p) => self.probe(d, p),
@@ -72,12 +86,7 @@ impl Dumper {
                 self.block(d + 1, &m.body);
             }
             Item::MapDecl(m) => self.line(d, &format!("let {} = {}({})", m.name, m.kind, m.size)),
-            Item::Struct(s) => {
-                self.line(d, &format!("struct {}", s.name));
-                for (t, n, _) in &s.fields {
-                    self.line(d + 1, &format!("{t} {n}"));
-                }
-            }
+            Item::Struct(s) => self.struct_def(d, s),
             Item::Enum(e) => {
                 self.line(d, &format!("enum {}", e.name.as_deref().unwrap_or("")));
                 for (n, v, _) in &e.variants {

@@ -1124,19 +1124,34 @@ impl<'a> Fx<'a> {
     }
 
     /// A scalar read from target memory through `address`.
+    /// A bit-field's value from its storage unit in `unit` (loaded zero-extended):
+    /// `(unit << (64 - shift - width)) >> (64 - width)`, zero-extended even for a
+    /// signed type, as bpftrace reads bit-fields ([`ir::BitField::extract`]).
+    fn extract_bits(&mut self, unit: Reg, b: ir::BitField) -> Reg {
+        let w = i64::from(b.width.clamp(1, 64));
+        let up = self.konst(64 - i64::from(b.shift) - w);
+        let down = self.konst(64 - w);
+        let v = self.bin(IrBin::Shl, unit, up);
+        self.bin(IrBin::ShrU, v, down)
+    }
+
     fn memory_value(&mut self, e: &Expr) -> Val {
         let Some(addr) = self.address(e) else {
             return Val::Reg(self.konst(0));
         };
         if e.ty.is_scalar() {
             let d = self.reg();
+            let bits = bit_field(e);
             self.emit(Inst::Load {
                 dst: d,
                 addr,
                 size: int_size(&e.ty),
-                signed: e.ty.is_signed(),
+                signed: e.ty.is_signed() && bits.is_none(),
             });
-            Val::Reg(d)
+            match bits {
+                Some(b) => Val::Reg(self.extract_bits(d, b)),
+                None => Val::Reg(d),
+            }
         } else if let Type::Str { cap } = e.ty {
             // A `char[N]` in memory: its N bytes (a string without its NUL when full).
             let p = self.temp(cap);
@@ -2130,4 +2145,20 @@ fn is_int(t: &Type) -> bool {
 /// Signed for integer promotion (booleans promote like C's `int`).
 fn sgn(t: &Type) -> bool {
     matches!(t, Type::Int { signed: true, .. } | Type::Bool)
+}
+
+/// The bits of a struct member that is a bit-field (`$s.a`, `$p->a`).
+fn bit_field(e: &Expr) -> Option<ir::BitField> {
+    let ExprKind::Field { expr, field, .. } = &e.kind else {
+        return None;
+    };
+    let s = match &expr.ty {
+        Type::CStruct(s) => s,
+        Type::Ptr(inner) => match &**inner {
+            Type::CStruct(s) => s,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    s.fields.iter().find(|f| f.name == *field)?.bits
 }

@@ -583,13 +583,54 @@ impl<'a> Parser<'a> {
     }
 
     fn struct_def(&mut self) -> PResult<StructDef> {
-        let start = self.bump().span;
+        let kw = self.bump();
+        let start = kw.span;
+        let union = kw.tok == Tok::Ident("union".to_string());
         let Tok::Ident(name) = self.bump().tok else {
             unreachable!("checked by item()")
         };
+        let mut def = self.struct_body(name, union, start)?;
+        self.eat(&Tok::Semi);
+        def.span = self.span_from(start);
+        Ok(def)
+    }
+
+    /// `{ members }` of a struct or union named `name` (after its `{`-less head).
+    fn struct_body(&mut self, name: String, union: bool, start: Span) -> PResult<StructDef> {
         self.expect(&Tok::LBrace)?;
         let mut fields = Vec::new();
+        let mut nested = Vec::new();
         while !self.eat(&Tok::RBrace) {
+            // `struct { ... } name;` or an anonymous `union { ... };` member.
+            let inline = match (self.peek_tok(0), self.peek_tok(1)) {
+                (Tok::Ident(w), Tok::LBrace) if w == "struct" || w == "union" => Some(w == "union"),
+                _ => None,
+            };
+            if let Some(inner_union) = inline {
+                let kw = self.bump().span;
+                let inner_name = format!("{name}::(anonymous {})", nested.len() + 1);
+                let mut inner =
+                    self.deeper(|p| p.struct_body(inner_name.clone(), inner_union, kw))?;
+                inner.span = self.span_from(kw);
+                let ty = TypeExpr {
+                    base: TypeName::Struct(inner_name),
+                    pointer: 0,
+                    array: None,
+                    dims: Vec::new(),
+                    span: inner.span,
+                };
+                nested.push(inner);
+                let fname = match self.peek_tok(0) {
+                    Tok::Ident(f) => {
+                        let sp = self.bump().span;
+                        (f, sp)
+                    }
+                    _ => (String::new(), ty.span),
+                };
+                self.expect(&Tok::Semi)?;
+                fields.push((ty, fname.0, fname.1, None));
+                continue;
+            }
             let mut ty = self.c_type()?;
             let nt = self.bump();
             let Tok::Ident(fname) = nt.tok else {
@@ -607,16 +648,41 @@ impl<'a> Parser<'a> {
                 };
                 self.expect(&Tok::RBracket)?;
                 ty.array = Some(Some(len));
+                // `int z[2][3]`: the further dimensions.
+                while self.eat(&Tok::LBracket) {
+                    let n = self.bump();
+                    let Tok::Int(len) = n.tok else {
+                        self.diags.error(n.span, "expected an array length");
+                        return Err(Stop);
+                    };
+                    self.expect(&Tok::RBracket)?;
+                    ty.dims.push(len);
+                }
                 // `char name[N]`: the type as written, for diagnostics about its size.
                 ty.span = self.span_from(ty.span);
             }
+            // `unsigned int a:3;`: a bit-field of 3 bits.
+            let width = if self.eat(&Tok::Colon) {
+                let w = self.bump();
+                let Tok::Int(w) = w.tok else {
+                    self.diags.error(
+                        w.span,
+                        format!("expected a bit-field width, found {}", w.tok.describe()),
+                    );
+                    return Err(Stop);
+                };
+                Some(w)
+            } else {
+                None
+            };
             self.expect(&Tok::Semi)?;
-            fields.push((ty, fname, nt.span));
+            fields.push((ty, fname, nt.span, width));
         }
-        self.eat(&Tok::Semi);
         Ok(StructDef {
             name,
+            union,
             fields,
+            nested,
             span: self.span_from(start),
         })
     }
@@ -723,6 +789,7 @@ impl<'a> Parser<'a> {
             base: c_type_name(&words),
             pointer,
             array: None,
+            dims: Vec::new(),
             span: self.span_from(start),
         })
     }
@@ -1305,6 +1372,7 @@ impl<'a> Parser<'a> {
             base,
             pointer,
             array,
+            dims: Vec::new(),
             span: self.span_from(start),
         })
     }

@@ -1674,6 +1674,7 @@ fn opaque_struct_values_are_refused() {
                         name: "big".into(),
                         offset: 0,
                         ty: opaque,
+                        bits: None,
                     },
                     CField {
                         name: "n".into(),
@@ -1682,6 +1683,7 @@ fn opaque_struct_values_are_refused() {
                             bits: 32,
                             signed: true,
                         },
+                        bits: None,
                     },
                 ]
                 .into(),
@@ -1746,6 +1748,202 @@ fn errorf_warnf_pcomm_arguments() {
               |
             1 | BEGIN { errorf("%d %s\n", 1); warnf(); warnf("%s", 5); $p = pcomm(1); $q = pcomm; $r = pcomm(); }
               |                                                             ^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn pointer_arithmetic_only_adds_and_subtracts() {
+    check(
+        r#"BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }"#,
+        expect![[r#"
+            error: `*=` cannot be used on `$p`, a pointer (`int16 *`); only `+=` and `-=` can
+             --> script.bt:1:26
+              |
+            1 | BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }
+              |                          ^^^^^^^
+
+            error: `<<=` cannot be used on `@p`, which holds pointers (`int16 *`); only `+=` and `-=` can
+             --> script.bt:1:44
+              |
+            1 | BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }
+              |                                            ^^^^^^^^
+
+            error: `-` needs integers, not `int16 *` and `int16 *`
+             --> script.bt:1:59
+              |
+            1 | BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }
+              |                                                           ^^^^^^^
+              = help: a pointer takes only `+` and `-` of an integer, with the pointer on the left of `-`
+
+            error: `-` needs integers, not `int64` and `int16 *`
+             --> script.bt:1:73
+              |
+            1 | BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }
+              |                                                                         ^^^^^^
+              = help: a pointer takes only `+` and `-` of an integer, with the pointer on the left of `-`
+
+            error: `+=` on a pointer needs an integer, not `string[2]`
+             --> script.bt:1:93
+              |
+            1 | BEGIN { $p = (int16 *)8; $p *= 2; @p = $p; @p <<= 1; $d = $p - $p; $e = 1 - $p; @p++; @p += "s"; }
+              |                                                                                             ^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn nested_struct_members_are_checked_where_written() {
+    check(
+        "struct S { int a; union { foo_t b; char c; }; struct { int x; } in; }\nBEGIN { $s = (struct S *)0; $v = $s->c + $s->in.x + $s->in.z; }",
+        expect![[r#"
+            error: unknown type `foo_t` for field `b`
+             --> script.bt:1:33
+              |
+            1 | struct S { int a; union { foo_t b; char c; }; struct { int x; } in; }
+              |                                 ^
+
+            error: struct `S::(anonymous 2)` has no field `z`; did you mean `x`?
+             --> script.bt:2:53
+              |
+            2 | BEGIN { $s = (struct S *)0; $v = $s->c + $s->in.x + $s->in.z; }
+              |                                                     ^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn bit_field_widths_are_checked() {
+    check(
+        "struct S { int a:33; unsigned char b:0; char *p:3; int c:; }",
+        expect![[r#"
+            error: expected a bit-field width, found `;`
+             --> script.bt:1:58
+              |
+            1 | struct S { int a:33; unsigned char b:0; char *p:3; int c:; }
+              |                                                          ^
+
+        "#]],
+    );
+    check(
+        "struct S { int a:33; unsigned char b:0; char *p:3; }\nBEGIN { $s = (struct S *)0; }",
+        expect![[r#"
+            error: the width of the bit-field `a` must be 1 to 32 (the bits of `int32`), not 33
+             --> script.bt:1:16
+              |
+            1 | struct S { int a:33; unsigned char b:0; char *p:3; }
+              |                ^
+
+            error: the width of the bit-field `b` must be 1 to 8 (the bits of `uint8`), not 0
+             --> script.bt:1:36
+              |
+            1 | struct S { int a:33; unsigned char b:0; char *p:3; }
+              |                                    ^
+
+            error: the bit-field `p` must have an integer type, not `int8 *`
+             --> script.bt:1:47
+              |
+            1 | struct S { int a:33; unsigned char b:0; char *p:3; }
+              |                                               ^
+
+        "#]],
+    );
+}
+
+#[test]
+fn multi_dimensional_array_members() {
+    check(
+        "struct G { int z[2][x]; }",
+        expect![[r#"
+            error: expected an array length
+             --> script.bt:1:21
+              |
+            1 | struct G { int z[2][x]; }
+              |                     ^
+
+        "#]],
+    );
+}
+
+#[test]
+fn division_by_constant_zero_warns() {
+    check(
+        "BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }",
+        expect![[r#"
+            warning: division by zero
+             --> script.bt:1:27
+              |
+            1 | BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }
+              |                           ^
+              = help: the result is 0, and weft counts it as an error at exit
+
+            warning: modulo by zero
+             --> script.bt:1:40
+              |
+            1 | BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }
+              |                                        ^
+              = help: the result is 0, and weft counts it as an error at exit
+
+            warning: division by zero
+             --> script.bt:1:49
+              |
+            1 | BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }
+              |                                                 ^
+              = help: the result is 0, and weft counts it as an error at exit
+
+            warning: modulo by zero
+             --> script.bt:1:58
+              |
+            1 | BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }
+              |                                                          ^
+              = help: the result is 0, and weft counts it as an error at exit
+
+            warning: division by zero
+             --> script.bt:1:71
+              |
+            1 | BEGIN { $a = 5; $b = $a / 0; $c = $a % 0; $a /= 0; @m %= 0; $d = $a / 00; $e = $a / 1; }
+              |                                                                       ^^
+              = help: the result is 0, and weft counts it as an error at exit
+
+        "#]],
+    );
+}
+
+#[test]
+fn address_of_is_refused_where_written() {
+    check(
+        "struct S { int a; }\nBEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }",
+        expect![[r#"
+            error: the address of a variable or a map (`&`) is not supported
+             --> script.bt:2:22
+              |
+            2 | BEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }
+              |                      ^^^
+              = help: bpftrace takes it only to pass a variable or map to an imported BPF function (unstable_addr), which weft does not have
+
+            error: the address of a variable or a map (`&`) is not supported
+             --> script.bt:2:40
+              |
+            2 | BEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }
+              |                                        ^^^
+              = help: bpftrace takes it only to pass a variable or map to an imported BPF function (unstable_addr), which weft does not have
+
+            error: `&` takes the address of a scratch variable or a map only
+             --> script.bt:2:70
+              |
+            2 | BEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }
+              |                                                                      ^^^^^^
+              = help: the address of a struct member is `(uint64)$p + offsetof(struct T, field)`
+
+            error: `&` takes the address of a scratch variable or a map only
+             --> script.bt:2:83
+              |
+            2 | BEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }
+              |                                                                                   ^^
+              = help: the address of a struct member is `(uint64)$p + offsetof(struct T, field)`
 
         "#]],
     );

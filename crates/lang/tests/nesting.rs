@@ -10,6 +10,13 @@ type Builder = fn(usize) -> String;
 /// Each shape, built `n` levels deep.
 fn shapes() -> Vec<(&'static str, Builder)> {
     vec![
+        ("nested struct members", |n| {
+            format!(
+                "struct S {{ {}int a; {} }} BEGIN {{ @x = 1; }}",
+                "struct { ".repeat(n),
+                "} m; ".repeat(n)
+            )
+        }),
         ("parentheses", |n| {
             format!("BEGIN {{ @x = {}1{}; }}", "(".repeat(n), ")".repeat(n))
         }),

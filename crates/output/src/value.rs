@@ -126,10 +126,20 @@ pub fn decode(ty: &Type, bytes: &[u8]) -> Value {
         },
         Type::MacAddr => Value::MacAddr(std::array::from_fn(|i| byte(bytes, i))),
         Type::CStruct(s) => {
-            let fields = s
-                .fields
-                .iter()
-                .map(|f| (f.name.clone(), decode(&f.ty, tail(bytes, f.offset))));
+            let fields = s.fields.iter().map(|f| {
+                let at = tail(bytes, f.offset);
+                let v = match f.bits {
+                    // A bit-field: its bits of the storage unit (zero-extended,
+                    // as bpftrace reads them).
+                    Some(b) => {
+                        let unit = read_uint(at, 0, f.ty.size() as usize);
+                        let v = b.extract(unit);
+                        decode(&f.ty, &v.to_le_bytes())
+                    }
+                    None => decode(&f.ty, at),
+                };
+                (f.name.clone(), v)
+            });
             if is_c_array(&s.name) {
                 Value::Array(fields.map(|(_, v)| v).collect())
             } else {
@@ -303,11 +313,13 @@ mod tests {
                     name: "0".into(),
                     offset: 0,
                     ty: int.clone(),
+                    bits: None,
                 },
                 CField {
                     name: "1".into(),
                     offset: 4,
                     ty: int,
+                    bits: None,
                 },
             ]
             .into(),

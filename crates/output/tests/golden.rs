@@ -940,11 +940,13 @@ fn struct_foo() -> (Type, Type) {
                 name: "0".into(),
                 offset: 0,
                 ty: i32t.clone(),
+                bits: None,
             },
             CField {
                 name: "1".into(),
                 offset: 4,
                 ty: i32t.clone(),
+                bits: None,
             },
         ]
         .into(),
@@ -957,21 +959,25 @@ fn struct_foo() -> (Type, Type) {
                 name: "a".into(),
                 offset: 0,
                 ty: i32t,
+                bits: None,
             },
             CField {
                 name: "b".into(),
                 offset: 4,
                 ty: st(4),
+                bits: None,
             },
             CField {
                 name: "c".into(),
                 offset: 8,
                 ty: I64,
+                bits: None,
             },
             CField {
                 name: "d".into(),
                 offset: 16,
                 ty: arr.clone(),
+                bits: None,
             },
         ]
         .into(),

@@ -577,6 +577,7 @@ impl DebugInfo {
                     name,
                     offset: offset as u32,
                     ty,
+                    bits: None,
                 }),
                 None => {
                     if let Type::CStruct(inner) = ty {
@@ -672,6 +673,7 @@ fn build_array(elem: Type, dims: &[u64]) -> Type {
                 name: format!("[{i}]"),
                 offset: (i * elem_size) as u32,
                 ty: elem.clone(),
+                bits: None,
             })
             .collect()
     } else {
