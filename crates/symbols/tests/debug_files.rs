@@ -32,6 +32,7 @@ fn field(name: &str, offset: u32, ty: Type) -> CField {
         name: name.into(),
         offset,
         ty,
+        bits: None,
     }
 }
 
