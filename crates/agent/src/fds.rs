@@ -55,14 +55,21 @@ pub fn high(fd: OwnedFd) -> OwnedFd {
 }
 
 /// Grows the process's descriptor table past [`floor`] now, in the agent's
-/// constructor: growing it later, from the control thread of a process with several
-/// threads, makes the kernel wait for an RCU grace period (`expand_fdtable`), ~10 ms
-/// of every first session in a process. While the process has one thread (a launched
-/// command, a process caught as it starts) growing it costs nothing. The table never
-/// shrinks; no descriptor is left open.
+/// constructor, if the process has one thread (a launched command, a process caught
+/// as it starts): growing it then costs nothing, while growing it from the control
+/// thread later makes the kernel wait for an RCU grace period (`expand_fdtable`, for a
+/// table several threads share), ~10 ms of that process's first session. A process
+/// with several threads is left alone here: its constructor runs while weft holds
+/// every thread stopped, and the wait would lengthen that pause; the control thread
+/// pays it later, with the process running. The table never shrinks; no descriptor
+/// is left open.
 pub fn grow_table() {
     let floor = floor();
     if floor <= 3 {
+        return;
+    }
+    let one_thread = std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1);
+    if !one_thread {
         return;
     }
     // SAFETY: opening, duplicating and closing descriptors of our own.
