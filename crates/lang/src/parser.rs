@@ -687,16 +687,22 @@ impl<'a> Parser<'a> {
         })
     }
 
-    /// `enum [name] { A, B = 2, C = -1, }` and an optional `;`.
-    fn enum_def(&mut self) -> PResult<EnumDef> {
-        let start = self.bump().span;
-        let name = match self.peek_tok(0) {
+    /// An identifier if one comes next (an optional name: `enum [name]`, `struct
+    /// [name]`).
+    fn optional_ident(&mut self) -> Option<String> {
+        match self.peek_tok(0) {
             Tok::Ident(n) => {
                 self.bump();
                 Some(n)
             }
             _ => None,
-        };
+        }
+    }
+
+    /// `enum [name] { A, B = 2, C = -1, }` and an optional `;`.
+    fn enum_def(&mut self) -> PResult<EnumDef> {
+        let start = self.bump().span;
+        let name = self.optional_ident();
         self.expect(&Tok::LBrace)?;
         let mut variants = Vec::new();
         while !self.at(&Tok::RBrace) {
@@ -803,13 +809,7 @@ impl<'a> Parser<'a> {
         let Tok::Ident(keyword) = kw.tok else {
             unreachable!("checked by item()")
         };
-        let name = match self.peek_tok(0) {
-            Tok::Ident(n) => {
-                self.bump();
-                Some(n)
-            }
-            _ => None,
-        };
+        let name = self.optional_ident();
         self.expect(&Tok::LBrace)?;
         let mut items = Vec::new();
         while !self.at(&Tok::RBrace) && !self.at(&Tok::Eof) {
