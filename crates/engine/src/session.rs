@@ -678,10 +678,13 @@ impl<'p> Session<'p> {
     /// (`target::attach_held`); one with several threads (a `dlopen` of a probed
     /// library) is attached the usual way. A process that cannot be woven is
     /// reported once and let go.
-    fn join_caught(&mut self) -> Result<()> {
+    fn join_caught(&mut self) {
         self.poll_caught();
         for pid in std::mem::take(&mut self.caught) {
-            if !self.watcher.as_ref().is_some_and(|w| w.concerns(pid)) {
+            // The kernel stops every process at `__libc_start_main`: let go one that
+            // maps no probed file. (Without the kernel, `/proc` found it by its maps.)
+            let stops = self.watcher.as_ref().is_some_and(|w| w.stops());
+            if stops && !self.watcher.as_ref().is_some_and(|w| w.concerns(pid)) {
                 self.resume_caught(pid);
                 self.verbose(&format!(
                     "process {pid} caught, maps no probed file: let go"
@@ -714,13 +717,11 @@ impl<'p> Session<'p> {
             }
             self.resume_caught(pid);
         }
-        Ok(())
     }
 
     fn resume_caught(&mut self, pid: i32) {
-        match self.watcher.as_mut() {
-            Some(w) => w.resume(pid),
-            None => crate::watch::resume_caught(pid),
+        if let Some(w) = self.watcher.as_mut() {
+            w.resume(pid);
         }
     }
 
@@ -786,7 +787,7 @@ impl<'p> Session<'p> {
                 self.accept_joiners(sink)?;
             }
             if self.watcher.is_some() {
-                self.join_caught()?;
+                self.join_caught();
             }
             if Instant::now() >= next_release {
                 self.release_gone_processes();
