@@ -558,6 +558,14 @@ pub enum AttachPoint {
     Profile {
         hz: u64,
     },
+    /// A kernel tracepoint (`tracepoint:CATEGORY:NAME`, no wildcards: the front end
+    /// expands them). Its advice is compiled to eBPF and runs in the kernel
+    /// (`weft-bpf`, `weft-kernel`); `args.FIELD` reads the event's record
+    /// ([`Inst::EventField`] and friends).
+    Tracepoint {
+        category: String,
+        name: String,
+    },
 }
 
 impl AttachPoint {
@@ -570,6 +578,11 @@ impl AttachPoint {
                 | AttachPoint::Usdt { .. }
                 | AttachPoint::Profile { .. }
         )
+    }
+
+    /// True for probes whose advice runs in the kernel (compiled to eBPF).
+    pub fn runs_in_kernel(&self) -> bool {
+        matches!(self, AttachPoint::Tracepoint { .. })
     }
 }
 
@@ -605,6 +618,9 @@ impl fmt::Display for AttachPoint {
             } => write!(f, "usdt:{target}:{provider}:{name}"),
             AttachPoint::Interval { period_ns } => write!(f, "interval:ns:{period_ns}"),
             AttachPoint::Profile { hz } => write!(f, "profile:hz:{hz}"),
+            AttachPoint::Tracepoint { category, name } => {
+                write!(f, "tracepoint:{category}:{name}")
+            }
         }
     }
 }
@@ -873,6 +889,31 @@ pub enum Inst {
     },
     /// Bump an error counter (used by the front end for loop bounds).
     CountError(ErrorKind),
+
+    /// A field of the kernel event's record (a tracepoint's `args.FIELD`, kernel
+    /// probes only): `size` (1, 2, 4, 8) bytes at byte `off` of the record, extended.
+    EventField {
+        dst: Reg,
+        off: u32,
+        size: u8,
+        signed: bool,
+    },
+    /// `len` bytes of the kernel event's record at `off` into `dst` (a `char[N]`
+    /// field, an array).
+    EventBytes {
+        dst: Place,
+        off: u32,
+        len: u32,
+    },
+    /// A `__data_loc` field of the kernel event's record (a string the kernel stores
+    /// after the fixed fields): the u32 at `off` holds the data's offset in the
+    /// record (low 16 bits) and its length (high 16 bits). At most `cap - 1` bytes
+    /// are copied into `dst`, NUL-padded.
+    EventDataLoc {
+        dst: Place,
+        off: u32,
+        cap: u32,
+    },
 
     /// Store the low `size` bytes of `src` at `place`.
     Store {

@@ -603,6 +603,11 @@ impl Cx<'_> {
                 self.a.mov(ecx, u32::from(*size))?;
                 self.call(Helper::StoreTarget)?;
             }
+            Inst::EventField { .. } | Inst::EventBytes { .. } | Inst::EventDataLoc { .. } => {
+                return Err(JitError::BadProgram(
+                    "a kernel event's field in advice that runs in user space".into(),
+                ))
+            }
         }
         Ok(())
     }
