@@ -1,2 +1,355 @@
-//! eBPF code generation for kernel probes: an [`weft_ir::Function`] to eBPF
-//! instructions.
+//! eBPF code generation for kernel probes: each kernel probe's advice
+//! ([`weft_ir::Function`]) to eBPF instructions ([`codegen`]), and all of a program's
+//! kernel probes with the maps they use to one ELF object ([`build`]) in the form
+//! eBPF loaders read (programs in `tracepoint/CATEGORY/NAME` sections, maps in a
+//! `maps` section, map references as relocations), which `weft-kernel` loads with
+//! aya. Bytes in, bytes out: no system calls here.
+
+pub mod codegen;
+pub mod insn;
+
+use std::collections::BTreeSet;
+
+use object::write::{Object, Relocation, StandardSegment, Symbol, SymbolSection};
+use object::{
+    Architecture, BinaryFormat, Endianness, RelocationFlags, SectionKind, SymbolFlags, SymbolKind,
+    SymbolScope,
+};
+use weft_ir::{Function, Inst, Program};
+
+/// Kernel map types (`enum bpf_map_type`).
+pub const MAP_HASH: u32 = 1;
+pub const MAP_PERCPU_HASH: u32 = 5;
+pub const MAP_PERCPU_ARRAY: u32 = 6;
+pub const MAP_RINGBUF: u32 = 27;
+
+/// Largest event record (header included) a kernel probe may send.
+pub const MAX_EVENT: u32 = 16 * 1024;
+
+/// Why a kernel probe cannot be compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    #[error("{0} is not available in kernel probes yet")]
+    Unsupported(&'static str),
+    #[error("the advice needs {0} registers; a kernel probe has room for {1}")]
+    TooManyRegs(u32, u32),
+    #[error("the advice needs {0} bytes of values; a kernel probe has room for {1}")]
+    FrameTooLarge(u32, u32),
+    #[error("an event of {0} bytes; a kernel probe sends at most {1}")]
+    EventTooLarge(u32, u32),
+    #[error("the advice is too long for eBPF's jumps")]
+    TooLong,
+    #[error("internal error: {0}")]
+    Bad(String),
+}
+
+/// A map the programs refer to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MapRef {
+    /// The ring buffer events go to.
+    Ring,
+    /// The processes whose events count (tgid → 1), when filtered.
+    Pids,
+    /// Per-CPU scratch: slots, temporaries, the zero value.
+    Scratch,
+    /// Per-CPU error counters by [`weft_ir::ErrorKind`].
+    Errors,
+    /// weft map `i`.
+    Map(u32),
+}
+
+impl MapRef {
+    /// The map's symbol in the object (and its name in the kernel).
+    pub fn name(self) -> String {
+        match self {
+            MapRef::Ring => "weft_ring".into(),
+            MapRef::Pids => "weft_pids".into(),
+            MapRef::Scratch => "weft_scratch".into(),
+            MapRef::Errors => "weft_errors".into(),
+            MapRef::Map(i) => format!("weft_m{i}"),
+        }
+    }
+}
+
+/// How the kernel creates a map (`struct bpf_map_def` of the `maps` section).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapSpec {
+    pub map_type: u32,
+    pub key_size: u32,
+    pub value_size: u32,
+    pub max_entries: u32,
+}
+
+/// What code generation needs to know about the session.
+#[derive(Clone, Debug)]
+pub struct Env {
+    /// Only the processes in [`MapRef::Pids`] run the advice.
+    pub filter_pids: bool,
+    /// Possible CPUs (for reading per-CPU values in advice).
+    pub ncpus: u32,
+    /// `cpid`.
+    pub cpid: u64,
+    /// CLOCK_MONOTONIC time the session started (`elapsed`).
+    pub start_ns: u64,
+    /// CLOCK_REALTIME minus CLOCK_MONOTONIC (`time`, `strftime`).
+    pub realtime_offset_ns: i64,
+    /// `probe`: index into [`Program::probe_names`].
+    pub probe_id: u32,
+    /// Bytes of the zero value kept in scratch.
+    pub zero_value: u32,
+}
+
+/// One kernel probe: its advice and its tracepoint.
+pub struct KernelProbe<'a> {
+    pub body: &'a Function,
+    pub category: String,
+    pub name: String,
+    pub probe_id: u32,
+}
+
+/// The session-wide inputs of [`build`].
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub filter_pids: bool,
+    pub ncpus: u32,
+    pub cpid: u64,
+    pub start_ns: u64,
+    pub realtime_offset_ns: i64,
+    /// Bytes of the ring buffer (a power of two, a multiple of the page size).
+    pub ring_bytes: u32,
+    /// Most processes in the pid filter.
+    pub max_pids: u32,
+}
+
+/// An object ready to load.
+pub struct Built {
+    pub object: Vec<u8>,
+    /// Program symbol, category, tracepoint name; in the order of the probes.
+    pub programs: Vec<(String, String, String)>,
+    /// Every map of the object.
+    pub maps: Vec<(MapRef, MapSpec)>,
+    /// Instructions per program (for `-v`).
+    pub sizes: Vec<usize>,
+}
+
+/// The weft maps a function uses.
+fn maps_used(f: &Function, out: &mut BTreeSet<u32>) {
+    for inst in &f.code {
+        let m = match inst {
+            Inst::MapLoad { map, .. }
+            | Inst::MapStore { map, .. }
+            | Inst::MapAgg { map, .. }
+            | Inst::MapDelete { map, .. }
+            | Inst::MapHasKey { map, .. }
+            | Inst::MapLen { map, .. }
+            | Inst::MapIterStart { map, .. }
+            | Inst::MapIterNext { map, .. } => map,
+            _ => continue,
+        };
+        out.insert(m.0);
+    }
+}
+
+/// The weft maps kernel probes use (weft mirrors them into its own maps).
+pub fn kernel_maps(probes: &[KernelProbe]) -> BTreeSet<u32> {
+    let mut used = BTreeSet::new();
+    for p in probes {
+        maps_used(p.body, &mut used);
+    }
+    used
+}
+
+/// How weft map `decl` is kept in the kernel.
+pub fn map_spec(prog: &Program, id: u32) -> MapSpec {
+    let decl = &prog.maps[id as usize];
+    let value_size = decl.value.value_size();
+    let max_entries = prog.config.max_map_keys.max(1);
+    match (&decl.key, decl.value.is_aggregation()) {
+        (Some(k), true) => MapSpec {
+            map_type: MAP_PERCPU_HASH,
+            key_size: k.size().max(1),
+            value_size,
+            max_entries,
+        },
+        (None, true) => MapSpec {
+            map_type: MAP_PERCPU_ARRAY,
+            key_size: 4,
+            value_size,
+            max_entries: 1,
+        },
+        (Some(k), false) => MapSpec {
+            map_type: MAP_HASH,
+            key_size: k.size().max(1),
+            value_size,
+            max_entries,
+        },
+        (None, false) => MapSpec {
+            map_type: MAP_HASH,
+            key_size: 4,
+            value_size,
+            max_entries: 1,
+        },
+    }
+}
+
+/// Compile every kernel probe and lay out the object. On an error, the index of
+/// the probe that caused it.
+pub fn build(
+    prog: &Program,
+    probes: &[KernelProbe],
+    opts: &Options,
+) -> Result<Built, (usize, BpfError)> {
+    let used = kernel_maps(probes);
+    // The zero value new keyed aggregation entries start from.
+    let zero_value = used
+        .iter()
+        .filter(|&&m| {
+            let d = &prog.maps[m as usize];
+            d.key.is_some() && d.value.is_aggregation()
+        })
+        .map(|&m| prog.maps[m as usize].value.value_size())
+        .max()
+        .unwrap_or(8)
+        .div_ceil(8)
+        * 8;
+    let mut codes = Vec::new();
+    for (i, p) in probes.iter().enumerate() {
+        let env = Env {
+            filter_pids: opts.filter_pids,
+            ncpus: opts.ncpus,
+            cpid: opts.cpid,
+            start_ns: opts.start_ns,
+            realtime_offset_ns: opts.realtime_offset_ns,
+            probe_id: p.probe_id,
+            zero_value,
+        };
+        codes.push(codegen::compile(p.body, prog, &env).map_err(|e| (i, e))?);
+    }
+    let scratch = codes.iter().map(|c| c.scratch).max().unwrap_or(8).div_ceil(8) * 8;
+    let mut maps = vec![
+        (
+            MapRef::Ring,
+            MapSpec {
+                map_type: MAP_RINGBUF,
+                key_size: 0,
+                value_size: 0,
+                max_entries: opts.ring_bytes,
+            },
+        ),
+        (
+            MapRef::Pids,
+            MapSpec {
+                map_type: MAP_HASH,
+                key_size: 4,
+                value_size: 1,
+                max_entries: opts.max_pids.max(1),
+            },
+        ),
+        (
+            MapRef::Scratch,
+            MapSpec {
+                map_type: MAP_PERCPU_ARRAY,
+                key_size: 4,
+                value_size: scratch,
+                max_entries: 1,
+            },
+        ),
+        (
+            MapRef::Errors,
+            MapSpec {
+                map_type: MAP_PERCPU_ARRAY,
+                key_size: 4,
+                value_size: 8,
+                max_entries: 8,
+            },
+        ),
+    ];
+    for &m in &used {
+        maps.push((MapRef::Map(m), map_spec(prog, m)));
+    }
+    let mut programs = Vec::new();
+    for (i, p) in probes.iter().enumerate() {
+        programs.push((format!("weft_p{i}"), p.category.clone(), p.name.clone()));
+    }
+    let sizes = codes.iter().map(|c| c.insns.len()).collect();
+    let object = write_object(&codes, &programs, &maps);
+    Ok(Built {
+        object,
+        programs,
+        maps,
+        sizes,
+    })
+}
+
+/// The ELF object: a `license`, a `maps` section of `struct bpf_map_def` (7 u32s),
+/// one section per program, and `R_BPF_64_64` relocations of map loads.
+fn write_object(
+    codes: &[codegen::Code],
+    programs: &[(String, String, String)],
+    maps: &[(MapRef, MapSpec)],
+) -> Vec<u8> {
+    let mut obj = Object::new(BinaryFormat::Elf, Architecture::Bpf, Endianness::Little);
+    let license = obj.add_section(Vec::new(), b"license".to_vec(), SectionKind::Data);
+    obj.append_section_data(license, b"GPL\0", 1);
+    let maps_sec = obj.add_section(Vec::new(), b"maps".to_vec(), SectionKind::Data);
+    let mut syms = std::collections::HashMap::new();
+    for (r, spec) in maps {
+        let mut def = Vec::with_capacity(28);
+        for v in [
+            spec.map_type,
+            spec.key_size,
+            spec.value_size,
+            spec.max_entries,
+            0,
+            0,
+            0,
+        ] {
+            def.extend_from_slice(&v.to_le_bytes());
+        }
+        let off = obj.append_section_data(maps_sec, &def, 4);
+        let sym = obj.add_symbol(Symbol {
+            name: r.name().into_bytes(),
+            value: off,
+            size: def.len() as u64,
+            kind: SymbolKind::Data,
+            scope: SymbolScope::Dynamic,
+            weak: false,
+            section: SymbolSection::Section(maps_sec),
+            flags: SymbolFlags::None,
+        });
+        syms.insert(*r, sym);
+    }
+    for (code, (name, cat, tp)) in codes.iter().zip(programs) {
+        let sec = obj.add_section(
+            obj.segment_name(StandardSegment::Text).to_vec(),
+            format!("tracepoint/{cat}/{tp}").into_bytes(),
+            SectionKind::Text,
+        );
+        let bytes: Vec<u8> = code.insns.iter().flat_map(|i| i.encode()).collect();
+        obj.append_section_data(sec, &bytes, 8);
+        obj.add_symbol(Symbol {
+            name: name.clone().into_bytes(),
+            value: 0,
+            size: bytes.len() as u64,
+            kind: SymbolKind::Text,
+            scope: SymbolScope::Dynamic,
+            weak: false,
+            section: SymbolSection::Section(sec),
+            flags: SymbolFlags::None,
+        });
+        for &(at, r) in &code.maps {
+            obj.add_relocation(
+                sec,
+                Relocation {
+                    offset: at as u64 * 8,
+                    symbol: syms[&r],
+                    addend: 0,
+                    // R_BPF_64_64: a 64-bit immediate load of the symbol.
+                    flags: RelocationFlags::Elf { r_type: 1 },
+                },
+            )
+            .expect("a relocation in a section of this object");
+        }
+    }
+    obj.write().expect("an in-memory ELF object")
+}

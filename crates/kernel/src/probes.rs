@@ -1,0 +1,362 @@
+//! Kernel probes: weft's eBPF object (`weft_bpf::build`) loaded with aya, its
+//! programs attached to their tracepoints, the processes of the session in its pid
+//! filter, its ring buffer drained and its maps read back.
+//!
+//! aya loads the object and reads the ring buffer. The maps are read and written
+//! with the `bpf(2)` map commands directly: their keys and values are byte strings
+//! whose sizes the script decides, which aya's typed maps cannot name.
+
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+
+use anyhow::{anyhow, bail, Context, Result};
+use aya::maps::{Map, MapData, RingBuf};
+use aya::programs::TracePoint;
+use aya::{Ebpf, EbpfLoader};
+use weft_bpf::{Built, MapRef, MapSpec};
+
+/// A kernel probe the kernel refused.
+#[derive(Debug)]
+pub struct Refused {
+    /// Index of the probe in the order given to `weft_bpf::build`.
+    pub probe: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The loaded object: programs attached, maps open.
+pub struct KernelProbes {
+    /// Keeps the programs and their links alive.
+    _ebpf: Ebpf,
+    ring: RingBuf<MapData>,
+    pids: MapData,
+    errors: MapData,
+    maps: Vec<(u32, MapData, MapSpec)>,
+    ncpus: usize,
+}
+
+/// The privileges kernel probes need, checked before anything is loaded.
+pub fn check_privileges() -> Result<()> {
+    // CAP_BPF is 39, CAP_PERFMON 38, CAP_SYS_ADMIN 21.
+    let caps = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0);
+    let has = |c: u32| caps & (1u64 << c) != 0;
+    if has(21) || (has(39) && has(38)) {
+        return Ok(());
+    }
+    bail!(
+        "kernel probes need root, or CAP_BPF and CAP_PERFMON (this process has neither); \
+         user-space probes do not"
+    )
+}
+
+fn take(ebpf: &mut Ebpf, r: MapRef) -> Result<MapData> {
+    let name = r.name();
+    let map = ebpf
+        .take_map(&name)
+        .ok_or_else(|| anyhow!("internal error: map {name} missing from the object"))?;
+    Ok(match map {
+        Map::HashMap(d)
+        | Map::PerCpuHashMap(d)
+        | Map::PerCpuArray(d)
+        | Map::Array(d)
+        | Map::RingBuf(d) => d,
+        _ => bail!("internal error: map {name} of an unexpected type"),
+    })
+}
+
+impl KernelProbes {
+    /// Load `built` and attach every program. A program the verifier refuses is
+    /// named by its probe, with the verifier's reason.
+    pub fn load(built: &Built) -> std::result::Result<KernelProbes, Refused> {
+        let general = |message: String| Refused { probe: 0, message };
+        let mut ebpf = EbpfLoader::new()
+            .load(&built.object)
+            .map_err(|e| general(format!("loading the kernel probes: {e}")))?;
+        for (i, (sym, category, name)) in built.programs.iter().enumerate() {
+            let prog: &mut TracePoint = ebpf
+                .program_mut(sym)
+                .ok_or_else(|| general(format!("internal error: program {sym} missing")))?
+                .try_into()
+                .map_err(|e| general(format!("internal error: program {sym}: {e}")))?;
+            prog.load().map_err(|e| Refused {
+                probe: i,
+                message: verifier_reason(&e),
+            })?;
+            prog.attach(category, name).map_err(|e| Refused {
+                probe: i,
+                message: format!("attaching to tracepoint {category}:{name}: {}", chain(&e)),
+            })?;
+        }
+        let ncpus = aya::util::nr_cpus()
+            .map_err(|(what, e)| general(format!("reading {what}: {e}")))?;
+        let taken = (|| -> Result<_> {
+            let ring = RingBuf::try_from(Map::RingBuf(take(&mut ebpf, MapRef::Ring)?))?;
+            let pids = take(&mut ebpf, MapRef::Pids)?;
+            let errors = take(&mut ebpf, MapRef::Errors)?;
+            let mut maps = Vec::new();
+            for (r, spec) in &built.maps {
+                if let MapRef::Map(id) = r {
+                    maps.push((*id, take(&mut ebpf, *r)?, *spec));
+                }
+            }
+            Ok((ring, pids, errors, maps))
+        })();
+        let (ring, pids, errors, maps) = taken.map_err(|e| general(format!("{e:#}")))?;
+        Ok(KernelProbes {
+            _ebpf: ebpf,
+            ring,
+            pids,
+            errors,
+            maps,
+            ncpus,
+        })
+    }
+
+    /// Events from the ring buffer, each the bytes of one record.
+    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) {
+        while let Some(item) = self.ring.next() {
+            f(&item);
+        }
+    }
+
+    /// The ring buffer's descriptor (readable when events are waiting).
+    pub fn ring_fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+
+    /// Let the probes count for process `pid`.
+    pub fn add_pid(&self, pid: u32) -> Result<()> {
+        update(fd(&self.pids), &pid.to_ne_bytes(), &[1], 0)
+            .with_context(|| format!("adding process {pid} to the kernel probes' filter"))
+    }
+
+    /// Error counters by `weft_ir::ErrorKind` number, summed over CPUs.
+    pub fn errors(&self) -> [u64; 8] {
+        let mut out = [0u64; 8];
+        for (k, o) in out.iter_mut().enumerate() {
+            let mut v = vec![0u8; 8 * self.ncpus];
+            if lookup(fd(&self.errors), &(k as u32).to_ne_bytes(), &mut v).is_ok() {
+                *o = v
+                    .chunks(8)
+                    .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or([0; 8])))
+                    .sum();
+            }
+        }
+        out
+    }
+
+    /// The weft maps kept in the kernel.
+    pub fn map_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.maps.iter().map(|(id, _, _)| *id)
+    }
+
+    /// Every entry of weft map `id`: key bytes (a zero `u32` for a map without a
+    /// key) and the value of each CPU (one value for a map that is not per-CPU).
+    pub fn entries(&self, id: u32) -> Result<Vec<(Vec<u8>, Vec<Vec<u8>>)>> {
+        let Some((_, data, spec)) = self.maps.iter().find(|(m, _, _)| *m == id) else {
+            return Ok(Vec::new());
+        };
+        let percpu = matches!(
+            spec.map_type,
+            weft_bpf::MAP_PERCPU_HASH | weft_bpf::MAP_PERCPU_ARRAY
+        );
+        let stride = spec.value_size.div_ceil(8) as usize * 8;
+        let vlen = if percpu {
+            stride * self.ncpus
+        } else {
+            spec.value_size as usize
+        };
+        let fd = fd(data);
+        let mut out = Vec::new();
+        let mut key: Option<Vec<u8>> = None;
+        let mut next = vec![0u8; spec.key_size as usize];
+        let mut value = vec![0u8; vlen];
+        while next_key(fd, key.as_deref(), &mut next)? {
+            if lookup(fd, &next, &mut value).is_ok() {
+                let values = if percpu {
+                    value
+                        .chunks(stride)
+                        .map(|c| c[..spec.value_size as usize].to_vec())
+                        .collect()
+                } else {
+                    vec![value.clone()]
+                };
+                out.push((next.clone(), values));
+            }
+            key = Some(next.clone());
+        }
+        Ok(out)
+    }
+
+    /// Remove every entry of weft map `id` (`clear`), or zero its values (`zero`).
+    pub fn clear(&self, id: u32, zero: bool) -> Result<()> {
+        let Some((_, data, spec)) = self.maps.iter().find(|(m, _, _)| *m == id) else {
+            return Ok(());
+        };
+        let fd = fd(data);
+        let percpu = matches!(
+            spec.map_type,
+            weft_bpf::MAP_PERCPU_HASH | weft_bpf::MAP_PERCPU_ARRAY
+        );
+        let stride = spec.value_size.div_ceil(8) as usize * 8;
+        let zeroes = vec![
+            0u8;
+            if percpu {
+                stride * self.ncpus
+            } else {
+                spec.value_size as usize
+            }
+        ];
+        let mut keys = Vec::new();
+        let mut key: Option<Vec<u8>> = None;
+        let mut next = vec![0u8; spec.key_size as usize];
+        while next_key(fd, key.as_deref(), &mut next)? {
+            keys.push(next.clone());
+            key = Some(next.clone());
+        }
+        for k in keys {
+            if zero || spec.map_type == weft_bpf::MAP_PERCPU_ARRAY {
+                let _ = update(fd, &k, &zeroes, 0);
+            } else {
+                let _ = delete(fd, &k);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn fd(d: &MapData) -> RawFd {
+    d.fd().as_fd().as_raw_fd()
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// The verifier's reason: the last lines of its log that say what was wrong.
+fn verifier_reason(e: &aya::programs::ProgramError) -> String {
+    if let aya::programs::ProgramError::LoadError {
+        io_error,
+        verifier_log,
+    } = e
+    {
+        let log = verifier_log.to_string();
+        let last: Vec<&str> = log
+            .lines()
+            .rev()
+            .filter(|l| {
+                let l = l.trim();
+                !l.is_empty()
+                    && !l.starts_with("processed ")
+                    && !l.starts_with("verification time")
+                    && !l.starts_with("stack depth")
+            })
+            .take(1)
+            .collect();
+        return match last.first() {
+            Some(l) => format!("the kernel's eBPF verifier refused it: {}", l.trim()),
+            None => format!("the kernel refused it: {io_error}"),
+        };
+    }
+    chain(e)
+}
+
+// ---- bpf(2) map commands -----------------------------------------------------------
+
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+
+/// `union bpf_attr` for the map element commands.
+#[repr(C)]
+#[derive(Default)]
+struct MapElemAttr {
+    map_fd: u32,
+    _pad: u32,
+    key: u64,
+    value: u64,
+    flags: u64,
+}
+
+fn bpf(cmd: libc::c_long, attr: &mut MapElemAttr) -> std::io::Result<()> {
+    // SAFETY: attr is a valid bpf_attr prefix for the map element commands, and the
+    // buffers it points to outlive the call with the sizes the map has.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut MapElemAttr,
+            std::mem::size_of::<MapElemAttr>(),
+        )
+    };
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn lookup(fd: RawFd, key: &[u8], value: &mut [u8]) -> std::io::Result<()> {
+    let mut a = MapElemAttr {
+        map_fd: fd as u32,
+        key: key.as_ptr() as u64,
+        value: value.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    bpf(BPF_MAP_LOOKUP_ELEM, &mut a)
+}
+
+fn update(fd: RawFd, key: &[u8], value: &[u8], flags: u64) -> Result<()> {
+    let mut a = MapElemAttr {
+        map_fd: fd as u32,
+        key: key.as_ptr() as u64,
+        value: value.as_ptr() as u64,
+        flags,
+        ..Default::default()
+    };
+    bpf(BPF_MAP_UPDATE_ELEM, &mut a)?;
+    Ok(())
+}
+
+fn delete(fd: RawFd, key: &[u8]) -> std::io::Result<()> {
+    let mut a = MapElemAttr {
+        map_fd: fd as u32,
+        key: key.as_ptr() as u64,
+        ..Default::default()
+    };
+    bpf(BPF_MAP_DELETE_ELEM, &mut a)
+}
+
+/// The key after `key` (the first with `None`) into `next`; false at the end.
+fn next_key(fd: RawFd, key: Option<&[u8]>, next: &mut [u8]) -> Result<bool> {
+    let mut a = MapElemAttr {
+        map_fd: fd as u32,
+        key: key.map_or(0, |k| k.as_ptr() as u64),
+        value: next.as_mut_ptr() as u64,
+        ..Default::default()
+    };
+    match bpf(BPF_MAP_GET_NEXT_KEY, &mut a) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+        Err(e) => Err(e).context("reading a kernel map's keys"),
+    }
+}
