@@ -21,8 +21,8 @@
 //!   `errors` array, by [`ErrorKind`] number.
 
 use weft_ir::{
-    AggOp, BinOp, CtxValue, ErrorKind, EventKind, Function, Inst, MapId, MapValue, Place,
-    Program, Reg, UnOp,
+    AggOp, BinOp, CtxValue, ErrorKind, EventKind, Function, Inst, MapId, MapValue, Place, Program,
+    Reg, UnOp,
 };
 
 use crate::insn::{helper, Asm, Label, B, DW, H, W};
@@ -107,6 +107,43 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Code, BpfError
         insns,
         maps,
         scratch: off,
+    })
+}
+
+/// The pid filter's program on `sched_process_fork`: a process in the filter that
+/// starts another puts it in the filter too (`child_off`: the child's pid in the
+/// record). It runs in the parent.
+pub fn fork_program(child_off: u32) -> Result<Code, BpfError> {
+    let off = i16::try_from(child_off).map_err(|_| BpfError::Bad("child_pid offset".into()))?;
+    let mut a: Asm<MapRef> = Asm::new();
+    let out = a.label();
+    a.mov(R6, R1);
+    a.call(helper::GET_CURRENT_PID_TGID);
+    a.alu_imm(RSH, R0, 32);
+    a.store(W, R10, -4, R0);
+    a.load_map(R1, MapRef::Pids);
+    a.mov(R2, R10);
+    a.alu_imm(ADD, R2, -4);
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp_imm(JEQ, R0, 0, out);
+    a.load(W, R1, R6, off);
+    a.store(W, R10, -8, R1);
+    a.store_imm(B, R10, -12, 1);
+    a.load_map(R1, MapRef::Pids);
+    a.mov(R2, R10);
+    a.alu_imm(ADD, R2, -8);
+    a.mov(R3, R10);
+    a.alu_imm(ADD, R3, -12);
+    a.mov_imm(R4, i64::from(BPF_ANY));
+    a.call(helper::MAP_UPDATE_ELEM);
+    a.bind(out);
+    a.mov_imm(R0, 0);
+    a.exit();
+    let (insns, maps) = a.finish().map_err(|_| BpfError::TooLong)?;
+    Ok(Code {
+        insns,
+        maps,
+        scratch: 8,
     })
 }
 
@@ -1069,14 +1106,7 @@ impl Gen<'_> {
         self.a.ja(done);
         self.a.bind(got);
         self.a.mov(R8, R0);
-        let header = [
-            total,
-            k,
-            id,
-            len,
-            args as u32,
-            (args >> 32) as u32,
-        ];
+        let header = [total, k, id, len, args as u32, (args >> 32) as u32];
         for (i, h) in header.iter().enumerate() {
             self.a.store_imm(W, R8, 4 * i as i16, *h as i32);
         }

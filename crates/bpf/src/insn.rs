@@ -128,6 +128,9 @@ pub struct Asm<M> {
     pub maps: Vec<(usize, M)>,
 }
 
+/// Assembled instructions and the `(index, map)` of each map load.
+pub type Assembled<M> = (Vec<Insn>, Vec<(usize, M)>);
+
 /// A jump that no 16-bit offset can reach.
 #[derive(Debug)]
 pub struct TooFar;
@@ -247,7 +250,7 @@ impl<M> Asm<M> {
     }
 
     /// Resolve the jumps.
-    pub fn finish(mut self) -> Result<(Vec<Insn>, Vec<(usize, M)>), TooFar> {
+    pub fn finish(mut self) -> Result<Assembled<M>, TooFar> {
         for &(at, l) in &self.fixups {
             let to = self.labels[l.0].expect("every label is bound");
             let off = to as i64 - at as i64 - 1;

@@ -119,12 +119,16 @@ pub struct Options {
     pub ring_bytes: u32,
     /// Most processes in the pid filter.
     pub max_pids: u32,
+    /// With a pid filter: where `sched_process_fork` records the child's pid, so a
+    /// program there adds the children of filtered processes to the filter.
+    pub fork_child_pid_offset: Option<u32>,
 }
 
 /// An object ready to load.
 pub struct Built {
     pub object: Vec<u8>,
-    /// Program symbol, category, tracepoint name; in the order of the probes.
+    /// Program symbol, category, tracepoint name; in the order of the probes (then
+    /// the filter's own program on `sched_process_fork`, when there is one).
     pub programs: Vec<(String, String, String)>,
     /// Every map of the object.
     pub maps: Vec<(MapRef, MapSpec)>,
@@ -225,7 +229,17 @@ pub fn build(
         };
         codes.push(codegen::compile(p.body, prog, &env).map_err(|e| (i, e))?);
     }
-    let scratch = codes.iter().map(|c| c.scratch).max().unwrap_or(8).div_ceil(8) * 8;
+    let scratch = codes
+        .iter()
+        .map(|c| c.scratch)
+        .max()
+        .unwrap_or(8)
+        .div_ceil(8)
+        * 8;
+    let fork = match (opts.filter_pids, opts.fork_child_pid_offset) {
+        (true, Some(off)) => Some(codegen::fork_program(off).map_err(|e| (0, e))?),
+        _ => None,
+    };
     let mut maps = vec![
         (
             MapRef::Ring,
@@ -270,6 +284,14 @@ pub fn build(
     let mut programs = Vec::new();
     for (i, p) in probes.iter().enumerate() {
         programs.push((format!("weft_p{i}"), p.category.clone(), p.name.clone()));
+    }
+    if let Some(f) = fork {
+        codes.push(f);
+        programs.push((
+            "weft_fork".into(),
+            "sched".into(),
+            "sched_process_fork".into(),
+        ));
     }
     let sizes = codes.iter().map(|c| c.insns.len()).collect();
     let object = write_object(&codes, &programs, &maps);

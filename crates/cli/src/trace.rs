@@ -204,6 +204,7 @@ pub fn run_with(
         follow_fork: follow,
         system_wide,
         only_probes: only.clone(),
+        kernel_all: matches!(opts.target, Target::None),
         ..Options::default()
     };
     let attaching = matches!(opts.target, Target::Attach(_)) || system_wide;

@@ -20,6 +20,7 @@
 
 pub mod conn;
 pub mod dwarf;
+pub mod kernel;
 pub mod local;
 pub mod member;
 pub mod patch;

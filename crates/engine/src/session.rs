@@ -53,6 +53,9 @@ pub struct Options {
     /// Run only these probes (indices in the program; `--probe-filter`); all when
     /// `None`.
     pub only_probes: Option<Vec<usize>>,
+    /// Kernel probes run their advice for every process (no `-p`, no `-c`, or
+    /// `--system`), not only for the session's processes and their children.
+    pub kernel_all: bool,
 }
 
 impl Default for Options {
@@ -66,6 +69,7 @@ impl Default for Options {
             follow_fork: false,
             system_wide: false,
             only_probes: None,
+            kernel_all: false,
         }
     }
 }
@@ -149,6 +153,12 @@ pub struct Session<'p> {
     caught: Vec<i32>,
     /// Processes that could not be woven (reported once).
     refused: std::collections::HashSet<i32>,
+    /// Kernel probes: `(probe, category, name)` and their `probe` indices, then,
+    /// once [`Session::prepare`] loaded them, the loaded side.
+    kernel_probes: (Vec<(usize, String, String)>, Vec<u32>),
+    kernel: Option<crate::kernel::KernelSide>,
+    /// Local advice ran since the kernel's maps were last mirrored.
+    local_ran: bool,
 }
 
 impl<'p> Session<'p> {
@@ -164,6 +174,7 @@ impl<'p> Session<'p> {
         let mut end = Vec::new();
         let mut intervals = Vec::new();
         let mut bodies = Vec::new();
+        let mut kernel_probes = (Vec::new(), Vec::new());
         for (i, (p, names)) in prog
             .probes
             .iter()
@@ -179,6 +190,11 @@ impl<'p> Session<'p> {
                     AttachPoint::Begin => begin.push((slot, name)),
                     AttachPoint::End => end.push((slot, name)),
                     AttachPoint::Interval { period_ns } => intervals.push((slot, name, *period_ns)),
+                    AttachPoint::Tracepoint { category, name: tp } => {
+                        kernel_probes.0.push((i, category.clone(), tp.clone()));
+                        kernel_probes.1.push(name);
+                        continue;
+                    }
                     _ => continue,
                 }
                 bodies.push(&p.body);
@@ -192,6 +208,10 @@ impl<'p> Session<'p> {
             seg.shm,
             own_slot,
         )?;
+        if !kernel_probes.0.is_empty() {
+            // Before any process is touched.
+            weft_kernel::probes::check_privileges()?;
+        }
         let names = ProbeNames::new(&prog.probe_names);
         Ok(Session {
             prog,
@@ -217,6 +237,9 @@ impl<'p> Session<'p> {
             watcher: None,
             caught: Vec::new(),
             refused: std::collections::HashSet::new(),
+            kernel_probes,
+            kernel: None,
+            local_ran: false,
         })
     }
 
@@ -324,6 +347,9 @@ impl<'p> Session<'p> {
             0
         };
         let m = Member::join(pid, agent, child, &self.seg, space, flags)?;
+        if let Some(k) = &self.kernel {
+            k.add_pid(pid as u32)?;
+        }
         self.members.push(m);
         self.pending.push(joined_record(pid));
         Ok(())
@@ -339,6 +365,7 @@ impl<'p> Session<'p> {
     /// As [`Session::prepare`], for the probes `probes` only (by index); the others
     /// may be woven later ([`Session::weave`]).
     pub fn prepare_probes(&mut self, probes: &[usize]) -> Result<usize> {
+        let kernel = self.start_kernel(probes)?;
         let (w, n) = self.plan(probes, None)?;
         self.initial = w;
         // Following children and execs, a probe may have its sites only in the
@@ -353,7 +380,56 @@ impl<'p> Session<'p> {
         } else {
             n
         };
-        Ok(n + self.begin.len() + self.end.len() + self.intervals.len())
+        Ok(n + kernel + self.begin.len() + self.end.len() + self.intervals.len())
+    }
+
+    /// Compile, load and attach the kernel probes among `probes`, filtered to the
+    /// members (and their children) unless `kernel_all`; how many there are.
+    fn start_kernel(&mut self, probes: &[usize]) -> Result<usize> {
+        let (all, names) = &self.kernel_probes;
+        let (which, names): (Vec<_>, Vec<u32>) = all
+            .iter()
+            .zip(names)
+            .filter(|((i, _, _), _)| probes.contains(i))
+            .map(|(w, n)| (w.clone(), *n))
+            .unzip();
+        if which.is_empty() || self.kernel.is_some() {
+            return Ok(0);
+        }
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::getpid() } as u32;
+        let slot = weft_runtime::slots::claim(&self.seg.shm, me, KERNEL_TID)
+            .ok_or_else(|| anyhow::anyhow!("no thread slot left for the kernel probes"))?;
+        // SAFETY: the slot was just claimed by weft; nothing else writes its names.
+        unsafe {
+            (*slot).comm = *b"kernel\0\0\0\0\0\0\0\0\0\0";
+            (*slot).pcomm = (*slot).comm;
+        }
+        let k = crate::kernel::KernelSide::start(
+            self.prog,
+            &which,
+            &names,
+            &self.seg.shm,
+            slot,
+            !self.opts.kernel_all,
+        )?;
+        for m in &self.members {
+            if m.alive {
+                k.add_pid(m.pid as u32)?;
+            }
+        }
+        self.verbose(&format!(
+            "kernel probes: {} eBPF programs, {} instructions, {}",
+            k.programs,
+            k.instructions,
+            if k.filtered {
+                "for the session's processes and their children"
+            } else {
+                "for every process"
+            }
+        ));
+        self.kernel = Some(k);
+        Ok(which.len())
     }
 
     /// Plan `probes` in every live member (or only member `only`): resolve,
@@ -439,6 +515,7 @@ impl<'p> Session<'p> {
         for &(i, probe) in &self.begin {
             self.local.run(i, probe);
         }
+        self.local_ran = true;
         self.drain(sink);
     }
 
@@ -776,6 +853,7 @@ impl<'p> Session<'p> {
             for (k, &(i, probe, period)) in self.intervals.iter().enumerate() {
                 if now >= next_tick[k] {
                     self.local.run(i, probe);
+                    self.local_ran = true;
                     next_tick[k] += Duration::from_nanos(period);
                     if next_tick[k] < now {
                         next_tick[k] = now + Duration::from_nanos(period);
@@ -892,7 +970,13 @@ impl<'p> Session<'p> {
         for &(i, probe) in &self.end {
             self.local.run(i, probe);
         }
+        self.local_ran = true;
         self.drain(sink);
+        if let Some(k) = self.kernel.as_mut() {
+            if let Err(e) = k.sync(&self.seg.shm) {
+                (self.opts.note)(&format!("weft: reading the kernel probes' maps: {e:#}"));
+            }
+        }
         let maps = decode::all_maps(&self.seg.shm, self.prog);
         sink.finish(&maps, &self.context());
         sink.flush();
@@ -956,7 +1040,29 @@ impl<'p> Session<'p> {
     /// Deliver every pending record to `sink`.
     fn drain(&mut self, sink: &mut dyn Sink) {
         let mut records = std::mem::take(&mut self.pending);
-        records.extend(self.decoder.drain(&self.seg.shm, self.prog));
+        let Some(k) = self.kernel.as_mut() else {
+            records.extend(self.decoder.drain(&self.seg.shm, self.prog));
+            self.deliver(&records, sink);
+            return;
+        };
+        // The kernel's events join the processes'; its maps are mirrored before
+        // anything that reads maps is decoded.
+        loop {
+            let more = k.pump(&self.seg.shm);
+            if k.due() || self.local_ran {
+                self.local_ran = false;
+                if let Err(e) = k.sync(&self.seg.shm) {
+                    (self.opts.note)(&format!("weft: reading the kernel probes' maps: {e:#}"));
+                }
+            }
+            records.extend(self.decoder.drain(&self.seg.shm, self.prog));
+            for (map, zero) in std::mem::take(&mut self.decoder.cleared) {
+                k.cleared(map, zero);
+            }
+            if !more || self.decoder.exited {
+                break;
+            }
+        }
         self.deliver(&records, sink);
     }
 
@@ -969,6 +1075,10 @@ impl<'p> Session<'p> {
         sink.flush();
     }
 }
+
+/// The thread id of the slot weft keeps for the kernel probes' events and maps (no
+/// thread has it: tids stop below 2^22).
+const KERNEL_TID: u32 = u32::MAX - 1;
 
 /// Symbolizes target addresses (in the process of the record being delivered) and
 /// names probes for the sinks.

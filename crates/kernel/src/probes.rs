@@ -28,6 +28,9 @@ impl std::fmt::Display for Refused {
     }
 }
 
+/// One entry of a kernel map: its key bytes and the value of each CPU.
+pub type Entry = (Vec<u8>, Vec<Vec<u8>>);
+
 /// The loaded object: programs attached, maps open.
 pub struct KernelProbes {
     /// Keeps the programs and their links alive.
@@ -98,8 +101,8 @@ impl KernelProbes {
                 message: format!("attaching to tracepoint {category}:{name}: {}", chain(&e)),
             })?;
         }
-        let ncpus = aya::util::nr_cpus()
-            .map_err(|(what, e)| general(format!("reading {what}: {e}")))?;
+        let ncpus =
+            aya::util::nr_cpus().map_err(|(what, e)| general(format!("reading {what}: {e}")))?;
         let taken = (|| -> Result<_> {
             let ring = RingBuf::try_from(Map::RingBuf(take(&mut ebpf, MapRef::Ring)?))?;
             let pids = take(&mut ebpf, MapRef::Pids)?;
@@ -163,7 +166,7 @@ impl KernelProbes {
 
     /// Every entry of weft map `id`: key bytes (a zero `u32` for a map without a
     /// key) and the value of each CPU (one value for a map that is not per-CPU).
-    pub fn entries(&self, id: u32) -> Result<Vec<(Vec<u8>, Vec<Vec<u8>>)>> {
+    pub fn entries(&self, id: u32) -> Result<Vec<Entry>> {
         let Some((_, data, spec)) = self.maps.iter().find(|(m, _, _)| *m == id) else {
             return Ok(Vec::new());
         };
@@ -234,6 +237,38 @@ impl KernelProbes {
         }
         Ok(())
     }
+}
+
+/// CPUs the kernel may run on (per-CPU maps hold a value for each).
+pub fn possible_cpus() -> Result<u32> {
+    aya::util::nr_cpus()
+        .map(|n| n as u32)
+        .map_err(|(what, e)| anyhow!("reading {what}: {e}"))
+}
+
+/// Byte offset of `field` in the records of tracepoint `category:name`.
+pub fn field_offset(category: &str, name: &str, field: &str) -> Result<Option<u32>> {
+    let path = format!("/sys/kernel/tracing/events/{category}/{name}/format");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    for line in text.lines() {
+        let Some(decl) = line.trim().strip_prefix("field:") else {
+            continue;
+        };
+        let mut parts = decl.split(';');
+        let name_part = parts.next().unwrap_or("");
+        let is_it = name_part
+            .rsplit(|c: char| c.is_whitespace() || c == '*')
+            .next()
+            .is_some_and(|n| n == field);
+        if !is_it {
+            continue;
+        }
+        let off = parts
+            .find_map(|p| p.trim().strip_prefix("offset:"))
+            .and_then(|v| v.parse().ok());
+        return Ok(off);
+    }
+    Ok(None)
 }
 
 fn fd(d: &MapData) -> RawFd {

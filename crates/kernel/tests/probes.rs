@@ -38,8 +38,10 @@ fn load(prog: &Program, filter: bool) -> KernelProbes {
         realtime_offset_ns: 0,
         ring_bytes: 1 << 20,
         max_pids: 64,
+        fork_child_pid_offset: None,
     };
-    let built = weft_bpf::build(prog, &probes, &opts).unwrap_or_else(|(i, e)| panic!("probe {i}: {e}"));
+    let built =
+        weft_bpf::build(prog, &probes, &opts).unwrap_or_else(|(i, e)| panic!("probe {i}: {e}"));
     match KernelProbes::load(&built) {
         Ok(k) => k,
         Err(e) => panic!("probe {}: {e}", e.probe),
@@ -109,14 +111,20 @@ fn keyed_maps_strings_and_events() {
     assert!(key[9..16].iter().all(|&b| b == 0));
     // The key is a tuple (string[16], u64? no: tid is u32) laid out naturally.
     let tid_off = key.len() - 8;
-    assert_eq!(u32::from_le_bytes(key[tid_off..tid_off + 4].try_into().unwrap()), tid);
+    assert_eq!(
+        u32::from_le_bytes(key[tid_off..tid_off + 4].try_into().unwrap()),
+        tid
+    );
     assert_eq!(per_cpu.iter().map(|v| word(v, 0)).sum::<u64>(), 7);
     assert!(k.entries(2).unwrap().is_empty(), "@no never set");
     let mut events = 0;
     let mut k = k;
     k.drain(|rec| {
         assert!(rec.len() >= 32);
-        assert_eq!(u32::from_le_bytes(rec[4..8].try_into().unwrap()), weft_abi::EVENT_PRINTF);
+        assert_eq!(
+            u32::from_le_bytes(rec[4..8].try_into().unwrap()),
+            weft_abi::EVENT_PRINTF
+        );
         events += 1;
     });
     assert_eq!(events, 7);

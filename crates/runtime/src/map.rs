@@ -505,6 +505,21 @@ fn combine(d: &MapDesc, acc: &mut [u64], src: impl Fn(usize) -> u64) {
 /// Merge the accumulators of entry `i` over every slot into `acc` (`value_size / 8`
 /// zeroed words): live threads, threads that exited but are not drained yet, and the
 /// retired slot, which holds what drained threads left.
+/// Merge one accumulator (`src`, words in the map's layout) into `acc`, as values of
+/// two threads merge.
+pub fn combine_words(d: &MapDesc, acc: &mut [u64], src: &[u64]) {
+    combine(d, acc, |k| src.get(k).copied().unwrap_or(0));
+}
+
+/// Set slot `slot`'s accumulator of entry `i` to `words` (weft: the kernel's share
+/// of an aggregation, in weft's kernel slot).
+pub fn set_accumulator(shm: &Shm, d: &MapDesc, slot: *mut ThreadSlot, i: u32, words: &[u64]) {
+    let p = accumulator(shm, d, slot, i);
+    for (k, w) in words.iter().enumerate().take((d.value_size / 8) as usize) {
+        word(p, k).store(*w, Ordering::Relaxed);
+    }
+}
+
 fn merge_words(shm: &Shm, d: &MapDesc, i: u32, acc: &mut [u64]) {
     for t in 0..shm.slots_used() {
         let p = accumulator(shm, d, shm.thread_slot(t), i);

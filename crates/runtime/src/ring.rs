@@ -74,6 +74,20 @@ pub unsafe fn produce(
     true
 }
 
+/// Whether a record of `payload_len` bytes fits in the ring now, wherever its head
+/// stands (so a producer that can wait for the consumer need not lose it).
+///
+/// # Safety
+/// `slot` is a valid thread slot whose ring has `size` bytes.
+pub unsafe fn fits(slot: *mut ThreadSlot, size: u64, payload_len: usize) -> bool {
+    // SAFETY: the caller guarantees slot is valid.
+    let s = unsafe { &*slot };
+    let len = (u64::from(EVENT_HEADER_SIZE) + payload_len as u64).div_ceil(8) * 8;
+    let used = s.ring_head.load(Ordering::Relaxed) - s.ring_tail.load(Ordering::Acquire);
+    // At worst a pad of almost `len` bytes goes before the record.
+    used + 2 * len <= size
+}
+
 /// One event read from a ring (consumer side).
 #[derive(Debug, Clone)]
 pub struct Event {

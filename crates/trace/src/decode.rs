@@ -25,6 +25,9 @@ pub struct Decoder {
     lost: u64,
     /// Functions named so far, by process.
     named: std::collections::HashSet<(u32, u64)>,
+    /// `clear` (false) and `zero` (true) applied since the owner last took them:
+    /// maps kept elsewhere too (the kernel's) follow them.
+    pub cleared: Vec<(u32, bool)>,
 }
 
 impl Decoder {
@@ -91,10 +94,12 @@ impl Decoder {
                 }
                 EVENT_CLEAR_MAP if h.id < shm.map_count() => {
                     map::clear(shm, shm.map(h.id));
+                    self.cleared.push((h.id, false));
                     continue;
                 }
                 EVENT_ZERO_MAP if h.id < shm.map_count() => {
                     map::zero(shm, shm.map(h.id));
+                    self.cleared.push((h.id, true));
                     continue;
                 }
                 EVENT_EXIT => {

@@ -1,0 +1,310 @@
+//! Kernel probes in a session (`tracepoint:`): their advice compiled to eBPF
+//! (`weft-bpf`), loaded and attached (`weft-kernel`), and what they produce brought
+//! into the session's segment so that everything after — the decoder, the sinks, the
+//! final print — sees one program:
+//!
+//! * **Events** go from the kernel's ring buffer into the ring of a thread slot weft
+//!   claims for the kernel, with the kernel's timestamps (`bpf_ktime_get_ns`, which
+//!   is `CLOCK_MONOTONIC`, the clock advice in processes uses): the decoder orders
+//!   them with the processes' events.
+//! * **Maps**: the kernel keeps its share of a map in an eBPF map of the same key
+//!   bytes (aggregations per CPU, in the runtime's accumulator layout). weft mirrors
+//!   it into the segment: the kernel slot's accumulators hold the CPUs' merged
+//!   values, as a thread's hold its own, so a map fed from both sides prints merged;
+//!   a plain map's entries are copied (and removed when the kernel removed them).
+//!   The mirror is refreshed before anything reads the maps (a drain that brings a
+//!   `print`, `clear` or `zero`, interval and END probes, the final print) and every
+//!   [`SYNC_EVERY`] otherwise. `clear`/`zero` from either side reach the kernel's maps.
+//! * **The pid filter**: with targets, the kernel runs the advice only for the
+//!   session's processes and the processes they start (a `sched_process_fork`
+//!   program adds each child of a filtered process); without, for every process.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use weft_abi::{
+    EventHeader, ThreadSlot, EVENT_CLEAR_MAP, EVENT_HEADER_SIZE, EVENT_PRINT_MAP, EVENT_ZERO_MAP,
+};
+use weft_bpf::KernelProbe;
+use weft_ir::{AttachPoint, Program};
+use weft_kernel::probes::KernelProbes;
+use weft_runtime::map;
+use weft_runtime::shm::Shm;
+
+/// How often the mirror of the kernel's maps is refreshed when nothing asks.
+pub const SYNC_EVERY: Duration = Duration::from_millis(200);
+
+/// Bytes of the kernel's ring buffer.
+const RING_BYTES: u32 = 4 << 20;
+
+/// Most processes the pid filter holds.
+const MAX_PIDS: u32 = 1 << 16;
+
+/// The kernel probes of one session.
+pub struct KernelSide {
+    probes: KernelProbes,
+    /// The thread slot weft claimed for what the kernel produces.
+    slot: *mut ThreadSlot,
+    maps: Vec<Mirrored>,
+    /// Records taken from the kernel's ring and not yet in the slot's ring.
+    backlog: VecDeque<Vec<u8>>,
+    last_sync: Instant,
+    /// A record that reads or resets maps came in: refresh before decoding.
+    wants_sync: bool,
+    pub filtered: bool,
+    /// Programs and instructions (for `-v`).
+    pub programs: usize,
+    pub instructions: usize,
+}
+
+struct Mirrored {
+    id: u32,
+    keyless: bool,
+    plain: bool,
+    /// A plain map's keys copied last time (to remove those the kernel removed).
+    keys: HashSet<Vec<u8>>,
+}
+
+/// The kernel probes of `prog` (those `selected`): `(probe index, tracepoint)`.
+pub fn kernel_probes(
+    prog: &Program,
+    selected: &dyn Fn(usize) -> bool,
+) -> Vec<(usize, String, String)> {
+    let mut out = Vec::new();
+    for (i, p) in prog.probes.iter().enumerate() {
+        if !selected(i) {
+            continue;
+        }
+        for a in &p.attach {
+            if let AttachPoint::Tracepoint { category, name } = a {
+                out.push((i, category.clone(), name.clone()));
+            }
+        }
+    }
+    out
+}
+
+impl KernelSide {
+    /// Compile, load and attach the kernel probes `which` (from [`kernel_probes`];
+    /// `names[k]` is the `probe` index of each). `filter`: only the processes given
+    /// to [`KernelSide::add_pid`] (and their children) run the advice.
+    pub fn start(
+        prog: &Program,
+        which: &[(usize, String, String)],
+        names: &[u32],
+        shm: &Shm,
+        slot: *mut ThreadSlot,
+        filter: bool,
+    ) -> Result<KernelSide> {
+        weft_kernel::probes::check_privileges()?;
+        let h = shm.header();
+        let ncpus = aya_ncpus()?;
+        let probes: Vec<KernelProbe> = which
+            .iter()
+            .zip(names)
+            .map(|((i, category, name), &probe_id)| KernelProbe {
+                body: &prog.probes[*i].body,
+                category: category.clone(),
+                name: name.clone(),
+                probe_id,
+            })
+            .collect();
+        let opts = weft_bpf::Options {
+            filter_pids: filter,
+            ncpus,
+            cpid: h.cpid,
+            start_ns: h.start_nsecs,
+            realtime_offset_ns: weft_runtime::clock::realtime_ns() as i64
+                - weft_runtime::clock::monotonic_ns() as i64,
+            ring_bytes: RING_BYTES,
+            max_pids: MAX_PIDS,
+            fork_child_pid_offset: if filter {
+                Some(fork_child_pid_offset()?)
+            } else {
+                None
+            },
+        };
+        let built = weft_bpf::build(prog, &probes, &opts)
+            .map_err(|(i, e)| anyhow!("{}: {e}", probe_label(prog, which, i)))?;
+        let loaded = KernelProbes::load(&built)
+            .map_err(|e| anyhow!("{}: {e}", probe_label(prog, which, e.probe)))?;
+        let maps = built
+            .maps
+            .iter()
+            .filter_map(|(r, _)| match r {
+                weft_bpf::MapRef::Map(id) => Some(*id),
+                _ => None,
+            })
+            .map(|id| {
+                let d = &prog.maps[id as usize];
+                Mirrored {
+                    id,
+                    keyless: d.key.is_none(),
+                    plain: !d.value.is_aggregation(),
+                    keys: HashSet::new(),
+                }
+            })
+            .collect();
+        Ok(KernelSide {
+            probes: loaded,
+            slot,
+            maps,
+            backlog: VecDeque::new(),
+            last_sync: Instant::now(),
+            wants_sync: false,
+            filtered: filter,
+            programs: built.programs.len(),
+            instructions: built.sizes.iter().sum(),
+        })
+    }
+
+    /// Let the advice run for process `pid` (and the processes it starts).
+    pub fn add_pid(&self, pid: u32) -> Result<()> {
+        if self.filtered {
+            self.probes.add_pid(pid)?;
+        }
+        Ok(())
+    }
+
+    /// Move the kernel's events into the kernel slot's ring, as many as fit; true
+    /// when some are still waiting (the caller decodes, then calls again).
+    pub fn pump(&mut self, shm: &Shm) -> bool {
+        let backlog = &mut self.backlog;
+        self.probes.drain(|rec| backlog.push_back(rec.to_vec()));
+        let size = shm.header().ring_size;
+        let ring = shm.ring(self.slot);
+        while let Some(rec) = self.backlog.front() {
+            let hs = EVENT_HEADER_SIZE as usize;
+            if rec.len() < hs {
+                self.backlog.pop_front();
+                continue;
+            }
+            // SAFETY: rec holds at least a header (checked above).
+            let h: EventHeader = unsafe { std::ptr::read_unaligned(rec.as_ptr() as *const _) };
+            let payload = &rec[hs..(hs + h.payload_len as usize).min(rec.len())];
+            // SAFETY: the kernel slot is weft's; only this thread produces into it.
+            if !unsafe { weft_runtime::ring::fits(self.slot, size, payload.len()) } {
+                return true;
+            }
+            if matches!(h.kind, EVENT_PRINT_MAP | EVENT_CLEAR_MAP | EVENT_ZERO_MAP) {
+                self.wants_sync = true;
+            }
+            // SAFETY: as above; the ring is the slot's, of `size` bytes.
+            unsafe {
+                weft_runtime::ring::produce(
+                    self.slot,
+                    ring,
+                    size,
+                    h.kind,
+                    h.id,
+                    (h.arg0, h.arg1),
+                    h.nsecs,
+                    payload,
+                )
+            };
+            self.backlog.pop_front();
+        }
+        false
+    }
+
+    /// Whether the mirror should be refreshed before the next decode.
+    pub fn due(&self) -> bool {
+        self.wants_sync || self.last_sync.elapsed() >= SYNC_EVERY
+    }
+
+    /// Refresh the mirror of the kernel's maps and error counts in the segment.
+    pub fn sync(&mut self, shm: &Shm) -> Result<()> {
+        self.wants_sync = false;
+        self.last_sync = Instant::now();
+        for m in &mut self.maps {
+            let d = shm.map(m.id);
+            let entries = self.probes.entries(m.id)?;
+            let words = (d.value_size / 8) as usize;
+            let mut seen = HashSet::new();
+            for (key, per_cpu) in entries {
+                let key = if m.keyless { Vec::new() } else { key };
+                if m.plain {
+                    let Some(i) = map::insert(shm, d, &key).index() else {
+                        continue;
+                    };
+                    let v = map::plain_value_ptr(shm, d, i);
+                    let src = &per_cpu[0];
+                    let n = src.len().min(d.value_size as usize);
+                    // SAFETY: the entry's value has value_size bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), v, n) };
+                    seen.insert(key);
+                    continue;
+                }
+                let mut acc = vec![0u64; words];
+                let mut any = false;
+                for v in &per_cpu {
+                    let w: Vec<u64> = v
+                        .chunks_exact(8)
+                        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                        .collect();
+                    any |= w.iter().any(|&x| x != 0);
+                    map::combine_words(d, &mut acc, &w);
+                }
+                // A map without a key always has its one (array) entry: it exists
+                // once something was added.
+                if m.keyless && !any && map::find(shm, d, &key).is_none() {
+                    continue;
+                }
+                if let Some(i) = map::insert(shm, d, &key).index() {
+                    map::set_accumulator(shm, d, self.slot, i, &acc);
+                }
+            }
+            if m.plain {
+                for gone in m.keys.difference(&seen) {
+                    map::delete(shm, d, gone);
+                }
+                m.keys = seen;
+            }
+        }
+        // The kernel's error counts, in the kernel slot's counters.
+        let errors = self.probes.errors();
+        // SAFETY: the kernel slot is weft's and lives as long as the segment.
+        let slot = unsafe { &*self.slot };
+        for (k, c) in slot.errors.iter().enumerate() {
+            if let Some(&n) = errors.get(k) {
+                c.store(n, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// `clear(@m)` / `zero(@m)` applied to the segment: apply it to the kernel's share.
+    pub fn cleared(&mut self, id: u32, zero: bool) {
+        if let Some(m) = self.maps.iter_mut().find(|m| m.id == id) {
+            let _ = self.probes.clear(id, zero);
+            if !zero {
+                m.keys.clear();
+            }
+        }
+    }
+
+    /// The kernel's ring buffer descriptor (readable when events wait).
+    pub fn ring_fd(&self) -> i32 {
+        self.probes.ring_fd()
+    }
+}
+
+fn aya_ncpus() -> Result<u32> {
+    weft_kernel::probes::possible_cpus()
+}
+
+/// Where `sched_process_fork` keeps the child's pid in its record.
+fn fork_child_pid_offset() -> Result<u32> {
+    match weft_kernel::probes::field_offset("sched", "sched_process_fork", "child_pid")? {
+        Some(off) => Ok(off),
+        None => bail!("tracepoint sched:sched_process_fork has no child_pid field"),
+    }
+}
+
+fn probe_label(prog: &Program, which: &[(usize, String, String)], i: usize) -> String {
+    match which.get(i) {
+        Some((_, c, n)) => format!("kernel probe tracepoint:{c}:{n}"),
+        None => format!("kernel probes of a {}-probe program", prog.probes.len()),
+    }
+}
