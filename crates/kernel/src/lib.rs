@@ -2,3 +2,5 @@
 //! and weft's eBPF programs for kernel probes — loaded, attached, their ring buffer
 //! read and their maps read back. The only crate that makes BPF and perf system
 //! calls (through aya).
+
+pub mod tracefs;
