@@ -113,6 +113,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         },
         unsafe_ok: t.unsafe_ok,
         args_resolver: Some(std::sync::Arc::new(resolver)),
+        events: None,
         dump,
     };
     let out = front_end(&text, &file, &opts)?;

@@ -4,3 +4,4 @@
 //! calls (through aya).
 
 pub mod probes;
+pub mod tracefs;

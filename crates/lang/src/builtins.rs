@@ -24,6 +24,8 @@ pub enum Where {
     Anywhere,
     /// Probes that run in the target (uprobe, uretprobe, usdt, profile).
     InTarget,
+    /// Probes that run in user space: any but kernel probes (tracepoints).
+    UserSpace,
     /// uprobe and uretprobe.
     FunctionProbes,
     /// uprobe and usdt.
@@ -40,6 +42,7 @@ impl Where {
         match self {
             Where::Anywhere => "any probe",
             Where::InTarget => "probes that run in the target",
+            Where::UserSpace => "probes that run in user space",
             Where::FunctionProbes => "uprobe and uretprobe probes",
             Where::ArgumentProbes => "uprobe and usdt probes",
             Where::ReturnProbes => "uretprobe probes",
@@ -189,8 +192,8 @@ pub static TABLE: &[Builtin] = &[
     f("has_key", 2, ANY).map_first(),
     f("len", 1, 1).map_first(),
     f("strftime", 2, 2),
-    f("usym", 1, 1),
-    f("uaddr", 1, 1),
+    f("usym", 1, 1).only(Where::UserSpace),
+    f("uaddr", 1, 1).only(Where::UserSpace),
     f("ustack", 0, 2).only(Where::InTarget),
     f("strncmp", 3, 3),
     f("strcontains", 2, 2),

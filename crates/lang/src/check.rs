@@ -9,6 +9,7 @@
 //! note pointing at the first.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use weft_ir::{
     AttachPoint, BitField, CField, CStruct, Config, MapValue, StackMode, TseriesAgg, Type,
@@ -19,7 +20,7 @@ use crate::ast::*;
 use crate::builtins;
 use crate::diag::{suggest, Diagnostic, Diags};
 use crate::unsupported;
-use crate::Options;
+use crate::{EventField, EventFieldShape, KernelOffers, Options};
 use weft_ir::format::{conversions, not_conversions, ArgKind};
 
 /// The checked program: the typed tree plus what lowering needs.
@@ -118,6 +119,12 @@ pub struct MapInfo {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProbeInfo {
     pub attach: Vec<AttachPoint>,
+    /// The full name of each attach point (what `probe` gives): as written, or the
+    /// tracepoint a wildcard expanded to.
+    pub names: Vec<String>,
+    /// When the body reads a tracepoint's `args`: each attach point's record
+    /// layout. Lowering then makes one probe per attach point (offsets differ).
+    pub events: Vec<Arc<[EventField]>>,
     /// Types of the probe's scratch variables, indexed by [`VarRef::id`].
     pub vars: Vec<Type>,
 }
@@ -145,6 +152,9 @@ enum Kind {
     Usdt,
     Interval,
     Profile,
+    /// Kernel tracepoints (`tracepoint:`, `kernel:syscall:`): advice runs in the
+    /// kernel, with no user-space frame.
+    Tracepoint,
     /// Unsupported or reserved providers: context checks are skipped.
     Other,
 }
@@ -186,9 +196,16 @@ struct Checker<'a> {
     enumerators: HashMap<String, i64>,
     config: Config,
     stack_mode: StackMode,
+    /// Tracepoints' record layouts, by (category, name).
+    event_fields: HashMap<(String, String), Result<Arc<[EventField]>, String>>,
+    /// What the running kernel offers, once asked.
+    kernel: Option<Option<KernelOffers>>,
     // Per probe:
     kinds: Vec<(Kind, String)>,
     attach: Vec<AttachPoint>,
+    names: Vec<String>,
+    /// The body reads `args` of tracepoints.
+    reads_event: bool,
     vars: Vec<VarState>,
     scopes: Vec<HashMap<String, u32>>,
     loop_depth: u32,
@@ -217,8 +234,12 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         enumerators: HashMap::new(),
         config: opts.config.clone(),
         stack_mode: StackMode::Bpftrace,
+        event_fields: HashMap::new(),
+        kernel: None,
         kinds: Vec::new(),
         attach: Vec::new(),
+        names: Vec::new(),
+        reads_event: false,
         vars: Vec::new(),
         scopes: Vec::new(),
         loop_depth: 0,
@@ -293,6 +314,126 @@ const BUILTIN_ALIASES: &[&str] = &[
 ];
 
 // ---- type helpers -------------------------------------------------------------
+
+/// The type of a tracepoint's field: an integer of the field's size (the size wins
+/// over the C type; the sign is the C type's, or the format's), a pointer to what
+/// the C type points to, `char[N]` a string of N bytes, other arrays as C arrays,
+/// `__data_loc char[]` a string of `strlen` bytes. `Err`: why weft cannot read it.
+pub fn event_field_type(f: &EventField, strlen: u32) -> Result<Type, String> {
+    let (base, stars) = c_type_words(&f.c_type);
+    match &f.shape {
+        EventFieldShape::Scalar => Ok(match f.size {
+            1 | 2 | 4 | 8 => Type::Int {
+                bits: (f.size * 8) as u8,
+                signed: f.signed || c_int(&base).is_some_and(|(_, s)| s),
+            },
+            n => byte_array(n),
+        }),
+        EventFieldShape::Pointer => {
+            let mut t = match c_int(&base) {
+                Some((bits, signed)) => Type::Int { bits, signed },
+                None if base == "void" => Type::Void,
+                None => match base.strip_prefix("struct ") {
+                    Some(name) => Type::CStruct(CStruct {
+                        name: name.to_string(),
+                        size: 0,
+                        fields: Vec::new().into(),
+                    }),
+                    None => Type::Void,
+                },
+            };
+            for _ in 0..stars.max(1) {
+                t = Type::Ptr(Box::new(t));
+            }
+            Ok(t)
+        }
+        EventFieldShape::Array { dims } => {
+            let count: u64 = dims.iter().map(|&d| u64::from(d)).product();
+            if dims.is_empty() || count == 0 || f.size == 0 {
+                return Err(format!(
+                    "`{} {}[]` is a flexible array (the record does not say its length)",
+                    f.c_type, f.name
+                ));
+            }
+            let mut dims = dims.clone();
+            let esize = f.size / count as u32;
+            let mut t = match (base.as_str(), dims.last()) {
+                ("char", Some(&n)) if esize == 1 => {
+                    dims.pop();
+                    Type::Str { cap: n }
+                }
+                _ => match esize {
+                    1 | 2 | 4 | 8 => Type::Int {
+                        bits: (esize * 8) as u8,
+                        signed: c_int(&base).is_some_and(|(_, s)| s),
+                    },
+                    n => byte_array(n),
+                },
+            };
+            for &n in dims.iter().rev() {
+                t = c_array(t, n);
+            }
+            Ok(t)
+        }
+        EventFieldShape::DataLoc if base == "char" => Ok(Type::Str { cap: strlen }),
+        EventFieldShape::DataLoc => Err(format!(
+            "`__data_loc {}[]` fields are not supported (only `__data_loc char[]` strings)",
+            f.c_type
+        )),
+    }
+}
+
+/// A C type's words without qualifiers, and how many `*` follow them
+/// (`const char *const *` is (`char`, 2)).
+fn c_type_words(c: &str) -> (String, usize) {
+    let stars = c.matches('*').count();
+    let words: Vec<&str> = c
+        .split(|ch: char| ch.is_whitespace() || ch == '*')
+        .filter(|w| {
+            !w.is_empty() && !matches!(*w, "const" | "volatile" | "restrict" | "__user" | "__rcu")
+        })
+        .collect();
+    (words.join(" "), stars)
+}
+
+/// A C integer type's bits and sign, for the names tracepoints use.
+fn c_int(name: &str) -> Option<(u8, bool)> {
+    Some(match name {
+        "char" | "signed char" | "s8" | "__s8" | "int8_t" => (8, true),
+        "unsigned char" | "u8" | "__u8" | "uint8_t" | "bool" | "_Bool" => (8, false),
+        "short" | "short int" | "signed short" | "s16" | "__s16" | "int16_t" => (16, true),
+        "unsigned short" | "unsigned short int" | "u16" | "__u16" | "uint16_t" | "umode_t" => {
+            (16, false)
+        }
+        "int" | "signed" | "signed int" | "s32" | "__s32" | "int32_t" | "pid_t" | "tid_t" => {
+            (32, true)
+        }
+        "unsigned" | "unsigned int" | "u32" | "__u32" | "uint32_t" | "uint" | "uid_t" | "gid_t"
+        | "dev_t" => (32, false),
+        "long" | "long int" | "long long" | "long long int" | "s64" | "__s64" | "int64_t"
+        | "ssize_t" | "loff_t" | "off_t" | "time64_t" => (64, true),
+        "unsigned long" | "unsigned long int" | "unsigned long long" | "u64" | "__u64"
+        | "uint64_t" | "size_t" => (64, false),
+        _ => return None,
+    })
+}
+
+/// An array of `n` `elem`s, as DWARF arrays are typed (a field per element).
+fn c_array(elem: Type, n: u32) -> Type {
+    let esize = elem.size();
+    Type::CStruct(CStruct {
+        name: format!("{elem}[{n}]"),
+        size: esize.saturating_mul(n),
+        fields: (0..n)
+            .map(|i| CField {
+                name: i.to_string(),
+                offset: i.saturating_mul(esize),
+                ty: elem.clone(),
+                bits: None,
+            })
+            .collect(),
+    })
+}
 
 fn int64(signed: bool) -> Type {
     Type::Int { bits: 64, signed }
@@ -1025,6 +1166,8 @@ impl<'a> Checker<'a> {
     fn probe(&mut self, p: &mut Probe) -> ProbeInfo {
         self.kinds.clear();
         self.attach.clear();
+        self.names.clear();
+        self.reads_event = false;
         self.vars.clear();
         self.scopes = vec![HashMap::new()];
         self.loose_vars.clear();
@@ -1058,14 +1201,43 @@ impl<'a> Checker<'a> {
                 .insert((self.probe_index, i as u32), t.clone());
         }
         self.probe_index += 1;
+        let events = if self.reads_event {
+            self.attach
+                .clone()
+                .iter()
+                .filter_map(|a| match a {
+                    AttachPoint::Tracepoint { category, name } => {
+                        self.event_fields(category, name).ok()
+                    }
+                    _ => None,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         ProbeInfo {
             attach: self.attach.clone(),
+            names: self.names.clone(),
+            events,
             vars,
         }
     }
 
     fn attach_point(&mut self, a: &AttachSpec) {
         let name = crate::dump::attach_text(a);
+        if matches!(a.provider.as_str(), "tracepoint" | "kernel") {
+            match self.kernel_attach(a) {
+                Ok(points) => {
+                    for (p, n) in points {
+                        self.attach.push(p);
+                        self.names.push(n);
+                    }
+                }
+                Err(msg) => self.err(a.span, msg),
+            }
+            self.kinds.push((Kind::Tracepoint, name));
+            return;
+        }
         let (kind, point) = match self.attach_inner(a) {
             Ok(x) => x,
             Err(msg) => {
@@ -1073,16 +1245,161 @@ impl<'a> Checker<'a> {
                 (Kind::Other, None)
             }
         };
-        self.kinds.push((kind, name));
         if let Some(p) = point {
             self.attach.push(p);
+            self.names.push(name.clone());
         }
+        self.kinds.push((kind, name));
+    }
+
+    /// What the running kernel offers (asked once), when there is a resolver.
+    fn kernel_offers(&mut self) -> Option<KernelOffers> {
+        if self.kernel.is_none() {
+            self.kernel = Some(self.opts.events.as_ref().map(|r| r.kernel()));
+        }
+        self.kernel.clone().flatten()
+    }
+
+    /// A tracepoint's record layout (read once).
+    fn event_fields(&mut self, category: &str, name: &str) -> Result<Arc<[EventField]>, String> {
+        let key = (category.to_string(), name.to_string());
+        if let Some(f) = self.event_fields.get(&key) {
+            return f.clone();
+        }
+        let f = match &self.opts.events {
+            Some(r) => r.fields(category, name).map(Arc::from),
+            None => Err("kernel tracepoints are not available (no tracefs)".to_string()),
+        };
+        self.event_fields.insert(key, f.clone());
+        f
+    }
+
+    /// `tracepoint:CATEGORY:NAME` and `kernel:syscall:NAME[:exit]`: the tracepoints
+    /// they name (wildcards expanded), each with its full name.
+    fn kernel_attach(&mut self, a: &AttachSpec) -> Result<Vec<(AttachPoint, String)>, String> {
+        let f = &a.fields;
+        // (category, name pattern, the prefix `kernel:syscall:` puts before NAME).
+        let (category, pattern, syscall) = match a.provider.as_str() {
+            "tracepoint" => match f.as_slice() {
+                [c, n] if !c.is_empty() && !n.is_empty() => (c.clone(), n.clone(), None),
+                _ => {
+                    return Err(format!(
+                        "invalid attach point `{}`: a tracepoint is tracepoint:CATEGORY:NAME",
+                        a.raw
+                    ))
+                }
+            },
+            _ => {
+                let (call, exit) = match f.as_slice() {
+                    [k, c] if k == "syscall" => (c, false),
+                    [k, c, e] if k == "syscall" && e == "exit" => (c, true),
+                    _ => {
+                        return Err(format!(
+                            "invalid attach point `{}`: the kernel provider has system calls: \
+                             kernel:syscall:NAME (entry) and kernel:syscall:NAME:exit",
+                            a.raw
+                        ))
+                    }
+                };
+                if call.is_empty() {
+                    return Err(format!(
+                        "invalid attach point `{}`: missing system call name",
+                        a.raw
+                    ));
+                }
+                let prefix = if exit { "sys_exit_" } else { "sys_enter_" };
+                let p = format!("{prefix}{call}");
+                ("syscalls".to_string(), p, Some((prefix, exit)))
+            }
+        };
+        let Some(r) = self.opts.events.clone() else {
+            return Err(format!(
+                "{}: kernel tracepoints are not available (weft was given no tracefs)",
+                a.raw
+            ));
+        };
+        let found = r
+            .tracepoints(&category, &pattern)
+            .map_err(|e| format!("{}: {e}", a.raw))?;
+        if found.is_empty() {
+            return Err(self.no_tracepoint(a, &category, &pattern, syscall.map(|s| s.0)));
+        }
+        Ok(found
+            .into_iter()
+            .map(|(category, name)| {
+                let full = match syscall {
+                    Some((prefix, exit)) => format!(
+                        "kernel:syscall:{}{}",
+                        name.strip_prefix(prefix).unwrap_or(&name),
+                        if exit { ":exit" } else { "" }
+                    ),
+                    None => format!("tracepoint:{category}:{name}"),
+                };
+                (AttachPoint::Tracepoint { category, name }, full)
+            })
+            .collect())
+    }
+
+    /// Why `category:pattern` names no tracepoint, with the closest names.
+    fn no_tracepoint(
+        &self,
+        a: &AttachSpec,
+        category: &str,
+        pattern: &str,
+        syscall_prefix: Option<&str>,
+    ) -> String {
+        let wild = |t: &str| t.contains(['*', '?', '[']);
+        if wild(category) || wild(pattern) {
+            return format!("no tracepoint matches `{}`", a.raw);
+        }
+        let all = self
+            .opts
+            .events
+            .as_ref()
+            .and_then(|r| r.tracepoints("*", "*").ok())
+            .unwrap_or_default();
+        if let Some(prefix) = syscall_prefix {
+            let call = pattern.strip_prefix(prefix).unwrap_or(pattern);
+            let calls = all
+                .iter()
+                .filter(|(c, _)| c == "syscalls")
+                .filter_map(|(_, n)| n.strip_prefix(prefix));
+            let mut msg = format!("unknown system call `{call}` in `{}`", a.raw);
+            if let Some(s) = suggest(call, calls) {
+                msg = format!("{msg}; did you mean `{s}`?");
+            }
+            return msg;
+        }
+        if all.iter().any(|(c, _)| c == category) {
+            let names = all
+                .iter()
+                .filter(|(c, _)| c == category)
+                .map(|(_, n)| n.as_str());
+            let mut msg = format!("unknown tracepoint `{}`", a.raw);
+            if let Some(s) = suggest(pattern, names) {
+                msg = format!("{msg}; did you mean `tracepoint:{category}:{s}`?");
+            }
+            return msg;
+        }
+        let mut categories: Vec<&str> = all.iter().map(|(c, _)| c.as_str()).collect();
+        categories.dedup();
+        let mut msg = format!("unknown tracepoint category `{category}` in `{}`", a.raw);
+        if let Some(s) = suggest(category, categories) {
+            msg = format!("{msg}; did you mean `{s}`?");
+        }
+        msg
     }
 
     fn attach_inner(&mut self, a: &AttachSpec) -> Result<(Kind, Option<AttachPoint>), String> {
         let f = &a.fields;
         let prov = a.provider.as_str();
-        if let Some(msg) = unsupported::provider(prov) {
+        let kernel = match prov {
+            "kprobe" | "kretprobe" | "kfunc" | "kretfunc" | "fentry" | "fexit" => {
+                self.kernel_offers()
+            }
+            _ => None,
+        };
+        if let Some(msg) = unsupported::provider(prov, kernel.as_ref()) {
             return Err(msg);
         }
         let arity = |n: &[usize]| -> Result<(), String> {
@@ -1244,6 +1561,7 @@ impl<'a> Checker<'a> {
                     "kprobe",
                     "kretprobe",
                     "tracepoint",
+                    "kernel",
                     "rawtracepoint",
                     "software",
                     "hardware",
@@ -2399,6 +2717,11 @@ impl<'a> Checker<'a> {
             ExprKind::Field { expr, field, .. } => {
                 let field = field.clone();
                 if let ExprKind::Ident(n) = &expr.kind {
+                    if n == "args" && self.kinds.iter().any(|(k, _)| *k == Kind::Tracepoint) {
+                        let record = self.event_record_type(expr.span, false);
+                        expr.ty = record;
+                        return self.event_field_type(&field, span);
+                    }
                     if n == "args" {
                         let t = self.args_type(expr.span);
                         expr.ty = t.clone();
@@ -2853,6 +3176,132 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// `args` in a tracepoint probe: a record of the event's fields but the
+    /// `common_*` ones (those weft can read), as bpftrace prints it. `report`: say
+    /// what is wrong (else the field access does).
+    fn event_record_type(&mut self, span: Span, report: bool) -> Type {
+        if let Some(n) = self.all_kinds(|k| k == Kind::Tracepoint) {
+            if report {
+                self.err(
+                    span,
+                    format!(
+                        "args of tracepoints needs every attach point of the probe to be a \
+                         tracepoint (not `{n}`)"
+                    ),
+                );
+            }
+            return Type::Void;
+        }
+        let strlen = self.config.strlen;
+        let mut common: Option<(Type, String)> = None;
+        for (a, full) in self.attach.clone().iter().zip(self.names.clone()) {
+            let AttachPoint::Tracepoint { category, name } = a else {
+                continue;
+            };
+            let fields = match self.event_fields(category, name) {
+                Ok(f) => f,
+                Err(msg) => {
+                    if report {
+                        self.err(span, format!("{full}: {msg}"));
+                    }
+                    return Type::Void;
+                }
+            };
+            let rec = Type::Record(
+                fields
+                    .iter()
+                    .filter(|f| !f.name.starts_with("common_"))
+                    .filter_map(|f| Some((f.name.clone(), event_field_type(f, strlen).ok()?)))
+                    .collect(),
+            );
+            match &common {
+                None => common = Some((rec, full)),
+                Some((c, _)) if *c == rec => {}
+                Some((_, first)) => {
+                    if report {
+                        self.err(
+                            span,
+                            format!(
+                                "args differs between the probe's tracepoints ({first} and \
+                                 {full}): read its fields one by one, or write one probe each"
+                            ),
+                        );
+                    }
+                    return Type::Void;
+                }
+            }
+        }
+        if common.is_some() {
+            self.reads_event = true;
+        }
+        common.map(|(t, _)| t).unwrap_or(Type::Void)
+    }
+
+    /// `args.FIELD` in a tracepoint probe: the field's type, the same in every
+    /// tracepoint of the probe.
+    fn event_field_type(&mut self, field: &str, span: Span) -> Type {
+        if let Some(n) = self.all_kinds(|k| k == Kind::Tracepoint) {
+            self.err(
+                span,
+                format!(
+                    "args of tracepoints needs every attach point of the probe to be a \
+                     tracepoint (not `{n}`)"
+                ),
+            );
+            return Type::Void;
+        }
+        let strlen = self.config.strlen;
+        let mut common: Option<(Type, String)> = None;
+        for (a, full) in self.attach.clone().iter().zip(self.names.clone()) {
+            let AttachPoint::Tracepoint { category, name } = a else {
+                continue;
+            };
+            let fields = match self.event_fields(category, name) {
+                Ok(f) => f,
+                Err(msg) => {
+                    self.err(span, format!("{full}: {msg}"));
+                    return Type::Void;
+                }
+            };
+            let Some(f) = fields.iter().find(|f| f.name == field) else {
+                let own = || fields.iter().filter(|f| !f.name.starts_with("common_"));
+                let mut msg = format!("{full} has no field `{field}`");
+                match suggest(field, fields.iter().map(|f| f.name.as_str())) {
+                    Some(s) => msg = format!("{msg}; did you mean `{s}`?"),
+                    None => {
+                        let names: Vec<&str> = own().map(|f| f.name.as_str()).collect();
+                        msg = format!("{msg}; it has {}", names.join(", "));
+                    }
+                }
+                self.err(span, msg);
+                return Type::Void;
+            };
+            let t = match event_field_type(f, strlen) {
+                Ok(t) => t,
+                Err(why) => {
+                    self.err(span, format!("args.{field} of {full}: {why}"));
+                    return Type::Void;
+                }
+            };
+            match &common {
+                None => common = Some((t, full)),
+                Some((c, _)) if *c == t => {}
+                Some((c, first)) => {
+                    let msg = format!(
+                        "args.{field} is `{c}` in {first} but `{t}` in {full}: write one \
+                         probe each"
+                    );
+                    self.err(span, msg);
+                    return Type::Void;
+                }
+            }
+        }
+        if common.is_some() {
+            self.reads_event = true;
+        }
+        common.map(|(t, _)| t).unwrap_or(Type::Void)
+    }
+
     /// `args`: a record of the probed function's parameters, from DWARF.
     fn args_type(&mut self, span: Span) -> Type {
         if let Some(n) = self.all_kinds(|k| matches!(k, Kind::Uprobe | Kind::Uretprobe)) {
@@ -2921,6 +3370,9 @@ impl<'a> Checker<'a> {
             },
             // All the parameters as one value (`print(args)`, `$a = args`): a record
             // printed as upstream prints a struct, `{ .a = 1, .b = 2 }`.
+            "args" if self.kinds.iter().any(|(k, _)| *k == Kind::Tracepoint) => {
+                self.event_record_type(span, true)
+            }
             "args" => self.args_type(span),
             _ => {
                 if let Some(msg) = unsupported::builtin(name) {
@@ -2956,12 +3408,33 @@ impl<'a> Checker<'a> {
         let ok: fn(Kind) -> bool = match b.only {
             builtins::Where::Anywhere => return,
             builtins::Where::InTarget => Kind::in_target,
+            builtins::Where::UserSpace => |k| k != Kind::Tracepoint,
             builtins::Where::FunctionProbes => |k| matches!(k, Kind::Uprobe | Kind::Uretprobe),
             builtins::Where::ArgumentProbes => |k| matches!(k, Kind::Uprobe | Kind::Usdt),
             builtins::Where::ReturnProbes => |k| k == Kind::Uretprobe,
             builtins::Where::EntryProbes => |k| k == Kind::Uprobe,
         };
-        if let Some(p) = self.all_kinds(ok) {
+        let kernel = self
+            .kinds
+            .iter()
+            .find(|(k, _)| *k == Kind::Tracepoint && !ok(*k))
+            .filter(|_| b.name != "signal")
+            .map(|(_, n)| n.clone());
+        if let Some(p) = kernel {
+            // No user-space frame: say why, and what the event offers instead.
+            let instead = match b.name {
+                "retval" => "; in a sys_exit tracepoint the return value is args.ret",
+                "argN" | "func" => "; the event's fields are args.NAME (weft -lv lists them)",
+                _ => "",
+            };
+            self.err(
+                span,
+                format!(
+                    "{shown} needs a user-space frame, and a tracepoint's advice runs in the \
+                     kernel (`{p}`){instead}"
+                ),
+            );
+        } else if let Some(p) = self.all_kinds(ok) {
             self.err(
                 span,
                 format!(

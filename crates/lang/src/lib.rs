@@ -36,6 +36,59 @@ pub trait ArgsResolver {
     fn params(&self, attach: &weft_ir::AttachPoint) -> Option<Vec<(String, weft_ir::Type)>>;
 }
 
+/// The kernel's events and what the running kernel offers (implemented by the CLI
+/// over tracefs). Used for `tracepoint:` probes and their `args`, and to say why
+/// other kernel probes are not there.
+pub trait EventResolver {
+    /// The tracepoints whose category and name match the patterns (wildcards `*`,
+    /// `?`, `[...]` as in uprobes), as `(category, name)`, sorted. `Err`: the
+    /// kernel's tracepoints cannot be read (a one-line reason).
+    fn tracepoints(&self, category: &str, name: &str) -> Result<Vec<(String, String)>, String>;
+    /// The fields of one tracepoint's record, in record order (`common_*` first).
+    fn fields(&self, category: &str, name: &str) -> Result<Vec<EventField>, String>;
+    /// What the running kernel offers for kernel probes.
+    fn kernel(&self) -> KernelOffers;
+}
+
+/// One field of a kernel event's record (a line of a tracepoint's `format` file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventField {
+    pub name: String,
+    /// The C type: of the field (`const char *`), of an array's elements (`char` for
+    /// `char comm[16]`), of a `__data_loc` array's elements.
+    pub c_type: String,
+    /// Bytes from the start of the record.
+    pub offset: u32,
+    /// Bytes in the record; wins over the C type (a syscall's `int dfd` takes 8).
+    pub size: u32,
+    pub signed: bool,
+    pub shape: EventFieldShape,
+}
+
+/// The shape of an [`EventField`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventFieldShape {
+    Scalar,
+    Pointer,
+    /// Dimensions, outermost first; none for a flexible array (`u32 buf[]`).
+    Array {
+        dims: Vec<u32>,
+    },
+    /// `__data_loc TYPE[] name`: data after the fixed fields, located by a u32.
+    DataLoc,
+}
+
+/// What the running kernel offers for kernel probes, for messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelOffers {
+    /// Where tracefs is mounted, or why it is not there.
+    pub tracefs: Result<String, String>,
+    /// The kernel has kprobes (`kprobe_events`, the kprobe event source).
+    pub kprobes: bool,
+    /// The kernel has BTF (`/sys/kernel/btf/vmlinux`).
+    pub btf: bool,
+}
+
 /// Inputs of a compilation besides the text.
 #[derive(Clone, Default)]
 pub struct Options {
@@ -50,6 +103,8 @@ pub struct Options {
     pub unsafe_ok: bool,
     /// Debug info for `args`; without it `args` is an error.
     pub args_resolver: Option<Arc<dyn ArgsResolver + Send + Sync>>,
+    /// The kernel's tracepoints; without it `tracepoint:` probes are an error.
+    pub events: Option<Arc<dyn EventResolver + Send + Sync>>,
     /// Stages whose result to dump into [`Output::dumps`].
     pub dump: Vec<Stage>,
 }
@@ -62,6 +117,7 @@ impl std::fmt::Debug for Options {
             .field("config", &self.config)
             .field("unsafe_ok", &self.unsafe_ok)
             .field("args_resolver", &self.args_resolver.is_some())
+            .field("events", &self.events.is_some())
             .field("dump", &self.dump)
             .finish()
     }

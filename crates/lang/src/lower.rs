@@ -17,6 +17,7 @@ use crate::check::{
     machine_reg, signal_number, storage, Checked, NamedValue, ProbeInfo, RegSource, COMM_CAP,
 };
 use crate::diag::{Diagnostic, Diags};
+use crate::{EventField, EventFieldShape};
 
 /// Number of array elements `join()` reads.
 pub const JOIN_MAX: u32 = 16;
@@ -45,14 +46,41 @@ pub fn lower(ck: &Checked) -> (ir::Program, Vec<Diagnostic>) {
         _ => None,
     });
     for (p, info) in probes.zip(&ck.probes) {
-        for a in &p.attach {
-            prog.probe_names.push(crate::dump::attach_text(a));
+        prog.probe_names.extend(info.names.iter().cloned());
+        // A probe that reads a tracepoint's record is lowered once per tracepoint:
+        // each has its own layout.
+        let bodies: Vec<(Vec<ir::AttachPoint>, Option<&[EventField]>)> = if info.events.is_empty() {
+            vec![(info.attach.clone(), None)]
+        } else {
+            info.attach
+                .iter()
+                .zip(&info.events)
+                .map(|(a, e)| (vec![a.clone()], Some(&e[..])))
+                .collect()
+        };
+        for (attach, event) in bodies {
+            lower_probe(ck, p, info, attach, event, &mut prog, &mut diags);
         }
+    }
+    (prog, diags.list)
+}
+
+fn lower_probe(
+    ck: &Checked,
+    p: &Probe,
+    info: &ProbeInfo,
+    attach: Vec<ir::AttachPoint>,
+    event: Option<&[EventField]>,
+    prog: &mut ir::Program,
+    diags: &mut Diags,
+) {
+    {
         let mut fx = Fx {
             ck,
             formats: &mut prog.formats,
             f: Function::default(),
             info,
+            event,
             vars: HashMap::new(),
             loops: Vec::new(),
             temps_used: Vec::new(),
@@ -81,12 +109,8 @@ pub fn lower(ck: &Checked) -> (ir::Program, Vec<Diagnostic>) {
                 ),
             );
         }
-        prog.probes.push(ir::Probe {
-            attach: info.attach.clone(),
-            body: f,
-        });
+        prog.probes.push(ir::Probe { attach, body: f });
     }
-    (prog, diags.list)
 }
 
 /// Where a value is: a register (scalars), a place (everything else), or nothing.
@@ -102,6 +126,9 @@ struct Fx<'a> {
     formats: &'a mut Vec<Format>,
     f: Function,
     info: &'a ProbeInfo,
+    /// The record layout of the tracepoint this body is lowered for, when it reads
+    /// `args`.
+    event: Option<&'a [EventField]>,
     vars: HashMap<u32, Val>,
     /// (continue target, break target) of the enclosing loops.
     loops: Vec<(Label, Label)>,
@@ -962,6 +989,10 @@ impl<'a> Fx<'a> {
                 let v = self.expr(expr);
                 self.convert(v, &expr.ty, &e.ty)
             }
+            ExprKind::Field { expr, field, .. } if self.event_field(expr, field).is_some() => {
+                let f = self.event_field(expr, field).cloned();
+                f.map_or(Val::Unit, |f| self.event_value(&f, &e.ty))
+            }
             ExprKind::Field { expr, field, .. } => match &expr.ty {
                 Type::Record(fs) => {
                     let base = self.expr(expr);
@@ -1070,6 +1101,18 @@ impl<'a> Fx<'a> {
     /// `p->f`, `s.f` (s a struct reached through a pointer), `*p`, `p[i]`.
     fn address(&mut self, e: &Expr) -> Option<Reg> {
         match &e.kind {
+            // A tracepoint's array field: copied into the frame.
+            ExprKind::Field { expr, field, .. } if self.event_field(expr, field).is_some() => {
+                match self.expr(e) {
+                    Val::Place(p) => {
+                        let d = self.reg();
+                        self.emit(Inst::AddrOf { dst: d, place: p });
+                        Some(d)
+                    }
+                    Val::Reg(r) => Some(r),
+                    Val::Unit => None,
+                }
+            }
             ExprKind::Field { expr, field, .. } => {
                 let (base, st) = match &expr.ty {
                     Type::Ptr(inner) => match &**inner {
@@ -1217,9 +1260,79 @@ impl<'a> Fx<'a> {
                 self.emit(Inst::UStack { dst: p, depth });
                 Val::Place(p)
             }
+            "args" if self.event.is_some() => self.event_record(ty),
             "args" => self.args_record(ty),
             _ => Val::Unit,
         }
+    }
+
+    /// The tracepoint field `args.FIELD` names, when `base` is `args` in a body
+    /// lowered for a tracepoint.
+    fn event_field(&self, base: &Expr, field: &str) -> Option<&'a EventField> {
+        match &base.kind {
+            ExprKind::Ident(n) if n == "args" => self.event?.iter().find(|f| f.name == field),
+            _ => None,
+        }
+    }
+
+    /// A field of the tracepoint's record, of type `ty` (the checker's
+    /// `event_field_type`): an integer or a pointer in a register, a string or an
+    /// array copied into a slot.
+    fn event_value(&mut self, f: &EventField, ty: &Type) -> Val {
+        if ty.is_scalar() {
+            let d = self.reg();
+            self.emit(Inst::EventField {
+                dst: d,
+                off: f.offset,
+                size: f.size.clamp(1, 8) as u8,
+                signed: ty.is_signed(),
+            });
+            return Val::Reg(d);
+        }
+        let size = ty.size();
+        let p = self.temp(size);
+        match (&f.shape, ty) {
+            (EventFieldShape::DataLoc, Type::Str { cap }) => self.emit(Inst::EventDataLoc {
+                dst: p,
+                off: f.offset,
+                cap: *cap,
+            }),
+            _ => {
+                if f.size < size {
+                    self.emit(Inst::Zero {
+                        place: p,
+                        len: size,
+                    });
+                }
+                self.emit(Inst::EventBytes {
+                    dst: p,
+                    off: f.offset,
+                    len: f.size.min(size),
+                });
+            }
+        }
+        Val::Place(p)
+    }
+
+    /// `args` in a tracepoint: a record of the event's fields (the checker's choice
+    /// of them), each read from the record.
+    fn event_record(&mut self, ty: &Type) -> Val {
+        let Type::Record(fields) = ty else {
+            return Val::Unit;
+        };
+        let p = self.temp(ty.size());
+        self.emit(Inst::Zero {
+            place: p,
+            len: ty.size(),
+        });
+        for ((name, fty), off) in fields.iter().zip(ty.field_offsets()) {
+            let Some(f) = self.event.and_then(|e| e.iter().find(|f| f.name == *name)) else {
+                continue;
+            };
+            let v = self.event_value(f, fty);
+            self.store(p.at(off), v, fty);
+        }
+        Val::Place(p)
     }
 
     /// `args`: a record of the probed function's parameters (types from DWARF),

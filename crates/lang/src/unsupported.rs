@@ -2,26 +2,48 @@
 //! where there is one, what to use instead; they replace what would otherwise be a
 //! generic "unknown" error.
 
-/// Probe providers: `None` when weft supports the provider.
-pub fn provider(name: &str) -> Option<String> {
+use crate::KernelOffers;
+
+/// Probe providers: `None` when weft supports the provider. `kernel`, when known,
+/// is what the running kernel offers, so the message can say why a kernel probe is
+/// not there.
+pub fn provider(name: &str, kernel: Option<&KernelOffers>) -> Option<String> {
+    const USE_INSTEAD: &str = "use tracepoint:CATEGORY:NAME (weft -l 'tracepoint:*' lists them), \
+                               or uprobe/uretprobe on the user-space side of the call";
     let msg = match name {
-        "kprobe" | "kretprobe" => {
-            format!(
-                "{name}: kernel function probes are not available (this kernel has no kprobes); \
-                 weft probes user space: uprobe/uretprobe on the user-space side of the call, \
-                 usdt, profile, interval"
-            )
-        }
+        "kprobe" | "kretprobe" => match kernel {
+            Some(k) if !k.kprobes => {
+                let place = match &k.tracefs {
+                    Ok(root) => format!("no kprobe_events in {root}"),
+                    Err(_) => "no kprobe event source, and no tracefs".to_string(),
+                };
+                format!(
+                    "{name}: this kernel has no kprobes ({place}: CONFIG_KPROBE_EVENTS is off); \
+                     {USE_INSTEAD}"
+                )
+            }
+            Some(_) => format!(
+                "{name}: kernel function probes are not supported by weft yet (this kernel has \
+                 kprobes); {USE_INSTEAD}"
+            ),
+            None => {
+                format!("{name}: kernel function probes are not supported by weft; {USE_INSTEAD}")
+            }
+        },
         "kfunc" | "kretfunc" | "fentry" | "fexit" => {
+            let btf = match kernel {
+                Some(k) if k.btf => " (this kernel has BTF)",
+                Some(_) => " (and this kernel has no BTF: no /sys/kernel/btf/vmlinux)",
+                None => "",
+            };
             format!(
-                "{name}: kernel function (BTF) probes are not available in weft; weft probes \
-                 user space: uprobe/uretprobe on the user-space side of the call, usdt, \
-                 profile, interval"
+                "{name}: kernel function (BTF) probes are not supported by weft{btf}; {USE_INSTEAD}"
             )
         }
-        "tracepoint" | "rawtracepoint" => {
-            format!("{name}: kernel tracepoints are not supported yet")
-        }
+        "rawtracepoint" => format!(
+            "{name}: raw tracepoints are not supported by weft; use tracepoint:CATEGORY:NAME, \
+             whose args are the event's fields"
+        ),
         "software" | "hardware" => {
             format!("{name}: perf {name} events are not available in weft; use profile: to sample threads")
         }
@@ -35,7 +57,6 @@ pub fn provider(name: &str) -> Option<String> {
         }
         // Reserved for the aspect extensions.
         "call" | "get" | "set" => format!("the `{name}:` provider is not supported yet"),
-        "kernel" => "the `kernel:` provider is not supported yet".to_string(),
         _ => return None,
     };
     Some(msg)

@@ -320,25 +320,25 @@ fn unsupported_probes() {
     check(
         "kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }",
         expect![[r#"
-            error: kprobe: kernel function probes are not available (this kernel has no kprobes); weft probes user space: uprobe/uretprobe on the user-space side of the call, usdt, profile, interval
+            error: kprobe: kernel function probes are not supported by weft; use tracepoint:CATEGORY:NAME (weft -l 'tracepoint:*' lists them), or uprobe/uretprobe on the user-space side of the call
              --> script.bt:1:1
               |
             1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
               | ^^^^^^^^^^^^^^^^^^^
 
-            error: kretprobe: kernel function probes are not available (this kernel has no kprobes); weft probes user space: uprobe/uretprobe on the user-space side of the call, usdt, profile, interval
+            error: kretprobe: kernel function probes are not supported by weft; use tracepoint:CATEGORY:NAME (weft -l 'tracepoint:*' lists them), or uprobe/uretprobe on the user-space side of the call
              --> script.bt:1:25
               |
             1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
               |                         ^^^^^^^^^^^
 
-            error: kfunc: kernel function (BTF) probes are not available in weft; weft probes user space: uprobe/uretprobe on the user-space side of the call, usdt, profile, interval
+            error: kfunc: kernel function (BTF) probes are not supported by weft; use tracepoint:CATEGORY:NAME (weft -l 'tracepoint:*' lists them), or uprobe/uretprobe on the user-space side of the call
              --> script.bt:1:41
               |
             1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
               |                                         ^^^^^^^
 
-            error: tracepoint: kernel tracepoints are not supported yet
+            error: tracepoint:syscalls:sys_enter_open: kernel tracepoints are not available (weft was given no tracefs)
              --> script.bt:1:53
               |
             1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
@@ -464,13 +464,13 @@ fn reserved_aspect_syntax_is_not_supported_yet() {
             1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
               |                                                                                                     ^^^^^^^^^^^^
 
-            error: the `kernel:` provider is not supported yet
+            error: invalid attach point `kernel:x`: the kernel provider has system calls: kernel:syscall:NAME (entry) and kernel:syscall:NAME:exit
              --> script.bt:1:118
               |
             1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
               |                                                                                                                      ^^^^^^^^
 
-            error: the `kernel:` provider is not supported yet
+            error: invalid attach point `K:y`: the kernel provider has system calls: kernel:syscall:NAME (entry) and kernel:syscall:NAME:exit
              --> script.bt:1:131
               |
             1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
