@@ -296,8 +296,13 @@ fn aya_ncpus() -> Result<u32> {
 
 /// Where `sched_process_fork` keeps the child's pid in its record.
 fn fork_child_pid_offset() -> Result<u32> {
-    match weft_kernel::probes::field_offset("sched", "sched_process_fork", "child_pid")? {
-        Some(off) => Ok(off),
+    use weft_kernel::tracefs::{Tracefs, Tracepoint};
+    let tp = Tracepoint {
+        category: "sched".into(),
+        name: "sched_process_fork".into(),
+    };
+    match Tracefs::find()?.format(&tp)?.field("child_pid") {
+        Some(f) => Ok(f.offset),
         None => bail!("tracepoint sched:sched_process_fork has no child_pid field"),
     }
 }

@@ -246,31 +246,6 @@ pub fn possible_cpus() -> Result<u32> {
         .map_err(|(what, e)| anyhow!("reading {what}: {e}"))
 }
 
-/// Byte offset of `field` in the records of tracepoint `category:name`.
-pub fn field_offset(category: &str, name: &str, field: &str) -> Result<Option<u32>> {
-    let path = format!("/sys/kernel/tracing/events/{category}/{name}/format");
-    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    for line in text.lines() {
-        let Some(decl) = line.trim().strip_prefix("field:") else {
-            continue;
-        };
-        let mut parts = decl.split(';');
-        let name_part = parts.next().unwrap_or("");
-        let is_it = name_part
-            .rsplit(|c: char| c.is_whitespace() || c == '*')
-            .next()
-            .is_some_and(|n| n == field);
-        if !is_it {
-            continue;
-        }
-        let off = parts
-            .find_map(|p| p.trim().strip_prefix("offset:"))
-            .and_then(|v| v.parse().ok());
-        return Ok(off);
-    }
-    Ok(None)
-}
-
 fn fd(d: &MapData) -> RawFd {
     d.fd().as_fd().as_raw_fd()
 }

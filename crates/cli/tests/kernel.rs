@@ -1,0 +1,108 @@
+//! Kernel probes (`tracepoint:`): advice compiled to eBPF, run by the kernel for
+//! the session's processes, in the same program, maps and output as user-space
+//! probes. These need eBPF and tracepoints (CI runs as root): they fail, never skip,
+//! when the kernel refuses them.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+
+const T: Duration = Duration::from_secs(120);
+
+fn tp() -> String {
+    build("tp.c", Variant::O2_PIE, &[])
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// `@name[key]: value` lines of one map.
+fn keyed(stdout: &str, name: &str) -> BTreeMap<String, i64> {
+    let prefix = format!("{name}[");
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|l| l.split_once("]: "))
+        .map(|(k, v)| (k.to_string(), v.trim().parse().unwrap()))
+        .collect()
+}
+
+#[test]
+fn openat_counts_each_file_the_command_opens() {
+    let dir = std::env::temp_dir().join(format!("weft-tp-open-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.to_str().unwrap();
+    let cmd = format!("{} 7 0 0 {d}", tp());
+    let out = weft(
+        &[
+            "trace",
+            "-e",
+            "tracepoint:syscalls:sys_enter_openat /pid == cpid/ { @[str(args.filename)] = count(); @total = count(); }",
+            "-c",
+            &cmd,
+        ],
+        T,
+    );
+    let stdout = ok(&out);
+    let files = keyed(&stdout, "@");
+    for i in 0..7 {
+        assert_eq!(files.get(&format!("{d}/f{i}")), Some(&1), "{stdout}");
+    }
+    let ours = files.keys().filter(|k| k.starts_with(d)).count();
+    assert_eq!(ours, 7, "{stdout}");
+    // Every openat of the command is in one of the keys, and only those.
+    let total = map_value(&stdout, "@total").unwrap();
+    assert_eq!(total, files.values().sum::<i64>(), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn kernel_and_user_probes_share_maps_and_only_the_session_counts() {
+    let bin = tp();
+    // Another process making the same system calls the whole time: never counted.
+    let mut noise = std::process::Command::new("sh")
+        .args(["-c", &format!("while :; do {bin} 1 100; done")])
+        .spawn()
+        .unwrap();
+    let cmd = format!("{bin} 5 30 2");
+    let prog = format!(
+        "uprobe:{bin}:work {{ @user = count(); @both = count(); }} \
+         tracepoint:syscalls:sys_enter_getppid {{ @kernel = count(); @both = count(); @per[pid == cpid] = count(); }}"
+    );
+    let out = weft(&["trace", "-e", &prog, "-c", &cmd], T);
+    let _ = noise.kill();
+    let _ = noise.wait();
+    let stdout = ok(&out);
+    // 5 calls of work(30) in the command, 2 children of 30 calls each.
+    assert_eq!(map_value(&stdout, "@user"), Some(5), "{stdout}");
+    assert_eq!(map_value(&stdout, "@kernel"), Some(5 * 30 + 2 * 30), "{stdout}");
+    assert_eq!(map_value(&stdout, "@both"), Some(5 + 5 * 30 + 2 * 30), "{stdout}");
+    let per = keyed(&stdout, "@per");
+    assert_eq!(per.get("true"), Some(&150), "{stdout}");
+    assert_eq!(per.get("false"), Some(&60), "{stdout}");
+}
+
+#[test]
+fn kernel_printf_builtins_and_exit_fields() {
+    let cmd = format!("{} 3 2", tp());
+    let out = weft(
+        &[
+            "trace",
+            "-e",
+            "tracepoint:syscalls:sys_enter_getppid { printf(\"%s %d %d\\n\", comm, pid == cpid, args.__syscall_nr); } \
+             tracepoint:syscalls:sys_exit_getppid /args.ret > 0/ { @ok = count(); @ret = max(args.ret); }",
+            "-c",
+            &cmd,
+        ],
+        T,
+    );
+    let stdout = ok(&out);
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("tp ")).collect();
+    // getppid is system call 110 on x86-64.
+    assert_eq!(lines, vec!["tp 1 110"; 6], "{stdout}");
+    assert_eq!(map_value(&stdout, "@ok"), Some(6), "{stdout}");
+}

@@ -1,0 +1,67 @@
+/* Drives kernel tracepoints from user space, for the kernel-probe tests.
+ *
+ *   tp N M [KIDS [DIR]]   N calls of work(M), each making M getppid() system calls;
+ *                         then KIDS children, each making M getppid() calls; with
+ *                         DIR, first opens (creating) DIR/f0 .. DIR/f{N-1}.
+ *   tp wait M             waits for SIGUSR1, then makes M getppid() calls (a process
+ *                         a test starts before weft and lets go once weft is ready).
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+__attribute__((noinline)) void work(int m)
+{
+	for (int i = 0; i < m; i++)
+		getppid();
+	__asm__ volatile("" ::: "memory");
+}
+
+static volatile sig_atomic_t go;
+static void on_usr1(int sig) { (void)sig; go = 1; }
+
+int main(int argc, char **argv)
+{
+	if (argc == 3 && strcmp(argv[1], "wait") == 0) {
+		sigset_t block, old;
+		sigemptyset(&block);
+		sigaddset(&block, SIGUSR1);
+		sigprocmask(SIG_BLOCK, &block, &old);
+		signal(SIGUSR1, on_usr1);
+		printf("waiting\n");
+		fflush(stdout);
+		while (!go)
+			sigsuspend(&old);
+		work(atoi(argv[2]));
+		return 0;
+	}
+	if (argc < 3)
+		return 2;
+	int n = atoi(argv[1]), m = atoi(argv[2]);
+	int kids = argc > 3 ? atoi(argv[3]) : 0;
+	if (argc > 4) {
+		char path[4096];
+		for (int i = 0; i < n; i++) {
+			snprintf(path, sizeof path, "%s/f%d", argv[4], i);
+			int fd = open(path, O_RDONLY | O_CREAT, 0600);
+			if (fd < 0)
+				return 3;
+			close(fd);
+		}
+	}
+	for (int i = 0; i < n; i++)
+		work(m);
+	for (int k = 0; k < kids; k++) {
+		pid_t p = fork();
+		if (p == 0) {
+			work(m);
+			_exit(0);
+		}
+		waitpid(p, NULL, 0);
+	}
+	return 0;
+}
