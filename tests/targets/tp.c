@@ -5,12 +5,14 @@
  *                         DIR, first opens (creating) DIR/f0 .. DIR/f{N-1}.
  *   tp wait M             waits for SIGUSR1, then makes M getppid() calls (a process
  *                         a test starts before weft and lets go once weft is ready).
+ *   tp rename NAME        renames its thread NAME (prctl), then exits.
  */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,6 +41,8 @@ int main(int argc, char **argv)
 		work(atoi(argv[2]));
 		return 0;
 	}
+	if (argc == 3 && strcmp(argv[1], "rename") == 0)
+		return prctl(PR_SET_NAME, argv[2], 0, 0, 0) != 0;
 	if (argc < 3)
 		return 2;
 	int n = atoi(argv[1]), m = atoi(argv[2]);

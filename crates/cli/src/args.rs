@@ -72,6 +72,12 @@ pub struct TraceArgs {
     /// its threads paused a few milliseconds).
     #[arg(long = "max-processes", value_name = "N", default_value_t = 100)]
     pub max_processes: usize,
+    /// Kernel probes (tracepoint:) run for every process. By default, with -p or
+    /// -c, the kernel runs them only for the traced processes and the processes they
+    /// start (others pay one map lookup per event); without -p and -c, for every
+    /// process.
+    #[arg(long = "system")]
+    pub system: bool,
     /// Write output to FILE instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,

@@ -11,6 +11,7 @@
 pub mod args;
 pub mod coldpatch_cmd;
 pub mod demo;
+pub mod events;
 pub mod list_cmd;
 pub mod printer;
 pub mod record_cmd;
@@ -113,7 +114,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         },
         unsafe_ok: t.unsafe_ok,
         args_resolver: Some(std::sync::Arc::new(resolver)),
-        events: None,
+        events: Some(std::sync::Arc::new(events::TracefsEvents::default())),
         dump,
     };
     let out = front_end(&text, &file, &opts)?;
@@ -178,6 +179,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         all_or_nothing: t.all_or_nothing,
         follow_fork: t.follow_fork,
         max_processes: t.max_processes,
+        kernel_system: t.system,
         probe_filter: t
             .probe_filter
             .as_deref()

@@ -123,6 +123,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         all_or_nothing: false,
         follow_fork: a.follow_fork,
         max_processes: 0,
+        kernel_system: false,
         probe_filter: None,
         buffering: Default::default(),
         print: false,

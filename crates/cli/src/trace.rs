@@ -43,6 +43,8 @@ pub struct TraceOptions {
     pub follow_fork: bool,
     /// System-wide: the most processes that may map the probed files at the start.
     pub max_processes: usize,
+    /// `--system`: kernel probes run for every process, targets or not.
+    pub kernel_system: bool,
     /// Run only the probes whose name matches (`--probe-filter`).
     pub probe_filter: Option<regex::Regex>,
     /// How output is buffered (`-B`).
@@ -204,7 +206,7 @@ pub fn run_with(
         follow_fork: follow,
         system_wide,
         only_probes: only.clone(),
-        kernel_all: matches!(opts.target, Target::None),
+        kernel_all: opts.kernel_system || matches!(opts.target, Target::None),
         ..Options::default()
     };
     let attaching = matches!(opts.target, Target::Attach(_)) || system_wide;

@@ -79,8 +79,16 @@ fn kernel_and_user_probes_share_maps_and_only_the_session_counts() {
     let stdout = ok(&out);
     // 5 calls of work(30) in the command, 2 children of 30 calls each.
     assert_eq!(map_value(&stdout, "@user"), Some(5), "{stdout}");
-    assert_eq!(map_value(&stdout, "@kernel"), Some(5 * 30 + 2 * 30), "{stdout}");
-    assert_eq!(map_value(&stdout, "@both"), Some(5 + 5 * 30 + 2 * 30), "{stdout}");
+    assert_eq!(
+        map_value(&stdout, "@kernel"),
+        Some(5 * 30 + 2 * 30),
+        "{stdout}"
+    );
+    assert_eq!(
+        map_value(&stdout, "@both"),
+        Some(5 + 5 * 30 + 2 * 30),
+        "{stdout}"
+    );
     let per = keyed(&stdout, "@per");
     assert_eq!(per.get("true"), Some(&150), "{stdout}");
     assert_eq!(per.get("false"), Some(&60), "{stdout}");
@@ -105,4 +113,114 @@ fn kernel_printf_builtins_and_exit_fields() {
     // getppid is system call 110 on x86-64.
     assert_eq!(lines, vec!["tp 1 110"; 6], "{stdout}");
     assert_eq!(map_value(&stdout, "@ok"), Some(6), "{stdout}");
+}
+
+#[test]
+fn array_and_data_loc_fields_are_strings() {
+    let bin = tp();
+    let rename = format!("{bin} rename tp-renamed");
+    let out = weft(
+        &[
+            "trace",
+            "-e",
+            "tracepoint:task:task_rename { printf(\"%s -> %s %d\\n\", args.oldcomm, args.newcomm, args.pid == pid); }",
+            "-c",
+            &rename,
+        ],
+        T,
+    );
+    let stdout = ok(&out);
+    assert!(
+        stdout.lines().any(|l| l == "tp -> tp-renamed 1"),
+        "{stdout}"
+    );
+    // A data_loc string: the path a process execs, in the process that execs.
+    let exec = format!("sh -c 'exec {bin} 0 0'");
+    let out = weft(
+        &[
+            "trace",
+            "-e",
+            "tracepoint:sched:sched_process_exec { printf(\"exec %s %d\\n\", args.filename, args.pid == cpid); }",
+            "-c",
+            &exec,
+        ],
+        T,
+    );
+    let stdout = ok(&out);
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("exec "))
+            .collect::<Vec<_>>(),
+        vec![format!("exec {bin} 1")],
+        "{stdout}"
+    );
+}
+
+#[test]
+fn attach_by_pid_and_system_wide() {
+    let bin = tp();
+    // -p: the attached process only.
+    let mut target = Spawned::start(std::path::Path::new(&bin), &["wait", "40"]);
+    target.wait_line("waiting", T);
+    let pid = target.pid().to_string();
+    let mut w = Background::start(&[
+        "trace",
+        "-e",
+        "BEGIN { printf(\"ready\\n\"); } tracepoint:syscalls:sys_enter_getppid { @ = count(); }",
+        "-p",
+        &pid,
+    ]);
+    w.wait_line("ready", false, T);
+    // SAFETY: signalling a process this test started.
+    unsafe { libc::kill(target.pid(), libc::SIGUSR1) };
+    let _ = target.child.wait();
+    let out = w.finish(T);
+    assert_eq!(map_value(&ok(&out), "@"), Some(40));
+    // No target: every process; this one is told apart by its pid.
+    let mut target = Spawned::start(std::path::Path::new(&bin), &["wait", "25"]);
+    target.wait_line("waiting", T);
+    let pid = target.pid().to_string();
+    let mut w = Background::start(&[
+        "trace",
+        "-e",
+        "BEGIN { printf(\"ready\\n\"); } tracepoint:syscalls:sys_enter_getppid /pid == $1/ { @ = count(); } \
+         tracepoint:sched:sched_process_exit /pid == $1/ { exit(); }",
+        "--",
+        &pid,
+    ]);
+    w.wait_line("ready", false, T);
+    // SAFETY: as above.
+    unsafe { libc::kill(target.pid(), libc::SIGUSR1) };
+    let out = w.finish(T);
+    assert_eq!(map_value(&ok(&out), "@"), Some(25));
+}
+
+#[test]
+fn with_system_the_kernel_probes_see_other_processes() {
+    let bin = tp();
+    for system in [true, false] {
+        let mut target = Spawned::start(std::path::Path::new(&bin), &["wait", "33"]);
+        target.wait_line("waiting", T);
+        let tpid = target.pid();
+        let prog = format!(
+            "BEGIN {{ printf(\"ready\\n\"); }} \
+             tracepoint:syscalls:sys_enter_getppid /pid == {tpid}/ {{ @ = count(); }}"
+        );
+        // The session's own command lasts as long as the other process.
+        let wait = format!("sh -c 'while kill -0 {tpid} 2>/dev/null; do sleep 0.01; done'");
+        let mut args = vec!["trace", "-e", &prog, "-c", &wait];
+        if system {
+            args.push("--system");
+        }
+        let mut w = Background::start(&args);
+        w.wait_line("ready", false, T);
+        // SAFETY: signalling a process this test started.
+        unsafe { libc::kill(tpid, libc::SIGUSR1) };
+        // Reaped, so that `kill -0` stops finding it.
+        let _ = target.child.wait();
+        let out = w.finish(T);
+        let want = if system { 33 } else { 0 };
+        assert_eq!(map_value(&ok(&out), "@"), Some(want), "--system: {system}");
+    }
 }

@@ -12,9 +12,11 @@
 //!   it into the segment: the kernel slot's accumulators hold the CPUs' merged
 //!   values, as a thread's hold its own, so a map fed from both sides prints merged;
 //!   a plain map's entries are copied (and removed when the kernel removed them).
-//!   The mirror is refreshed before anything reads the maps (a drain that brings a
-//!   `print`, `clear` or `zero`, interval and END probes, the final print) and every
-//!   [`SYNC_EVERY`] otherwise. `clear`/`zero` from either side reach the kernel's maps.
+//!   The mirror is refreshed right before the decoder takes a `print` or applies a
+//!   `clear`/`zero` (from either side), after local advice (BEGIN, interval, END)
+//!   ran, before the final print, and every [`SYNC_EVERY`] (what advice in the
+//!   processes reads of a kernel map is at most that old). `clear`/`zero` reach the
+//!   kernel's maps too.
 //! * **The pid filter**: with targets, the kernel runs the advice only for the
 //!   session's processes and the processes they start (a `sched_process_fork`
 //!   program adds each child of a filtered process); without, for every process.
@@ -23,9 +25,7 @@ use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use weft_abi::{
-    EventHeader, ThreadSlot, EVENT_CLEAR_MAP, EVENT_HEADER_SIZE, EVENT_PRINT_MAP, EVENT_ZERO_MAP,
-};
+use weft_abi::{EventHeader, ThreadSlot, EVENT_HEADER_SIZE};
 use weft_bpf::KernelProbe;
 use weft_ir::{AttachPoint, Program};
 use weft_kernel::probes::KernelProbes;
@@ -50,8 +50,6 @@ pub struct KernelSide {
     /// Records taken from the kernel's ring and not yet in the slot's ring.
     backlog: VecDeque<Vec<u8>>,
     last_sync: Instant,
-    /// A record that reads or resets maps came in: refresh before decoding.
-    wants_sync: bool,
     pub filtered: bool,
     /// Programs and instructions (for `-v`).
     pub programs: usize,
@@ -98,6 +96,7 @@ impl KernelSide {
         filter: bool,
     ) -> Result<KernelSide> {
         weft_kernel::probes::check_privileges()?;
+        refuse_user_maps_read_in_kernel(prog, which)?;
         let h = shm.header();
         let ncpus = aya_ncpus()?;
         let probes: Vec<KernelProbe> = which
@@ -152,7 +151,6 @@ impl KernelSide {
             maps,
             backlog: VecDeque::new(),
             last_sync: Instant::now(),
-            wants_sync: false,
             filtered: filter,
             programs: built.programs.len(),
             instructions: built.sizes.iter().sum(),
@@ -187,9 +185,6 @@ impl KernelSide {
             if !unsafe { weft_runtime::ring::fits(self.slot, size, payload.len()) } {
                 return true;
             }
-            if matches!(h.kind, EVENT_PRINT_MAP | EVENT_CLEAR_MAP | EVENT_ZERO_MAP) {
-                self.wants_sync = true;
-            }
             // SAFETY: as above; the ring is the slot's, of `size` bytes.
             unsafe {
                 weft_runtime::ring::produce(
@@ -210,12 +205,11 @@ impl KernelSide {
 
     /// Whether the mirror should be refreshed before the next decode.
     pub fn due(&self) -> bool {
-        self.wants_sync || self.last_sync.elapsed() >= SYNC_EVERY
+        self.last_sync.elapsed() >= SYNC_EVERY
     }
 
     /// Refresh the mirror of the kernel's maps and error counts in the segment.
     pub fn sync(&mut self, shm: &Shm) -> Result<()> {
-        self.wants_sync = false;
         self.last_sync = Instant::now();
         for m in &mut self.maps {
             let d = shm.map(m.id);
@@ -288,6 +282,44 @@ impl KernelSide {
     pub fn ring_fd(&self) -> i32 {
         self.probes.ring_fd()
     }
+}
+
+/// A kernel probe that reads a map user-space probes write would see only the
+/// kernel's share: refused, naming the map.
+fn refuse_user_maps_read_in_kernel(
+    prog: &Program,
+    which: &[(usize, String, String)],
+) -> Result<()> {
+    use weft_ir::Inst;
+    let kernel: HashSet<usize> = which.iter().map(|(i, _, _)| *i).collect();
+    let mut written_in_user = HashSet::new();
+    for (i, p) in prog.probes.iter().enumerate() {
+        if kernel.contains(&i) || !p.attach.iter().any(AttachPoint::runs_in_target) {
+            continue;
+        }
+        for inst in &p.body.code {
+            if let Inst::MapStore { map, .. }
+            | Inst::MapAgg { map, .. }
+            | Inst::MapDelete { map, .. } = inst
+            {
+                written_in_user.insert(map.0);
+            }
+        }
+    }
+    for (i, category, name) in which {
+        for inst in &prog.probes[*i].body.code {
+            if let Inst::MapLoad { map, .. } | Inst::MapHasKey { map, .. } = inst {
+                if written_in_user.contains(&map.0) {
+                    bail!(
+                        "kernel probe tracepoint:{category}:{name} reads {}, which user-space \
+                         probes write: not supported yet (the kernel sees only its own writes)",
+                        prog.maps[map.0 as usize].name
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn aya_ncpus() -> Result<u32> {

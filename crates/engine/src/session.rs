@@ -1046,16 +1046,24 @@ impl<'p> Session<'p> {
             return;
         };
         // The kernel's events join the processes'; its maps are mirrored before
-        // anything that reads maps is decoded.
+        // anything that reads or resets maps is decoded.
+        let note = self.opts.note;
         loop {
             let more = k.pump(&self.seg.shm);
-            if k.due() || self.local_ran {
-                self.local_ran = false;
-                if let Err(e) = k.sync(&self.seg.shm) {
-                    (self.opts.note)(&format!("weft: reading the kernel probes' maps: {e:#}"));
+            let due = k.due();
+            let shm = &self.seg.shm;
+            let mut sync = || {
+                if let Err(e) = k.sync(shm) {
+                    note(&format!("weft: reading the kernel probes' maps: {e:#}"));
                 }
+            };
+            // Local advice may read them; and what advice in processes reads
+            // of them is at most SYNC_EVERY old.
+            if self.local_ran || due {
+                self.local_ran = false;
+                sync();
             }
-            records.extend(self.decoder.drain(&self.seg.shm, self.prog));
+            records.extend(self.decoder.drain_with(shm, self.prog, &mut sync));
             for (map, zero) in std::mem::take(&mut self.decoder.cleared) {
                 k.cleared(map, zero);
             }

@@ -460,9 +460,15 @@ print fmt: \"dfd: 0x%08lx, filename: 0x%08lx\", ((unsigned long)(REC->dfd))
         assert_eq!(f.kind, FieldKind::DataLoc);
         assert_eq!((f.c_type.as_str(), f.name.as_str()), ("char", "filename"));
         let f = Field::parse("__data_loc cpumask_t cpumask", 8, 4, false).unwrap();
-        assert_eq!((f.c_type.as_str(), f.kind), ("cpumask_t", FieldKind::DataLoc));
+        assert_eq!(
+            (f.c_type.as_str(), f.kind),
+            ("cpumask_t", FieldKind::DataLoc)
+        );
         let f = Field::parse("struct open_how * how", 8, 8, false).unwrap();
-        assert_eq!((f.c_type.as_str(), f.kind), ("struct open_how *", FieldKind::Pointer));
+        assert_eq!(
+            (f.c_type.as_str(), f.kind),
+            ("struct open_how *", FieldKind::Pointer)
+        );
         let f = Field::parse("void *ptr", 8, 8, false).unwrap();
         assert_eq!((f.c_type.as_str(), f.name.as_str()), ("void *", "ptr"));
         assert!(Field::parse("int", 0, 4, true).is_err());

@@ -37,6 +37,19 @@ impl Decoder {
     /// slots of threads that were gone before this drain began (their rings are now
     /// empty for good) are folded into the retired slot and freed for new threads.
     pub fn drain(&mut self, shm: &Shm, prog: &Program) -> Vec<Record> {
+        self.drain_with(shm, prog, &mut || {})
+    }
+
+    /// [`Decoder::drain`], calling `before_maps` once, before the first `print`,
+    /// `clear` or `zero` of the drain reads or changes the maps (so that maps kept
+    /// elsewhere too are brought up to date first).
+    pub fn drain_with(
+        &mut self,
+        shm: &Shm,
+        prog: &Program,
+        before_maps: &mut dyn FnMut(),
+    ) -> Vec<Record> {
+        let mut maps_ready = false;
         let dead = slots::dead(shm);
         let h = shm.header();
         let now = weft_runtime::clock::monotonic_ns();
@@ -67,6 +80,10 @@ impl Decoder {
                 break;
             }
             let h = &e.header;
+            if !maps_ready && matches!(h.kind, EVENT_PRINT_MAP | EVENT_CLEAR_MAP | EVENT_ZERO_MAP) {
+                maps_ready = true;
+                before_maps();
+            }
             let event = match h.kind {
                 EVENT_PRINTF => Event::Printf {
                     format: h.id,
