@@ -37,7 +37,13 @@ const ZERO_KEY: i16 = 0;
 const TMP: i16 = 8;
 const TMP2: i16 = 16;
 const ERR_KEY: i16 = 24;
-pub(crate) const ZERO_VALUE: u32 = 32;
+/// The address of the user-memory map entry being looked at.
+const ENTRY: i16 = 32;
+pub(crate) const ZERO_VALUE: u32 = 40;
+
+/// Most entries a read of a user-space map looks at (linear probing from the
+/// key's slot; the runtime keeps tables at most half full).
+const USER_PROBES: u32 = 16;
 
 /// Most registers kept on the stack (8 bytes each; eBPF's stack is 512 bytes).
 const MAX_STACK_REGS: u32 = 60;
@@ -57,6 +63,8 @@ pub struct Code {
 
 struct Gen<'a> {
     a: Asm<MapRef>,
+    /// Scratch offset of the buffer for keys read from user memory.
+    key_buf: u32,
     prog: &'a Program,
     env: &'a Env,
     slot_off: Vec<u32>,
@@ -76,7 +84,8 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Code, BpfError
         return Err(BpfError::TooManyRegs(f.regs, MAX_STACK_REGS));
     }
     let mut slot_off = Vec::with_capacity(f.slots.len());
-    let mut off = ZERO_VALUE + env.zero_value;
+    let key_buf = ZERO_VALUE + env.zero_value;
+    let mut off = key_buf + env.key_buf;
     for &s in &f.slots {
         slot_off.push(off);
         off = off.saturating_add(s);
@@ -89,6 +98,7 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Code, BpfError
     let out = a.label();
     let mut g = Gen {
         a,
+        key_buf,
         prog,
         env,
         slot_off,
@@ -111,8 +121,8 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Code, BpfError
 }
 
 /// The pid filter's program on `sched_process_fork`: a process in the filter that
-/// starts another puts it in the filter too (`child_off`: the child's pid in the
-/// record). It runs in the parent.
+/// starts another puts it in the filter too, with its segment's address
+/// (`child_off`: the child's pid in the record). It runs in the parent.
 pub fn fork_program(child_off: u32) -> Result<Code, BpfError> {
     let off = i16::try_from(child_off).map_err(|_| BpfError::Bad("child_pid offset".into()))?;
     let mut a: Asm<MapRef> = Asm::new();
@@ -134,6 +144,18 @@ pub fn fork_program(child_off: u32) -> Result<Code, BpfError> {
     a.alu_imm(ADD, R2, -8);
     a.mov(R3, R10);
     a.alu_imm(ADD, R3, -12);
+    a.mov_imm(R4, i64::from(BPF_ANY));
+    a.call(helper::MAP_UPDATE_ELEM);
+    // And where the segment is: a forked child maps it where its parent did.
+    a.load_map(R1, MapRef::Segments);
+    a.mov(R2, R10);
+    a.alu_imm(ADD, R2, -4);
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp_imm(JEQ, R0, 0, out);
+    a.mov(R3, R0);
+    a.load_map(R1, MapRef::Segments);
+    a.mov(R2, R10);
+    a.alu_imm(ADD, R2, -8);
     a.mov_imm(R4, i64::from(BPF_ANY));
     a.call(helper::MAP_UPDATE_ELEM);
     a.bind(out);
@@ -552,6 +574,9 @@ impl Gen<'_> {
                 }
             }
             Inst::MapHasKey { dst, map, key } => {
+                if let Some(u) = self.env.user_maps.get(&map.0).copied() {
+                    return self.user_map_read(u, Some(*key), None, None, Some(*dst));
+                }
                 self.a.load_map(R1, MapRef::Map(map.0));
                 self.key_ptr(R2, Some(*key))?;
                 self.a.call(helper::MAP_LOOKUP_ELEM);
@@ -750,6 +775,206 @@ impl Gen<'_> {
         Ok(())
     }
 
+    /// Read a map user-space probes write, in the current process's mapping of
+    /// the segment (as `weft_runtime::map::find` does: the key's hash, then linear
+    /// probing, at most [`USER_PROBES`] entries). Outside a member process, or when
+    /// the key is absent: zero (and `found` 0).
+    fn user_map_read(
+        &mut self,
+        u: crate::UserMap,
+        key: Option<Place>,
+        dst_reg: Option<Reg>,
+        dst_place: Option<Place>,
+        found: Option<Reg>,
+    ) -> R {
+        let (_, value_off, _) = weft_abi::entry_layout(u.key_size, u.value_size);
+        let (hit, miss, done) = (self.a.label(), self.a.label(), self.a.label());
+        // r8 = the segment's address in this process.
+        self.a.call(helper::GET_CURRENT_PID_TGID);
+        self.a.alu_imm(RSH, R0, 32);
+        self.a.store(W, R9, TMP, R0);
+        self.a.load_map(R1, MapRef::Segments);
+        self.a.mov(R2, R9);
+        self.a.alu_imm(ADD, R2, i32::from(TMP));
+        self.a.call(helper::MAP_LOOKUP_ELEM);
+        self.a.jmp_imm(JEQ, R0, 0, miss);
+        self.a.load(DW, R8, R0, 0);
+        self.a.mov_imm(R1, u.table_off as i64);
+        self.a.alu(ADD, R8, R1);
+        // r7 = the key's hash (never 0 or 1).
+        let kp = match key {
+            Some(p) => self.poff(p)?,
+            None => ZERO_KEY,
+        };
+        let klen = if key.is_some() { u.key_size } else { 0 };
+        self.key_hash(kp, klen);
+        self.a.mov(R7, R0);
+        // TMP2 = the slot index (a map without a key has its one entry at 0).
+        self.a.mov(R1, R7);
+        self.a.alu_imm(AND, R1, (u.capacity - 1) as i32);
+        if key.is_none() {
+            self.a.mov_imm(R1, 0);
+        }
+        self.a.store(DW, R9, TMP2, R1);
+        let kb = i16::try_from(self.key_buf).map_err(|_| BpfError::FrameTooLarge(self.key_buf, MAX_SCRATCH))?;
+        let probes = if key.is_none() { 1 } else { USER_PROBES.min(u.capacity) };
+        for _ in 0..probes {
+            let next = self.a.label();
+            // r6 is the context: keep it; the entry's address in r3.
+            self.a.load(DW, R3, R9, TMP2);
+            self.a.mov_imm(R1, i64::from(u.entry_size));
+            self.a.alu(MUL, R3, R1);
+            self.a.alu(ADD, R3, R8);
+            self.a.store(DW, R9, ENTRY, R3);
+            self.a.mov(R1, R9);
+            self.a.alu_imm(ADD, R1, i32::from(TMP));
+            self.a.mov_imm(R2, 8);
+            self.a.call(helper::PROBE_READ_USER);
+            self.a.jmp_imm(JNE, R0, 0, miss);
+            self.a.load(W, R1, R9, TMP);
+            self.a.jmp_imm(JEQ, R1, i32::try_from(weft_abi::ENTRY_EMPTY).unwrap_or(0), miss);
+            if key.is_some() {
+                self.a.load(W, R2, R9, TMP + 4);
+                self.a.jmp(JNE, R2, R7, next);
+            }
+            if klen > 0 {
+                self.a.mov(R1, R9);
+                self.a.alu_imm(ADD, R1, i32::from(kb));
+                self.a.mov_imm(R2, i64::from(klen));
+                self.a.load(DW, R3, R9, ENTRY);
+                self.a.alu_imm(ADD, R3, 8);
+                self.a.call(helper::PROBE_READ_USER);
+                self.a.jmp_imm(JNE, R0, 0, miss);
+                for i in 0..klen as i16 {
+                    self.a.load(B, R1, R9, kb + i);
+                    self.a.load(B, R2, R9, kp + i);
+                    self.a.jmp(JNE, R1, R2, next);
+                }
+            }
+            // The key's entry: live, or deleted (absent).
+            self.a.load(W, R1, R9, TMP);
+            self.a.jmp_imm(JEQ, R1, weft_abi::ENTRY_LIVE as i32, hit);
+            self.a.ja(miss);
+            self.a.bind(next);
+            self.a.load(DW, R1, R9, TMP2);
+            self.a.alu_imm(ADD, R1, 1);
+            self.a.alu_imm(AND, R1, (u.capacity - 1) as i32);
+            self.a.store(DW, R9, TMP2, R1);
+        }
+        self.a.ja(miss);
+        self.a.bind(hit);
+        // The value.
+        let vsize = u.value_size;
+        match dst_place {
+            Some(p) => {
+                let off = self.poff(p)?;
+                self.a.mov(R1, R9);
+                self.a.alu_imm(ADD, R1, i32::from(off));
+            }
+            None => {
+                self.a.store_imm(DW, R9, TMP, 0);
+                self.a.mov(R1, R9);
+                self.a.alu_imm(ADD, R1, i32::from(TMP));
+            }
+        }
+        let want = if dst_place.is_some() { vsize } else { vsize.min(8) };
+        if dst_reg.is_some() || dst_place.is_some() {
+            self.a.mov_imm(R2, i64::from(want));
+            self.a.load(DW, R3, R9, ENTRY);
+            self.a.alu_imm(ADD, R3, value_off as i32);
+            self.a.call(helper::PROBE_READ_USER);
+        }
+        self.a.mov_imm(R0, 1);
+        self.a.ja(done);
+        self.a.bind(miss);
+        if let Some(p) = dst_place {
+            let off = self.poff(p)?;
+            self.zero(R9, off, vsize);
+        }
+        self.a.store_imm(DW, R9, TMP, 0);
+        self.a.mov_imm(R0, 0);
+        self.a.bind(done);
+        if let Some(f) = found {
+            self.st(f, R0);
+        }
+        if let Some(r) = dst_reg {
+            // A scalar: its low bytes, zero-extended.
+            match Self::size_code(vsize.min(8)) {
+                Some(sz) if vsize <= 8 => self.a.load(sz, R0, R9, TMP),
+                _ => self.a.load(DW, R0, R9, TMP),
+            }
+            self.st(r, R0);
+        }
+        Ok(())
+    }
+
+    /// `r0 = weft_abi::key_hash(scratch[off .. off + len])` (the key's bytes).
+    fn key_hash(&mut self, off: i16, len: u32) {
+        const K: i64 = 0x9E37_79B9_7F4A_7C15u64 as i64;
+        let lanes: [i64; 4] = [
+            0x243F_6A88_85A3_08D3,
+            0x1319_8A2E_0370_7344,
+            0xA409_3822_299F_31D0u64 as i64,
+            0x082E_FA98_EC4E_6C89,
+        ];
+        // Lanes in r1-r4, the word in r5, K in r0.
+        let regs = [R1, R2, R3, R4];
+        for (r, v) in regs.iter().zip(lanes) {
+            self.a.mov_imm(*r, v);
+        }
+        self.a.mov_imm(R0, K);
+        let full = len / 32;
+        for c in 0..full {
+            for (j, r) in regs.iter().enumerate() {
+                self.a.load(DW, R5, R9, off + (c * 32 + 8 * j as u32) as i16);
+                self.a.alu(XOR, *r, R5);
+                self.a.alu(MUL, *r, R0);
+            }
+        }
+        let mut rest = len % 32;
+        let mut at = full * 32;
+        for r in regs {
+            if rest == 0 {
+                break;
+            }
+            let n = rest.min(8);
+            self.a.load(DW, R5, R9, off + at as i16);
+            if n < 8 {
+                // Only the key's bytes (what follows in the slot is not the key's).
+                self.a.alu_imm(LSH, R5, (64 - 8 * n) as i32);
+                self.a.alu_imm(RSH, R5, (64 - 8 * n) as i32);
+            }
+            self.a.alu(XOR, r, R5);
+            self.a.mov_imm(R5, i64::from(n) << 56);
+            self.a.alu(XOR, r, R5);
+            self.a.alu(MUL, r, R0);
+            rest -= n;
+            at += n;
+        }
+        // h = l0 ^ rotl(l1, 17) ^ rotl(l2, 31) ^ rotl(l3, 47)
+        for (r, k) in [(R2, 17), (R3, 31), (R4, 47)] {
+            self.a.mov(R5, r);
+            self.a.alu_imm(LSH, r, k);
+            self.a.alu_imm(RSH, R5, 64 - k);
+            self.a.alu(OR, r, R5);
+            self.a.alu(XOR, R1, r);
+        }
+        self.a.alu_imm(XOR, R1, len as i32);
+        for step in 0..2 {
+            self.a.mov(R5, R1);
+            self.a.alu_imm(RSH, R5, 33);
+            self.a.alu(XOR, R1, R5);
+            if step == 0 {
+                self.a.mov_imm(R5, 0xff51_afd7_ed55_8ccdu64 as i64);
+                self.a.alu(MUL, R1, R5);
+            }
+        }
+        self.a.alu_imm(LSH, R1, 32);
+        self.a.alu_imm(RSH, R1, 32);
+        self.a.alu_imm(OR, R1, 2);
+        self.a.mov(R0, R1);
+    }
+
     fn map_load(
         &mut self,
         map: MapId,
@@ -758,6 +983,9 @@ impl Gen<'_> {
         dst_place: Option<Place>,
     ) -> R {
         let value = self.map_of(map)?.clone();
+        if let Some(u) = self.env.user_maps.get(&map.0).copied() {
+            return self.user_map_read(u, key, dst_reg, dst_place, None);
+        }
         if value.is_aggregation() {
             return self.agg_load(map, key, &value, dst_reg, dst_place);
         }

@@ -50,6 +50,8 @@ pub enum MapRef {
     Ring,
     /// The processes whose events count (tgid → 1), when filtered.
     Pids,
+    /// Where each member process maps the session's segment (tgid → address).
+    Segments,
     /// Per-CPU scratch: slots, temporaries, the zero value.
     Scratch,
     /// Per-CPU error counters by [`weft_ir::ErrorKind`].
@@ -64,6 +66,7 @@ impl MapRef {
         match self {
             MapRef::Ring => "weft_ring".into(),
             MapRef::Pids => "weft_pids".into(),
+            MapRef::Segments => "weft_segs".into(),
             MapRef::Scratch => "weft_scratch".into(),
             MapRef::Errors => "weft_errors".into(),
             MapRef::Map(i) => format!("weft_m{i}"),
@@ -97,6 +100,23 @@ pub struct Env {
     pub probe_id: u32,
     /// Bytes of the zero value kept in scratch.
     pub zero_value: u32,
+    /// Maps user-space probes write that kernel probes read: read from the current
+    /// process's mapping of the session's segment.
+    pub user_maps: std::collections::BTreeMap<u32, UserMap>,
+    /// Bytes kept in scratch for a key read from user memory.
+    pub key_buf: u32,
+}
+
+/// Where a map written in user space lives in the session's segment (its key table:
+/// `weft_abi::MapDesc`), for kernel advice that reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserMap {
+    pub table_off: u64,
+    pub entry_size: u32,
+    /// A power of two.
+    pub capacity: u32,
+    pub key_size: u32,
+    pub value_size: u32,
 }
 
 /// One kernel probe: its advice and its tracepoint.
@@ -122,6 +142,8 @@ pub struct Options {
     /// With a pid filter: where `sched_process_fork` records the child's pid, so a
     /// program there adds the children of filtered processes to the filter.
     pub fork_child_pid_offset: Option<u32>,
+    /// See [`Env::user_maps`].
+    pub user_maps: std::collections::BTreeMap<u32, UserMap>,
 }
 
 /// An object ready to load.
@@ -154,12 +176,14 @@ fn maps_used(f: &Function, out: &mut BTreeSet<u32>) {
     }
 }
 
-/// The weft maps kernel probes use (weft mirrors them into its own maps).
-pub fn kernel_maps(probes: &[KernelProbe]) -> BTreeSet<u32> {
+/// The weft maps kernel probes keep in the kernel (weft mirrors them into its own
+/// maps): those they use but `user` (maps user space writes, which they only read).
+pub fn kernel_maps(probes: &[KernelProbe], user: &std::collections::BTreeMap<u32, UserMap>) -> BTreeSet<u32> {
     let mut used = BTreeSet::new();
     for p in probes {
         maps_used(p.body, &mut used);
     }
+    used.retain(|m| !user.contains_key(m));
     used
 }
 
@@ -203,7 +227,13 @@ pub fn build(
     probes: &[KernelProbe],
     opts: &Options,
 ) -> Result<Built, (usize, BpfError)> {
-    let used = kernel_maps(probes);
+    let used = kernel_maps(probes, &opts.user_maps);
+    let key_buf = opts
+        .user_maps
+        .values()
+        .map(|m| m.key_size.div_ceil(8) * 8)
+        .max()
+        .unwrap_or(0);
     // The zero value new keyed aggregation entries start from.
     let zero_value = used
         .iter()
@@ -226,6 +256,8 @@ pub fn build(
             realtime_offset_ns: opts.realtime_offset_ns,
             probe_id: p.probe_id,
             zero_value,
+            user_maps: opts.user_maps.clone(),
+            key_buf,
         };
         codes.push(codegen::compile(p.body, prog, &env).map_err(|e| (i, e))?);
     }
@@ -256,6 +288,15 @@ pub fn build(
                 map_type: MAP_HASH,
                 key_size: 4,
                 value_size: 1,
+                max_entries: opts.max_pids.max(1),
+            },
+        ),
+        (
+            MapRef::Segments,
+            MapSpec {
+                map_type: MAP_HASH,
+                key_size: 4,
+                value_size: 8,
                 max_entries: opts.max_pids.max(1),
             },
         ),

@@ -96,7 +96,7 @@ impl KernelSide {
         filter: bool,
     ) -> Result<KernelSide> {
         weft_kernel::probes::check_privileges()?;
-        refuse_user_maps_read_in_kernel(prog, which)?;
+        let user_maps = user_maps_read_in_kernel(prog, which, shm)?;
         let h = shm.header();
         let ncpus = aya_ncpus()?;
         let probes: Vec<KernelProbe> = which
@@ -123,6 +123,7 @@ impl KernelSide {
             } else {
                 None
             },
+            user_maps,
         };
         let built = weft_bpf::build(prog, &probes, &opts)
             .map_err(|(i, e)| anyhow!("{}: {e}", probe_label(prog, which, i)))?;
@@ -157,12 +158,13 @@ impl KernelSide {
         })
     }
 
-    /// Let the advice run for process `pid` (and the processes it starts).
-    pub fn add_pid(&self, pid: u32) -> Result<()> {
+    /// Let the advice run for member `pid` (and the processes it starts), which
+    /// maps the segment at `shm_base`.
+    pub fn add_member(&self, pid: u32, shm_base: u64) -> Result<()> {
         if self.filtered {
             self.probes.add_pid(pid)?;
         }
-        Ok(())
+        self.probes.set_segment(pid, shm_base)
     }
 
     /// Move the kernel's events into the kernel slot's ring, as many as fit; true
@@ -284,42 +286,76 @@ impl KernelSide {
     }
 }
 
-/// A kernel probe that reads a map user-space probes write would see only the
-/// kernel's share: refused, naming the map.
-fn refuse_user_maps_read_in_kernel(
+/// The maps user-space probes write and kernel probes read: kernel advice reads
+/// them in the current process's mapping of the segment. One that kernel probes
+/// write too is refused (each side would see only its own writes).
+fn user_maps_read_in_kernel(
     prog: &Program,
     which: &[(usize, String, String)],
-) -> Result<()> {
+    shm: &Shm,
+) -> Result<std::collections::BTreeMap<u32, weft_bpf::UserMap>> {
     use weft_ir::Inst;
     let kernel: HashSet<usize> = which.iter().map(|(i, _, _)| *i).collect();
-    let mut written_in_user = HashSet::new();
+    let writes = |inst: &Inst| match inst {
+        Inst::MapStore { map, .. } | Inst::MapAgg { map, .. } | Inst::MapDelete { map, .. } => {
+            Some(map.0)
+        }
+        _ => None,
+    };
+    let mut user_written = HashSet::new();
+    let mut kernel_written = HashSet::new();
     for (i, p) in prog.probes.iter().enumerate() {
-        if kernel.contains(&i) || !p.attach.iter().any(AttachPoint::runs_in_target) {
+        let in_kernel = kernel.contains(&i);
+        if !in_kernel && !p.attach.iter().any(AttachPoint::runs_in_target) {
             continue;
         }
-        for inst in &p.body.code {
-            if let Inst::MapStore { map, .. }
-            | Inst::MapAgg { map, .. }
-            | Inst::MapDelete { map, .. } = inst
-            {
-                written_in_user.insert(map.0);
+        for m in p.body.code.iter().filter_map(writes) {
+            if in_kernel {
+                kernel_written.insert(m);
+            } else {
+                user_written.insert(m);
             }
         }
     }
+    let mut out = std::collections::BTreeMap::new();
     for (i, category, name) in which {
         for inst in &prog.probes[*i].body.code {
-            if let Inst::MapLoad { map, .. } | Inst::MapHasKey { map, .. } = inst {
-                if written_in_user.contains(&map.0) {
-                    bail!(
-                        "kernel probe tracepoint:{category}:{name} reads {}, which user-space \
-                         probes write: not supported yet (the kernel sees only its own writes)",
-                        prog.maps[map.0 as usize].name
-                    );
-                }
+            let (Inst::MapLoad { map, .. } | Inst::MapHasKey { map, .. }) = inst else {
+                continue;
+            };
+            if !user_written.contains(&map.0) {
+                continue;
             }
+            let decl = &prog.maps[map.0 as usize];
+            if kernel_written.contains(&map.0) {
+                bail!(
+                    "kernel probe tracepoint:{category}:{name} reads {}, which both user-space \
+                     and kernel probes write: not supported (each side would see only its \
+                     own writes)",
+                    decl.name
+                );
+            }
+            if decl.value.is_aggregation() {
+                bail!(
+                    "kernel probe tracepoint:{category}:{name} reads aggregation {}, which \
+                     user-space probes write: not supported yet",
+                    decl.name
+                );
+            }
+            let d = shm.map(map.0);
+            out.insert(
+                map.0,
+                weft_bpf::UserMap {
+                    table_off: d.table_off,
+                    entry_size: d.entry_size,
+                    capacity: d.capacity,
+                    key_size: d.key_size,
+                    value_size: d.value_size,
+                },
+            );
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 fn aya_ncpus() -> Result<u32> {

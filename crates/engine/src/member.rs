@@ -78,6 +78,11 @@ pub struct Prepared {
 }
 
 impl Member {
+    /// Where the agent mapped the session's segment in this process.
+    pub fn shm_base(&self) -> u64 {
+        self.shm_base
+    }
+
     /// A process whose agent has connected: it maps the session's segment, its
     /// sites being those of site space `space`.
     pub fn join(

@@ -348,7 +348,7 @@ impl<'p> Session<'p> {
         };
         let m = Member::join(pid, agent, child, &self.seg, space, flags)?;
         if let Some(k) = &self.kernel {
-            k.add_pid(pid as u32)?;
+            k.add_member(pid as u32, m.shm_base())?;
         }
         self.members.push(m);
         self.pending.push(joined_record(pid));
@@ -415,7 +415,7 @@ impl<'p> Session<'p> {
         )?;
         for m in &self.members {
             if m.alive {
-                k.add_pid(m.pid as u32)?;
+                k.add_member(m.pid as u32, m.shm_base())?;
             }
         }
         self.verbose(&format!(

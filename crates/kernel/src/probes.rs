@@ -37,6 +37,7 @@ pub struct KernelProbes {
     _ebpf: Ebpf,
     ring: RingBuf<MapData>,
     pids: MapData,
+    segments: MapData,
     errors: MapData,
     maps: Vec<(u32, MapData, MapSpec)>,
     ncpus: usize,
@@ -106,6 +107,7 @@ impl KernelProbes {
         let taken = (|| -> Result<_> {
             let ring = RingBuf::try_from(Map::RingBuf(take(&mut ebpf, MapRef::Ring)?))?;
             let pids = take(&mut ebpf, MapRef::Pids)?;
+            let segments = take(&mut ebpf, MapRef::Segments)?;
             let errors = take(&mut ebpf, MapRef::Errors)?;
             let mut maps = Vec::new();
             for (r, spec) in &built.maps {
@@ -113,13 +115,14 @@ impl KernelProbes {
                     maps.push((*id, take(&mut ebpf, *r)?, *spec));
                 }
             }
-            Ok((ring, pids, errors, maps))
+            Ok((ring, pids, segments, errors, maps))
         })();
-        let (ring, pids, errors, maps) = taken.map_err(|e| general(format!("{e:#}")))?;
+        let (ring, pids, segments, errors, maps) = taken.map_err(|e| general(format!("{e:#}")))?;
         Ok(KernelProbes {
             _ebpf: ebpf,
             ring,
             pids,
+            segments,
             errors,
             maps,
             ncpus,
@@ -142,6 +145,13 @@ impl KernelProbes {
     pub fn add_pid(&self, pid: u32) -> Result<()> {
         update(fd(&self.pids), &pid.to_ne_bytes(), &[1], 0)
             .with_context(|| format!("adding process {pid} to the kernel probes' filter"))
+    }
+
+    /// Process `pid` maps the session's segment at `addr` (kernel advice reads the
+    /// maps user space writes there).
+    pub fn set_segment(&self, pid: u32, addr: u64) -> Result<()> {
+        update(fd(&self.segments), &pid.to_ne_bytes(), &addr.to_ne_bytes(), 0)
+            .with_context(|| format!("telling the kernel probes where process {pid} maps the segment"))
     }
 
     /// Error counters by `weft_ir::ErrorKind` number, summed over CPUs.

@@ -39,6 +39,7 @@ fn load(prog: &Program, filter: bool) -> KernelProbes {
         ring_bytes: 1 << 20,
         max_pids: 64,
         fork_child_pid_offset: None,
+        user_maps: Default::default(),
     };
     let built =
         weft_bpf::build(prog, &probes, &opts).unwrap_or_else(|(i, e)| panic!("probe {i}: {e}"));
