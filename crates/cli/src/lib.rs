@@ -6,11 +6,13 @@
 //! * [`trace`](mod@trace): one `weft trace` run.
 //! * [`printer`]: records and maps as bpftrace prints them (a `weft_trace::Sink`).
 //! * [`record_cmd`]: `weft record`, function entries and exits to a record file.
+//! * [`events`]: the kernel's tracepoints (tracefs) for the front end.
 //! * [`demo`], [`coldpatch_cmd`]: the other subcommands.
 
 pub mod args;
 pub mod coldpatch_cmd;
 pub mod demo;
+pub mod events;
 pub mod list_cmd;
 pub mod printer;
 pub mod record_cmd;
@@ -113,6 +115,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         },
         unsafe_ok: t.unsafe_ok,
         args_resolver: Some(std::sync::Arc::new(resolver)),
+        events: Some(std::sync::Arc::new(events::TracefsEvents::default())),
         dump,
     };
     let out = front_end(&text, &file, &opts)?;
@@ -144,6 +147,19 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
     }
     if t.dry_run {
         return Ok(0);
+    }
+    // The front end takes kernel probes (their program shows with -d program); the
+    // eBPF code generator and loader that would run them are not in weft yet.
+    if let Some(a) = prog
+        .probes
+        .iter()
+        .flat_map(|p| &p.attach)
+        .find(|a| a.runs_in_kernel())
+    {
+        bail!(
+            "{a}: kernel probes are compiled to eBPF, and weft cannot load eBPF programs yet \
+             (issue 13); --dry-run and -d program check and show the program"
+        );
     }
     if prog.probes.is_empty() {
         bail!("{file}: the program has no probes (e.g. -e 'BEGIN {{ printf(\"hello\\n\"); }}')");
