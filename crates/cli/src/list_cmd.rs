@@ -71,7 +71,13 @@ fn parse(pattern: &str) -> Result<Pattern> {
         }
         "tracepoint" | "t" => {
             let (category, name) = rest.split_once(':').unwrap_or((rest, "*"));
-            let or_all = |s: &str| if s.is_empty() { "*".to_string() } else { s.to_string() };
+            let or_all = |s: &str| {
+                if s.is_empty() {
+                    "*".to_string()
+                } else {
+                    s.to_string()
+                }
+            };
             return Ok(Pattern {
                 kind: Kind::Tracepoint,
                 binary: None,

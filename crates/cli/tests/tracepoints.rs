@@ -16,8 +16,10 @@ const T: Duration = Duration::from_secs(60);
 fn have_tracefs() -> bool {
     let ok = std::path::Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_openat/format")
         .exists()
-        || std::path::Path::new("/sys/kernel/debug/tracing/events/syscalls/sys_enter_openat/format")
-            .exists();
+        || std::path::Path::new(
+            "/sys/kernel/debug/tracing/events/syscalls/sys_enter_openat/format",
+        )
+        .exists();
     if !ok {
         eprintln!("skipped: no tracefs with syscall tracepoints");
     }
@@ -49,7 +51,8 @@ fn list_names_tracepoints_as_bpftrace_does() {
     }
     let out = ok(&weft(&["-l", "tracepoint:syscalls:sys_enter_open*"], T));
     assert!(
-        out.lines().any(|l| l == "tracepoint:syscalls:sys_enter_openat"),
+        out.lines()
+            .any(|l| l == "tracepoint:syscalls:sys_enter_openat"),
         "{out}"
     );
     assert!(out
@@ -58,7 +61,10 @@ fn list_names_tracepoints_as_bpftrace_does() {
     // The short provider, and a bare pattern (a tracepoint's name, as bpftrace).
     assert_eq!(ok(&weft(&["-l", "t:syscalls:sys_enter_open*"], T)), out);
     let bare = ok(&weft(&["-l", "sys_enter_openat*"], T));
-    assert!(bare.starts_with("tracepoint:syscalls:sys_enter_openat\n"), "{bare}");
+    assert!(
+        bare.starts_with("tracepoint:syscalls:sys_enter_openat\n"),
+        "{bare}"
+    );
     if let Some(b) = bpftrace(&["-l", "tracepoint:syscalls:sys_enter_open*"]) {
         assert_eq!(out, b);
     }
@@ -94,7 +100,10 @@ fn list_without_a_pattern_is_every_tracepoint() {
             .filter(|l| l.starts_with("tracepoint:"))
             .map(|l| format!("{l}\n"))
             .collect();
-        assert!(out == theirs, "weft -l differs from bpftrace -l's tracepoints");
+        assert!(
+            out == theirs,
+            "weft -l differs from bpftrace -l's tracepoints"
+        );
     }
 }
 

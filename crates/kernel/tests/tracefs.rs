@@ -17,7 +17,11 @@ fn every_format_parses() {
     let Some(fs) = tracefs() else { return };
     let all = fs.tracepoints().unwrap();
     assert!(!all.is_empty());
-    assert!(all.windows(2).all(|w| w[0] < w[1]), "sorted, no duplicates");
+    let names: Vec<String> = all.iter().map(|t| t.to_string()).collect();
+    assert!(
+        names.windows(2).all(|w| w[0] < w[1]),
+        "sorted, no duplicates"
+    );
     for tp in &all {
         match fs.format(tp) {
             Ok(f) => assert_eq!(f.name, tp.name),
@@ -33,13 +37,24 @@ fn openat_and_wildcards() {
     let Some(fs) = tracefs() else { return };
     let found = fs.matching("syscalls", "sys_enter_open*").unwrap();
     let names: Vec<String> = found.iter().map(|t| t.to_string()).collect();
-    assert!(names.contains(&"syscalls:sys_enter_openat".to_string()), "{names:?}");
-    assert!(names.iter().all(|n| n.starts_with("syscalls:sys_enter_open")));
+    assert!(
+        names.contains(&"syscalls:sys_enter_openat".to_string()),
+        "{names:?}"
+    );
+    assert!(names
+        .iter()
+        .all(|n| n.starts_with("syscalls:sys_enter_open")));
     let f = fs.format(&found[names.iter().position(|n| n.ends_with("openat")).unwrap()]);
     let f = f.unwrap();
     assert_eq!(f.field("filename").unwrap().kind, FieldKind::Pointer);
-    assert_eq!(fs.matching("sy[s]calls", "sys_enter_opena?").unwrap().len(), 1);
-    assert!(fs.matching("syscalls", "sys_enter_opnat").unwrap().is_empty());
+    assert_eq!(
+        fs.matching("sy[s]calls", "sys_enter_opena?").unwrap().len(),
+        1
+    );
+    assert!(fs
+        .matching("syscalls", "sys_enter_opnat")
+        .unwrap()
+        .is_empty());
     assert!(fs.matching("nosuch*", "*").unwrap().is_empty());
     let e = fs
         .format(&weft_kernel::tracefs::Tracepoint {
