@@ -6,6 +6,7 @@
 //! * [`trace`](mod@trace): one `weft trace` run.
 //! * [`printer`]: records and maps as bpftrace prints them (a `weft_trace::Sink`).
 //! * [`record_cmd`]: `weft record`, function entries and exits to a record file.
+//! * [`events`]: the kernel's tracepoints (tracefs) for the front end.
 //! * [`demo`], [`coldpatch_cmd`]: the other subcommands.
 
 pub mod args;

@@ -6,6 +6,12 @@
 //! name such as `libc`, found as the probes find it) or a bare function pattern over
 //! the binary given or the process's modules. With `-v` each function is followed by
 //! its parameters and their types, from DWARF.
+//!
+//! Kernel tracepoints (`tracepoint:CATEGORY:NAME`, `t:`; wildcards anywhere) come
+//! from tracefs, as `bpftrace -l` lists them; `-v` adds each one's fields as its
+//! `format` file declares them. Without a pattern, a binary or a process, `weft -l`
+//! lists every tracepoint, and a bare pattern matches tracepoint names (as
+//! `bpftrace -l` does: they are the probes there are without a binary).
 
 use std::path::PathBuf;
 
@@ -14,6 +20,8 @@ use weft_symbols::glob::{has_wildcards, Glob};
 use weft_symbols::{ElfFile, LibrarySearch, ProcMaps, TargetContext};
 
 use crate::args::ListArgs;
+use crate::events::TracefsEvents;
+use weft_kernel::tracefs::Tracefs;
 
 /// The kinds of probe a pattern lists.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -21,6 +29,8 @@ enum Kind {
     Uprobe,
     Uretprobe,
     Usdt,
+    /// Kernel tracepoints: `name` is `CATEGORY:NAME`.
+    Tracepoint,
     /// A bare pattern: functions (as `uprobe`) and USDT probes.
     Any,
 }
@@ -47,14 +57,37 @@ fn parse(pattern: &str) -> Result<Pattern> {
         "uprobe" | "u" => Kind::Uprobe,
         "uretprobe" | "ur" => Kind::Uretprobe,
         "usdt" | "U" => Kind::Usdt,
-        "kprobe" | "k" | "kretprobe" | "kr" | "kfunc" | "kretfunc" | "fentry" | "fexit" => bail!(
-            "{pattern}: weft has no kernel function probes (this kernel offers no kprobes); \
-             it lists uprobe, uretprobe and usdt probes"
-        ),
-        "tracepoint" | "t" | "rawtracepoint" | "rt" | "software" | "s" | "hardware" | "h" => {
+        "kprobe" | "k" | "kretprobe" | "kr" | "kfunc" | "kretfunc" | "fentry" | "fexit"
+        | "rawtracepoint" | "rt" => {
+            let full = match provider {
+                "k" => "kprobe",
+                "kr" => "kretprobe",
+                "rt" => "rawtracepoint",
+                p => p,
+            };
+            let kernel = weft_lang::EventResolver::kernel(&TracefsEvents::default());
+            let why = weft_lang::unsupported::provider(full, Some(&kernel)).unwrap_or_default();
+            bail!("{why}")
+        }
+        "tracepoint" | "t" => {
+            let (category, name) = rest.split_once(':').unwrap_or((rest, "*"));
+            let or_all = |s: &str| {
+                if s.is_empty() {
+                    "*".to_string()
+                } else {
+                    s.to_string()
+                }
+            };
+            return Ok(Pattern {
+                kind: Kind::Tracepoint,
+                binary: None,
+                name: format!("{}:{}", or_all(category), or_all(name)),
+            });
+        }
+        "software" | "s" | "hardware" | "h" => {
             bail!(
-                "{pattern}: weft does not list kernel events yet; it lists uprobe, uretprobe \
-                 and usdt probes"
+                "{pattern}: weft has no perf software or hardware events; it lists uprobe, \
+                 uretprobe, usdt and tracepoint probes"
             )
         }
         _ if !pattern.contains(['/', '.']) && !provider.contains(['*', '?']) => bail!(
@@ -101,6 +134,23 @@ pub fn run(l: ListArgs) -> Result<i32> {
     let (pattern, binary) = l.split();
     let text = pattern.clone().unwrap_or_else(|| "*".to_string());
     let pat = parse(&text)?;
+    let without_binary = pat.binary.is_none() && binary.is_none() && l.pid.is_none();
+    match pat.kind {
+        Kind::Tracepoint => {
+            if !tracepoints(&pat.name, l.verbose)? {
+                bail!("no probe matches {text}");
+            }
+            return Ok(0);
+        }
+        // A bare pattern that names no tracepoint is a function's: it needs a binary.
+        Kind::Any
+            if without_binary
+                && matches!(tracepoints(&format!("*:{}", pat.name), l.verbose), Ok(true)) =>
+        {
+            return Ok(0)
+        }
+        _ => {}
+    }
     let files = files(&pat, binary.as_deref(), l.pid, &text)?;
     let name_glob = Glob::new(if pat.name.is_empty() { "*" } else { &pat.name });
     let mut lines: Vec<(String, Option<(PathBuf, String)>)> = Vec::new();
@@ -173,6 +223,35 @@ pub fn run(l: ListArgs) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Prints the tracepoints `CATEGORY:NAME` (wildcards) matches, with their fields
+/// (`-v`), as `bpftrace -l`/`-lv` prints them. False when none matches.
+fn tracepoints(pattern: &str, verbose: bool) -> Result<bool> {
+    use std::io::Write;
+    let (category, name) = pattern.split_once(':').unwrap_or((pattern, "*"));
+    let fs = Tracefs::find()?;
+    let found = fs.matching(category, name)?;
+    if found.is_empty() {
+        return Ok(false);
+    }
+    let mut out = std::io::stdout().lock();
+    for tp in found {
+        writeln!(out, "tracepoint:{tp}")?;
+        if !verbose {
+            continue;
+        }
+        match fs.format(&tp) {
+            Ok(f) => {
+                for field in f.fields.iter().filter(|f| !f.is_common()) {
+                    writeln!(out, "    {}", field.decl)?;
+                }
+            }
+            // One unreadable format does not stop the list.
+            Err(e) => eprintln!("weft: {e}"),
+        }
+    }
+    Ok(true)
 }
 
 /// The files a pattern lists: the binary it names (resolved as a probe's is: in the
@@ -299,7 +378,15 @@ mod tests {
         assert!(parse("kprobe:vfs_read")
             .unwrap_err()
             .to_string()
-            .contains("no kernel function probes"));
+            .starts_with("kprobe: this kernel"));
+        assert_eq!(
+            parse("t:syscalls:sys_enter_open*").unwrap(),
+            p(Kind::Tracepoint, None, "syscalls:sys_enter_open*")
+        );
+        assert_eq!(
+            parse("tracepoint:*").unwrap(),
+            p(Kind::Tracepoint, None, "*:*")
+        );
         assert!(parse("bogus:x:y")
             .unwrap_err()
             .to_string()

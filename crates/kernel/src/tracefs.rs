@@ -63,7 +63,7 @@ fn io_error(path: &Path, source: io::Error) -> Error {
 }
 
 /// One tracepoint: `CATEGORY:NAME` (`syscalls:sys_enter_openat`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Tracepoint {
     pub category: String,
     pub name: String,
@@ -111,7 +111,7 @@ impl Tracefs {
         std::fs::read_to_string(&path).map_err(|e| io_error(&path, e))
     }
 
-    /// Every tracepoint, sorted: `available_events` (what bpftrace lists; it leaves
+    /// Every tracepoint, sorted by `category:name`: `available_events` (what bpftrace lists; it leaves
     /// out the `ftrace` category, whose events are no tracepoints), else each
     /// `events/CATEGORY/NAME` with a `format` file.
     pub fn tracepoints(&self) -> Result<Vec<Tracepoint>> {
@@ -120,7 +120,8 @@ impl Tracefs {
             Err(Error::Io { .. }) => self.events_dir()?,
             Err(e) => return Err(e),
         };
-        all.sort();
+        // As `bpftrace -l` orders them: by `category:name` (`fib6:…` before `fib:…`).
+        all.sort_by_cached_key(Tracepoint::to_string);
         all.dedup();
         Ok(all)
     }
@@ -146,7 +147,8 @@ impl Tracefs {
         Ok(all)
     }
 
-    /// The tracepoints whose category and name match the wildcard patterns, sorted.
+    /// The tracepoints whose category and name match the wildcard patterns, sorted
+    /// as [`Tracefs::tracepoints`].
     pub fn matching(&self, category: &str, name: &str) -> Result<Vec<Tracepoint>> {
         let (c, n) = (Glob::new(category), Glob::new(name));
         if c.is_literal() && n.is_literal() {

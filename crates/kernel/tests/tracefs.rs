@@ -17,7 +17,11 @@ fn every_format_parses() {
     let Some(fs) = tracefs() else { return };
     let all = fs.tracepoints().unwrap();
     assert!(!all.is_empty());
-    assert!(all.windows(2).all(|w| w[0] < w[1]), "sorted, no duplicates");
+    let names: Vec<String> = all.iter().map(|t| t.to_string()).collect();
+    assert!(
+        names.windows(2).all(|w| w[0] < w[1]),
+        "sorted, no duplicates"
+    );
     for tp in &all {
         match fs.format(tp) {
             Ok(f) => assert_eq!(f.name, tp.name),

@@ -184,6 +184,9 @@ struct VarState {
     span: Span,
 }
 
+/// A tracepoint's record layout, or why it cannot be read.
+type EventLayout = Result<Arc<[EventField]>, String>;
+
 struct Checker<'a> {
     opts: &'a Options,
     diags: Diags,
@@ -197,7 +200,7 @@ struct Checker<'a> {
     config: Config,
     stack_mode: StackMode,
     /// Tracepoints' record layouts, by (category, name).
-    event_fields: HashMap<(String, String), Result<Arc<[EventField]>, String>>,
+    event_fields: HashMap<(String, String), EventLayout>,
     /// What the running kernel offers, once asked.
     kernel: Option<Option<KernelOffers>>,
     // Per probe:
@@ -1261,7 +1264,7 @@ impl<'a> Checker<'a> {
     }
 
     /// A tracepoint's record layout (read once).
-    fn event_fields(&mut self, category: &str, name: &str) -> Result<Arc<[EventField]>, String> {
+    fn event_fields(&mut self, category: &str, name: &str) -> EventLayout {
         let key = (category.to_string(), name.to_string());
         if let Some(f) = self.event_fields.get(&key) {
             return f.clone();
