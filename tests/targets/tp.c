@@ -6,6 +6,9 @@
  *   tp wait M             waits for SIGUSR1, then makes M getppid() calls (a process
  *                         a test starts before weft and lets go once weft is ready).
  *   tp rename NAME        renames its thread NAME (prctl), then exits.
+ *   tp serve R            R requests: request i is handle(client 1 + i % 3), which
+ *                         reads 100 * client bytes from /dev/zero in one read();
+ *                         between requests it reads 4096 bytes outside handle().
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -21,6 +24,14 @@ __attribute__((noinline)) void work(int m)
 	for (int i = 0; i < m; i++)
 		getppid();
 	__asm__ volatile("" ::: "memory");
+}
+
+__attribute__((noinline)) long handle(int client, int fd)
+{
+	static char buf[512];
+	long n = read(fd, buf, 100 * client);
+	__asm__ volatile("" ::: "memory");
+	return n;
 }
 
 static volatile sig_atomic_t go;
@@ -39,6 +50,17 @@ int main(int argc, char **argv)
 		while (!go)
 			sigsuspend(&old);
 		work(atoi(argv[2]));
+		return 0;
+	}
+	if (argc == 3 && strcmp(argv[1], "serve") == 0) {
+		int fd = open("/dev/zero", O_RDONLY);
+		static char other[4096];
+		for (int i = 0; i < atoi(argv[2]); i++) {
+			if (handle(1 + i % 3, fd) != 100 * (1 + i % 3))
+				return 4;
+			if (read(fd, other, sizeof other) != sizeof other)
+				return 5;
+		}
 		return 0;
 	}
 	if (argc == 3 && strcmp(argv[1], "rename") == 0)

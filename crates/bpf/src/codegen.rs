@@ -816,8 +816,13 @@ impl Gen<'_> {
             self.a.mov_imm(R1, 0);
         }
         self.a.store(DW, R9, TMP2, R1);
-        let kb = i16::try_from(self.key_buf).map_err(|_| BpfError::FrameTooLarge(self.key_buf, MAX_SCRATCH))?;
-        let probes = if key.is_none() { 1 } else { USER_PROBES.min(u.capacity) };
+        let kb = i16::try_from(self.key_buf)
+            .map_err(|_| BpfError::FrameTooLarge(self.key_buf, MAX_SCRATCH))?;
+        let probes = if key.is_none() {
+            1
+        } else {
+            USER_PROBES.min(u.capacity)
+        };
         for _ in 0..probes {
             let next = self.a.label();
             // r6 is the context: keep it; the entry's address in r3.
@@ -832,7 +837,12 @@ impl Gen<'_> {
             self.a.call(helper::PROBE_READ_USER);
             self.a.jmp_imm(JNE, R0, 0, miss);
             self.a.load(W, R1, R9, TMP);
-            self.a.jmp_imm(JEQ, R1, i32::try_from(weft_abi::ENTRY_EMPTY).unwrap_or(0), miss);
+            self.a.jmp_imm(
+                JEQ,
+                R1,
+                i32::try_from(weft_abi::ENTRY_EMPTY).unwrap_or(0),
+                miss,
+            );
             if key.is_some() {
                 self.a.load(W, R2, R9, TMP + 4);
                 self.a.jmp(JNE, R2, R7, next);
@@ -877,7 +887,11 @@ impl Gen<'_> {
                 self.a.alu_imm(ADD, R1, i32::from(TMP));
             }
         }
-        let want = if dst_place.is_some() { vsize } else { vsize.min(8) };
+        let want = if dst_place.is_some() {
+            vsize
+        } else {
+            vsize.min(8)
+        };
         if dst_reg.is_some() || dst_place.is_some() {
             self.a.mov_imm(R2, i64::from(want));
             self.a.load(DW, R3, R9, ENTRY);
@@ -926,7 +940,8 @@ impl Gen<'_> {
         let full = len / 32;
         for c in 0..full {
             for (j, r) in regs.iter().enumerate() {
-                self.a.load(DW, R5, R9, off + (c * 32 + 8 * j as u32) as i16);
+                self.a
+                    .load(DW, R5, R9, off + (c * 32 + 8 * j as u32) as i16);
                 self.a.alu(XOR, *r, R5);
                 self.a.alu(MUL, *r, R0);
             }

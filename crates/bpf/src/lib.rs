@@ -178,7 +178,10 @@ fn maps_used(f: &Function, out: &mut BTreeSet<u32>) {
 
 /// The weft maps kernel probes keep in the kernel (weft mirrors them into its own
 /// maps): those they use but `user` (maps user space writes, which they only read).
-pub fn kernel_maps(probes: &[KernelProbe], user: &std::collections::BTreeMap<u32, UserMap>) -> BTreeSet<u32> {
+pub fn kernel_maps(
+    probes: &[KernelProbe],
+    user: &std::collections::BTreeMap<u32, UserMap>,
+) -> BTreeSet<u32> {
     let mut used = BTreeSet::new();
     for p in probes {
         maps_used(p.body, &mut used);

@@ -178,7 +178,7 @@ fn attach_by_pid_and_system_wide() {
     let out = w.finish(T);
     assert_eq!(map_value(&ok(&out), "@"), Some(40));
     // No target: every process; this one is told apart by its pid.
-    let mut target = Spawned::start(std::path::Path::new(&bin), &["wait", "25"]);
+    let target = Spawned::start(std::path::Path::new(&bin), &["wait", "25"]);
     target.wait_line("waiting", T);
     let pid = target.pid().to_string();
     let mut w = Background::start(&[
@@ -223,4 +223,27 @@ fn with_system_the_kernel_probes_see_other_processes() {
         let want = if system { 33 } else { 0 };
         assert_eq!(map_value(&ok(&out), "@"), Some(want), "--system: {system}");
     }
+}
+
+/// Arachne's per-client disk accounting, with the read step in the kernel: the
+/// kernel probe reads the client a user-space probe recorded for the thread.
+#[test]
+fn per_client_bytes_from_a_user_probe_and_the_kernel_read() {
+    let bin = tp();
+    let prog = format!(
+        "uprobe:{bin}:handle {{ @client[tid] = arg0; }} \
+         uretprobe:{bin}:handle {{ delete(@client[tid]); }} \
+         tracepoint:syscalls:sys_exit_read /@client[tid]/ {{ @bytes[@client[tid]] = sum(args.ret); @reads = count(); }}"
+    );
+    let cmd = format!("{bin} serve 20");
+    let out = weft(&["trace", "-e", &prog, "-c", &cmd], T);
+    let stdout = ok(&out);
+    // Requests 0..20: client 1 + i % 3; each reads 100 * client bytes.
+    let mut want = BTreeMap::new();
+    for i in 0..20 {
+        let c = 1 + i % 3;
+        *want.entry(c.to_string()).or_insert(0) += 100 * c;
+    }
+    assert_eq!(keyed(&stdout, "@bytes"), want, "{stdout}");
+    assert_eq!(map_value(&stdout, "@reads"), Some(20), "{stdout}");
 }

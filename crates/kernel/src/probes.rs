@@ -150,8 +150,13 @@ impl KernelProbes {
     /// Process `pid` maps the session's segment at `addr` (kernel advice reads the
     /// maps user space writes there).
     pub fn set_segment(&self, pid: u32, addr: u64) -> Result<()> {
-        update(fd(&self.segments), &pid.to_ne_bytes(), &addr.to_ne_bytes(), 0)
-            .with_context(|| format!("telling the kernel probes where process {pid} maps the segment"))
+        update(
+            fd(&self.segments),
+            &pid.to_ne_bytes(),
+            &addr.to_ne_bytes(),
+            0,
+        )
+        .with_context(|| format!("telling the kernel probes where process {pid} maps the segment"))
     }
 
     /// Error counters by `weft_ir::ErrorKind` number, summed over CPUs.
