@@ -247,3 +247,49 @@ fn per_client_bytes_from_a_user_probe_and_the_kernel_read() {
     assert_eq!(keyed(&stdout, "@bytes"), want, "{stdout}");
     assert_eq!(map_value(&stdout, "@reads"), Some(20), "{stdout}");
 }
+
+/// What cannot run in the kernel is refused before the command starts, with the
+/// probe named; without privileges, kernel probes are refused and user space works.
+#[test]
+fn refused_before_anything_runs() {
+    let mark = std::env::temp_dir().join(format!("weft-tp-mark-{}", std::process::id()));
+    let _ = std::fs::remove_file(&mark);
+    let touch = format!("touch {}", mark.display());
+    let bin = tp();
+    for (prog, why) in [
+        (
+            "tracepoint:syscalls:sys_enter_openat { if (strcontains(str(args.filename), \"x\")) { @ = count(); } }".to_string(),
+            "kernel probe tracepoint:syscalls:sys_enter_openat: strcontains() is not available in kernel probes yet",
+        ),
+        (
+            format!("uprobe:{bin}:work {{ @x = 1; }} tracepoint:syscalls:sys_enter_getppid {{ @x = 2; @y = @x; }}"),
+            "reads @x, which both user-space and kernel probes write",
+        ),
+    ] {
+        let o = weft(&["trace", "-e", &prog, "-c", &touch], T);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(!mark.exists(), "the command ran: {err}");
+    }
+    // As nobody: a located error for the tracepoint; BEGIN alone still runs.
+    let weft = weft_bin();
+    let o = std::process::Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(&weft)
+        .args([
+            "trace",
+            "-e",
+            "tracepoint:syscalls:sys_enter_openat { @ = count(); }",
+            "-c",
+            &touch,
+        ])
+        .current_dir(std::env::temp_dir())
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("kernel tracepoints need root"), "{err}");
+    assert!(err.contains("-e:1:1"), "{err}");
+    assert!(!mark.exists());
+}

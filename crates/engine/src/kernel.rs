@@ -96,37 +96,7 @@ impl KernelSide {
         filter: bool,
     ) -> Result<KernelSide> {
         weft_kernel::probes::check_privileges()?;
-        let user_maps = user_maps_read_in_kernel(prog, which, shm)?;
-        let h = shm.header();
-        let ncpus = aya_ncpus()?;
-        let probes: Vec<KernelProbe> = which
-            .iter()
-            .zip(names)
-            .map(|((i, category, name), &probe_id)| KernelProbe {
-                body: &prog.probes[*i].body,
-                category: category.clone(),
-                name: name.clone(),
-                probe_id,
-            })
-            .collect();
-        let opts = weft_bpf::Options {
-            filter_pids: filter,
-            ncpus,
-            cpid: h.cpid,
-            start_ns: h.start_nsecs,
-            realtime_offset_ns: weft_runtime::clock::realtime_ns() as i64
-                - weft_runtime::clock::monotonic_ns() as i64,
-            ring_bytes: RING_BYTES,
-            max_pids: MAX_PIDS,
-            fork_child_pid_offset: if filter {
-                Some(fork_child_pid_offset()?)
-            } else {
-                None
-            },
-            user_maps,
-        };
-        let built = weft_bpf::build(prog, &probes, &opts)
-            .map_err(|(i, e)| anyhow!("{}: {e}", probe_label(prog, which, i)))?;
+        let built = compile(prog, which, names, shm, filter)?;
         let loaded = KernelProbes::load(&built)
             .map_err(|e| anyhow!("{}: {e}", probe_label(prog, which, e.probe)))?;
         let maps = built
@@ -284,6 +254,60 @@ impl KernelSide {
     pub fn ring_fd(&self) -> i32 {
         self.probes.ring_fd()
     }
+}
+
+/// Compile the kernel probes `which` into one object (with `cpid` as the segment
+/// holds it now). Errors name the probe. [`check`] before the targets start, then
+/// [`KernelSide::start`] once they are in.
+fn compile(
+    prog: &Program,
+    which: &[(usize, String, String)],
+    names: &[u32],
+    shm: &Shm,
+    filter: bool,
+) -> Result<weft_bpf::Built> {
+    let user_maps = user_maps_read_in_kernel(prog, which, shm)?;
+    let h = shm.header();
+    let probes: Vec<KernelProbe> = which
+        .iter()
+        .zip(names)
+        .map(|((i, category, name), &probe_id)| KernelProbe {
+            body: &prog.probes[*i].body,
+            category: category.clone(),
+            name: name.clone(),
+            probe_id,
+        })
+        .collect();
+    let opts = weft_bpf::Options {
+        filter_pids: filter,
+        ncpus: aya_ncpus()?,
+        cpid: h.cpid,
+        start_ns: h.start_nsecs,
+        realtime_offset_ns: weft_runtime::clock::realtime_ns() as i64
+            - weft_runtime::clock::monotonic_ns() as i64,
+        ring_bytes: RING_BYTES,
+        max_pids: MAX_PIDS,
+        fork_child_pid_offset: if filter {
+            Some(fork_child_pid_offset()?)
+        } else {
+            None
+        },
+        user_maps,
+    };
+    weft_bpf::build(prog, &probes, &opts)
+        .map_err(|(i, e)| anyhow!("{}: {e}", probe_label(prog, which, i)))
+}
+
+/// What can be known before the kernel sees the programs: the privileges, the
+/// maps both sides use, and everything the code generator refuses.
+pub fn check(
+    prog: &Program,
+    which: &[(usize, String, String)],
+    names: &[u32],
+    shm: &Shm,
+) -> Result<()> {
+    weft_kernel::probes::check_privileges()?;
+    compile(prog, which, names, shm, true).map(|_| ())
 }
 
 /// The maps user-space probes write and kernel probes read: kernel advice reads

@@ -210,7 +210,7 @@ impl<'p> Session<'p> {
         )?;
         if !kernel_probes.0.is_empty() {
             // Before any process is touched.
-            weft_kernel::probes::check_privileges()?;
+            crate::kernel::check(prog, &kernel_probes.0, &kernel_probes.1, &seg.shm)?;
         }
         let names = ProbeNames::new(&prog.probe_names);
         Ok(Session {
