@@ -9,6 +9,9 @@
  *   tp serve R            R requests: request i is handle(client 1 + i % 3), which
  *                         reads 100 * client bytes from /dev/zero in one read();
  *                         between requests it reads 4096 bytes outside handle().
+ *   tp race PATH          stat()s PATH, says "checked", waits for SIGUSR1, then
+ *                         open()s PATH (a check-then-use window another process may
+ *                         use to replace the file).
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -16,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,19 +41,36 @@ __attribute__((noinline)) long handle(int client, int fd)
 static volatile sig_atomic_t go;
 static void on_usr1(int sig) { (void)sig; go = 1; }
 
+/* Says `what` and waits for SIGUSR1. */
+static void wait_usr1(const char *what)
+{
+	sigset_t block, old;
+	sigemptyset(&block);
+	sigaddset(&block, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	signal(SIGUSR1, on_usr1);
+	printf("%s\n", what);
+	fflush(stdout);
+	while (!go)
+		sigsuspend(&old);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[1], "wait") == 0) {
-		sigset_t block, old;
-		sigemptyset(&block);
-		sigaddset(&block, SIGUSR1);
-		sigprocmask(SIG_BLOCK, &block, &old);
-		signal(SIGUSR1, on_usr1);
-		printf("waiting\n");
-		fflush(stdout);
-		while (!go)
-			sigsuspend(&old);
+		wait_usr1("waiting");
 		work(atoi(argv[2]));
+		return 0;
+	}
+	if (argc == 3 && strcmp(argv[1], "race") == 0) {
+		struct stat st;
+		if (stat(argv[2], &st) != 0)
+			return 6;
+		wait_usr1("checked");
+		int fd = open(argv[2], O_RDONLY);
+		if (fd < 0)
+			return 7;
+		close(fd);
 		return 0;
 	}
 	if (argc == 3 && strcmp(argv[1], "serve") == 0) {

@@ -279,6 +279,7 @@ fn info() -> String {
         kernel("osrelease"),
         kernel("version")
     );
+    let features = weft_kernel::tracefs::features();
     let kernel_probe = |path: &str| {
         if std::path::Path::new(path).exists() {
             "yes"
@@ -290,15 +291,26 @@ fn info() -> String {
         "System\n  OS: {os}\n  Arch: {}\n\n\
          Build\n  version: weft {}\n  agent: {}\n\n\
          Probe types\n  uprobe, uretprobe, usdt: yes (woven into the process, no kernel uprobe)\n  \
-         profile, interval, BEGIN, END: yes\n  kprobe, kretprobe, kfunc: no (user space only)\n  \
-         tracepoint, software, hardware, watchpoint: no\n\n\
-         Kernel\n  uprobes (for peers): {}\n  tracefs: {}\n",
+         profile, interval, BEGIN, END: yes\n  tracepoint: {} (advice compiled to eBPF)\n  \
+         kprobe, kretprobe: {}\n  kfunc: no\n  software, hardware, watchpoint: no\n\n\
+         Kernel\n  uprobes (for peers): {}\n  tracefs: {}\n  BTF: {}\n",
         std::env::consts::ARCH,
         env!("CARGO_PKG_VERSION"),
         target::agent_path()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|e| format!("not found ({e})")),
+        if features.tracefs.is_ok() {
+            "yes"
+        } else {
+            "no (no tracefs)"
+        },
+        if features.kprobes.is_some() {
+            "the kernel has them; weft does not use them yet"
+        } else {
+            "no (this kernel has no kprobes)"
+        },
         kernel_probe("/sys/bus/event_source/devices/uprobe"),
         kernel_probe("/sys/kernel/tracing/uprobe_events"),
+        if features.btf.is_some() { "yes" } else { "no" },
     )
 }

@@ -293,3 +293,65 @@ fn refused_before_anything_runs() {
     assert!(err.contains("-e:1:1"), "{err}");
     assert!(!mark.exists());
 }
+
+/// The stat/open race (the kernel-level logger's example), all in the kernel: the
+/// command checks a path; another process (this test, outside the session: hence
+/// `--system`) replaces the file; the command opens it. The aspect fires only when
+/// the replacement happened between the check and the use.
+#[test]
+fn the_stat_open_race_fires_only_when_another_process_replaces_the_file() {
+    let bin = tp();
+    let dir = std::env::temp_dir().join(format!("weft-tp-race-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config");
+    let p = path.to_str().unwrap().to_string();
+    let prog = "tracepoint:syscalls:sys_enter_newfstatat, tracepoint:syscalls:sys_enter_statx \
+                /pid == cpid/ { @checked[str(args.filename)] = 1; } \
+                tracepoint:syscalls:sys_enter_rename* /pid != cpid && @checked[str(args.newname)]/ \
+                { @replaced[str(args.newname)] = pid; } \
+                tracepoint:syscalls:sys_enter_openat /pid == cpid && @replaced[str(args.filename)]/ \
+                { printf(\"race on %s: replaced by %d\\n\", str(args.filename), @replaced[str(args.filename)]); }";
+    for replace in [true, false] {
+        std::fs::write(&path, "v1").unwrap();
+        let cmd = format!("{bin} race {p}");
+        let mut w = Background::start(&["trace", "--system", "-e", prog, "-c", &cmd]);
+        w.wait_line("checked", false, T);
+        if replace {
+            let tmp = dir.join("config.new");
+            std::fs::write(&tmp, "v2").unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+        }
+        // The command is weft's child.
+        let target = std::process::Command::new("pgrep")
+            .args(["-P", &w.pid().to_string()])
+            .output()
+            .unwrap();
+        let tpid: i32 = text(&target.stdout)
+            .trim()
+            .lines()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        // SAFETY: signalling the command weft launched for this test.
+        unsafe { libc::kill(tpid, libc::SIGUSR1) };
+        let out = w.finish(T);
+        let stdout = ok(&out);
+        let races: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("race on"))
+            .collect();
+        if replace {
+            let me = std::process::id();
+            assert_eq!(
+                races,
+                vec![format!("race on {p}: replaced by {me}")],
+                "{stdout}"
+            );
+        } else {
+            assert!(races.is_empty(), "{stdout}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
