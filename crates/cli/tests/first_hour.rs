@@ -394,10 +394,10 @@ fn refused(o: &std::process::Output, want: &str) {
 fn messages_lead_somewhere() {
     let bin = build("calls.c", Variant::O2_PIE, &[]);
     let b = bin.to_str().unwrap();
-    // A kernel probe names what weft does probe.
+    // A kernel probe says what this kernel offers and what to use instead.
     refused(
         &weft(&["-e", "kprobe:vfs_read { @ = count(); }", "-c", b], T),
-        "weft probes user space: uprobe/uretprobe",
+        "use tracepoint:CATEGORY:NAME",
     );
     // A kernel thread is called one.
     let k = a_kernel_thread().to_string();
