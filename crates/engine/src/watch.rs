@@ -5,7 +5,8 @@
 //! weft's probes live inside processes, so a process that starts while weft runs must
 //! be woven before it runs probed code. The kernel stops it for weft: an eBPF program
 //! (`bpf/catch.bpf.c`) on kernel uprobes at points every such process passes before
-//! its first probed call sends it `SIGSTOP` and weft its pid:
+//! its first probed call sends it `SIGSTOP` and weft its pid (`weft_kernel::catch`
+//! loads it):
 //!
 //! * a program: its entry point (`e_entry`), after the dynamic linker has loaded its
 //!   libraries and before any of its own code (its constructors run later, from
@@ -30,13 +31,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
-use aya::maps::{HashMap as BpfHashMap, MapData, RingBuf};
-use aya::programs::uprobe::UProbeScope;
-use aya::programs::{TracePoint, UProbe};
+use weft_kernel::catch::{Catcher, Uprobe};
 use weft_symbols::ElfFile;
-
-/// The eBPF object built from `bpf/catch.bpf.c`.
-static CATCH_OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/catch.bpf.o"));
 
 /// What a kernel uprobe of the watcher does (a program of `bpf/catch.bpf.c`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -267,10 +263,7 @@ const NO_EBPF_ENV: &str = "WEFT_TEST_NO_EBPF";
 /// weft reads the caught pids from. Dropping it takes them all out.
 struct Kernel {
     guardian: Guardian,
-    caught: RingBuf<MapData>,
-    seen: BpfHashMap<MapData, u32, u32>,
-    /// Keeps the programs (and their links) loaded.
-    ebpf: Option<aya::Ebpf>,
+    catcher: Catcher,
 }
 
 impl Watcher {
@@ -307,7 +300,7 @@ impl Watcher {
     pub fn seen(&mut self, pid: i32) {
         self.known.insert(pid);
         if let Some(k) = self.kernel.as_mut() {
-            let _ = k.seen.insert(pid as u32, 1, 0);
+            k.catcher.seen(pid as u32);
         }
     }
 
@@ -334,15 +327,7 @@ impl Watcher {
             self.known.extend(&new);
             return new;
         };
-        let mut out = Vec::new();
-        while let Some(item) = k.caught.next() {
-            if let Some(b) = item.get(..4) {
-                let pid = i32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
-                if !out.contains(&pid) {
-                    out.push(pid);
-                }
-            }
-        }
+        let out = k.catcher.caught();
         for &pid in &out {
             k.guardian.tell(pid);
         }
@@ -352,13 +337,12 @@ impl Watcher {
     /// Wait up to `timeout` for a process to be caught (the ring's descriptor
     /// becomes readable), so that one is woven as soon as it is stopped.
     pub fn wait(&self, timeout: std::time::Duration) {
-        use std::os::fd::AsRawFd;
         let Some(k) = self.kernel.as_ref() else {
             std::thread::sleep(timeout);
             return;
         };
         let mut pfd = libc::pollfd {
-            fd: k.caught.as_raw_fd(),
+            fd: k.catcher.ring_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -378,7 +362,7 @@ impl Watcher {
     /// caught afterwards, so none is left stopped).
     pub fn stop(mut self) {
         if let Some(k) = self.kernel.as_mut() {
-            k.ebpf = None;
+            k.catcher.detach();
         }
         if self.kernel.is_some() {
             for pid in self.poll() {
@@ -391,45 +375,20 @@ impl Watcher {
 impl Kernel {
     /// Load the catching program and set its uprobes for `files`; where they are.
     fn start(files: &[WatchedFile]) -> Result<(Kernel, Vec<String>)> {
-        let cant = "loading weft's eBPF program (kernel uprobes and the sched \
-                    tracepoints; needs root or CAP_BPF+CAP_PERFMON)";
         // Before any uprobe exists, so that it holds none of their descriptors.
         let guardian = Guardian::spawn()?;
-        let mut ebpf = aya::Ebpf::load(CATCH_OBJECT).with_context(|| cant.to_string())?;
-        for (name, event) in [
-            ("weft_exec", "sched_process_exec"),
-            ("weft_exit", "sched_process_exit"),
-        ] {
-            let tp: &mut TracePoint = ebpf
-                .program_mut(name)
-                .ok_or_else(|| anyhow!("the eBPF object has no {name}"))?
-                .try_into()?;
-            tp.load().with_context(|| cant.to_string())?;
-            tp.attach("sched", event)
-                .with_context(|| format!("attaching to the tracepoint sched:{event}"))?;
-        }
         let mut points = Vec::new();
+        let mut uprobes = Vec::new();
         let mut done = BTreeSet::new();
         for p in files.iter().flat_map(|w| &w.catch_at) {
             if !done.insert((p.file.clone(), p.offset, p.how)) {
                 continue;
             }
-            let name = p.how.program();
-            let prog: &mut UProbe = ebpf
-                .program_mut(name)
-                .ok_or_else(|| anyhow!("the eBPF object has no {name}"))?
-                .try_into()?;
-            if prog.fd().is_err() {
-                prog.load().with_context(|| cant.to_string())?;
-            }
-            prog.attach(p.offset, &p.file, UProbeScope::AllProcesses)
-                .with_context(|| {
-                    format!(
-                        "setting a kernel uprobe on {} at {:#x}",
-                        p.file.display(),
-                        p.offset
-                    )
-                })?;
+            uprobes.push(Uprobe {
+                file: p.file.clone(),
+                offset: p.offset,
+                program: p.how.program(),
+            });
             points.push(format!(
                 "{} ({}, file offset {:#x})",
                 p.file.display(),
@@ -437,23 +396,8 @@ impl Kernel {
                 p.offset
             ));
         }
-        let caught = RingBuf::try_from(
-            ebpf.take_map("caught")
-                .ok_or_else(|| anyhow!("the eBPF object has no map `caught`"))?,
-        )?;
-        let seen = BpfHashMap::try_from(
-            ebpf.take_map("seen")
-                .ok_or_else(|| anyhow!("the eBPF object has no map `seen`"))?,
-        )?;
-        Ok((
-            Kernel {
-                guardian,
-                caught,
-                seen,
-                ebpf: Some(ebpf),
-            },
-            points,
-        ))
+        let catcher = Catcher::start(&uprobes)?;
+        Ok((Kernel { guardian, catcher }, points))
     }
 }
 

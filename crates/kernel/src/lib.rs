@@ -3,5 +3,6 @@
 //! read and their maps read back. The only crate that makes BPF and perf system
 //! calls (through aya).
 
+pub mod catch;
 pub mod probes;
 pub mod tracefs;

@@ -1,5 +1,5 @@
 //! Compiles the eBPF program that catches processes as they start
-//! (`bpf/catch.bpf.c`, loaded by `src/watch.rs`) with clang's BPF target.
+//! (`bpf/catch.bpf.c`, loaded by `src/catch.rs` for `weft-engine`'s system-wide watcher) with clang's BPF target.
 
 use std::path::PathBuf;
 use std::process::Command;
