@@ -190,6 +190,106 @@ pub fn kernel_maps(
     used
 }
 
+/// The maps user-space probes write that the kernel probes (`kernel`: indices
+/// into `prog.probes`) read — kernel advice reads them in the current process's
+/// mapping of the segment. `Err((probe, message))` for a map that cannot be shared
+/// so: one kernel probes write too (each side would see only its own writes), or an
+/// aggregation.
+pub fn user_maps_read(prog: &Program, kernel: &[usize]) -> Result<BTreeSet<u32>, (usize, String)> {
+    let writes = |inst: &Inst| match inst {
+        Inst::MapStore { map, .. } | Inst::MapAgg { map, .. } | Inst::MapDelete { map, .. } => {
+            Some(map.0)
+        }
+        _ => None,
+    };
+    let mut user_written = BTreeSet::new();
+    let mut kernel_written = BTreeSet::new();
+    for (i, p) in prog.probes.iter().enumerate() {
+        let in_kernel = kernel.contains(&i);
+        if !in_kernel && !p.attach.iter().any(weft_ir::AttachPoint::runs_in_target) {
+            continue;
+        }
+        for m in p.body.code.iter().filter_map(writes) {
+            if in_kernel {
+                kernel_written.insert(m);
+            } else {
+                user_written.insert(m);
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    for &i in kernel {
+        for inst in &prog.probes[i].body.code {
+            let (Inst::MapLoad { map, .. } | Inst::MapHasKey { map, .. }) = inst else {
+                continue;
+            };
+            if !user_written.contains(&map.0) {
+                continue;
+            }
+            let decl = &prog.maps[map.0 as usize];
+            if kernel_written.contains(&map.0) {
+                return Err((
+                    i,
+                    format!(
+                        "this kernel probe reads {}, which both user-space and kernel probes \
+                         write: not supported (each side would see only its own writes)",
+                        decl.name
+                    ),
+                ));
+            }
+            if decl.value.is_aggregation() {
+                return Err((
+                    i,
+                    format!(
+                        "this kernel probe reads aggregation {}, which user-space probes \
+                         write: not supported yet",
+                        decl.name
+                    ),
+                ));
+            }
+            out.insert(map.0);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether kernel probe `probe` compiles (`user`: from [`user_maps_read`]), before
+/// any kernel sees it: what the code generator refuses, with the reason.
+pub fn check(prog: &Program, probe: usize, user: &BTreeSet<u32>) -> Result<(), BpfError> {
+    let user_maps = user
+        .iter()
+        .map(|&m| {
+            let d = &prog.maps[m as usize];
+            (
+                m,
+                UserMap {
+                    table_off: 0,
+                    entry_size: weft_abi::entry_layout(
+                        d.key.as_ref().map_or(0, weft_ir::Type::size),
+                        d.value.value_size(),
+                    )
+                    .2,
+                    capacity: 1,
+                    key_size: d.key.as_ref().map_or(0, weft_ir::Type::size),
+                    value_size: d.value.value_size(),
+                },
+            )
+        })
+        .collect();
+    let env = Env {
+        filter_pids: true,
+        ncpus: 1,
+        cpid: 0,
+        start_ns: 0,
+        realtime_offset_ns: 0,
+        probe_id: 0,
+        zero_value: 8,
+        user_maps,
+        key_buf: 8,
+    };
+    codegen::compile(&prog.probes[probe].body, prog, &env).map(|_| ())
+}
+
 /// How weft map `decl` is kept in the kernel.
 pub fn map_spec(prog: &Program, id: u32) -> MapSpec {
     let decl = &prog.maps[id as usize];

@@ -259,7 +259,7 @@ fn refused_before_anything_runs() {
     for (prog, why) in [
         (
             "tracepoint:syscalls:sys_enter_openat { if (strcontains(str(args.filename), \"x\")) { @ = count(); } }".to_string(),
-            "kernel probe tracepoint:syscalls:sys_enter_openat: strcontains() is not available in kernel probes yet",
+            "kernel probe: strcontains() is not available in kernel probes yet\n --> -e:1:1",
         ),
         (
             format!("uprobe:{bin}:work {{ @x = 1; }} tracepoint:syscalls:sys_enter_getppid {{ @x = 2; @y = @x; }}"),

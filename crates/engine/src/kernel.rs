@@ -310,65 +310,28 @@ pub fn check(
     compile(prog, which, names, shm, true).map(|_| ())
 }
 
-/// The maps user-space probes write and kernel probes read: kernel advice reads
-/// them in the current process's mapping of the segment. One that kernel probes
-/// write too is refused (each side would see only its own writes).
+/// The maps user-space probes write and kernel probes read (`weft_bpf::user_maps_read`),
+/// with where they are in the segment.
 fn user_maps_read_in_kernel(
     prog: &Program,
     which: &[(usize, String, String)],
     shm: &Shm,
 ) -> Result<std::collections::BTreeMap<u32, weft_bpf::UserMap>> {
-    use weft_ir::Inst;
-    let kernel: HashSet<usize> = which.iter().map(|(i, _, _)| *i).collect();
-    let writes = |inst: &Inst| match inst {
-        Inst::MapStore { map, .. } | Inst::MapAgg { map, .. } | Inst::MapDelete { map, .. } => {
-            Some(map.0)
-        }
-        _ => None,
-    };
-    let mut user_written = HashSet::new();
-    let mut kernel_written = HashSet::new();
-    for (i, p) in prog.probes.iter().enumerate() {
-        let in_kernel = kernel.contains(&i);
-        if !in_kernel && !p.attach.iter().any(AttachPoint::runs_in_target) {
-            continue;
-        }
-        for m in p.body.code.iter().filter_map(writes) {
-            if in_kernel {
-                kernel_written.insert(m);
-            } else {
-                user_written.insert(m);
-            }
-        }
-    }
-    let mut out = std::collections::BTreeMap::new();
-    for (i, category, name) in which {
-        for inst in &prog.probes[*i].body.code {
-            let (Inst::MapLoad { map, .. } | Inst::MapHasKey { map, .. }) = inst else {
-                continue;
-            };
-            if !user_written.contains(&map.0) {
-                continue;
-            }
-            let decl = &prog.maps[map.0 as usize];
-            if kernel_written.contains(&map.0) {
-                bail!(
-                    "kernel probe tracepoint:{category}:{name} reads {}, which both user-space \
-                     and kernel probes write: not supported (each side would see only its \
-                     own writes)",
-                    decl.name
-                );
-            }
-            if decl.value.is_aggregation() {
-                bail!(
-                    "kernel probe tracepoint:{category}:{name} reads aggregation {}, which \
-                     user-space probes write: not supported yet",
-                    decl.name
-                );
-            }
-            let d = shm.map(map.0);
-            out.insert(
-                map.0,
+    let kernel: Vec<usize> = which.iter().map(|(i, _, _)| *i).collect();
+    let read = weft_bpf::user_maps_read(prog, &kernel).map_err(|(i, e)| {
+        let label = which
+            .iter()
+            .find(|(p, _, _)| *p == i)
+            .map(|(_, c, n)| format!("kernel probe tracepoint:{c}:{n}"))
+            .unwrap_or_else(|| "a kernel probe".into());
+        anyhow!("{label}: {e}")
+    })?;
+    Ok(read
+        .into_iter()
+        .map(|m| {
+            let d = shm.map(m);
+            (
+                m,
                 weft_bpf::UserMap {
                     table_off: d.table_off,
                     entry_size: d.entry_size,
@@ -376,10 +339,9 @@ fn user_maps_read_in_kernel(
                     key_size: d.key_size,
                     value_size: d.value_size,
                 },
-            );
-        }
-    }
-    Ok(out)
+            )
+        })
+        .collect())
 }
 
 fn aya_ncpus() -> Result<u32> {

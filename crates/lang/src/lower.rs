@@ -41,6 +41,8 @@ pub fn lower(ck: &Checked) -> (ir::Program, Vec<Diagnostic>) {
         ..Default::default()
     };
     let mut diags = Diags::default();
+    // The source of each probe of `prog`, for errors found once all are lowered.
+    let mut spans = Vec::new();
     let probes = ck.program.items.iter().filter_map(|i| match i {
         Item::Probe(p) => Some(p),
         _ => None,
@@ -60,9 +62,46 @@ pub fn lower(ck: &Checked) -> (ir::Program, Vec<Diagnostic>) {
         };
         for (attach, event) in bodies {
             lower_probe(ck, p, info, attach, event, &mut prog, &mut diags);
+            spans.push(p.attach.first().map(|a| a.span).unwrap_or(p.span));
         }
     }
+    if diags.list.is_empty() {
+        check_kernel_probes(&prog, &spans, &mut diags);
+    }
     (prog, diags.list)
+}
+
+/// Kernel probes run as eBPF: what the code generator cannot compile (or a map the
+/// kernel cannot share with user space) is an error here, at the probe, before any
+/// process or kernel is touched. The verifier's own verdict comes when weft loads
+/// them.
+fn check_kernel_probes(prog: &ir::Program, spans: &[Span], diags: &mut Diags) {
+    let kernel: Vec<usize> = (0..prog.probes.len())
+        .filter(|&i| {
+            prog.probes[i]
+                .attach
+                .iter()
+                .any(ir::AttachPoint::runs_in_kernel)
+        })
+        .collect();
+    if kernel.is_empty() {
+        return;
+    }
+    let user = match weft_bpf::user_maps_read(prog, &kernel) {
+        Ok(u) => u,
+        Err((i, msg)) => {
+            diags.push(Diagnostic::error(spans[i], msg));
+            return;
+        }
+    };
+    for &i in &kernel {
+        if let Err(e) = weft_bpf::check(prog, i, &user) {
+            diags.push(
+                Diagnostic::error(spans[i], format!("kernel probe: {e}"))
+                    .with_help("kernel probes run as eBPF in the kernel; see the README's list"),
+            );
+        }
+    }
 }
 
 fn lower_probe(
