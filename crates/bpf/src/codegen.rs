@@ -590,7 +590,7 @@ impl Gen<'_> {
             }
             Inst::PComm { .. } => return Err(unsupported("pcomm")),
             Inst::FuncName { .. } => return Err(unsupported("func")),
-            Inst::StrContains { .. } => return Err(unsupported("strcontains()")),
+            Inst::StrContains { dst, a, b, len } => self.str_contains(*dst, *a, *b, *len)?,
             Inst::IntToStr { .. } => return Err(unsupported("an integer as a string")),
             Inst::UStack { .. } => return Err(unsupported("ustack")),
             Inst::SymbolAddr { .. } => return Err(unsupported("uaddr()")),
@@ -988,6 +988,62 @@ impl Gen<'_> {
         self.a.alu_imm(RSH, R1, 32);
         self.a.alu_imm(OR, R1, 2);
         self.a.mov(R0, R1);
+    }
+
+    /// `strcontains(a, b)` over strings of at most `len` bytes (as
+    /// `weft_h_str_contains`: an empty `b` is found everywhere), by the obvious
+    /// nested loop; the verifier bounds both loops by `len`.
+    fn str_contains(&mut self, dst: Reg, a: Place, b: Place, len: u32) -> R {
+        let (pa, pb) = (self.poff(a)?, self.poff(b)?);
+        let len = len as i32;
+        let (outer, inner, next, found, not_found, done) = (
+            self.a.label(),
+            self.a.label(),
+            self.a.label(),
+            self.a.label(),
+            self.a.label(),
+            self.a.label(),
+        );
+        // An empty needle.
+        self.a.load(B, R3, R9, pb);
+        self.a.jmp_imm(JEQ, R3, 0, found);
+        self.a.mov_imm(R7, 0);
+        self.a.bind(outer);
+        self.a.jmp_imm(JGE, R7, len, not_found);
+        self.a.mov(R1, R9);
+        self.a.alu(ADD, R1, R7);
+        self.a.load(B, R2, R1, pa);
+        // The haystack ended.
+        self.a.jmp_imm(JEQ, R2, 0, not_found);
+        self.a.mov_imm(R8, 0);
+        self.a.bind(inner);
+        self.a.jmp_imm(JGE, R8, len, found);
+        self.a.mov(R1, R9);
+        self.a.alu(ADD, R1, R8);
+        self.a.load(B, R3, R1, pb);
+        self.a.jmp_imm(JEQ, R3, 0, found);
+        self.a.mov(R4, R7);
+        self.a.alu(ADD, R4, R8);
+        self.a.jmp_imm(JGE, R4, len, not_found);
+        self.a.mov(R1, R9);
+        self.a.alu(ADD, R1, R4);
+        self.a.load(B, R5, R1, pa);
+        self.a.jmp(JNE, R5, R3, next);
+        self.a.alu_imm(ADD, R8, 1);
+        self.a.ja(inner);
+        self.a.bind(next);
+        self.a.alu_imm(ADD, R7, 1);
+        self.a.ja(outer);
+        self.a.bind(found);
+        self.a.mov_imm(R0, 1);
+        self.a.ja(done);
+        self.a.bind(not_found);
+        self.a.mov_imm(R0, 0);
+        self.a.bind(done);
+        // r8 held a scalar; nothing may take it for a pointer later.
+        self.a.mov_imm(R8, 0);
+        self.st(dst, R0);
+        Ok(())
     }
 
     fn map_load(

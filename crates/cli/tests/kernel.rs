@@ -41,7 +41,8 @@ fn openat_counts_each_file_the_command_opens() {
         &[
             "trace",
             "-e",
-            "tracepoint:syscalls:sys_enter_openat /pid == cpid/ { @[str(args.filename)] = count(); @total = count(); }",
+            "tracepoint:syscalls:sys_enter_openat /pid == cpid/ { @[str(args.filename)] = count(); @total = count(); \
+             if (strcontains(str(args.filename), \"weft-tp-open\")) { @ours = count(); } }",
             "-c",
             &cmd,
         ],
@@ -54,6 +55,7 @@ fn openat_counts_each_file_the_command_opens() {
     }
     let ours = files.keys().filter(|k| k.starts_with(d)).count();
     assert_eq!(ours, 7, "{stdout}");
+    assert_eq!(map_value(&stdout, "@ours"), Some(7), "{stdout}");
     // Every openat of the command is in one of the keys, and only those.
     let total = map_value(&stdout, "@total").unwrap();
     assert_eq!(total, files.values().sum::<i64>(), "{stdout}");
@@ -258,8 +260,8 @@ fn refused_before_anything_runs() {
     let bin = tp();
     for (prog, why) in [
         (
-            "tracepoint:syscalls:sys_enter_openat { if (strcontains(str(args.filename), \"x\")) { @ = count(); } }".to_string(),
-            "kernel probe: strcontains() is not available in kernel probes yet\n --> -e:1:1",
+            "tracepoint:syscalls:sys_enter_openat { @[pcomm] = count(); }".to_string(),
+            "kernel probe: pcomm is not available in kernel probes yet\n --> -e:1:1",
         ),
         (
             format!("uprobe:{bin}:work {{ @x = 1; }} tracepoint:syscalls:sys_enter_getppid {{ @x = 2; @y = @x; }}"),
