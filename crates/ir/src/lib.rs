@@ -345,6 +345,10 @@ pub struct MapDecl {
     pub value: MapValue,
 }
 
+/// Maps whose name starts with this are the front end's own (a sequence aspect's
+/// instances and bound variables): never printed at exit.
+pub const HIDDEN_MAP_PREFIX: &str = "@__seq_";
+
 /// What a map stores per key.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MapValue {

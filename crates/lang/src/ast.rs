@@ -50,6 +50,28 @@ pub enum Item {
     Enum(EnumDef),
     /// Reserved for the aspect extensions: `seq { probes }` and `group name { probes }`.
     Reserved(ReservedBlock),
+    /// `seq NAME[KEY] { step; step*; ...; step }`: a sequence aspect (Arachne's
+    /// `seq`); the expand stage turns it into ordinary probes (`crate::seq`).
+    Seq(SeqBlock),
+}
+
+/// A sequence aspect: its steps are probes that fire in order, per key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqBlock {
+    pub name: String,
+    pub name_span: Span,
+    /// Evaluated in each step: which instance the step belongs to.
+    pub key: Expr,
+    pub steps: Vec<SeqStep>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeqStep {
+    pub probe: Probe,
+    /// `probe { ... }*`: the step may fire any number of times (zero too) before
+    /// the next one.
+    pub star: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

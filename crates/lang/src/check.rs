@@ -822,7 +822,7 @@ impl<'a> Checker<'a> {
         let mut seen_probe = false;
         for item in &program.items {
             match item {
-                Item::Probe(_) | Item::Reserved(_) => seen_probe = true,
+                Item::Probe(_) | Item::Reserved(_) | Item::Seq(_) => seen_probe = true,
                 Item::Config(c) => {
                     if seen_probe {
                         self.err(c.span, "the config block must come before any probe");

@@ -96,6 +96,15 @@ impl Dumper {
                     }
                 }
             }
+            Item::Seq(s) => {
+                self.line(d, &format!("seq {}", s.name));
+                for st in &s.steps {
+                    self.probe(d + 1, &st.probe);
+                    if st.star {
+                        self.line(d + 1, "*");
+                    }
+                }
+            }
             Item::Reserved(r) => {
                 let name = r
                     .name

@@ -23,6 +23,8 @@ pub const MAX_HEIGHT: u32 = 4 * crate::parser::MAX_NESTING;
 pub fn expand(program: &mut Program) -> Vec<Diagnostic> {
     let mut macros = HashMap::new();
     let mut diags = Diags::default();
+    // Sequence aspects become ordinary probes first (their bodies may call macros).
+    crate::seq::desugar(program, &mut diags);
     for item in &program.items {
         if let Item::Macro(m) = item {
             if let Some(prev) = macros.insert(m.name.clone(), m.clone()) {

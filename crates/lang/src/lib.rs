@@ -20,6 +20,7 @@ pub mod lexer;
 pub mod lower;
 pub mod parser;
 pub mod passes;
+pub mod seq;
 pub mod unsupported;
 
 use std::sync::Arc;

@@ -390,6 +390,9 @@ impl<'a> Parser<'a> {
                 ("enum", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBrace => {
                     return self.enum_def().map(|e| Some(Item::Enum(e)))
                 }
+                ("seq", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBracket => {
+                    return self.seq_block().map(|b| Some(Item::Seq(b)))
+                }
                 ("seq", Tok::LBrace) | ("group", Tok::LBrace) | ("group", Tok::Ident(_)) => {
                     return self.reserved_block().map(|b| Some(Item::Reserved(b)))
                 }
@@ -797,6 +800,39 @@ impl<'a> Parser<'a> {
             array: None,
             dims: Vec::new(),
             span: self.span_from(start),
+        })
+    }
+
+    /// `seq NAME[KEY] { probe [*] ... }`.
+    fn seq_block(&mut self) -> PResult<SeqBlock> {
+        self.deeper(|p| {
+            let start = p.bump().span;
+            let name_tok = p.bump();
+            let Tok::Ident(name) = name_tok.tok else {
+                unreachable!("checked by item()")
+            };
+            p.expect(&Tok::LBracket)?;
+            let key = p.expr()?;
+            p.expect(&Tok::RBracket)?;
+            p.expect(&Tok::LBrace)?;
+            let mut steps = Vec::new();
+            while !p.at(&Tok::RBrace) && !p.at(&Tok::Eof) {
+                if p.at(&Tok::Semi) {
+                    p.bump();
+                    continue;
+                }
+                let probe = p.probe(None)?;
+                let star = p.eat(&Tok::Star);
+                steps.push(SeqStep { probe, star });
+            }
+            p.expect(&Tok::RBrace)?;
+            Ok(SeqBlock {
+                name,
+                name_span: name_tok.span,
+                key,
+                steps,
+                span: p.span_from(start),
+            })
         })
     }
 

@@ -48,7 +48,9 @@ pub fn exit_header() -> &'static str {
 /// The order bpftrace prints maps in at exit: by name, byte-wise (`@` < `@A` < `@_` <
 /// `@a`), not in order of appearance. Returns indices into `maps`.
 pub fn exit_order(maps: &[MapDecl]) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..maps.len()).collect();
+    let mut idx: Vec<usize> = (0..maps.len())
+        .filter(|&i| !maps[i].name.starts_with(weft_ir::HIDDEN_MAP_PREFIX))
+        .collect();
     idx.sort_by(|&a, &b| maps[a].name.as_bytes().cmp(maps[b].name.as_bytes()));
     idx
 }

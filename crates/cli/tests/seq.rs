@@ -1,0 +1,107 @@
+//! Sequence aspects (`seq NAME[KEY] { step; step*; ...; step }`, Arachne's `seq`):
+//! an instance per key, steps firing in order, `*` steps repeating (or not at all),
+//! variables bound in one step read in later ones, steps in user space and in the
+//! kernel together.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+
+const T: Duration = Duration::from_secs(120);
+
+fn tp() -> String {
+    build("tp.c", Variant::O2_PIE, &[])
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn keyed(stdout: &str, name: &str) -> BTreeMap<String, i64> {
+    let prefix = format!("{name}[");
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|l| l.split_once("]: "))
+        .map(|(k, v)| (k.to_string(), v.trim().parse().unwrap()))
+        .collect()
+}
+
+/// Arachne's per-client accounting as a sequence: the request binds the client in
+/// user space, the kernel's `read` system calls inside it add up per client, the
+/// return ends the instance. Totals equal what the server does.
+#[test]
+fn per_client_bytes_with_a_kernel_step() {
+    let bin = tp();
+    let prog = format!(
+        "seq acct[tid] {{
+             uprobe:{bin}:handle {{ $client = arg0; }}
+             tracepoint:syscalls:sys_exit_read {{ @bytes[$client] = sum(args.ret); }}*
+             uretprobe:{bin}:handle {{ @requests[$client] = count(); }}
+         }}"
+    );
+    let cmd = format!("{bin} serve 20");
+    let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+    let (mut bytes, mut requests) = (BTreeMap::new(), BTreeMap::new());
+    for i in 0..20 {
+        let c = 1 + i % 3;
+        *bytes.entry(c.to_string()).or_insert(0) += 100 * c;
+        *requests.entry(c.to_string()).or_insert(0) += 1;
+    }
+    assert_eq!(keyed(&stdout, "@bytes"), bytes, "{stdout}");
+    assert_eq!(keyed(&stdout, "@requests"), requests, "{stdout}");
+    // The instances are the aspect's own: not printed.
+    assert!(!stdout.contains("@__seq"), "{stdout}");
+}
+
+/// Steps fire only in order: the end before a start is ignored; a `*` step may
+/// fire no time at all.
+#[test]
+fn steps_fire_in_order_and_a_repeated_step_may_not_fire() {
+    let bin = tp();
+    // `handle` returns, then is entered again: 5 requests give 4 return-then-entry.
+    let prog = format!(
+        "seq s[tid] {{ uretprobe:{bin}:handle {{ @started = count(); }} \
+                      uprobe:{bin}:handle {{ @ended = count(); }} }}"
+    );
+    let cmd = format!("{bin} serve 5");
+    let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+    assert_eq!(map_value(&stdout, "@started"), Some(5), "{stdout}");
+    assert_eq!(map_value(&stdout, "@ended"), Some(4), "{stdout}");
+    // work() never runs inside handle(): the `*` step never fires, every instance
+    // still ends.
+    let prog = format!(
+        "seq s[tid] {{ uprobe:{bin}:handle {{ }} \
+                      uprobe:{bin}:work {{ @inside = count(); }}* \
+                      uretprobe:{bin}:handle {{ @done = count(); }} }}"
+    );
+    let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+    assert_eq!(map_value(&stdout, "@done"), Some(5), "{stdout}");
+    assert_eq!(map_value(&stdout, "@inside"), Some(0), "{stdout}");
+}
+
+#[test]
+fn a_sequence_needs_a_start_and_an_end() {
+    for (prog, why) in [
+        (
+            "seq s[tid] { uprobe:/bin/true:main { } }",
+            "needs at least two steps",
+        ),
+        (
+            "seq s[tid] { uprobe:/bin/true:main { }* uprobe:/bin/true:exit { } }",
+            "the first step of a seq cannot repeat",
+        ),
+        (
+            "seq s[tid] { uprobe:/bin/true:main { } uprobe:/bin/true:exit { }* }",
+            "the last step of a seq cannot repeat",
+        ),
+    ] {
+        let o = weft(&["trace", "-e", prog, "-c", "/bin/true"], T);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert!(err.contains("-e:1:"), "{err}");
+    }
+}

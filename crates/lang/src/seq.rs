@@ -1,0 +1,308 @@
+//! Sequence aspects (Arachne's `seq`), turned into ordinary probes before
+//! anything else looks at them:
+//!
+//! ```text
+//! seq acct[tid] {
+//!     uprobe:./server:handle { $client = arg0; }
+//!     tracepoint:syscalls:sys_exit_read { @bytes[$client] = sum(args.ret); }*
+//!     uretprobe:./server:handle { }
+//! }
+//! ```
+//!
+//! An instance per key: the first step starts one (when none is live for its key),
+//! each later step fires only when the instance is there (a `*` step any number of
+//! times, zero too, until the step after it fires), and the last step ends it. The
+//! instance's state is the hidden map `@__seq_NAME[KEY]`: the index of the next
+//! step that must fire (the `*` steps right before it may fire too). Variables a
+//! step binds and another step reads live in `@__seq_NAME_VAR[KEY]`. As maps, the
+//! instances are shared by every process of the session and bounded by the map
+//! size (a full map is counted and reported), and a step in the kernel reads what
+//! user-space steps wrote for the same process. Hidden maps are not printed.
+//!
+//! A step's state change comes first in its advice (so `return` cannot skip it);
+//! the last step's cleanup comes after its advice, which should not `return`.
+
+use std::collections::BTreeSet;
+
+use crate::ast::*;
+use crate::diag::{Diagnostic, Diags};
+
+/// The prefix of the maps sequences keep their instances in (not printed).
+pub const HIDDEN_PREFIX: &str = weft_ir::HIDDEN_MAP_PREFIX;
+
+/// Replace each `seq` item by its steps, as probes.
+pub fn desugar(program: &mut Program, diags: &mut Diags) {
+    let mut out = Vec::with_capacity(program.items.len());
+    for item in std::mem::take(&mut program.items) {
+        match item {
+            Item::Seq(s) => out.extend(steps(s, diags).into_iter().map(Item::Probe)),
+            other => out.push(other),
+        }
+    }
+    program.items = out;
+}
+
+fn steps(s: SeqBlock, diags: &mut Diags) -> Vec<Probe> {
+    let n = s.steps.len();
+    if n < 2 {
+        diags.push(Diagnostic::error(
+            s.name_span,
+            format!(
+                "seq `{}` needs at least two steps (a start and an end)",
+                s.name
+            ),
+        ));
+        return Vec::new();
+    }
+    if s.steps[0].star {
+        diags.error(
+            s.steps[0].probe.span,
+            "the first step of a seq cannot repeat (`*`)",
+        );
+        return Vec::new();
+    }
+    if s.steps[n - 1].star {
+        diags.error(
+            s.steps[n - 1].probe.span,
+            "the last step of a seq cannot repeat (`*`)",
+        );
+        return Vec::new();
+    }
+    // Variables one step binds and another reads.
+    let mut bound = BTreeSet::new();
+    let per_step: Vec<(BTreeSet<String>, BTreeSet<String>)> = s
+        .steps
+        .iter()
+        .map(|st| {
+            let mut v = Vars::default();
+            let mut b = st.probe.body.clone();
+            v.block(&mut b);
+            if let Some(p) = &st.probe.predicate {
+                v.expr(&mut p.clone());
+            }
+            (v.assigned, v.used)
+        })
+        .collect();
+    for (i, (assigned, _)) in per_step.iter().enumerate() {
+        for name in assigned {
+            if per_step
+                .iter()
+                .enumerate()
+                .any(|(j, (_, used))| j != i && used.contains(name))
+            {
+                bound.insert(name.clone());
+            }
+        }
+    }
+    let span = s.span;
+    let state = format!("{HIDDEN_PREFIX}{}", s.name);
+    let var_map = |v: &str| format!("{HIDDEN_PREFIX}{}_{v}", s.name);
+    let mut probes = Vec::with_capacity(n);
+    for step in s.steps {
+        let mut p = step.probe;
+        let key = s.key.clone();
+        let mut rw = Rewrite {
+            bound: &bound,
+            map_of: &var_map,
+            key: &key,
+        };
+        rw.block(&mut p.body);
+        if let Some(pred) = &mut p.predicate {
+            rw.expr(pred);
+        }
+        probes.push((p, step.star));
+    }
+    // The `*` flags, for each step's allowed states.
+    let stars: Vec<bool> = probes.iter().map(|(_, st)| *st).collect();
+    let mut out = Vec::with_capacity(n);
+    for (j, (mut p, star)) in probes.into_iter().enumerate() {
+        // Which states let step j fire: j, and those of the `*` steps right
+        // before it (for the first step: no instance, which reads as 0).
+        let mut allowed = vec![j as u64];
+        let mut k = j;
+        while k >= 2 && stars[k - 1] {
+            k -= 1;
+            allowed.push(k as u64);
+        }
+        let key = s.key.clone();
+        let st = |key: &Expr| map_expr(&state, key.clone(), span);
+        // The predicate: the instance is where this step may fire.
+        let mut cond: Option<Expr> = None;
+        for a in &allowed {
+            let e = binary(BinOp::Eq, st(&key), int(*a, span), span);
+            cond = Some(match cond {
+                None => e,
+                Some(c) => binary(BinOp::Or, c, e, span),
+            });
+        }
+        let cond = cond.expect("at least one allowed state");
+        p.predicate = Some(match p.predicate.take() {
+            None => cond,
+            Some(orig) => binary(BinOp::And, cond, orig, span),
+        });
+        // The state change.
+        let next = if j == n - 1 {
+            None
+        } else if star {
+            // A `*` step right after a plain one leaves the state as it is.
+            (allowed.len() > 1).then_some(j as u64)
+        } else {
+            Some(j as u64 + 1)
+        };
+        if let Some(v) = next {
+            p.body
+                .stmts
+                .insert(0, assign_map(&state, key.clone(), int(v, span), span));
+        }
+        if j == n - 1 {
+            p.body.stmts.push(delete(&state, key.clone(), span));
+            for v in &bound {
+                p.body.stmts.push(delete(&var_map(v), key.clone(), span));
+            }
+        }
+        out.push(p);
+    }
+    out
+}
+
+fn int(v: u64, span: Span) -> Expr {
+    Expr::new(ExprKind::Int(v), span)
+}
+
+fn binary(op: BinOp, lhs: Expr, rhs: Expr, span: Span) -> Expr {
+    Expr::new(
+        ExprKind::Binary {
+            op,
+            lhs: Box::new(lhs),
+            rhs: Box::new(rhs),
+        },
+        span,
+    )
+}
+
+fn map_ref(name: &str, key: Expr, span: Span) -> MapRef {
+    MapRef {
+        name: name.to_string(),
+        name_span: span,
+        keys: Some(vec![key]),
+        span,
+    }
+}
+
+fn map_expr(name: &str, key: Expr, span: Span) -> Expr {
+    Expr::new(ExprKind::Map(map_ref(name, key, span)), span)
+}
+
+fn assign_map(name: &str, key: Expr, value: Expr, span: Span) -> Stmt {
+    Stmt {
+        kind: StmtKind::Assign {
+            target: LValue::Map(map_ref(name, key, span)),
+            op: None,
+            value,
+        },
+        span,
+    }
+}
+
+fn delete(name: &str, key: Expr, span: Span) -> Stmt {
+    Stmt {
+        kind: StmtKind::Expr(Expr::new(
+            ExprKind::Call {
+                name: "delete".into(),
+                name_span: span,
+                args: vec![map_expr(name, key, span)],
+            },
+            span,
+        )),
+        span,
+    }
+}
+
+/// The variables a step assigns and the ones it reads.
+#[derive(Default)]
+struct Vars {
+    assigned: BTreeSet<String>,
+    used: BTreeSet<String>,
+}
+
+impl VisitMut for Vars {
+    fn expr(&mut self, e: &mut Expr) {
+        if let ExprKind::Var(v) = &e.kind {
+            self.used.insert(v.name.clone());
+        }
+        walk_expr(self, e);
+    }
+    fn block(&mut self, b: &mut Block) {
+        for s in &b.stmts {
+            match &s.kind {
+                StmtKind::Assign {
+                    target: LValue::Var(v),
+                    op,
+                    ..
+                } => {
+                    self.assigned.insert(v.name.clone());
+                    if op.is_some() {
+                        self.used.insert(v.name.clone());
+                    }
+                }
+                StmtKind::Let { var, .. } => {
+                    self.assigned.insert(var.name.clone());
+                }
+                _ => {}
+            }
+        }
+        walk_block(self, b);
+    }
+}
+
+/// Bound variables become the instance's maps.
+struct Rewrite<'a> {
+    bound: &'a BTreeSet<String>,
+    map_of: &'a dyn Fn(&str) -> String,
+    key: &'a Expr,
+}
+
+impl VisitMut for Rewrite<'_> {
+    fn expr(&mut self, e: &mut Expr) {
+        if let ExprKind::Var(v) = &e.kind {
+            if self.bound.contains(&v.name) {
+                e.kind = ExprKind::Map(map_ref(&(self.map_of)(&v.name), self.key.clone(), e.span));
+                return;
+            }
+        }
+        walk_expr(self, e);
+    }
+    fn block(&mut self, b: &mut Block) {
+        for s in &mut b.stmts {
+            let span = s.span;
+            match &mut s.kind {
+                StmtKind::Assign { target, .. } => {
+                    if let LValue::Var(v) = target {
+                        if self.bound.contains(&v.name) {
+                            *target = LValue::Map(map_ref(
+                                &(self.map_of)(&v.name),
+                                self.key.clone(),
+                                span,
+                            ));
+                        }
+                    }
+                }
+                StmtKind::Let {
+                    var,
+                    value: Some(value),
+                    ..
+                } if self.bound.contains(&var.name) => {
+                    let name = (self.map_of)(&var.name);
+                    let value = value.clone();
+                    s.kind = StmtKind::Assign {
+                        target: LValue::Map(map_ref(&name, self.key.clone(), span)),
+                        op: None,
+                        value,
+                    };
+                }
+                _ => {}
+            }
+        }
+        walk_block(self, b);
+    }
+}
