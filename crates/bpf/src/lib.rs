@@ -488,7 +488,12 @@ fn write_object(
     for (code, (name, cat, tp)) in codes.iter().zip(programs) {
         let sec = obj.add_section(
             obj.segment_name(StandardSegment::Text).to_vec(),
-            format!("tracepoint/{cat}/{tp}").into_bytes(),
+            if cat.is_empty() {
+                // A raw tracepoint (`sys_enter`, `sys_exit`): its arguments, no record.
+                format!("raw_tracepoint/{tp}").into_bytes()
+            } else {
+                format!("tracepoint/{cat}/{tp}").into_bytes()
+            },
             SectionKind::Text,
         );
         let bytes: Vec<u8> = code.insns.iter().flat_map(|i| i.encode()).collect();

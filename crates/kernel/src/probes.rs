@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{Map, MapData, RingBuf};
-use aya::programs::TracePoint;
+use aya::programs::{RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
 use weft_bpf::{Built, MapRef, MapSpec};
 
@@ -88,19 +88,30 @@ impl KernelProbes {
             .load(&built.object)
             .map_err(|e| general(format!("loading the kernel probes: {e}")))?;
         for (i, (sym, category, name)) in built.programs.iter().enumerate() {
-            let prog: &mut TracePoint = ebpf
+            let prog = ebpf
                 .program_mut(sym)
-                .ok_or_else(|| general(format!("internal error: program {sym} missing")))?
-                .try_into()
-                .map_err(|e| general(format!("internal error: program {sym}: {e}")))?;
-            prog.load().map_err(|e| Refused {
+                .ok_or_else(|| general(format!("internal error: program {sym} missing")))?;
+            let refused = |e: aya::programs::ProgramError| Refused {
                 probe: i,
                 message: verifier_reason(&e),
-            })?;
-            prog.attach(category, name).map_err(|e| Refused {
+            };
+            let unattached = |e: aya::programs::ProgramError| Refused {
                 probe: i,
                 message: format!("attaching to tracepoint {category}:{name}: {}", chain(&e)),
-            })?;
+            };
+            if category.is_empty() {
+                let prog: &mut RawTracePoint = prog
+                    .try_into()
+                    .map_err(|e| general(format!("internal error: program {sym}: {e}")))?;
+                prog.load().map_err(refused)?;
+                prog.attach(name).map_err(unattached)?;
+            } else {
+                let prog: &mut TracePoint = prog
+                    .try_into()
+                    .map_err(|e| general(format!("internal error: program {sym}: {e}")))?;
+                prog.load().map_err(refused)?;
+                prog.attach(category, name).map_err(unattached)?;
+            }
         }
         let ncpus =
             aya::util::nr_cpus().map_err(|(what, e)| general(format!("reading {what}: {e}")))?;
