@@ -477,6 +477,28 @@ fn pad_regs(r: &user_regs_struct) -> [u64; 18] {
             rax = r.orig_rax;
         }
     }
+    pad_regs_of(r, rip, rax)
+}
+
+/// The registers weft puts back after a call in a thread that the stop found in a
+/// system call the kernel would continue through `restart_syscall`
+/// (`ERESTART_RESTARTBLOCK`: a relative sleep, a timed wait): the call's own system
+/// calls may have replaced the thread's restart block (the pad's timed `futex`
+/// wait, interrupted by weft, leaves `futex_wait_restart` there, and a `sleep`
+/// would then fail with `ETIMEDOUT`). So the system call is entered again from the
+/// start, its original arguments in their registers (it may last longer), as the
+/// pad's own way home does. Other states are put back as they were.
+fn reentered(r: &user_regs_struct) -> user_regs_struct {
+    let mut out = *r;
+    if (r.orig_rax as i64) >= 0 && -(r.rax as i64) == 516 {
+        out.rip = r.rip.wrapping_sub(2);
+        out.rax = r.orig_rax;
+        out.orig_rax = u64::MAX;
+    }
+    out
+}
+
+fn pad_regs_of(r: &user_regs_struct, rip: u64, rax: u64) -> [u64; 18] {
     [
         rax,
         r.rbx,
@@ -861,10 +883,11 @@ impl StoppedProcess {
         fp.restore(tid)
             .map_err(|e| self.ptrace_failed("PTRACE_SETREGSET", tid, e))?;
         self.set_mask(tid, mask)?;
-        sys::setregs(tid, original).map_err(|e| self.ptrace_failed("PTRACE_SETREGS", tid, e))?;
+        let resumed = reentered(original);
+        sys::setregs(tid, &resumed).map_err(|e| self.ptrace_failed("PTRACE_SETREGS", tid, e))?;
         self.give_pad_back();
         let thread = self.thread_mut(tid)?;
-        thread.regs = *original;
+        thread.regs = resumed;
         thread.stop = StopKind::Trap;
         Ok(())
     }

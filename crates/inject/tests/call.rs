@@ -698,3 +698,47 @@ fn pad_that_stops_waiting_goes_home_by_itself() {
     }
     finish(target, 0);
 }
+
+/// Sleeps 1.5 s in one relative `nanosleep`, then says how it went.
+const SLEEPER: &str = r#"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+long add3(long a, long b, long c) { return a + b + c; }
+
+int main(void) {
+    printf("ready\n");
+    fflush(stdout);
+    struct timespec ts = {1, 500000000};
+    int r = nanosleep(&ts, 0);
+    printf("slept %d %s\n", r, r ? strerror(errno) : "ok");
+    fflush(stdout);
+    return 0;
+}
+"#;
+
+/// A relative sleep is continued by the kernel through `restart_syscall`, from the
+/// thread's restart block, which the call's own system calls may replace (the pad's
+/// timed futex wait): the sleep must be entered again, not continued with the
+/// pad's restart (coreutils `sleep` failed with "cannot read realtime clock:
+/// Connection timed out" after an attach).
+#[test]
+fn a_call_in_a_thread_in_a_relative_sleep_leaves_the_sleep_whole() {
+    let program = build("sleeper", SLEEPER, &[]);
+    let mut target = Target::start(&program.path, &[]);
+    wait_in_syscall(target.pid(), target.pid(), libc::SYS_clock_nanosleep);
+    let pid = target.pid();
+    let add3 = target.symbol("add3");
+    for _ in 0..3 {
+        let mut stopped = StoppedProcess::stop(pid).unwrap();
+        let result = stopped
+            .call(pid, add3, &[1.into(), 2.into(), 3.into()], &[])
+            .unwrap();
+        assert_eq!(result.ret, 6);
+        stopped.resume().unwrap();
+    }
+    assert_eq!(target.line(), "slept 0 ok");
+    assert_eq!(target.wait(), Some(0));
+}
