@@ -41,6 +41,11 @@ const ERR_KEY: i16 = 24;
 const ENTRY: i16 = 32;
 pub(crate) const ZERO_VALUE: u32 = 40;
 
+/// `struct pt_regs` (x86-64): where `orig_ax` and the system call arguments
+/// (`di si dx r10 r8 r9`) are saved.
+const PT_REGS_ORIG_AX: i32 = 120;
+const PT_REGS_ARGS: [i32; 6] = [112, 104, 96, 56, 72, 64];
+
 /// Most entries a read of a user-space map looks at (linear probing from the
 /// key's slot; the runtime keeps tables at most half full).
 const USER_PROBES: u32 = 16;
@@ -177,6 +182,24 @@ impl Gen<'_> {
     fn prologue(&mut self, regs: u32) {
         let a = &mut self.a;
         a.mov(R6, R1);
+        if let Some(raw) = self.env.raw_syscall {
+            // The system call's number first: every other one leaves at once.
+            if raw.exit {
+                // sys_exit's arguments: (regs, ret); the number is regs->orig_ax.
+                a.mov(R1, R10);
+                a.alu_imm(ADD, R1, -16);
+                a.mov_imm(R2, 8);
+                a.load(DW, R3, R6, 0);
+                a.alu_imm(ADD, R3, PT_REGS_ORIG_AX);
+                a.call(helper::PROBE_READ_KERNEL);
+                a.jmp_imm(JNE, R0, 0, self.out);
+                a.load(DW, R1, R10, -16);
+            } else {
+                // sys_enter's arguments: (regs, id).
+                a.load(DW, R1, R6, 8);
+            }
+            a.jmp_imm(JNE, R1, raw.nr as i32, self.out);
+        }
         if self.env.filter_pids {
             a.call(helper::GET_CURRENT_PID_TGID);
             a.alu_imm(RSH, R0, 32);
@@ -399,15 +422,30 @@ impl Gen<'_> {
                 off,
                 size,
                 signed,
+            } if self.env.raw_syscall.is_some() => self.raw_field(*dst, *off, *size, *signed)?,
+            Inst::EventField {
+                dst,
+                off,
+                size,
+                signed,
             } => {
                 let sz = Self::size_code(u32::from(*size))
                     .ok_or_else(|| BpfError::Bad(format!("event field of {size} bytes")))?;
                 let off = i16::try_from(*off).map_err(|_| BpfError::Bad("field offset".into()))?;
-                self.a.load(sz, R0, R6, off);
+                if off < 8 {
+                    self.common_field(off)?;
+                } else {
+                    self.a.load(sz, R0, R6, off);
+                }
                 if *signed {
                     self.extend(R0, size * 8, true);
                 }
                 self.st(*dst, R0);
+            }
+            Inst::EventBytes { .. } | Inst::EventDataLoc { .. }
+                if self.env.raw_syscall.is_some() =>
+            {
+                return Err(unsupported("a record field on the raw system call path"))
             }
             Inst::EventBytes { dst, off, len } => {
                 self.place_ptr(R1, *dst)?;
@@ -600,6 +638,50 @@ impl Gen<'_> {
             }
             Inst::StoreTarget { .. } => return Err(unsupported("writing user memory")),
         }
+        Ok(())
+    }
+
+    /// The record's common fields (its first 8 bytes) are not the program's to read
+    /// (the kernel keeps other data there for eBPF): `common_pid` is the current
+    /// thread's id, as the record would hold it; the others are refused.
+    fn common_field(&mut self, off: i16) -> R {
+        if off != 4 {
+            return Err(unsupported(
+                "reading common_type, common_flags or common_preempt_count",
+            ));
+        }
+        self.a.call(helper::GET_CURRENT_PID_TGID);
+        self.a.alu_imm(LSH, R0, 32);
+        self.a.alu_imm(RSH, R0, 32);
+        Ok(())
+    }
+
+    /// A field of a `syscalls:` record, on the raw path: `__syscall_nr` (8), the
+    /// arguments (16, 24, ...: `di si dx r10 r8 r9` of the saved registers) or
+    /// `ret` (16 at exit). The common fields are the record's only: refused (the
+    /// probe then takes the perf path).
+    fn raw_field(&mut self, dst: Reg, off: u32, size: u8, signed: bool) -> R {
+        let raw = self.env.raw_syscall.expect("raw path");
+        match (off, raw.exit) {
+            (4, _) => self.common_field(4)?,
+            (8, _) => self.a.mov_imm(R0, i64::from(raw.nr)),
+            (16, true) => self.a.load(DW, R0, R6, 8),
+            (16..=56, false) if off % 8 == 0 => {
+                let reg = PT_REGS_ARGS[(off as usize - 16) / 8];
+                self.a.mov(R1, R9);
+                self.a.alu_imm(ADD, R1, i32::from(TMP));
+                self.a.mov_imm(R2, 8);
+                self.a.load(DW, R3, R6, 0);
+                self.a.alu_imm(ADD, R3, reg);
+                self.a.call(helper::PROBE_READ_KERNEL);
+                self.a.load(DW, R0, R9, TMP);
+            }
+            _ => return Err(unsupported("this field on the raw system call path")),
+        }
+        if size < 8 {
+            self.extend(R0, size * 8, signed);
+        }
+        self.st(dst, R0);
         Ok(())
     }
 

@@ -105,6 +105,19 @@ pub struct Env {
     pub user_maps: std::collections::BTreeMap<u32, UserMap>,
     /// Bytes kept in scratch for a key read from user memory.
     pub key_buf: u32,
+    /// A `syscalls:` tracepoint run from the raw `sys_enter`/`sys_exit` tracepoint.
+    pub raw_syscall: Option<RawSyscall>,
+}
+
+/// A `syscalls:sys_enter_NAME`/`sys_exit_NAME` probe compiled for the raw
+/// `sys_enter`/`sys_exit` tracepoint: the program sees every system call, checks the
+/// number first, and reads the arguments from the saved registers. No record is
+/// built for it, so a process the program leaves out pays less (the perf path
+/// builds the record before any program runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawSyscall {
+    pub nr: u32,
+    pub exit: bool,
 }
 
 /// Where a map written in user space lives in the session's segment (its key table:
@@ -125,6 +138,9 @@ pub struct KernelProbe<'a> {
     pub category: String,
     pub name: String,
     pub probe_id: u32,
+    /// For a `syscalls:` tracepoint whose number is known: try the raw tracepoint
+    /// first (the perf tracepoint when the advice needs what only the record has).
+    pub raw: Option<RawSyscall>,
 }
 
 /// The session-wide inputs of [`build`].
@@ -150,7 +166,8 @@ pub struct Options {
 pub struct Built {
     pub object: Vec<u8>,
     /// Program symbol, category, tracepoint name; in the order of the probes (then
-    /// the filter's own program on `sched_process_fork`, when there is one).
+    /// the filter's own program on `sched_process_fork`, when there is one). An empty
+    /// category is a raw tracepoint (`sys_enter`, `sys_exit`).
     pub programs: Vec<(String, String, String)>,
     /// Every map of the object.
     pub maps: Vec<(MapRef, MapSpec)>,
@@ -286,6 +303,7 @@ pub fn check(prog: &Program, probe: usize, user: &BTreeSet<u32>) -> Result<(), B
         zero_value: 8,
         user_maps,
         key_buf: 8,
+        raw_syscall: None,
     };
     codegen::compile(&prog.probes[probe].body, prog, &env).map(|_| ())
 }
@@ -350,8 +368,9 @@ pub fn build(
         .div_ceil(8)
         * 8;
     let mut codes = Vec::new();
+    let mut programs = Vec::new();
     for (i, p) in probes.iter().enumerate() {
-        let env = Env {
+        let mut env = Env {
             filter_pids: opts.filter_pids,
             ncpus: opts.ncpus,
             cpid: opts.cpid,
@@ -361,8 +380,21 @@ pub fn build(
             zero_value,
             user_maps: opts.user_maps.clone(),
             key_buf,
+            raw_syscall: None,
         };
+        let sym = format!("weft_p{i}");
+        if let Some(raw) = p.raw {
+            env.raw_syscall = Some(raw);
+            if let Ok(code) = codegen::compile(p.body, prog, &env) {
+                codes.push(code);
+                let tp = if raw.exit { "sys_exit" } else { "sys_enter" };
+                programs.push((sym, String::new(), tp.to_string()));
+                continue;
+            }
+            env.raw_syscall = None;
+        }
         codes.push(codegen::compile(p.body, prog, &env).map_err(|e| (i, e))?);
+        programs.push((sym, p.category.clone(), p.name.clone()));
     }
     let scratch = codes
         .iter()
@@ -424,10 +456,6 @@ pub fn build(
     ];
     for &m in &used {
         maps.push((MapRef::Map(m), map_spec(prog, m)));
-    }
-    let mut programs = Vec::new();
-    for (i, p) in probes.iter().enumerate() {
-        programs.push((format!("weft_p{i}"), p.category.clone(), p.name.clone()));
     }
     if let Some(f) = fork {
         codes.push(f);

@@ -357,3 +357,53 @@ fn the_stat_open_race_fires_only_when_another_process_replaces_the_file() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `syscalls:` probes run from the raw `sys_enter`/`sys_exit` tracepoints (no
+/// record is built for a process the filter leaves out), and from the perf
+/// tracepoint when asked (`WEFT_PERF_TRACEPOINTS=1`): the same counts and values
+/// either way.
+#[test]
+fn raw_and_perf_system_call_paths_agree() {
+    let bin = tp();
+    let cmd = format!("{bin} 4 25");
+    let prog =
+        "tracepoint:syscalls:sys_enter_getppid { @n = count(); @nr = max(args.__syscall_nr); } \
+                tracepoint:syscalls:sys_exit_getppid /args.ret > 0/ { @ok = count(); }";
+    for (perf, raw_programs) in [(false, 2), (true, 0)] {
+        let mut c = std::process::Command::new(weft_bin());
+        c.args(["trace", "-v", "-e", prog, "-c", &cmd]);
+        if perf {
+            c.env("WEFT_PERF_TRACEPOINTS", "1");
+        }
+        let o = c.output().unwrap();
+        let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
+        assert!(o.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "({raw_programs} on the raw system call tracepoints)"
+            )),
+            "{stderr}"
+        );
+        assert_eq!(map_value(&stdout, "@n"), Some(100), "{stdout}");
+        assert_eq!(map_value(&stdout, "@nr"), Some(110), "{stdout}");
+        assert_eq!(map_value(&stdout, "@ok"), Some(100), "{stdout}");
+    }
+    // `common_pid` is the thread's id on both paths.
+    let o = weft(
+        &[
+            "trace",
+            "-v",
+            "-e",
+            "tracepoint:syscalls:sys_enter_getppid { @pid[args.common_pid == tid] = count(); }",
+            "-c",
+            &cmd,
+        ],
+        T,
+    );
+    let stderr = text(&o.stderr);
+    assert!(
+        stderr.contains("(1 on the raw system call tracepoints)"),
+        "{stderr}"
+    );
+    assert_eq!(keyed(&ok(&o), "@pid").get("true"), Some(&100));
+}

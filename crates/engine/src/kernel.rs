@@ -53,6 +53,8 @@ pub struct KernelSide {
     pub filtered: bool,
     /// Programs and instructions (for `-v`).
     pub programs: usize,
+    /// Of those, the ones on the raw system call tracepoints.
+    pub raw: usize,
     pub instructions: usize,
 }
 
@@ -124,6 +126,11 @@ impl KernelSide {
             last_sync: Instant::now(),
             filtered: filter,
             programs: built.programs.len(),
+            raw: built
+                .programs
+                .iter()
+                .filter(|(_, c, _)| c.is_empty())
+                .count(),
             instructions: built.sizes.iter().sum(),
         })
     }
@@ -276,6 +283,7 @@ fn compile(
             category: category.clone(),
             name: name.clone(),
             probe_id,
+            raw: raw_syscall(category, name),
         })
         .collect();
     let opts = weft_bpf::Options {
@@ -342,6 +350,25 @@ fn user_maps_read_in_kernel(
             )
         })
         .collect())
+}
+
+/// A `syscalls:sys_enter_NAME`/`sys_exit_NAME` tracepoint as a system call number
+/// the raw `sys_enter`/`sys_exit` tracepoints can check (`WEFT_PERF_TRACEPOINTS=1`
+/// keeps every probe on its perf tracepoint).
+fn raw_syscall(category: &str, name: &str) -> Option<weft_bpf::RawSyscall> {
+    if category != "syscalls" || std::env::var_os("WEFT_PERF_TRACEPOINTS").is_some() {
+        return None;
+    }
+    let (call, exit) = match (
+        name.strip_prefix("sys_enter_"),
+        name.strip_prefix("sys_exit_"),
+    ) {
+        (Some(c), _) => (c, false),
+        (_, Some(c)) => (c, true),
+        _ => return None,
+    };
+    let nr = weft_kernel::syscalls::number(call)?;
+    Some(weft_bpf::RawSyscall { nr, exit })
 }
 
 fn aya_ncpus() -> Result<u32> {

@@ -419,8 +419,10 @@ impl<'p> Session<'p> {
             }
         }
         self.verbose(&format!(
-            "kernel probes: {} eBPF programs, {} instructions, {}",
+            "kernel probes: {} eBPF programs ({} on the raw system call tracepoints), {} \
+             instructions, {}",
             k.programs,
+            k.raw,
             k.instructions,
             if k.filtered {
                 "for the session's processes and their children"

@@ -6,3 +6,16 @@
 pub mod catch;
 pub mod probes;
 pub mod tracefs;
+
+/// x86-64 system call numbers, from the kernel's UAPI header at build time.
+pub mod syscalls {
+    include!(concat!(env!("OUT_DIR"), "/syscalls.rs"));
+
+    /// The number of system call `name` (`getppid`), if the table has it.
+    pub fn number(name: &str) -> Option<u32> {
+        SYSCALLS
+            .binary_search_by(|(n, _)| (*n).cmp(name))
+            .ok()
+            .map(|i| SYSCALLS[i].1)
+    }
+}

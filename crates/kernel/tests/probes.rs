@@ -28,6 +28,7 @@ fn load(prog: &Program, filter: bool) -> KernelProbes {
             category: "syscalls".into(),
             name: "sys_enter_getppid".into(),
             probe_id: 0,
+            raw: None,
         })
         .collect();
     let opts = Options {
