@@ -666,7 +666,7 @@ impl Gen<'_> {
             (4, _) => self.common_field(4)?,
             (8, _) => self.a.mov_imm(R0, i64::from(raw.nr)),
             (16, true) => self.a.load(DW, R0, R6, 8),
-            (16..=56, false) if off % 8 == 0 => {
+            (16..=56, false) if off.is_multiple_of(8) => {
                 let reg = PT_REGS_ARGS[(off as usize - 16) / 8];
                 self.a.mov(R1, R9);
                 self.a.alu_imm(ADD, R1, i32::from(TMP));
