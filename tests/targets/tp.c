@@ -6,9 +6,10 @@
  *   tp wait M             waits for SIGUSR1, then makes M getppid() calls (a process
  *                         a test starts before weft and lets go once weft is ready).
  *   tp rename NAME        renames its thread NAME (prctl), then exits.
- *   tp serve R            R requests: request i is handle(client 1 + i % 3), which
+ *   tp serve R [wait]     R requests: request i is handle(client 1 + i % 3), which
  *                         reads 100 * client bytes from /dev/zero in one read();
- *                         between requests it reads 4096 bytes outside handle().
+ *                         between requests it reads 4096 bytes outside handle();
+ *                         with "wait", then says "served" and waits for SIGUSR1.
  *   tp race PATH          stat()s PATH, says "checked", waits for SIGUSR1, then
  *                         open()s PATH (a check-then-use window another process may
  *                         use to replace the file).
@@ -73,7 +74,7 @@ int main(int argc, char **argv)
 		close(fd);
 		return 0;
 	}
-	if (argc == 3 && strcmp(argv[1], "serve") == 0) {
+	if ((argc == 3 || argc == 4) && strcmp(argv[1], "serve") == 0) {
 		int fd = open("/dev/zero", O_RDONLY);
 		static char other[4096];
 		for (int i = 0; i < atoi(argv[2]); i++) {
@@ -82,6 +83,8 @@ int main(int argc, char **argv)
 			if (read(fd, other, sizeof other) != sizeof other)
 				return 5;
 		}
+		if (argc == 4)
+			wait_usr1("served");
 		return 0;
 	}
 	if (argc == 3 && strcmp(argv[1], "rename") == 0)

@@ -105,3 +105,36 @@ fn a_sequence_needs_a_start_and_an_end() {
         assert!(err.contains("-e:1:"), "{err}");
     }
 }
+
+/// An instance that never reaches its last step ends after the timeout, its
+/// advice running with `$key` and the instance's variables.
+#[test]
+fn a_timeout_ends_a_stale_instance() {
+    let bin = tp();
+    // Each request's instance is keyed by the thread: the first starts it, and
+    // nothing ends it (work() is never called), so it times out once.
+    let prog = format!(
+        "seq req[tid] {{
+             uprobe:{bin}:handle {{ $client = arg0; }}
+             uprobe:{bin}:work {{ @ended = count(); }}
+             timeout 50ms {{ @stale[$client] = count(); printf(\"stale %d %d\\n\", $client, $key > 0); }}
+         }}"
+    );
+    // The command lives on after the requests until the timeout has passed (weft
+    // said so), then is let go.
+    let cmd = format!("{bin} serve 3 wait");
+    let mut w = Background::start(&["trace", "-e", &prog, "-c", &cmd]);
+    w.wait_line("stale 1 1", false, T);
+    let target = std::process::Command::new("pgrep")
+        .args(["-P", &w.pid().to_string()])
+        .output()
+        .unwrap();
+    let tpid: i32 = text(&target.stdout).trim().parse().unwrap();
+    // SAFETY: signalling the command weft launched for this test.
+    unsafe { libc::kill(tpid, libc::SIGUSR1) };
+    let stdout = ok(&w.finish(T));
+    let stale: Vec<&str> = stdout.lines().filter(|l| l.starts_with("stale")).collect();
+    assert_eq!(stale, vec!["stale 1 1"], "{stdout}");
+    assert_eq!(keyed(&stdout, "@stale").get("1"), Some(&1), "{stdout}");
+    assert_eq!(map_value(&stdout, "@ended"), Some(0), "{stdout}");
+}

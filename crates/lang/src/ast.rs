@@ -63,6 +63,9 @@ pub struct SeqBlock {
     /// Evaluated in each step: which instance the step belongs to.
     pub key: Expr,
     pub steps: Vec<SeqStep>,
+    /// `timeout DURATION { advice }`: instances older than DURATION (ns) end, the
+    /// advice running for each (in weft, `$key` holding its key).
+    pub timeout: Option<(u64, Block, Span)>,
     pub span: Span,
 }
 

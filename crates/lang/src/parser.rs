@@ -816,10 +816,22 @@ impl<'a> Parser<'a> {
             p.expect(&Tok::RBracket)?;
             p.expect(&Tok::LBrace)?;
             let mut steps = Vec::new();
+            let mut timeout = None;
             while !p.at(&Tok::RBrace) && !p.at(&Tok::Eof) {
                 if p.at(&Tok::Semi) {
                     p.bump();
                     continue;
+                }
+                if let (Tok::Ident(w), Tok::Int(_)) = (p.peek_tok(0), p.peek_tok(1)) {
+                    if w == "timeout" {
+                        let at = p.bump().span;
+                        let Tok::Int(ns) = p.bump().tok else {
+                            unreachable!("peeked")
+                        };
+                        let body = p.block()?;
+                        timeout = Some((ns, body, p.span_from(at)));
+                        continue;
+                    }
                 }
                 let probe = p.probe(None)?;
                 let star = p.eat(&Tok::Star);
@@ -831,6 +843,7 @@ impl<'a> Parser<'a> {
                 name_span: name_tok.span,
                 key,
                 steps,
+                timeout,
                 span: p.span_from(start),
             })
         })

@@ -83,12 +83,22 @@ fn steps(s: SeqBlock, diags: &mut Diags) -> Vec<Probe> {
             (v.assigned, v.used)
         })
         .collect();
+    // The timeout's advice reads the instance's variables too.
+    let timeout_uses = match &s.timeout {
+        Some((_, body, _)) => {
+            let mut v = Vars::default();
+            v.block(&mut body.clone());
+            v.used
+        }
+        None => BTreeSet::new(),
+    };
     for (i, (assigned, _)) in per_step.iter().enumerate() {
         for name in assigned {
-            if per_step
-                .iter()
-                .enumerate()
-                .any(|(j, (_, used))| j != i && used.contains(name))
+            if timeout_uses.contains(name)
+                || per_step
+                    .iter()
+                    .enumerate()
+                    .any(|(j, (_, used))| j != i && used.contains(name))
             {
                 bound.insert(name.clone());
             }
@@ -96,6 +106,7 @@ fn steps(s: SeqBlock, diags: &mut Diags) -> Vec<Probe> {
     }
     let span = s.span;
     let state = format!("{HIDDEN_PREFIX}{}", s.name);
+    let started = format!("{HIDDEN_PREFIX}{}__t", s.name);
     let var_map = |v: &str| format!("{HIDDEN_PREFIX}{}_{v}", s.name);
     let mut probes = Vec::with_capacity(n);
     for step in s.steps {
@@ -154,15 +165,143 @@ fn steps(s: SeqBlock, diags: &mut Diags) -> Vec<Probe> {
                 .stmts
                 .insert(0, assign_map(&state, key.clone(), int(v, span), span));
         }
+        if j == 0 && s.timeout.is_some() {
+            let now = Expr::new(ExprKind::Ident("nsecs".into()), span);
+            p.body
+                .stmts
+                .insert(0, assign_map(&started, key.clone(), now, span));
+        }
         if j == n - 1 {
-            p.body.stmts.push(delete(&state, key.clone(), span));
-            for v in &bound {
-                p.body.stmts.push(delete(&var_map(v), key.clone(), span));
-            }
+            let end = Ending {
+                state: &state,
+                started: &started,
+                bound: &bound,
+                var_map: &var_map,
+                timed: s.timeout.is_some(),
+            };
+            p.body.stmts.extend(end.stmts(&key, span));
         }
         out.push(p);
     }
+    if let Some((ns, body, tspan)) = s.timeout {
+        let end = Ending {
+            state: &state,
+            started: &started,
+            bound: &bound,
+            var_map: &var_map,
+            timed: true,
+        };
+        out.push(timeout_probe(ns, body, tspan, &end));
+    }
     out
+}
+
+/// What ends an instance: its state, start time and variables go.
+struct Ending<'a> {
+    state: &'a str,
+    started: &'a str,
+    bound: &'a BTreeSet<String>,
+    var_map: &'a dyn Fn(&str) -> String,
+    timed: bool,
+}
+
+impl Ending<'_> {
+    fn stmts(&self, key: &Expr, span: Span) -> Vec<Stmt> {
+        let mut out = vec![delete(self.state, key.clone(), span)];
+        if self.timed {
+            out.push(delete(self.started, key.clone(), span));
+        }
+        for v in self.bound {
+            out.push(delete(&(self.var_map)(v), key.clone(), span));
+        }
+        out
+    }
+}
+
+/// `timeout D { advice }`: an interval probe (a quarter of D, 10 ms to 1 s) that
+/// ends every instance started more than D ago, running the advice for it with
+/// `$key` its key (and the instance's variables):
+/// `for ($__seq_i : @started) { if (nsecs - $__seq_i.1 > D) { $key = $__seq_i.0; advice; end } }`.
+fn timeout_probe(ns: u64, mut body: Block, span: Span, end: &Ending) -> Probe {
+    let it = VarRef {
+        name: "__seq_i".into(),
+        span,
+        id: None,
+    };
+    let field = |i: u64| {
+        Expr::new(
+            ExprKind::TupleIndex {
+                expr: Box::new(Expr::new(ExprKind::Var(it.clone()), span)),
+                index: i,
+            },
+            span,
+        )
+    };
+    let key = field(0);
+    let mut rw = Rewrite {
+        bound: end.bound,
+        map_of: end.var_map,
+        key: &key,
+    };
+    rw.block(&mut body);
+    let key_var = VarRef {
+        name: "key".into(),
+        span,
+        id: None,
+    };
+    let mut stmts = vec![Stmt {
+        kind: StmtKind::Assign {
+            target: LValue::Var(key_var),
+            op: None,
+            value: key.clone(),
+        },
+        span,
+    }];
+    stmts.push(Stmt {
+        kind: StmtKind::Block(body),
+        span,
+    });
+    stmts.extend(end.stmts(&key, span));
+    let now = Expr::new(ExprKind::Ident("nsecs".into()), span);
+    let age = binary(BinOp::Sub, now, field(1), span);
+    let stale = binary(BinOp::Gt, age, int(ns, span), span);
+    let block = |stmts: Vec<Stmt>| Block {
+        stmts,
+        value: None,
+        span,
+    };
+    let check = Stmt {
+        kind: StmtKind::If {
+            cond: stale,
+            then: block(stmts),
+            otherwise: None,
+        },
+        span,
+    };
+    let each = Stmt {
+        kind: StmtKind::For {
+            var: it,
+            iter: ForIter::Map(MapRef {
+                name: end.started.to_string(),
+                name_span: span,
+                keys: None,
+                span,
+            }),
+            body: block(vec![check]),
+        },
+        span,
+    };
+    let period_ms = (ns / 4 / 1_000_000).clamp(10, 1000);
+    Probe {
+        advice: None,
+        attach: vec![crate::parser::attach_spec(
+            format!("interval:ms:{period_ms}"),
+            span,
+        )],
+        predicate: None,
+        body: block(vec![each]),
+        span,
+    }
 }
 
 fn int(v: u64, span: Span) -> Expr {
