@@ -56,6 +56,8 @@ const MAX_STACK_REGS: u32 = 60;
 pub const MAX_SCRATCH: u32 = 32 * 1024;
 
 const BPF_ANY: i32 = 0;
+/// `bpf_get_stack`: the user stack, not the kernel's.
+const BPF_F_USER_STACK: i64 = 1 << 8;
 const BPF_NOEXIST: i32 = 1;
 
 /// The instructions of one program and the maps its loads name.
@@ -630,7 +632,24 @@ impl Gen<'_> {
             Inst::FuncName { .. } => return Err(unsupported("func")),
             Inst::StrContains { dst, a, b, len } => self.str_contains(*dst, *a, *b, *len)?,
             Inst::IntToStr { .. } => return Err(unsupported("an integer as a string")),
-            Inst::UStack { .. } => return Err(unsupported("ustack")),
+            Inst::UStack { dst, depth } => {
+                // The user stack of the thread that made the event.
+                let off = self.poff(*dst)?;
+                self.zero(R9, off, depth * 8 + 8);
+                let (got, done) = (self.a.label(), self.a.label());
+                self.a.mov(R1, R6);
+                self.a.mov(R2, R9);
+                self.a.alu_imm(ADD, R2, i32::from(off) + 8);
+                self.a.mov_imm(R3, i64::from(depth * 8));
+                self.a.mov_imm(R4, BPF_F_USER_STACK);
+                self.a.call(helper::GET_STACK);
+                self.a.jmp_imm(JSGT, R0, 0, got);
+                self.a.ja(done);
+                self.a.bind(got);
+                self.a.alu_imm(RSH, R0, 3);
+                self.a.store(DW, R9, off, R0);
+                self.a.bind(done);
+            }
             Inst::SymbolAddr { .. } => return Err(unsupported("uaddr()")),
             Inst::MapLen { .. } => return Err(unsupported("len() of a map")),
             Inst::MapIterStart { .. } | Inst::MapIterNext { .. } => {

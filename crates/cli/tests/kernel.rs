@@ -407,3 +407,32 @@ fn raw_and_perf_system_call_paths_agree() {
     );
     assert_eq!(keyed(&ok(&o), "@pid").get("true"), Some(&100));
 }
+
+/// `ustack` in a kernel probe: the user stack of the thread that made the system
+/// call, symbolized in the session's process.
+#[test]
+fn a_kernel_probe_takes_the_user_stack() {
+    let cmd = format!("{} 4 25", tp());
+    let stdout = ok(&weft(
+        &[
+            "trace",
+            "-e",
+            "tracepoint:syscalls:sys_enter_getppid { @[ustack] = count(); }",
+            "-c",
+            &cmd,
+        ],
+        T,
+    ));
+    // One call site in work(): one stack, every call.
+    let frames: Vec<&str> = stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.contains('+') || l.starts_with("0x"))
+        .collect();
+    assert!(
+        frames.first().is_some_and(|f| f.starts_with("getppid+")),
+        "{stdout}"
+    );
+    assert!(frames.iter().any(|f| f.starts_with("main+")), "{stdout}");
+    assert!(stdout.contains("]: 100"), "{stdout}");
+}

@@ -24,6 +24,9 @@ pub enum Where {
     Anywhere,
     /// Probes that run in the target (uprobe, uretprobe, usdt, profile).
     InTarget,
+    /// Probes that run in the target, and kernel probes (for the thread that
+    /// made the event: `ustack`).
+    InTargetOrKernel,
     /// Probes that run in user space: any but kernel probes (tracepoints).
     UserSpace,
     /// uprobe and uretprobe.
@@ -42,6 +45,7 @@ impl Where {
         match self {
             Where::Anywhere => "any probe",
             Where::InTarget => "probes that run in the target",
+            Where::InTargetOrKernel => "probes that run in the target and kernel probes",
             Where::UserSpace => "probes that run in user space",
             Where::FunctionProbes => "uprobe and uretprobe probes",
             Where::ArgumentProbes => "uprobe and usdt probes",
@@ -194,7 +198,7 @@ pub static TABLE: &[Builtin] = &[
     f("strftime", 2, 2),
     f("usym", 1, 1).only(Where::UserSpace),
     f("uaddr", 1, 1).only(Where::UserSpace),
-    f("ustack", 0, 2).only(Where::InTarget),
+    f("ustack", 0, 2).only(Where::InTargetOrKernel),
     f("strncmp", 3, 3),
     f("strcontains", 2, 2),
     f("bswap", 1, 1),
@@ -232,7 +236,7 @@ pub static TABLE: &[Builtin] = &[
     var("probe"),
     var("retval").only(Where::ReturnProbes),
     var("args"),
-    var("ustack").only(Where::InTarget),
+    var("ustack").only(Where::InTargetOrKernel),
     var("argN").only(Where::ArgumentProbes),
 ];
 

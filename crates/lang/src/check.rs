@@ -3411,6 +3411,7 @@ impl<'a> Checker<'a> {
         let ok: fn(Kind) -> bool = match b.only {
             builtins::Where::Anywhere => return,
             builtins::Where::InTarget => Kind::in_target,
+            builtins::Where::InTargetOrKernel => |k| k.in_target() || k == Kind::Tracepoint,
             builtins::Where::UserSpace => |k| k != Kind::Tracepoint,
             builtins::Where::FunctionProbes => |k| matches!(k, Kind::Uprobe | Kind::Uretprobe),
             builtins::Where::ArgumentProbes => |k| matches!(k, Kind::Uprobe | Kind::Usdt),

@@ -350,49 +350,43 @@ fn missing_fields_and_differing_types() {
 #[test]
 fn user_space_builtins_are_refused() {
     check(
-        "t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $d = ustack; $e = usym(1); $f = reg(\"ip\"); $g = uaddr(\"main\"); }",
+        "t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $e = usym(1); $f = reg(\"ip\"); $g = uaddr(\"main\"); }",
         expect![[r#"
             error: retval needs a user-space frame, and a tracepoint's advice runs in the kernel (`tracepoint:syscalls:sys_exit_openat`); in a sys_exit tracepoint the return value is args.ret
              --> t.bt:1:35
               |
-            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $d = ustack; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
+            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
               |                                   ^^^^^^
 
             error: arg0 needs a user-space frame, and a tracepoint's advice runs in the kernel (`tracepoint:syscalls:sys_exit_openat`); the event's fields are args.NAME (weft -lv lists them)
              --> t.bt:1:48
               |
-            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $d = ustack; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
+            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
               |                                                ^^^^
 
             error: func needs a user-space frame, and a tracepoint's advice runs in the kernel (`tracepoint:syscalls:sys_exit_openat`); the event's fields are args.NAME (weft -lv lists them)
              --> t.bt:1:59
               |
-            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $d = ustack; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
+            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
               |                                                           ^^^^
 
-            error: ustack needs a user-space frame, and a tracepoint's advice runs in the kernel (`tracepoint:syscalls:sys_exit_openat`)
+            error: usym() needs a user-space frame, and a tracepoint's advice runs in the kernel (`tracepoint:syscalls:sys_exit_openat`)
              --> t.bt:1:70
               |
-            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $d = ustack; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
-              |                                                                      ^^^^^^
-
-            error: usym() needs a user-space frame, and a tracepoint's advice runs in the kernel (`tracepoint:syscalls:sys_exit_openat`)
-             --> t.bt:1:83
-              |
-            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $d = ustack; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
-              |                                                                                   ^^^^^^^
+            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
+              |                                                                      ^^^^^^^
 
             error: reg() needs a user-space frame, and a tracepoint's advice runs in the kernel (`tracepoint:syscalls:sys_exit_openat`)
-             --> t.bt:1:97
+             --> t.bt:1:84
               |
-            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $d = ustack; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
-              |                                                                                                 ^^^^^^^^^
+            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
+              |                                                                                    ^^^^^^^^^
 
             error: uaddr() needs a user-space frame, and a tracepoint's advice runs in the kernel (`tracepoint:syscalls:sys_exit_openat`)
-             --> t.bt:1:113
+             --> t.bt:1:100
               |
-            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $d = ustack; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
-              |                                                                                                                 ^^^^^^^^^^^^^
+            1 | t:syscalls:sys_exit_openat { $a = retval; $b = arg0; $c = func; $e = usym(1); $f = reg("ip"); $g = uaddr("main"); }
+              |                                                                                                    ^^^^^^^^^^^^^
 
         "#]],
     );
