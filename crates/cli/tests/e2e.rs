@@ -596,7 +596,7 @@ fn assert_every_call_counted(out: &str, err: &str, total: u64, calls: u64) {
     );
     let odd: Vec<&str> = err
         .lines()
-        .filter(|l| !l.starts_with("Attaching "))
+        .filter(|l| !l.starts_with("Attached "))
         .collect();
     assert!(
         odd.is_empty(),

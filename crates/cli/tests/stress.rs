@@ -256,7 +256,7 @@ fn unexpected_stderr(err: &str) -> Vec<&str> {
     err.lines()
         .filter(|l| {
             !l.is_empty()
-                && !l.starts_with("Attaching ")
+                && !l.starts_with("Attached ")
                 && !l.starts_with("Lost ")
                 && !l.contains("events were dropped")
         })
