@@ -37,15 +37,13 @@ use common::*;
 /// Mismatches that are not (yet) fixable in weft's front end or printer, with the
 /// reason. A program listed here may differ; one that matches again fails the test
 /// until it is removed from the list.
-const KNOWN_DIFFERENCES: &[(&str, &str)] = &[
-    (
-        "uprobe_ustack_entry",
-        "ustack at a function's entry: bpftrace 0.17's frame-pointer walk starts from the \
+const KNOWN_DIFFERENCES: &[(&str, &str)] = &[(
+    "uprobe_ustack_entry",
+    "ustack at a function's entry: bpftrace 0.17's frame-pointer walk starts from the \
          caller's frame, so it skips the caller; weft also reads the return address at \
          [rsp] and shows the caller (`main+N`). libc's static functions have no exported \
          symbol: bpftrace names them from debug info, weft prints their addresses",
-    ),
-];
+)];
 
 /// Where bpftrace 0.17 has a bug upstream fixed, weft follows upstream (the language
 /// issue's rule); each of these has a golden test of upstream's output too.

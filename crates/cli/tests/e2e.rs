@@ -1734,7 +1734,10 @@ fn division_by_zero_gives_1_and_a_full_map_warns_as_upstream() {
     assert_eq!(map_value(&out, "@k[4]"), None, "{out}");
     assert_eq!(map_value(&out, "@g[0]"), Some(50), "{out}");
     assert_eq!(map_value(&out, "@g[1]"), Some(50), "{out}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("Attached ")).collect();
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("Attached "))
+        .collect();
     assert_eq!(
         lines,
         [

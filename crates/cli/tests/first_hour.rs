@@ -529,10 +529,7 @@ fn launch_through_scripts_and_shells() {
             "{cmd}: {out}{}",
             text(&o.stderr)
         );
-        assert!(
-            text(&o.stderr).starts_with("Attached 1 probe\n"),
-            "{cmd}"
-        );
+        assert!(text(&o.stderr).starts_with("Attached 1 probe\n"), "{cmd}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
