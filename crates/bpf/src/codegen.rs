@@ -760,11 +760,12 @@ impl Gen<'_> {
             self.a.mov_imm(R0, 0);
             self.a.bind(t);
         } else {
-            // Division: by zero gives 0 and counts; signed needs kernel 6.6.
+            // Division: by zero gives 1 (as upstream bpftrace) and counts; signed
+            // needs kernel 6.6.
             let (nonzero, done) = (self.a.label(), self.a.label());
             self.a.jmp_imm(JNE, R1, 0, nonzero);
             self.count_error(ErrorKind::DivZero);
-            self.a.mov_imm(R0, 0);
+            self.a.mov_imm(R0, 1);
             self.a.ja(done);
             self.a.bind(nonzero);
             match op {

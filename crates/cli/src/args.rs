@@ -93,7 +93,7 @@ pub struct TraceArgs {
     /// (docs/record-format.md), for other tools.
     #[arg(long = "record", value_name = "FILE")]
     pub record: Option<PathBuf>,
-    /// Quiet: no "Attaching N probes..." line.
+    /// Quiet: no "Attached N probes" line.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,
     /// Verbose: how each site was woven, pause times.

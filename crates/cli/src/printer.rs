@@ -203,11 +203,11 @@ impl Sink for Printer<'_> {
         let _ = self.out.flush();
     }
 
-    /// `Attaching N probes...` (text: on stderr, as bpftrace; JSON: a record on the
-    /// output).
+    /// `Attached N probes` (text: on stderr, as upstream bpftrace; JSON: a record on
+    /// the output).
     fn attached(&mut self, n: usize) {
         match self.format {
-            OutputFormat::Text => eprint!("{}", weft_output::attaching_line(n as u64)),
+            OutputFormat::Text => eprint!("{}", weft_output::attached_line(n as u64)),
             OutputFormat::Json => {
                 let _ = self
                     .out

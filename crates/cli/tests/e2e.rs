@@ -596,7 +596,7 @@ fn assert_every_call_counted(out: &str, err: &str, total: u64, calls: u64) {
     );
     let odd: Vec<&str> = err
         .lines()
-        .filter(|l| !l.starts_with("Attaching "))
+        .filter(|l| !l.starts_with("Attached "))
         .collect();
     assert!(
         odd.is_empty(),
@@ -1702,4 +1702,50 @@ fn output_file_has_no_extra_blank_lines() {
     let _ = std::fs::remove_file(&file);
     assert_eq!(written, "a\n@x: 1\n@y[2]: 3\n");
     assert_eq!(text(&o.stdout), "\n\n");
+}
+
+/// Upstream bpftrace's run-time warnings (src/output/text.cpp `runtime_error`, not in
+/// 0.17): a division or remainder by zero gives 1 and `WARNING: Divide or modulo by 0
+/// detected. ...`; an update a full map drops gives `WARNING: Map full; can't update
+/// element. ...`. weft prints each once at exit on stderr, with the count on an
+/// `Additional Info` line, and the map keeps the counts of the keys it holds. The
+/// division runs in the target's inline trampoline (a scalar sum at a jump site, -O2
+/// PIE), in its general advice (beside a keyed map) and in weft (BEGIN).
+#[test]
+fn division_by_zero_gives_1_and_a_full_map_warns_as_upstream() {
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let prog = format!(
+        "config = {{ max_map_keys = 4 }}
+         BEGIN {{ $z = 0; @b = 5 / $z; @r = 5 % $z; }}
+         uprobe:{b}:work {{ @d = sum(10 / (arg0 - arg0)); @m = sum(10 % (arg0 - arg0)); }}
+         uprobe:{b}:work {{ @k[arg0 % 10] = count(); @g[arg0 % 2] = sum(arg0 / (arg0 - arg0)); }}"
+    );
+    let o = weft(&["-e", &prog, "-c", &format!("{b} 100")], T);
+    let out = ok(&o);
+    let err = text(&o.stderr);
+    assert_eq!(map_value(&out, "@b"), Some(1), "{out}");
+    assert_eq!(map_value(&out, "@r"), Some(1), "{out}");
+    assert_eq!(map_value(&out, "@d"), Some(100), "{out}");
+    assert_eq!(map_value(&out, "@m"), Some(100), "{out}");
+    for k in 0..4 {
+        assert_eq!(map_value(&out, &format!("@k[{k}]")), Some(10), "{out}");
+    }
+    assert_eq!(map_value(&out, "@k[4]"), None, "{out}");
+    assert_eq!(map_value(&out, "@g[0]"), Some(50), "{out}");
+    assert_eq!(map_value(&out, "@g[1]"), Some(50), "{out}");
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.starts_with("Attached "))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "WARNING: Divide or modulo by 0 detected. This can lead to unexpected results. 1 is being used as the result.",
+            "Additional Info - divisions by zero: 302",
+            "WARNING: Map full; can't update element. Try increasing max_map_keys config or manually setting the max entries in a map declaration e.g. `let @k = hash(5000)`",
+            "Additional Info - map: @k, updates dropped: 60",
+        ],
+        "{err}"
+    );
 }

@@ -160,7 +160,7 @@ fn an_attach_leaves_descriptors_and_mappings_as_they_were() {
         let (fds, tasks, maps) = (fd_table(t.pid()), threads(t.pid()), mappings(t.pid()));
         let prog = format!("uprobe:{b}:step {{ @c = count(); }}");
         let mut w = Background::start(&["-e", &prog, "-p", &t.pid().to_string()]);
-        w.wait_line("Attaching", true, T);
+        w.wait_line("Attached", true, T);
         while code_matches_file(t.pid(), &bin) {
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -529,10 +529,7 @@ fn launch_through_scripts_and_shells() {
             "{cmd}: {out}{}",
             text(&o.stderr)
         );
-        assert!(
-            text(&o.stderr).starts_with("Attaching 1 probe...\n"),
-            "{cmd}"
-        );
+        assert!(text(&o.stderr).starts_with("Attached 1 probe\n"), "{cmd}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

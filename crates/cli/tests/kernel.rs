@@ -436,3 +436,37 @@ fn a_kernel_probe_takes_the_user_stack() {
     assert!(frames.iter().any(|f| f.starts_with("main+")), "{stdout}");
     assert!(stdout.contains("]: 100"), "{stdout}");
 }
+
+/// Division and remainder by zero in kernel advice give 1, as upstream bpftrace's
+/// ("1 is being used as the result"), and are counted into its warning at exit.
+#[test]
+fn kernel_division_by_zero_gives_1_with_upstreams_warning() {
+    let cmd = format!("{} 3 2", tp());
+    let out = weft(
+        &[
+            "trace",
+            "-e",
+            "tracepoint:syscalls:sys_enter_getppid /pid == cpid/ { @n = count(); \
+             @d = sum(10 / (cpid - cpid)); @m = sum(10 % (cpid - cpid)); }",
+            "-c",
+            &cmd,
+        ],
+        T,
+    );
+    let stdout = ok(&out);
+    let n = 6;
+    assert_eq!(map_value(&stdout, "@n"), Some(n), "{stdout}");
+    assert_eq!(map_value(&stdout, "@d"), Some(n), "{stdout}");
+    assert_eq!(map_value(&stdout, "@m"), Some(n), "{stdout}");
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(
+            "WARNING: Divide or modulo by 0 detected. This can lead to unexpected results. 1 is being used as the result.\n"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("Additional Info - divisions by zero: {}\n", 2 * n)),
+        "{err}"
+    );
+}

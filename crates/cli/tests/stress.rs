@@ -256,7 +256,7 @@ fn unexpected_stderr(err: &str) -> Vec<&str> {
     err.lines()
         .filter(|l| {
             !l.is_empty()
-                && !l.starts_with("Attaching ")
+                && !l.starts_with("Attached ")
                 && !l.starts_with("Lost ")
                 && !l.contains("events were dropped")
         })
@@ -1595,8 +1595,8 @@ fn advice_faults_are_counted_and_harmless() {
     });
     let want = [
         format!("weft: {} reads of target memory faulted", 6 * n),
-        format!("weft: {} divisions by zero", 2 * n),
-        format!("weft: map @k is full: {} updates dropped", n - 10),
+        format!("Additional Info - divisions by zero: {}", 2 * n),
+        format!("Additional Info - map: @k, updates dropped: {}", n - 10),
     ];
     for w in &want {
         tally.check(err.contains(w.as_str()), || {

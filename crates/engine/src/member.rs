@@ -40,7 +40,7 @@ pub struct Member {
     /// The `sigaction` redirect, and the function bodies it covers.
     redirects: Vec<Planned>,
     redirect_bodies: Vec<Range<u64>>,
-    /// Probes with sites here (and profile probes), for "Attaching N probes".
+    /// Probes with sites here (and profile probes), for "Attached N probes".
     pub site_probes: usize,
     /// The unwinder hooks (needed once a return probe is woven) are planned.
     unwind_hooked: bool,

@@ -356,7 +356,7 @@ impl<'p> Session<'p> {
     }
 
     /// Resolve the program in every member, compile its advice and write the code;
-    /// returns the number of probes ("Attaching N probes").
+    /// returns the number of probes ("Attached N probes").
     pub fn prepare(&mut self) -> Result<usize> {
         let all: Vec<usize> = self.selected();
         self.prepare_probes(&all)

@@ -681,7 +681,8 @@ pub enum BinOp {
     Add,
     Sub,
     Mul,
-    /// Division and remainder by zero yield 0 and count [`ErrorKind::DivZero`].
+    /// Division and remainder by zero yield 1 (upstream bpftrace's result) and count
+    /// [`ErrorKind::DivZero`].
     DivS,
     DivU,
     ModS,

@@ -658,7 +658,8 @@ impl Cx<'_> {
         Ok(())
     }
 
-    /// rax = rax op rcx; division by zero yields 0 and counts an error;
+    /// rax = rax op rcx; division by zero yields 1 (as upstream bpftrace) and counts an
+    /// error;
     /// i64::MIN / -1 (which traps on x86) yields i64::MIN (remainder 0).
     fn divide(&mut self, op: BinOp) -> R {
         let mut zero = self.a.create_label();
@@ -696,7 +697,7 @@ impl Cx<'_> {
         self.a.mov(rdi, rbx)?;
         self.a.mov(esi, weft_ir::ErrorKind::DivZero as u32)?;
         self.call(Helper::CountError)?;
-        self.a.xor(eax, eax)?;
+        self.a.mov(eax, 1)?;
         self.bind(&mut done)
     }
 

@@ -426,7 +426,7 @@ impl Cx<'_> {
                 self.a.jmp(done)?;
                 self.bind(&mut zero)?;
                 self.count_error(weft_ir::ErrorKind::DivZero as usize)?;
-                self.a.xor(eax, eax)?;
+                self.a.mov(eax, 1)?;
                 self.bind(&mut done)?;
             }
             cmp => {

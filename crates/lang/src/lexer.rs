@@ -179,6 +179,9 @@ impl<'a> Lexer<'a> {
             let c = self.peek_byte(0);
             if c == b' ' || c == b'\t' || c == b'\n' || c == b'\r' {
                 self.pos += 1;
+            } else if let Some(n) = self.continuation_at(self.pos) {
+                // A line continuation between tokens is white space.
+                self.pos += n;
             } else if c == b'/' && self.peek_byte(1) == b'/' {
                 while self.pos < self.bytes.len() && self.bytes[self.pos] != b'\n' {
                     self.pos += 1;
@@ -194,9 +197,14 @@ impl<'a> Lexer<'a> {
                     }
                 }
             } else if c == b'#' && self.at_line_start() {
+                // The directive goes on over line continuations, as the C
+                // preprocessor reads it.
                 let start = self.pos;
                 while self.pos < self.bytes.len() && self.bytes[self.pos] != b'\n' {
-                    self.pos += 1;
+                    match self.continuation_at(self.pos) {
+                        Some(n) => self.pos += n,
+                        None => self.pos += 1,
+                    }
                 }
                 let line = self.src[start..self.pos].trim_end();
                 let directive = line[1..].trim_start();
@@ -215,6 +223,17 @@ impl<'a> Lexer<'a> {
             } else {
                 return;
             }
+        }
+    }
+
+    /// The length of the line continuation at `at` (a backslash ending its line:
+    /// `\` then `\n` or `\r\n`), if there is one. Continuations join lines between
+    /// tokens, in strings and in preprocessor lines (C's line splicing), not inside a
+    /// token or a `//` comment.
+    fn continuation_at(&self, at: usize) -> Option<usize> {
+        match self.bytes.get(at..at + 3) {
+            Some([b'\\', b'\r', b'\n']) => Some(3),
+            _ => (self.bytes.get(at..at + 2) == Some(b"\\\n")).then_some(2),
         }
     }
 
@@ -435,6 +454,12 @@ impl<'a> Lexer<'a> {
             if c != b'\\' {
                 out.push(c);
                 self.pos += 1;
+                continue;
+            }
+            if let Some(n) = self.continuation_at(self.pos) {
+                // A line continuation in a string: the string goes on on the next
+                // line, without the backslash and the line break.
+                self.pos += n;
                 continue;
             }
             let esc_start = self.pos;

@@ -708,3 +708,76 @@ fn checked_dump_shows_types() {
     "#]]
     .assert_eq(&dump(Dumpable::Checked(&checked)));
 }
+
+/// Line continuations (a backslash ending its line) join lines as C's line splicing
+/// does: in preprocessor lines (upstream bpftrace hands `#include` lines to clang,
+/// which reads them so), between tokens and in strings (the backslash and the line
+/// break are dropped).
+#[test]
+fn line_continuations_in_directives_code_and_strings() {
+    check(
+        "#include <linux/sched.h> \\\n  <linux/fs.h>\nBEGIN { $x = 1 + \\\n 2; printf(\"ab\\\ncd\\n\"); @m[1, \\\r\n 2] = $x; }",
+        expect![[r#"
+            Program
+             BEGIN
+              =
+               variable: $x
+               +
+                int: 1
+                int: 2
+              call: printf
+               string: "abcd\n"
+              =
+               map: @m
+                int: 1
+                int: 2
+               variable: $x
+        "#]],
+    );
+}
+
+/// A `#define` continued over two lines is one directive, refused once.
+#[test]
+fn continued_define_is_one_directive() {
+    check(
+        "#define X 1 + \\\n 2\nBEGIN { }",
+        expect![[r#"
+        Program
+         BEGIN
+        error: preprocessor directive `#define` is not supported; only `#include` lines are accepted (and ignored)
+         --> t.bt:1:1
+          |
+        1 | #define X 1 + \
+          | ^^^^^^^^^^^^^^^
+
+    "#]],
+    );
+}
+
+/// A continuation does not join a `//` comment to the next line (as bpftrace, whose
+/// comments end at the line's end), nor split a token.
+#[test]
+fn continuation_does_not_extend_comments_or_split_tokens() {
+    check(
+        "BEGIN { // a comment \\\n $x = 1; @a\\\nb = 2; }",
+        expect![[r#"
+            Program
+             BEGIN
+              =
+               variable: $x
+               int: 1
+              map: @a
+            error: expected `;` or `}` after statement, found `b`
+             --> t.bt:2:12
+              |
+            2 |  $x = 1; @a\
+              |            ^
+            note: this cannot continue the statement
+             --> t.bt:3:1
+              |
+            3 | b = 2; }
+              | ^
+
+        "#]],
+    );
+}

@@ -25,7 +25,7 @@
 //! * `tseries`: `tseries()` graphs and JSON lists, as upstream bpftrace prints them
 //!   (0.17 has no `tseries`).
 //!
-//! A session in text mode prints [`attaching_line`], then events as they come
+//! A session in text mode prints [`attached_line`] (on stderr), then events as they come
 //! ([`format_printf`], [`print_value`], [`print_map`], [`time::time_text`], ...), then at
 //! exit [`exit_header`] and every map in [`exit_order`]. With `-f json` the same
 //! sequence uses the [`json`] functions (the exit header is still two bare newlines).
@@ -74,12 +74,14 @@ pub trait Resolver {
     fn format(&self, id: FmtId) -> Option<&Format>;
 }
 
-/// `Attaching N probe(s)...\n` (bpftrace prints "probe" for exactly one).
-pub fn attaching_line(n: u64) -> String {
+/// `Attached N probe(s)\n`, upstream bpftrace's line ("probe" for exactly one; on
+/// stderr, `src/output/text.cpp`). bpftrace 0.17 printed `Attaching N probes...` on
+/// stdout instead.
+pub fn attached_line(n: u64) -> String {
     if n == 1 {
-        format!("Attaching {n} probe...\n")
+        format!("Attached {n} probe\n")
     } else {
-        format!("Attaching {n} probes...\n")
+        format!("Attached {n} probes\n")
     }
 }
 

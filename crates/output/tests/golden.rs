@@ -289,7 +289,9 @@ impl Run {
     fn text() -> Run {
         Run {
             json: false,
-            out: weft_output::attaching_line(1).into_bytes(),
+            // bpftrace 0.17's stdout starts with its `Attaching` line (upstream and
+            // weft print `Attached 1 probe` on stderr instead).
+            out: b"Attaching 1 probe...\n".to_vec(),
             maps: Vec::new(),
             r: R {
                 formats: Vec::new(),

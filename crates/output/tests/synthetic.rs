@@ -281,8 +281,8 @@ fn timestamps() {
 
 #[test]
 fn small_records_and_lines() {
-    assert_eq!(weft_output::attaching_line(1), "Attaching 1 probe...\n");
-    assert_eq!(weft_output::attaching_line(3), "Attaching 3 probes...\n");
+    assert_eq!(weft_output::attached_line(1), "Attached 1 probe\n");
+    assert_eq!(weft_output::attached_line(3), "Attached 3 probes\n");
     assert_eq!(weft_output::lost_events_line(12), "Lost 12 events\n");
     assert_eq!(
         text(json::attached_probes(2)),

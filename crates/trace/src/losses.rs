@@ -3,8 +3,20 @@
 use std::sync::atomic::Ordering;
 
 use weft_abi::{AGENT_POOL_THREADS, ERROR_KINDS};
-use weft_ir::Program;
+use weft_ir::{ErrorKind, Program};
 use weft_runtime::shm::Shm;
+
+/// Upstream bpftrace's warning for a division or remainder by zero at run time
+/// (`DIVIDE_BY_ZERO_MSG`); the result is 1, in weft too.
+pub const DIV_ZERO_WARNING: &str = "WARNING: Divide or modulo by 0 detected. This can lead to unexpected results. 1 is being used as the result.";
+
+/// Upstream bpftrace's warning for an update dropped because map `name` is full; its
+/// example declaration names the map.
+pub fn map_full_warning(name: &str) -> String {
+    format!(
+        "WARNING: Map full; can't update element. Try increasing max_map_keys config or manually setting the max entries in a map declaration e.g. `let {name} = hash(5000)`"
+    )
+}
 
 /// Totals of everything advice could not do, summed over threads (those whose slots
 /// were reused included: the retired slot holds their counts).
@@ -45,23 +57,34 @@ impl Losses {
         l
     }
 
-    /// One line per kind of loss, for stderr.
+    /// One line per kind of loss, for stderr. A division by zero and a full map are
+    /// reported in upstream bpftrace's words (`WARNING: ...`, src/output/text.cpp
+    /// `runtime_error`), each followed, as upstream's helper errors are, by an
+    /// `Additional Info - ...` line: here how many times it happened (and the map).
+    /// Upstream prints them as they happen with the statement's location; weft counts
+    /// them per thread and prints them once, at exit.
     pub fn report(&self) -> Vec<String> {
         let mut v = Vec::new();
-        let names = [
-            "reads of target memory faulted (str, buf, pointer or field reads); their values are zero or truncated",
-            "divisions by zero (results are 0)",
-            "map updates dropped because a map was full",
-            "loops stopped at their iteration bound",
-            "events dropped because a ring was full",
-        ];
-        for (k, n) in self.errors.iter().enumerate() {
-            if *n > 0 && k < names.len() && k != 2 && k != 4 {
-                v.push(format!("weft: {n} {}", names[k]));
-            }
+        let read_faults = self.errors[ErrorKind::ReadFault as usize];
+        if read_faults > 0 {
+            v.push(format!(
+                "weft: {read_faults} reads of target memory faulted (str, buf, pointer or field reads); their values are zero or truncated"
+            ));
+        }
+        let div_zero = self.errors[ErrorKind::DivZero as usize];
+        if div_zero > 0 {
+            v.push(DIV_ZERO_WARNING.to_string());
+            v.push(format!("Additional Info - divisions by zero: {div_zero}"));
         }
         for (m, n) in &self.map_full {
-            v.push(format!("weft: map {m} is full: {n} updates dropped (raise the limit with config = {{ max_map_keys = N }})"));
+            v.push(map_full_warning(m));
+            v.push(format!("Additional Info - map: {m}, updates dropped: {n}"));
+        }
+        let loop_bound = self.errors[ErrorKind::LoopBound as usize];
+        if loop_bound > 0 {
+            v.push(format!(
+                "weft: {loop_bound} loops stopped at their iteration bound"
+            ));
         }
         if self.threads_dropped > 0 {
             v.push(format!(
