@@ -13,12 +13,14 @@ pub mod args;
 pub mod coldpatch_cmd;
 pub mod demo;
 pub mod events;
+pub mod headers;
 pub mod list_cmd;
 pub mod printer;
 pub mod record_cmd;
 pub mod trace;
 
 use anyhow::{anyhow, bail, Context, Result};
+use weft_lang::HeaderResolver;
 use clap::Parser;
 
 use args::{Cli, Command, ListArgs, TraceArgs};
@@ -106,6 +108,16 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         pid: t.pids.first().copied(),
         executable,
     };
+    let script_dir = match t.program {
+        Some(_) => None,
+        None => std::path::Path::new(&file).parent().map(|d| d.to_path_buf()),
+    };
+    let headers = headers::SearchPath::new(script_dir, t.include_dirs.clone());
+    for f in &t.include_files {
+        if let Err(searched) = headers.find(f, false, weft_lang::Includer::CommandLine) {
+            bail!("--include {f}: not found; searched {}", searched.join(", "));
+        }
+    }
     let opts = weft_lang::Options {
         positional: params,
         named: named.clone(),
@@ -117,6 +129,8 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         args_resolver: Some(std::sync::Arc::new(resolver)),
         events: Some(std::sync::Arc::new(events::TracefsEvents::default())),
         dump,
+        headers: Some(std::sync::Arc::new(headers)),
+        include_files: t.include_files.clone(),
     };
     let out = front_end(&text, &file, &opts)?;
     for (stage, d) in &out.dumps {

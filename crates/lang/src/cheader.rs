@@ -92,6 +92,7 @@ pub fn read(
         resolver,
         macros: predefined(),
         seen: HashSet::new(),
+        missing: HashSet::new(),
         files: Vec::new(),
         out: Vec::new(),
         diags: Vec::new(),
@@ -123,12 +124,16 @@ pub fn read(
     }
     let mut out = d.out;
     let enumerators = d.enumerators;
+    let known = Known {
+        enumerators: &enumerators,
+        decls: &out,
+    };
     let mut constants: Vec<(String, i64)> = macros
         .iter()
         .filter(|(_, m)| m.params.is_none() && !m.predefined && !m.body.is_empty())
         .filter_map(|(name, m)| {
             let toks = expand(&m.body, &macros, &mut vec![name.clone()], 0);
-            eval_all(&toks, &|n| enumerators.get(n).copied()).map(|v| (name.clone(), v))
+            eval_all(&toks, &known).map(|v| (name.clone(), v))
         })
         .collect();
     constants.sort();
@@ -354,6 +359,8 @@ struct Pre<'r> {
     resolver: &'r dyn HeaderResolver,
     macros: HashMap<String, Macro>,
     seen: HashSet<String>,
+    /// Names not found (reported once).
+    missing: HashSet<String>,
     files: Vec<String>,
     /// The declarations' tokens, macros expanded.
     out: Vec<CTok>,
@@ -381,6 +388,7 @@ impl Pre<'_> {
         }
         let file = match self.resolver.find(name, angled, from) {
             Ok(f) => f,
+            Err(_) if !self.missing.insert(name.to_string()) => return,
             Err(searched) => {
                 let shown = if angled {
                     format!("<{name}>")
@@ -556,7 +564,7 @@ impl Pre<'_> {
             }
         }
         let expanded = expand(&replaced, &self.macros, &mut Vec::new(), 0);
-        eval_all(&expanded, &|_| Some(0)).is_some_and(|v| v != 0)
+        eval_all(&expanded, &Preprocessing).is_some_and(|v| v != 0)
     }
 }
 
@@ -699,8 +707,8 @@ fn substitute(
 // ---- integer constant expressions --------------------------------------------------
 
 /// The value of a whole integer constant expression, or None.
-fn eval_all(toks: &[CTok], ident: &dyn Fn(&str) -> Option<i64>) -> Option<i64> {
-    let mut e = Eval { toks, pos: 0, ident };
+fn eval_all(toks: &[CTok], ctx: &dyn Names) -> Option<i64> {
+    let mut e = Eval { toks, pos: 0, ctx };
     let v = e.ternary()?;
     (e.pos == toks.len()).then_some(v)
 }
@@ -708,7 +716,107 @@ fn eval_all(toks: &[CTok], ident: &dyn Fn(&str) -> Option<i64>) -> Option<i64> {
 struct Eval<'a> {
     toks: &'a [CTok],
     pos: usize,
-    ident: &'a dyn Fn(&str) -> Option<i64>,
+    ctx: &'a dyn Names,
+}
+
+/// What a constant expression's names mean.
+trait Names {
+    /// The value of a name.
+    fn value(&self, name: &str) -> Option<i64>;
+    /// A type's name (for casts).
+    fn is_type(&self, name: &str) -> bool {
+        is_type_word(name)
+    }
+    /// `sizeof(type)` of the type written `toks`.
+    fn size_of(&self, _toks: &[CTok]) -> Option<u64> {
+        None
+    }
+}
+
+/// In `#if`: every name that is not a macro is 0.
+struct Preprocessing;
+
+impl Names for Preprocessing {
+    fn value(&self, _: &str) -> Option<i64> {
+        Some(0)
+    }
+}
+
+/// In declarations: enumerators, typedefs and the structs read so far.
+struct Known<'a> {
+    enumerators: &'a HashMap<String, i64>,
+    decls: &'a CDecls,
+}
+
+impl Names for Known<'_> {
+    fn value(&self, name: &str) -> Option<i64> {
+        self.enumerators.get(name).copied()
+    }
+    fn is_type(&self, name: &str) -> bool {
+        is_type_word(name) || self.decls.typedefs.iter().any(|(n, _)| n == name)
+    }
+    fn size_of(&self, toks: &[CTok]) -> Option<u64> {
+        let words: Vec<&str> = toks.iter().map(|t| t.text.as_str()).collect();
+        let (base, rest) = match words.as_slice() {
+            ["struct" | "union", name, rest @ ..] => (TypeName::Struct(name.to_string()), rest),
+            [name, rest @ ..] if !is_int_word(name) => (TypeName::Named(name.to_string()), rest),
+            _ => {
+                let n = words.iter().take_while(|w| is_int_word(w)).count();
+                let owned: Vec<String> = words[..n].iter().map(|w| w.to_string()).collect();
+                (words_type(&owned), &words[n..])
+            }
+        };
+        let pointer = rest.iter().take_while(|w| **w == "*").count();
+        if pointer != rest.len() {
+            return None;
+        }
+        self.layout(&type_expr(base, pointer as u32, &[]), 0).map(|(size, _)| size)
+    }
+}
+
+impl Known<'_> {
+    /// Size and alignment of a type, as the checker would lay it out (None for a
+    /// type it cannot: bit-fields, unknown names).
+    fn layout(&self, t: &TypeExpr, depth: u32) -> Option<(u64, u64)> {
+        if depth > 32 {
+            return None;
+        }
+        let elem = if t.pointer > 0 {
+            (8, 8)
+        } else {
+            match &t.base {
+                TypeName::Int { bits, .. } => (u64::from(*bits / 8), u64::from(*bits / 8)),
+                TypeName::Bool | TypeName::Char => (1, 1),
+                TypeName::Named(n) => {
+                    let (_, named) = self.decls.typedefs.iter().find(|(m, _)| m == n)?;
+                    self.layout(named, depth + 1)?
+                }
+                TypeName::Struct(n) => {
+                    let s = self.decls.structs.iter().rev().find(|s| s.def.name == *n)?;
+                    if s.unsupported.is_some() {
+                        return None;
+                    }
+                    let (mut size, mut align) = (0u64, 1u64);
+                    for (ft, _, _, width) in &s.def.fields {
+                        if width.is_some() {
+                            return None;
+                        }
+                        let (fs, fa) = self.layout(ft, depth + 1)?;
+                        align = align.max(fa);
+                        if s.def.union {
+                            size = size.max(fs);
+                        } else {
+                            size = size.div_ceil(fa) * fa + fs;
+                        }
+                    }
+                    (size.div_ceil(align) * align, align)
+                }
+                _ => return None,
+            }
+        };
+        let count: u64 = t.array.flatten().into_iter().chain(t.dims.iter().copied()).product();
+        Some((elem.0 * count, elem.1))
+    }
 }
 
 const BIN_PREC: &[(&str, u8)] = &[
@@ -810,7 +918,7 @@ impl Eval<'_> {
                     // A cast to an integer type is read through.
                     let mut j = self.pos;
                     while self.toks.get(j).is_some_and(|t| {
-                        t.ident().is_some_and(is_type_word) || t.is("*")
+                        t.ident().is_some_and(|n| self.ctx.is_type(n)) || t.is("*")
                     }) {
                         j += 1;
                     }
@@ -828,7 +936,16 @@ impl Eval<'_> {
         match t.kind {
             K::Num => number(&t.text),
             K::Char => char_value(&t.text),
-            K::Ident => (self.ident)(&t.text),
+            K::Ident if t.text == "sizeof" && self.eat("(") => {
+                let start = self.pos;
+                while self.peek().is_some_and(|t| !t.is(")")) {
+                    self.pos += 1;
+                }
+                let size = self.ctx.size_of(&self.toks[start..self.pos])?;
+                self.eat(")");
+                i64::try_from(size).ok()
+            }
+            K::Ident => self.ctx.value(&t.text),
             _ => None,
         }
     }
@@ -1000,8 +1117,10 @@ fn words_type(words: &[String]) -> TypeName {
 struct Declarator {
     name: Option<String>,
     pointer: u32,
-    /// Array lengths, outermost first; `None` for `[]` (or one it cannot evaluate).
+    /// Array lengths, outermost first; `None` for one it cannot evaluate.
     dims: Vec<Option<u64>>,
+    /// The first is `[]` (a flexible array member).
+    flexible: bool,
     /// A function (a prototype), not an object.
     function: bool,
     /// A pointer to a function.
@@ -1279,7 +1398,7 @@ impl<'a> DeclParser<'a> {
                     }
                     None => {}
                     // A flexible array member adds no bytes.
-                    Some(_) if d.dims.first() == Some(&None) && d.dims.len() == 1 => {}
+                    Some(_) if d.flexible => {}
                     Some(name) => {
                         if d.dims.iter().any(Option::is_none) {
                             unsupported.get_or_insert(format!(
@@ -1334,6 +1453,7 @@ impl<'a> DeclParser<'a> {
             dims: Vec::new(),
             function: false,
             fn_pointer: false,
+            flexible: false,
         };
         loop {
             if self.eat("*") {
@@ -1353,6 +1473,7 @@ impl<'a> DeclParser<'a> {
             self.eat(")");
             d.name = inner.name;
             d.dims = inner.dims;
+            d.flexible = inner.flexible;
             if self.at("(") {
                 self.skip_group();
                 d.fn_pointer = inner.pointer > 0;
@@ -1367,6 +1488,9 @@ impl<'a> DeclParser<'a> {
             self.pos += 1;
         }
         while self.eat("[") {
+            if d.dims.is_empty() && self.at("]") {
+                d.flexible = true;
+            }
             d.dims.push(self.const_expr(&["]"]).and_then(|v| u64::try_from(v).ok()));
             self.eat("]");
         }
@@ -1401,8 +1525,11 @@ impl<'a> DeclParser<'a> {
         if toks.is_empty() {
             return None;
         }
-        let enumerators = &self.enumerators;
-        eval_all(toks, &|n| enumerators.get(n).copied())
+        let known = Known {
+            enumerators: &self.enumerators,
+            decls: &self.out,
+        };
+        eval_all(toks, &known)
     }
 
     /// `enum [name] [{ A = 1, B }]`: an `int`.
