@@ -388,7 +388,7 @@ impl Pre<'_> {
         }
         let file = match self.resolver.find(name, angled, from) {
             Ok(f) => f,
-            Err(_) if !self.missing.insert(name.to_string()) => return,
+            Err(_) if !self.missing.insert(format!("{angled}{name}")) => return,
             Err(searched) => {
                 let shown = if angled {
                     format!("<{name}>")
