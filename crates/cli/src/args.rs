@@ -19,6 +19,8 @@ pub struct Cli {
     pub trace: TraceArgs,
 }
 
+// Parsed once per run: the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a program of probes against a launched command or a running process.

@@ -57,7 +57,12 @@ impl SearchPath {
 }
 
 impl HeaderResolver for SearchPath {
-    fn find(&self, name: &str, angled: bool, from: Includer<'_>) -> Result<HeaderFile, Vec<String>> {
+    fn find(
+        &self,
+        name: &str,
+        angled: bool,
+        from: Includer<'_>,
+    ) -> Result<HeaderFile, Vec<String>> {
         let candidates: Vec<PathBuf> = if Path::new(name).is_absolute() {
             vec![PathBuf::from(name)]
         } else {

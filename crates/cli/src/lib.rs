@@ -20,8 +20,8 @@ pub mod record_cmd;
 pub mod trace;
 
 use anyhow::{anyhow, bail, Context, Result};
-use weft_lang::HeaderResolver;
 use clap::Parser;
+use weft_lang::HeaderResolver;
 
 use args::{Cli, Command, ListArgs, TraceArgs};
 use printer::OutputFormat;
@@ -110,7 +110,9 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
     };
     let script_dir = match t.program {
         Some(_) => None,
-        None => std::path::Path::new(&file).parent().map(|d| d.to_path_buf()),
+        None => std::path::Path::new(&file)
+            .parent()
+            .map(|d| d.to_path_buf()),
     };
     let headers = headers::SearchPath::new(script_dir, t.include_dirs.clone());
     for f in &t.include_files {

@@ -1745,7 +1745,9 @@ END {{ printf("%d %d %d %d %d\n", sizeof(struct rec), offsetof(struct rec, vals)
     assert!(!o.status.success());
     assert!(
         err.contains("header \"hdr.h\" not found; searched ")
-            && err.contains("include-e2e, /usr/local/include, /usr/include/x86_64-linux-gnu, /usr/include"),
+            && err.contains(
+                "include-e2e, /usr/local/include, /usr/include/x86_64-linux-gnu, /usr/include"
+            ),
         "{err}"
     );
 }

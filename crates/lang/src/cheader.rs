@@ -45,7 +45,8 @@ pub struct HeaderFile {
 pub trait HeaderResolver {
     /// The header `name` (`angled`: written `<name>`, which skips the includer's
     /// directory). `Err`: the directories searched, in order.
-    fn find(&self, name: &str, angled: bool, from: Includer<'_>) -> Result<HeaderFile, Vec<String>>;
+    fn find(&self, name: &str, angled: bool, from: Includer<'_>)
+        -> Result<HeaderFile, Vec<String>>;
 }
 
 /// What the headers define, in definition order.
@@ -172,8 +173,8 @@ impl CTok {
 }
 
 const PUNCTS: &[&str] = &[
-    "...", "<<=", ">>=", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||",
-    "##", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=",
+    "...", "<<=", ">>=", "->", "++", "--", "<<", ">>", "<=", ">=", "==", "!=", "&&", "||", "##",
+    "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=",
 ];
 
 /// The text without comments (each replaced by a space; the newlines of a block
@@ -257,9 +258,9 @@ fn tokenize(line: &str, file: u32, n: u32) -> Vec<CTok> {
         {
             while i < b.len() {
                 let d = b[i];
-                if (d == b'+' || d == b'-') && matches!(b[i - 1], b'e' | b'E' | b'p' | b'P') {
-                    i += 1;
-                } else if d.is_ascii_alphanumeric() || d == b'_' || d == b'.' {
+                let sign =
+                    (d == b'+' || d == b'-') && matches!(b[i - 1], b'e' | b'E' | b'p' | b'P');
+                if sign || d.is_ascii_alphanumeric() || d == b'_' || d == b'.' {
                     i += 1;
                 } else {
                     break;
@@ -437,8 +438,12 @@ impl Pre<'_> {
                     let on = active
                         && match word {
                             "if" => self.condition(rest),
-                            "ifdef" => rest.first().is_some_and(|t| self.macros.contains_key(&t.text)),
-                            _ => rest.first().is_some_and(|t| !self.macros.contains_key(&t.text)),
+                            "ifdef" => rest
+                                .first()
+                                .is_some_and(|t| self.macros.contains_key(&t.text)),
+                            _ => rest
+                                .first()
+                                .is_some_and(|t| !self.macros.contains_key(&t.text)),
                         };
                     conds.push(Cond {
                         parent: active,
@@ -452,8 +457,12 @@ impl Pre<'_> {
                         && !c.taken
                         && match word {
                             "elif" => self.condition(rest),
-                            "elifdef" => rest.first().is_some_and(|t| self.macros.contains_key(&t.text)),
-                            _ => rest.first().is_some_and(|t| !self.macros.contains_key(&t.text)),
+                            "elifdef" => rest
+                                .first()
+                                .is_some_and(|t| self.macros.contains_key(&t.text)),
+                            _ => rest
+                                .first()
+                                .is_some_and(|t| !self.macros.contains_key(&t.text)),
                         };
                     if let Some(c) = conds.last_mut() {
                         c.active = on;
@@ -486,7 +495,14 @@ impl Pre<'_> {
                     };
                     if let Some((name, angled)) = target {
                         let chain = format!(" (included from {}:{n})", file.path);
-                        self.include(name, angled, Includer::Header(&file.path), span, depth + 1, &chain);
+                        self.include(
+                            name,
+                            angled,
+                            Includer::Header(&file.path),
+                            span,
+                            depth + 1,
+                            &chain,
+                        );
                     }
                 }
                 // `#pragma once` holds anyway (a file is read once); `#error`,
@@ -770,7 +786,8 @@ impl Names for Known<'_> {
         if pointer != rest.len() {
             return None;
         }
-        self.layout(&type_expr(base, pointer as u32, &[]), 0).map(|(size, _)| size)
+        self.layout(&type_expr(base, pointer as u32, &[]), 0)
+            .map(|(size, _)| size)
     }
 }
 
@@ -814,7 +831,12 @@ impl Known<'_> {
                 _ => return None,
             }
         };
-        let count: u64 = t.array.flatten().into_iter().chain(t.dims.iter().copied()).product();
+        let count: u64 = t
+            .array
+            .flatten()
+            .into_iter()
+            .chain(t.dims.iter().copied())
+            .product();
         Some((elem.0 * count, elem.1))
     }
 }
@@ -955,8 +977,15 @@ fn is_type_word(w: &str) -> bool {
     matches!(
         w,
         "char" | "short" | "int" | "long" | "signed" | "unsigned" | "__signed__" | "_Bool"
-    ) || w.ends_with("_t") && (w.starts_with("int") || w.starts_with("uint") || w.starts_with("__u") || w.starts_with("__s"))
-        || matches!(w, "__u8" | "__u16" | "__u32" | "__u64" | "__s8" | "__s16" | "__s32" | "__s64")
+    ) || w.ends_with("_t")
+        && (w.starts_with("int")
+            || w.starts_with("uint")
+            || w.starts_with("__u")
+            || w.starts_with("__s"))
+        || matches!(
+            w,
+            "__u8" | "__u16" | "__u32" | "__u64" | "__s8" | "__s16" | "__s32" | "__s64"
+        )
 }
 
 /// A C integer literal (`0x1fUL`, `017`, `0b101`, `42ll`).
@@ -1077,7 +1106,14 @@ fn is_int_word(w: &str) -> bool {
 /// C's type words to a type.
 fn words_type(words: &[String]) -> TypeName {
     let has = |w: &str| words.iter().any(|x| x == w);
-    for odd in ["float", "double", "__int128", "_Complex", "_Float128", "__float128"] {
+    for odd in [
+        "float",
+        "double",
+        "__int128",
+        "_Complex",
+        "_Float128",
+        "__float128",
+    ] {
         if has(odd) {
             return TypeName::Named(words.join(" "));
         }
@@ -1251,10 +1287,7 @@ impl<'a> DeclParser<'a> {
             unsupported: None,
         };
         let mut words: Vec<String> = Vec::new();
-        loop {
-            let Some(w) = self.peek(0).and_then(CTok::ident).map(str::to_string) else {
-                break;
-            };
+        while let Some(w) = self.peek(0).and_then(CTok::ident).map(str::to_string) {
             if w == "typedef" {
                 spec.typedef = true;
                 self.pos += 1;
@@ -1338,7 +1371,9 @@ impl<'a> DeclParser<'a> {
     fn members(&mut self, def: &mut StructDef, unsupported: &mut Option<String>) {
         self.pos += 1; // `{`
         loop {
-            let Some(t) = self.peek(0).cloned() else { return };
+            let Some(t) = self.peek(0).cloned() else {
+                return;
+            };
             if t.is("}") {
                 self.pos += 1;
                 return;
@@ -1357,10 +1392,8 @@ impl<'a> DeclParser<'a> {
                 unsupported.clone_from(&spec.unsupported);
             }
             let Some(base) = spec.base else {
-                unsupported.get_or_insert(format!(
-                    "weft cannot read its member at line {}",
-                    t.line
-                ));
+                unsupported
+                    .get_or_insert(format!("weft cannot read its member at line {}", t.line));
                 self.skip_member();
                 if self.pos == start {
                     self.pos += 1;
@@ -1370,8 +1403,12 @@ impl<'a> DeclParser<'a> {
             // An anonymous struct or union member: its fields are the outer's.
             if self.at(";") {
                 if matches!(&base, TypeName::Struct(n) if n.starts_with("(anonymous")) {
-                    def.fields
-                        .push((type_expr(base, 0, &[]), String::new(), Span::default(), None));
+                    def.fields.push((
+                        type_expr(base, 0, &[]),
+                        String::new(),
+                        Span::default(),
+                        None,
+                    ));
                 }
                 self.pos += 1;
                 continue;
@@ -1394,7 +1431,8 @@ impl<'a> DeclParser<'a> {
                 match d.name {
                     _ if d.function => {}
                     None if width.is_some() => {
-                        unsupported.get_or_insert("weft does not lay out unnamed bit-fields".into());
+                        unsupported
+                            .get_or_insert("weft does not lay out unnamed bit-fields".into());
                     }
                     None => {}
                     // A flexible array member adds no bytes.
@@ -1419,10 +1457,8 @@ impl<'a> DeclParser<'a> {
                 }
             }
             if !self.eat(";") {
-                unsupported.get_or_insert(format!(
-                    "weft cannot read its member at line {}",
-                    t.line
-                ));
+                unsupported
+                    .get_or_insert(format!("weft cannot read its member at line {}", t.line));
                 self.skip_member();
             }
         }
@@ -1491,7 +1527,8 @@ impl<'a> DeclParser<'a> {
             if d.dims.is_empty() && self.at("]") {
                 d.flexible = true;
             }
-            d.dims.push(self.const_expr(&["]"]).and_then(|v| u64::try_from(v).ok()));
+            d.dims
+                .push(self.const_expr(&["]"]).and_then(|v| u64::try_from(v).ok()));
             self.eat("]");
         }
         if self.at("(") {
@@ -1648,7 +1685,9 @@ impl<'a> DeclParser<'a> {
 fn note_layout_attributes(text: &str, unsupported: &mut Option<String>) {
     for word in ["packed", "aligned"] {
         if text.contains(word) && unsupported.is_none() {
-            *unsupported = Some(format!("weft does not lay out `__attribute__(({word}))` structs"));
+            *unsupported = Some(format!(
+                "weft does not lay out `__attribute__(({word}))` structs"
+            ));
         }
     }
 }

@@ -1004,7 +1004,10 @@ impl<'a> Checker<'a> {
                 self.structs.remove(name);
                 self.broken.insert(
                     name.clone(),
-                    format!("{kind} `{name}` ({}) cannot be used: {}", s.origin, e.message),
+                    format!(
+                        "{kind} `{name}` ({}) cannot be used: {}",
+                        s.origin, e.message
+                    ),
                 );
             }
         }

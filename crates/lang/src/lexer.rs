@@ -241,10 +241,9 @@ impl<'a> Lexer<'a> {
                 angled,
                 span,
             }),
-            _ => self.diags.error(
-                span,
-                "expected `<FILE>` or `\"FILE\"` after `#include`",
-            ),
+            _ => self
+                .diags
+                .error(span, "expected `<FILE>` or `\"FILE\"` after `#include`"),
         }
     }
 

@@ -42,7 +42,11 @@ pub fn parse_with_types(
         _ => None,
     });
     if let Some(probe) = first_probe {
-        for inc in program.includes.iter().filter(|i| i.span.start > probe.start) {
+        for inc in program
+            .includes
+            .iter()
+            .filter(|i| i.span.start > probe.start)
+        {
             p.diags.push(
                 Diagnostic::error(inc.span, "`#include` must come before the first probe")
                     .with_note(Some(probe), "the first probe"),

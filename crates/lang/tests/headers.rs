@@ -14,7 +14,12 @@ use weft_lang::{compile, render, HeaderFile, HeaderResolver, Includer, Options, 
 struct Files(HashMap<String, String>);
 
 impl HeaderResolver for Files {
-    fn find(&self, name: &str, angled: bool, _from: Includer<'_>) -> Result<HeaderFile, Vec<String>> {
+    fn find(
+        &self,
+        name: &str,
+        angled: bool,
+        _from: Includer<'_>,
+    ) -> Result<HeaderFile, Vec<String>> {
         let path = if angled {
             format!("sys/{name}")
         } else {
@@ -195,7 +200,11 @@ fn reads_definitions_and_skips_the_rest() {
         d.structs[5].unsupported.as_deref(),
         Some("weft does not lay out `__attribute__((packed))` structs")
     );
-    let typedefs: Vec<String> = d.typedefs.iter().map(|(n, t)| format!("{n} = {t}")).collect();
+    let typedefs: Vec<String> = d
+        .typedefs
+        .iter()
+        .map(|(n, t)| format!("{n} = {t}"))
+        .collect();
     assert_eq!(
         typedefs,
         [
@@ -215,7 +224,11 @@ fn reads_definitions_and_skips_the_rest() {
     assert_eq!(
         enums,
         [
-            vec![("RED".into(), Some(0)), ("GREEN".into(), Some(5)), ("BLUE".into(), Some(6))],
+            vec![
+                ("RED".into(), Some(0)),
+                ("GREEN".into(), Some(5)),
+                ("BLUE".into(), Some(6))
+            ],
             vec![("SMALL".into(), Some(-1)), ("BIG".into(), Some(21))],
         ]
     );
@@ -313,13 +326,16 @@ uprobe:/bin/true:f {
 #[test]
 fn a_struct_with_an_unknown_member_type_is_an_error_where_it_is_used() {
     // Unused, it is no error.
-    check(r#"#include "foo.h"
-BEGIN { print(sizeof(struct inner)); }"#, expect![[r#"
+    check(
+        r#"#include "foo.h"
+BEGIN { print(sizeof(struct inner)); }"#,
+        expect![[r#"
     Program
      BEGIN
       call: print :: none
        int: 8 :: int64
-"#]]);
+"#]],
+    );
     check(
         r#"#include "foo.h"
 BEGIN { print(sizeof(struct has_double)); print(sizeof(struct uses_double)); print(sizeof(struct packed_s)); }"#,
@@ -375,14 +391,18 @@ fn missing_header_names_the_directories_searched() {
         headers: Some(Arc::new(f)),
         ..Options::default()
     };
-    check_with("#include \"a.h\"\nBEGIN { }", &o, expect![[r#"
+    check_with(
+        "#include \"a.h\"\nBEGIN { }",
+        &o,
+        expect![[r#"
         error: header "b.h" (included from a.h:1) not found; searched ., /usr/include
          --> t.bt:1:1
           |
         1 | #include "a.h"
           | ^^^^^^^^^^^^^^
 
-    "#]]);
+    "#]],
+    );
 }
 
 #[test]
@@ -411,7 +431,10 @@ fn include_files_from_the_command_line_come_first() {
         include_files: vec!["foo.h".into()],
         ..opts()
     };
-    check_with("BEGIN { print(RED + GREEN + ARCH); }", &o, expect![[r#"
+    check_with(
+        "BEGIN { print(RED + GREEN + ARCH); }",
+        &o,
+        expect![[r#"
         Program
          BEGIN
           call: print :: none
@@ -420,5 +443,6 @@ fn include_files_from_the_command_line_come_first() {
              int: 0 :: int64
              int: 5 :: int64
             int: 64 :: int64
-    "#]]);
+    "#]],
+    );
 }
