@@ -19,6 +19,8 @@ pub struct Cli {
     pub trace: TraceArgs,
 }
 
+// Parsed once per run: the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a program of probes against a launched command or a running process.
@@ -78,6 +80,14 @@ pub struct TraceArgs {
     /// process.
     #[arg(long = "system")]
     pub system: bool,
+    /// Add DIR to the directories `#include` looks in (after the script's own
+    /// directory for `#include "..."`, before the system's), as bpftrace's -I.
+    #[arg(short = 'I', value_name = "DIR")]
+    pub include_dirs: Vec<PathBuf>,
+    /// Include the C header FILE before the program (its structs, unions, enums,
+    /// typedefs and integer #defines), as bpftrace's --include.
+    #[arg(long = "include", value_name = "FILE")]
+    pub include_files: Vec<String>,
     /// Write output to FILE instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,

@@ -13,6 +13,7 @@ pub mod args;
 pub mod coldpatch_cmd;
 pub mod demo;
 pub mod events;
+pub mod headers;
 pub mod list_cmd;
 pub mod printer;
 pub mod record_cmd;
@@ -20,6 +21,7 @@ pub mod trace;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
+use weft_lang::HeaderResolver;
 
 use args::{Cli, Command, ListArgs, TraceArgs};
 use printer::OutputFormat;
@@ -106,6 +108,18 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         pid: t.pids.first().copied(),
         executable,
     };
+    let script_dir = match t.program {
+        Some(_) => None,
+        None => std::path::Path::new(&file)
+            .parent()
+            .map(|d| d.to_path_buf()),
+    };
+    let headers = headers::SearchPath::new(script_dir, t.include_dirs.clone());
+    for f in &t.include_files {
+        if let Err(searched) = headers.find(f, false, weft_lang::Includer::CommandLine) {
+            bail!("--include {f}: not found; searched {}", searched.join(", "));
+        }
+    }
     let opts = weft_lang::Options {
         positional: params,
         named: named.clone(),
@@ -117,6 +131,8 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         args_resolver: Some(std::sync::Arc::new(resolver)),
         events: Some(std::sync::Arc::new(events::TracefsEvents::default())),
         dump,
+        headers: Some(std::sync::Arc::new(headers)),
+        include_files: t.include_files.clone(),
     };
     let out = front_end(&text, &file, &opts)?;
     for (stage, d) in &out.dumps {

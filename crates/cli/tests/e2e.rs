@@ -1749,3 +1749,51 @@ fn division_by_zero_gives_1_and_a_full_map_warns_as_upstream() {
         "{err}"
     );
 }
+
+/// A script that includes `tests/targets/hdr.h` (`#include` with `-I`, and
+/// `--include`) reads `hdr.c`'s structs by casting `arg0`, with the header's
+/// typedefs, enum and `#define` constants, `sizeof` and `offsetof`: exact values.
+#[test]
+fn include_c_header_structs_casts_and_constants() {
+    let bin = build("hdr.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let targets = repo_root().join("tests/targets");
+    let body = format!(
+        r#"uprobe:{b}:rec_show {{
+  $r = (struct rec *)arg0;
+  printf("%d %d %d %s %d %d %d %d\n", $r->id, $r->pos.x, $r->pos.y, $r->name, $r->kind, $r->flags, $r->vals[1], $r->kind == REC_HUGE);
+  printf("%d\n", (rec_id_t)$r->id + REC_BIG);
+}}
+END {{ printf("%d %d %d %d %d\n", sizeof(struct rec), offsetof(struct rec, vals), REC_NAME_LEN, REC_MAGIC, sizeof(rec_id_t)); }}"#
+    );
+    let want = "42 1 2 first 4 3 20 0\n46\n7 -3 4 second 5 9 -200 1\n11\n48 24 12 24301 4";
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("include-e2e");
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("rec.bt");
+    std::fs::write(&script, format!("#include \"hdr.h\"\n{body}\n")).unwrap();
+    let inc = targets.to_str().unwrap();
+    for args in [
+        vec!["-I", inc, script.to_str().unwrap()],
+        vec!["--include", "hdr.h", "-I", inc, "-e", &body],
+    ] {
+        let mut argv = args.clone();
+        argv.extend(["-c", b]);
+        let out = ok(&weft(&argv, T));
+        let events: Vec<&str> = out
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with("s="))
+            .collect();
+        assert_eq!(events.join("\n"), want, "{args:?}: {out}");
+    }
+    // Without -I the header is not found, and the message says where weft looked.
+    let o = weft(&[script.to_str().unwrap(), "-c", b], T);
+    let err = text(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("header \"hdr.h\" not found; searched ")
+            && err.contains(
+                "include-e2e, /usr/local/include, /usr/include/x86_64-linux-gnu, /usr/include"
+            ),
+        "{err}"
+    );
+}

@@ -33,6 +33,21 @@ impl Span {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Program {
     pub items: Vec<Item>,
+    /// The `#include` lines, in order (they come before the probes).
+    pub includes: Vec<Include>,
+    /// What the included C headers (and `--include` files) define, read by
+    /// [`crate::cheader`] before the checker runs.
+    pub c_decls: crate::cheader::CDecls,
+}
+
+/// `#include <file.h>` or `#include "file.h"`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Include {
+    pub name: String,
+    /// `<...>`: not looked for beside the script.
+    pub angled: bool,
+    /// The whole line.
+    pub span: Span,
 }
 
 #[derive(Clone, Debug, PartialEq)]

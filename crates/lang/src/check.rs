@@ -195,6 +195,11 @@ struct Checker<'a> {
     /// Map types learned by the previous silent pass.
     hints: HashMap<String, MapState>,
     structs: HashMap<String, CStruct>,
+    /// Typedefs of included headers: name → the type it names.
+    typedefs: HashMap<String, TypeExpr>,
+    /// Structs of included headers weft cannot lay out: name → why (an error where
+    /// the script uses one).
+    broken: HashMap<String, String>,
     /// Enumerators of the program's `enum` definitions: name → value.
     enumerators: HashMap<String, i64>,
     config: Config,
@@ -234,6 +239,8 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         maps: HashMap::new(),
         hints: HashMap::new(),
         structs: HashMap::new(),
+        typedefs: HashMap::new(),
+        broken: HashMap::new(),
         enumerators: HashMap::new(),
         config: opts.config.clone(),
         stack_mode: StackMode::Bpftrace,
@@ -693,6 +700,8 @@ enum TypeError {
     Unknown,
     /// Too many members or bytes: the message.
     TooLarge(String),
+    /// A struct of a header weft cannot lay out: the message.
+    Broken(String),
 }
 
 /// A C struct's layout; `Err(size)` when it would not fit in 32 bits.
@@ -819,6 +828,7 @@ impl<'a> Checker<'a> {
     // ---- preamble ---------------------------------------------------------------
 
     fn preamble(&mut self, program: &Program) {
+        self.header_decls(&program.c_decls);
         let mut seen_probe = false;
         for item in &program.items {
             match item {
@@ -960,6 +970,49 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// What included headers define, before the script's own definitions. A
+    /// struct with an error (an unknown member type) is not reported here but where
+    /// the script uses it.
+    fn header_decls(&mut self, d: &crate::cheader::CDecls) {
+        for (name, v) in &d.constants {
+            self.enumerators.insert(name.clone(), *v);
+        }
+        for e in &d.enums {
+            for (name, v, _) in &e.variants {
+                if let Some(v) = v {
+                    self.enumerators.insert(name.clone(), *v);
+                }
+            }
+        }
+        for (name, ty) in &d.typedefs {
+            self.typedefs.insert(name.clone(), ty.clone());
+        }
+        for s in &d.structs {
+            let name = &s.def.name;
+            let kind = if s.def.union { "union" } else { "struct" };
+            if let Some(why) = &s.unsupported {
+                self.broken.insert(
+                    name.clone(),
+                    format!("{kind} `{name}` ({}) cannot be used: {why}", s.origin),
+                );
+                continue;
+            }
+            let before = self.diags.list.len();
+            self.struct_def(&s.def);
+            let errors: Vec<Diagnostic> = self.diags.list.drain(before..).collect();
+            if let Some(e) = errors.iter().find(|e| e.is_error()) {
+                self.structs.remove(name);
+                self.broken.insert(
+                    name.clone(),
+                    format!(
+                        "{kind} `{name}` ({}) cannot be used: {}",
+                        s.origin, e.message
+                    ),
+                );
+            }
+        }
+    }
+
     /// Record the enumerators of `enum { A = 1, B }`: each is one more than the one
     /// before unless given, as in C.
     fn enum_def(&mut self, e: &EnumDef) {
@@ -1031,7 +1084,7 @@ impl<'a> Checker<'a> {
                 Err(TypeError::Unknown) => {
                     self.err(*span, format!("unknown type `{t}` for field `{n}`"))
                 }
-                Err(TypeError::TooLarge(m)) => self.err(t.span, m),
+                Err(TypeError::TooLarge(m) | TypeError::Broken(m)) => self.err(t.span, m),
             }
         }
         let layout = match c_layout(&s.name, &fields, s.union) {
@@ -1083,7 +1136,7 @@ impl<'a> Checker<'a> {
                 self.err(t.span, msg);
                 None
             }
-            Err(TypeError::TooLarge(m)) => {
+            Err(TypeError::TooLarge(m) | TypeError::Broken(m)) => {
                 self.err(t.span, m);
                 None
             }
@@ -1092,14 +1145,22 @@ impl<'a> Checker<'a> {
 
     /// A written type to an ir type.
     fn resolve_type(&self, t: &TypeExpr) -> Result<Type, TypeError> {
+        self.resolve_type_in(t, 0)
+    }
+
+    /// [`Self::resolve_type`] through `depth` typedefs.
+    fn resolve_type_in(&self, t: &TypeExpr, depth: u32) -> Result<Type, TypeError> {
         if let (Some(Some(n)), Some((&first, rest))) = (t.array, t.dims.split_first()) {
             // `T x[a][b]...`: an array of `a` arrays `T[b]...` (C order).
-            let elem = self.resolve_type(&TypeExpr {
-                pointer: 0,
-                array: Some(Some(first)),
-                dims: rest.to_vec(),
-                ..t.clone()
-            })?;
+            let elem = self.resolve_type_in(
+                &TypeExpr {
+                    pointer: 0,
+                    array: Some(Some(first)),
+                    dims: rest.to_vec(),
+                    ..t.clone()
+                },
+                depth,
+            )?;
             let mut ty = array_of(elem, n, t)?;
             for _ in 0..t.pointer {
                 ty = Type::Ptr(Box::new(ty));
@@ -1139,6 +1200,9 @@ impl<'a> Checker<'a> {
             TypeName::Str => Type::Str {
                 cap: self.config.strlen,
             },
+            TypeName::Struct(n) if self.broken.contains_key(n) => {
+                return Err(TypeError::Broken(self.broken[n].clone()))
+            }
             TypeName::Struct(n) => match self.structs.get(n) {
                 Some(s) => Type::CStruct(s.clone()),
                 None if t.pointer > 0 => Type::CStruct(CStruct {
@@ -1148,7 +1212,11 @@ impl<'a> Checker<'a> {
                 }),
                 None => return Err(TypeError::Unknown),
             },
-            TypeName::Named(_) => return Err(TypeError::Unknown),
+            // A typedef of a header (a chain of them at most 32 long).
+            TypeName::Named(n) => match self.typedefs.get(n) {
+                Some(named) if depth < 32 => self.resolve_type_in(named, depth + 1)?,
+                _ => return Err(TypeError::Unknown),
+            },
             // Checked by the caller (`typed_expr`) first.
             TypeName::Typeof(x) => match &x.ty {
                 Type::Void => return Err(TypeError::Unknown),
@@ -2883,7 +2951,7 @@ impl<'a> Checker<'a> {
                         e.kind = ExprKind::Int(offset);
                         Type::U64
                     }
-                    Err(TypeError::TooLarge(m)) => {
+                    Err(TypeError::TooLarge(m) | TypeError::Broken(m)) => {
                         self.err(ty.span, m);
                         Type::Void
                     }

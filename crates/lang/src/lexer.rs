@@ -4,7 +4,7 @@
 //! ([`Lexer::next_token`]). Errors are collected, never fatal: a bad character is
 //! reported and skipped.
 
-use crate::ast::{BinOp, Span};
+use crate::ast::{BinOp, Include, Span};
 use crate::diag::{Diagnostic, Diags};
 
 #[derive(Clone, Debug, PartialEq)]
@@ -144,6 +144,9 @@ pub struct Lexer<'a> {
     bytes: &'a [u8],
     pub pos: usize,
     pub diags: Diags,
+    /// The `#include` lines met so far, in text order (each once, however often
+    /// the parser re-lexes).
+    pub includes: Vec<Include>,
 }
 
 fn is_ident_start(c: u8) -> bool {
@@ -160,6 +163,7 @@ impl<'a> Lexer<'a> {
             bytes: src.as_bytes(),
             pos: 0,
             diags: Diags::default(),
+            includes: Vec::new(),
         }
     }
 
@@ -172,8 +176,8 @@ impl<'a> Lexer<'a> {
         *self.bytes.get(self.pos + ahead).unwrap_or(&0)
     }
 
-    /// Skip whitespace, comments and preprocessor lines (`#include` is accepted and
-    /// ignored; a `#!` first line too).
+    /// Skip whitespace, comments and preprocessor lines (`#include` lines are
+    /// recorded in [`Lexer::includes`]; a `#!` first line is ignored).
     pub fn skip_trivia(&mut self) {
         loop {
             let c = self.peek_byte(0);
@@ -212,11 +216,14 @@ impl<'a> Lexer<'a> {
                     .chars()
                     .take_while(|c| c.is_ascii_alphabetic())
                     .collect();
-                if !(line.starts_with("#!") || word == "include") {
+                let span = Span::new(start, start + line.len());
+                if word == "include" {
+                    self.include_line(directive["include".len()..].trim(), span);
+                } else if !line.starts_with("#!") {
                     self.diags.error(
-                        Span::new(start, self.pos),
+                        span,
                         format!(
-                            "preprocessor directive `#{word}` is not supported; only `#include` lines are accepted (and ignored)"
+                            "preprocessor directive `#{word}` is not supported; only `#include` lines are accepted"
                         ),
                     );
                 }
@@ -234,6 +241,28 @@ impl<'a> Lexer<'a> {
         match self.bytes.get(at..at + 3) {
             Some([b'\\', b'\r', b'\n']) => Some(3),
             _ => (self.bytes.get(at..at + 2) == Some(b"\\\n")).then_some(2),
+        }
+    }
+
+    /// `<file.h>` or `"file.h"` after `#include`.
+    fn include_line(&mut self, rest: &str, span: Span) {
+        if self.includes.iter().any(|i| i.span == span) {
+            return;
+        }
+        let name = match rest.as_bytes().first() {
+            Some(b'<') => rest[1..].find('>').map(|e| (&rest[1..1 + e], true)),
+            Some(b'"') => rest[1..].find('"').map(|e| (&rest[1..1 + e], false)),
+            _ => None,
+        };
+        match name {
+            Some((name, angled)) if !name.is_empty() => self.includes.push(Include {
+                name: name.to_string(),
+                angled,
+                span,
+            }),
+            _ => self
+                .diags
+                .error(span, "expected `<FILE>` or `\"FILE\"` after `#include`"),
         }
     }
 
@@ -716,6 +745,21 @@ mod tests {
             toks("#include <linux/sched.h>\n// x\n/* y */ 1"),
             vec![Tok::Int(1)]
         );
+    }
+
+    #[test]
+    fn include_lines_are_recorded() {
+        let mut lx = Lexer::new("#include <linux/sched.h>\n  #include \"my.h\" // c\n1");
+        assert_eq!(lx.next_token().tok, Tok::Int(1));
+        let got: Vec<(&str, bool)> = lx
+            .includes
+            .iter()
+            .map(|i| (i.name.as_str(), i.angled))
+            .collect();
+        assert_eq!(got, [("linux/sched.h", true), ("my.h", false)]);
+        let mut lx = Lexer::new("#include my.h\n1");
+        lx.next_token();
+        assert!(lx.diags.has_errors());
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 pub mod ast;
 pub mod builtins;
+pub mod cheader;
 pub mod check;
 pub mod diag;
 pub mod dump;
@@ -25,6 +26,7 @@ pub mod unsupported;
 
 use std::sync::Arc;
 
+pub use cheader::{HeaderFile, HeaderResolver, Includer};
 pub use check::Checked;
 pub use diag::{render, Diagnostic, Note, Severity};
 pub use passes::{Stage, PASSES};
@@ -108,6 +110,10 @@ pub struct Options {
     pub events: Option<Arc<dyn EventResolver + Send + Sync>>,
     /// Stages whose result to dump into [`Output::dumps`].
     pub dump: Vec<Stage>,
+    /// Finds C headers for `#include` lines; without it they are ignored.
+    pub headers: Option<Arc<dyn HeaderResolver + Send + Sync>>,
+    /// `--include FILE`s: headers read before the script's `#include`s.
+    pub include_files: Vec<String>,
 }
 
 impl std::fmt::Debug for Options {
@@ -120,6 +126,8 @@ impl std::fmt::Debug for Options {
             .field("args_resolver", &self.args_resolver.is_some())
             .field("events", &self.events.is_some())
             .field("dump", &self.dump)
+            .field("headers", &self.headers.is_some())
+            .field("include_files", &self.include_files)
             .finish()
     }
 }
@@ -147,6 +155,32 @@ impl Output {
 /// Stage 1: text to syntax tree.
 pub fn parse(source: &str) -> (ast::Program, Vec<Diagnostic>) {
     parser::parse(source)
+}
+
+/// Stage 1 with the C headers: text to syntax tree, the `--include` files and the
+/// `#include`d headers read (through [`Options::headers`]) into
+/// [`ast::Program::c_decls`]. When they define typedefs the text is parsed again
+/// knowing their names, so `(name)x` is a cast.
+pub fn parse_with_headers(source: &str, opts: &Options) -> (ast::Program, Vec<Diagnostic>) {
+    let (ast, diags) = parse(source);
+    let Some(resolver) = &opts.headers else {
+        return (ast, diags);
+    };
+    if ast.includes.is_empty() && opts.include_files.is_empty() {
+        return (ast, diags);
+    }
+    let (decls, header_diags) = cheader::read(&opts.include_files, &ast.includes, &**resolver);
+    let types: std::collections::HashSet<String> =
+        decls.typedefs.iter().map(|(n, _)| n.clone()).collect();
+    let (mut ast, mut diags) = if types.is_empty() {
+        (ast, diags)
+    } else {
+        parser::parse_with_types(source, &types)
+    };
+    ast.c_decls = decls;
+    diags.extend(header_diags);
+    diags.sort_by_key(|d| d.span.start);
+    (ast, diags)
 }
 
 /// Stage 2: expand macro calls in place.
@@ -189,7 +223,7 @@ pub fn compile(source: &str, file: &str, opts: &Options) -> Output {
     };
     let wants = |s: Stage| opts.dump.contains(&s);
 
-    let (mut ast, diags) = parse(source);
+    let (mut ast, diags) = parse_with_headers(source, opts);
     let failed = diags.iter().any(Diagnostic::is_error);
     out.diagnostics.extend(diags);
     if wants(Stage::Parse) {

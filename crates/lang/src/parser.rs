@@ -12,6 +12,15 @@ use crate::lexer::{Lexer, Tok, Token};
 /// Parse a whole script. Always returns a program (possibly partial) and the
 /// diagnostics found on the way.
 pub fn parse(source: &str) -> (Program, Vec<Diagnostic>) {
+    parse_with_types(source, &Default::default())
+}
+
+/// [`parse`], knowing `types` as type names (the typedefs of included headers), so
+/// `(name)x` and `sizeof(name)` read them as types.
+pub fn parse_with_types(
+    source: &str,
+    types: &std::collections::HashSet<String>,
+) -> (Program, Vec<Diagnostic>) {
     if let Some(at) = source.find('\0') {
         // The lexer reads a NUL as the end of the text; a program never holds one
         // (argv cannot carry it, so it comes from a binary or corrupt file).
@@ -19,10 +28,31 @@ pub fn parse(source: &str) -> (Program, Vec<Diagnostic>) {
             Span::new(at, at + 1),
             "the program contains a NUL byte: a program is UTF-8 text",
         );
-        return (Program { items: Vec::new() }, vec![d]);
+        return (Program::default(), vec![d]);
     }
     let mut p = Parser::new(source);
-    let program = p.program();
+    p.types = types.clone();
+    let mut program = p.program();
+    program.includes = std::mem::take(&mut p.lx.includes);
+    // bpftrace reads C definitions only in the preamble.
+    let first_probe = program.items.iter().find_map(|i| match i {
+        Item::Probe(p) => Some(p.span),
+        Item::Reserved(b) => Some(b.span),
+        Item::Seq(b) => Some(b.span),
+        _ => None,
+    });
+    if let Some(probe) = first_probe {
+        for inc in program
+            .includes
+            .iter()
+            .filter(|i| i.span.start > probe.start)
+        {
+            p.diags.push(
+                Diagnostic::error(inc.span, "`#include` must come before the first probe")
+                    .with_note(Some(probe), "the first probe"),
+            );
+        }
+    }
     if let Some(i) = p
         .diags
         .list
@@ -68,6 +98,8 @@ struct Parser<'a> {
     /// Set when the nesting limit was hit: the parser reports that once and reads
     /// the rest of the text as the end of input (no cascade of errors).
     abandoned: bool,
+    /// Typedef names of included headers: they start casts and `sizeof(type)`.
+    types: std::collections::HashSet<String>,
 }
 
 const BINOPS: &[(Tok, BinOp, u8)] = &[
@@ -144,6 +176,7 @@ impl<'a> Parser<'a> {
             depth: 0,
             reached: 0,
             abandoned: false,
+            types: Default::default(),
         }
     }
 
@@ -371,7 +404,10 @@ impl<'a> Parser<'a> {
                 Err(Stop) => self.recover_item(),
             }
         }
-        Program { items }
+        Program {
+            items,
+            ..Program::default()
+        }
     }
 
     fn item(&mut self) -> PResult<Option<Item>> {
@@ -1348,7 +1384,7 @@ impl<'a> Parser<'a> {
         if matches!(name.as_str(), "struct" | "union" | "enum") {
             return matches!(self.peek_tok(2), Tok::Ident(_));
         }
-        if int_type_name(&name).is_none() {
+        if int_type_name(&name).is_none() && !self.types.contains(&name) {
             return false;
         }
         let mut i = 2;
@@ -1677,7 +1713,7 @@ impl<'a> Parser<'a> {
         let is_type = match self.peek_tok(0) {
             Tok::Ident(n) => {
                 matches!(n.as_str(), "struct" | "union" | "enum")
-                    || int_type_name(&n).is_some() && {
+                    || (int_type_name(&n).is_some() || self.types.contains(&n)) && {
                         matches!(
                             self.peek_tok(1),
                             Tok::RParen | Tok::Star | Tok::LBracket | Tok::Ident(_)

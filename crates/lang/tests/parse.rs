@@ -661,7 +661,7 @@ fn define_is_rejected() {
         expect![[r#"
         Program
          BEGIN
-        error: preprocessor directive `#define` is not supported; only `#include` lines are accepted (and ignored)
+        error: preprocessor directive `#define` is not supported; only `#include` lines are accepted
          --> t.bt:1:1
           |
         1 | #define X 1
