@@ -742,15 +742,15 @@ fn continued_define_is_one_directive() {
     check(
         "#define X 1 + \\\n 2\nBEGIN { }",
         expect![[r#"
-        Program
-         BEGIN
-        error: preprocessor directive `#define` is not supported; only `#include` lines are accepted (and ignored)
-         --> t.bt:1:1
-          |
-        1 | #define X 1 + \
-          | ^^^^^^^^^^^^^^^
+            Program
+             BEGIN
+            error: preprocessor directive `#define` is not supported; only `#include` lines are accepted
+             --> t.bt:1:1
+              |
+            1 | #define X 1 + \
+              | ^^^^^^^^^^^^^^^
 
-    "#]],
+        "#]],
     );
 }
 
