@@ -101,6 +101,16 @@ const UPSTREAM_FIXED: &[(&str, &str)] = &[
         "0.17 prints every integer map key as an int64; weft (as upstream) prints a uint64 \
          key unsigned (golden: uint64_keys_and_literals)",
     ),
+    (
+        "modulo_and_division_by_zero",
+        "a division or remainder by zero at run time: 0.17 gives 0, weft (as upstream: \
+         src/output/text.cpp, \"1 is being used as the result\") gives 1 and warns (e2e: \
+         division_by_zero_gives_1_and_a_full_map_warns_as_upstream)",
+    ),
+    (
+        "division_by_constant_zero",
+        "as modulo_and_division_by_zero: 0.17 gives 0, weft (as upstream) 1",
+    ),
 ];
 
 /// The pseudo-program name of the `Attaching N probes...` (0.17) / `Attached N probes`
