@@ -127,6 +127,37 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Code, BpfError
     })
 }
 
+/// The pid filter: leave for `out` unless the current process (tgid, saved at
+/// `r10 - 8`) is in one of the two bitmaps, `weft_pids` (weft's: the members) or
+/// `weft_forked` (the fork program's: their children), a bit per pid in u64 words.
+/// Array lookups, which the verifier turns into a few loads: a process outside the
+/// session pays a handful of instructions.
+fn pid_filter(a: &mut Asm<MapRef>, out: Label) {
+    let member = a.label();
+    a.call(helper::GET_CURRENT_PID_TGID);
+    a.alu_imm(RSH, R0, 32);
+    a.store(W, R10, -8, R0);
+    a.alu_imm(RSH, R0, 6);
+    a.store(W, R10, -4, R0);
+    for (i, map) in [MapRef::Pids, MapRef::Forked].into_iter().enumerate() {
+        let next = a.label();
+        a.load_map(R1, map);
+        a.mov(R2, R10);
+        a.alu_imm(ADD, R2, -4);
+        a.call(helper::MAP_LOOKUP_ELEM);
+        a.jmp_imm(JEQ, R0, 0, if i == 0 { next } else { out });
+        a.load(DW, R1, R0, 0);
+        a.load(W, R2, R10, -8);
+        a.alu_imm(AND, R2, 63);
+        a.alu(RSH, R1, R2);
+        a.alu_imm(AND, R1, 1);
+        a.jmp_imm(JNE, R1, 0, member);
+        a.bind(next);
+    }
+    a.ja(out);
+    a.bind(member);
+}
+
 /// The pid filter's program on `sched_process_fork`: a process in the filter that
 /// starts another puts it in the filter too, with its segment's address
 /// (`child_off`: the child's pid in the record). It runs in the parent.
@@ -135,34 +166,33 @@ pub fn fork_program(child_off: u32) -> Result<Code, BpfError> {
     let mut a: Asm<MapRef> = Asm::new();
     let out = a.label();
     a.mov(R6, R1);
-    a.call(helper::GET_CURRENT_PID_TGID);
-    a.alu_imm(RSH, R0, 32);
-    a.store(W, R10, -4, R0);
-    a.load_map(R1, MapRef::Pids);
+    pid_filter(&mut a, out);
+    // The child's bit in weft_forked, atomically (CPUs fork at once).
+    a.load(W, R7, R6, off);
+    a.mov(R1, R7);
+    a.alu_imm(RSH, R1, 6);
+    a.store(W, R10, -12, R1);
+    a.load_map(R1, MapRef::Forked);
     a.mov(R2, R10);
-    a.alu_imm(ADD, R2, -4);
+    a.alu_imm(ADD, R2, -12);
     a.call(helper::MAP_LOOKUP_ELEM);
     a.jmp_imm(JEQ, R0, 0, out);
-    a.load(W, R1, R6, off);
-    a.store(W, R10, -8, R1);
-    a.store_imm(B, R10, -12, 1);
-    a.load_map(R1, MapRef::Pids);
-    a.mov(R2, R10);
-    a.alu_imm(ADD, R2, -8);
-    a.mov(R3, R10);
-    a.alu_imm(ADD, R3, -12);
-    a.mov_imm(R4, i64::from(BPF_ANY));
-    a.call(helper::MAP_UPDATE_ELEM);
+    a.mov(R2, R7);
+    a.alu_imm(AND, R2, 63);
+    a.mov_imm(R1, 1);
+    a.alu(LSH, R1, R2);
+    a.atomic_or(R0, 0, R1);
+    a.store(W, R10, -16, R7);
     // And where the segment is: a forked child maps it where its parent did.
     a.load_map(R1, MapRef::Segments);
     a.mov(R2, R10);
-    a.alu_imm(ADD, R2, -4);
+    a.alu_imm(ADD, R2, -8);
     a.call(helper::MAP_LOOKUP_ELEM);
     a.jmp_imm(JEQ, R0, 0, out);
     a.mov(R3, R0);
     a.load_map(R1, MapRef::Segments);
     a.mov(R2, R10);
-    a.alu_imm(ADD, R2, -8);
+    a.alu_imm(ADD, R2, -16);
     a.mov_imm(R4, i64::from(BPF_ANY));
     a.call(helper::MAP_UPDATE_ELEM);
     a.bind(out);
@@ -203,14 +233,7 @@ impl Gen<'_> {
             a.jmp_imm(JNE, R1, raw.nr as i32, self.out);
         }
         if self.env.filter_pids {
-            a.call(helper::GET_CURRENT_PID_TGID);
-            a.alu_imm(RSH, R0, 32);
-            a.store(W, R10, -4, R0);
-            a.load_map(R1, MapRef::Pids);
-            a.mov(R2, R10);
-            a.alu_imm(ADD, R2, -4);
-            a.call(helper::MAP_LOOKUP_ELEM);
-            a.jmp_imm(JEQ, R0, 0, self.out);
+            pid_filter(a, self.out);
         }
         a.store_imm(W, R10, -8, 0);
         a.load_map(R1, MapRef::Scratch);

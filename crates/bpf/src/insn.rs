@@ -39,6 +39,7 @@ pub const B: u8 = 0x10;
 pub const DW: u8 = 0x18;
 pub const IMM: u8 = 0x00;
 pub const MEM: u8 = 0x60;
+pub const ATOMIC: u8 = 0xc0;
 // Sources.
 pub const K: u8 = 0x00;
 pub const X: u8 = 0x08;
@@ -216,6 +217,11 @@ impl<M> Asm<M> {
     /// `*(size *)(dst + off) = imm`.
     pub fn store_imm(&mut self, size: u8, dst: u8, off: i16, imm: i32) {
         self.push(ST | MEM | size, dst, 0, off, imm);
+    }
+
+    /// `lock *(u64 *)(dst + off) |= src`.
+    pub fn atomic_or(&mut self, dst: u8, off: i16, src: u8) {
+        self.push(STX | ATOMIC | DW, dst, src, off, i32::from(OR));
     }
 
     pub fn call(&mut self, helper: i32) {

@@ -19,6 +19,11 @@ use weft_ir::{Function, Inst, Program};
 
 /// Kernel map types (`enum bpf_map_type`).
 pub const MAP_HASH: u32 = 1;
+pub const MAP_ARRAY: u32 = 2;
+
+/// Most processes whose segment address the kernel keeps (members and their forked
+/// children).
+pub const MAX_MEMBERS: u32 = 1 << 14;
 pub const MAP_PERCPU_HASH: u32 = 5;
 pub const MAP_PERCPU_ARRAY: u32 = 6;
 pub const MAP_RINGBUF: u32 = 27;
@@ -48,8 +53,11 @@ pub enum BpfError {
 pub enum MapRef {
     /// The ring buffer events go to.
     Ring,
-    /// The processes whose events count (tgid → 1), when filtered.
+    /// The processes whose events count, when filtered: a bit per pid (u64 words),
+    /// the members weft puts there.
     Pids,
+    /// The same for the children of those processes, which the fork program marks.
+    Forked,
     /// Where each member process maps the session's segment (tgid → address).
     Segments,
     /// Per-CPU scratch: slots, temporaries, the zero value.
@@ -66,6 +74,7 @@ impl MapRef {
         match self {
             MapRef::Ring => "weft_ring".into(),
             MapRef::Pids => "weft_pids".into(),
+            MapRef::Forked => "weft_forked".into(),
             MapRef::Segments => "weft_segs".into(),
             MapRef::Scratch => "weft_scratch".into(),
             MapRef::Errors => "weft_errors".into(),
@@ -153,8 +162,8 @@ pub struct Options {
     pub realtime_offset_ns: i64,
     /// Bytes of the ring buffer (a power of two, a multiple of the page size).
     pub ring_bytes: u32,
-    /// Most processes in the pid filter.
-    pub max_pids: u32,
+    /// The kernel's `pid_max`: the pid filter's bitmaps have a bit for each pid.
+    pub pid_max: u32,
     /// With a pid filter: where `sched_process_fork` records the child's pid, so a
     /// program there adds the children of filtered processes to the filter.
     pub fork_child_pid_offset: Option<u32>,
@@ -420,10 +429,19 @@ pub fn build(
         (
             MapRef::Pids,
             MapSpec {
-                map_type: MAP_HASH,
+                map_type: MAP_ARRAY,
                 key_size: 4,
-                value_size: 1,
-                max_entries: opts.max_pids.max(1),
+                value_size: 8,
+                max_entries: opts.pid_max.div_ceil(64).max(1),
+            },
+        ),
+        (
+            MapRef::Forked,
+            MapSpec {
+                map_type: MAP_ARRAY,
+                key_size: 4,
+                value_size: 8,
+                max_entries: opts.pid_max.div_ceil(64).max(1),
             },
         ),
         (
@@ -432,7 +450,7 @@ pub fn build(
                 map_type: MAP_HASH,
                 key_size: 4,
                 value_size: 8,
-                max_entries: opts.max_pids.max(1),
+                max_entries: MAX_MEMBERS,
             },
         ),
         (

@@ -38,8 +38,6 @@ pub const SYNC_EVERY: Duration = Duration::from_millis(200);
 /// Bytes of the kernel's ring buffer.
 const RING_BYTES: u32 = 4 << 20;
 
-/// Most processes the pid filter holds.
-const MAX_PIDS: u32 = 1 << 16;
 
 /// The kernel probes of one session.
 pub struct KernelSide {
@@ -294,7 +292,7 @@ fn compile(
         realtime_offset_ns: weft_runtime::clock::realtime_ns() as i64
             - weft_runtime::clock::monotonic_ns() as i64,
         ring_bytes: RING_BYTES,
-        max_pids: MAX_PIDS,
+        pid_max: weft_kernel::probes::pid_max(),
         fork_child_pid_offset: if filter {
             Some(fork_child_pid_offset()?)
         } else {

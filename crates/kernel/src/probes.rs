@@ -152,9 +152,16 @@ impl KernelProbes {
         self.ring.as_raw_fd()
     }
 
-    /// Let the probes count for process `pid`.
+    /// Let the probes count for process `pid`: its bit in the filter's bitmap (weft
+    /// is the bitmap's only writer; the fork program marks children in its own).
     pub fn add_pid(&self, pid: u32) -> Result<()> {
-        update(fd(&self.pids), &pid.to_ne_bytes(), &[1], 0)
+        let fd = fd(&self.pids);
+        let index = pid / 64;
+        let mut word = [0u8; 8];
+        lookup(fd, &index.to_ne_bytes(), &mut word)
+            .with_context(|| format!("adding process {pid} to the kernel probes' filter"))?;
+        let word = u64::from_ne_bytes(word) | 1u64 << (pid % 64);
+        update(fd, &index.to_ne_bytes(), &word.to_ne_bytes(), 0)
             .with_context(|| format!("adding process {pid} to the kernel probes' filter"))
     }
 
@@ -263,6 +270,14 @@ impl KernelProbes {
         }
         Ok(())
     }
+}
+
+/// The kernel's `pid_max` (the pid filter has a bit for each pid).
+pub fn pid_max() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1 << 22)
 }
 
 /// CPUs the kernel may run on (per-CPU maps hold a value for each).

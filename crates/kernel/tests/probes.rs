@@ -38,7 +38,7 @@ fn load(prog: &Program, filter: bool) -> KernelProbes {
         start_ns: 0,
         realtime_offset_ns: 0,
         ring_bytes: 1 << 20,
-        max_pids: 64,
+        pid_max: weft_kernel::probes::pid_max(),
         fork_child_pid_offset: None,
         user_maps: Default::default(),
     };
