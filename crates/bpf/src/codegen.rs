@@ -1496,27 +1496,10 @@ impl Gen<'_> {
     }
 
     fn emit(&mut self, kind: EventKind, payload: Option<Place>, len: u32) -> R {
-        use weft_abi::*;
-        let (k, id, args) = match kind {
-            EventKind::Printf(f) => (EVENT_PRINTF, f.0, 0u64),
-            EventKind::System(f) => (EVENT_SYSTEM, f.0, 0),
-            EventKind::Cat(f) => (EVENT_CAT, f.0, 0),
-            EventKind::Time(f) => (EVENT_TIME, f.0, 0),
-            EventKind::Join(f) => (EVENT_JOIN, f.0, 0),
-            EventKind::PrintMap { map, top, div } => (
-                EVENT_PRINT_MAP,
-                map.0,
-                u64::from(top) | (u64::from(div) << 32),
-            ),
-            EventKind::PrintValue(f) => (EVENT_PRINT_VALUE, f.0, 0),
-            EventKind::ClearMap(m) => (EVENT_CLEAR_MAP, m.0, 0),
-            EventKind::ZeroMap(m) => (EVENT_ZERO_MAP, m.0, 0),
-            EventKind::Exit => (EVENT_EXIT, 0, 0),
-            EventKind::FuncEntry | EventKind::FuncExit => {
-                return Err(unsupported("function entry and exit records"))
-            }
-        };
-        let total = EVENT_HEADER_SIZE + len.div_ceil(8) * 8;
+        let (k, id, args) = kind
+            .record()
+            .ok_or_else(|| unsupported("function entry and exit records"))?;
+        let total = weft_abi::EVENT_HEADER_SIZE + len.div_ceil(8) * 8;
         if total > crate::MAX_EVENT {
             return Err(BpfError::EventTooLarge(total, crate::MAX_EVENT));
         }
@@ -1538,7 +1521,7 @@ impl Gen<'_> {
         self.a.store(DW, R8, 24, R0);
         if let Some(p) = payload {
             let off = self.poff(p)?;
-            self.copy(R8, EVENT_HEADER_SIZE as i16, R9, off, len);
+            self.copy(R8, weft_abi::EVENT_HEADER_SIZE as i16, R9, off, len);
         }
         self.a.mov(R1, R8);
         self.a.mov_imm(R2, 0);

@@ -38,7 +38,6 @@ pub const SYNC_EVERY: Duration = Duration::from_millis(200);
 /// Bytes of the kernel's ring buffer.
 const RING_BYTES: u32 = 4 << 20;
 
-
 /// The kernel probes of one session.
 pub struct KernelSide {
     probes: KernelProbes,

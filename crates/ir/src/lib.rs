@@ -824,6 +824,33 @@ pub enum EventKind {
     FuncExit,
 }
 
+impl EventKind {
+    /// The record's header fields for this event, as every code generator writes
+    /// them: `(kind, id, arg0 | arg1 << 32)` (`weft_abi::EVENT_*`). `None` for
+    /// function entry and exit, whose id (the site) and argument (the return value)
+    /// come from the frame, not the program.
+    pub fn record(self) -> Option<(u32, u32, u64)> {
+        use weft_abi::*;
+        Some(match self {
+            EventKind::Printf(f) => (EVENT_PRINTF, f.0, 0),
+            EventKind::System(f) => (EVENT_SYSTEM, f.0, 0),
+            EventKind::Cat(f) => (EVENT_CAT, f.0, 0),
+            EventKind::Time(f) => (EVENT_TIME, f.0, 0),
+            EventKind::Join(f) => (EVENT_JOIN, f.0, 0),
+            EventKind::PrintMap { map, top, div } => (
+                EVENT_PRINT_MAP,
+                map.0,
+                u64::from(top) | (u64::from(div) << 32),
+            ),
+            EventKind::PrintValue(f) => (EVENT_PRINT_VALUE, f.0, 0),
+            EventKind::ClearMap(m) => (EVENT_CLEAR_MAP, m.0, 0),
+            EventKind::ZeroMap(m) => (EVENT_ZERO_MAP, m.0, 0),
+            EventKind::Exit => (EVENT_EXIT, 0, 0),
+            EventKind::FuncEntry | EventKind::FuncExit => return None,
+        })
+    }
+}
+
 /// Error counters that advice may bump; reported by weft at exit when nonzero.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]

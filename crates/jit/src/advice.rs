@@ -990,22 +990,9 @@ impl Cx<'_> {
     fn emit(&mut self, kind: EventKind, payload: Option<Place>, len: u32) -> R {
         use weft_abi::*;
         let (k, id, args) = match kind {
-            EventKind::Printf(f) => (EVENT_PRINTF, f.0, 0u64),
-            EventKind::System(f) => (EVENT_SYSTEM, f.0, 0),
-            EventKind::Cat(f) => (EVENT_CAT, f.0, 0),
-            EventKind::Time(f) => (EVENT_TIME, f.0, 0),
-            EventKind::Join(f) => (EVENT_JOIN, f.0, 0),
-            EventKind::PrintMap { map, top, div } => (
-                EVENT_PRINT_MAP,
-                map.0,
-                u64::from(top) | (u64::from(div) << 32),
-            ),
-            EventKind::PrintValue(f) => (EVENT_PRINT_VALUE, f.0, 0),
-            EventKind::ClearMap(m) => (EVENT_CLEAR_MAP, m.0, 0),
-            EventKind::ZeroMap(m) => (EVENT_ZERO_MAP, m.0, 0),
-            EventKind::Exit => (EVENT_EXIT, 0, 0),
-            EventKind::FuncEntry => (EVENT_FUNC_ENTRY, 0, 0),
+            EventKind::FuncEntry => (EVENT_FUNC_ENTRY, 0, 0u64),
             EventKind::FuncExit => (EVENT_FUNC_EXIT, 0, 0),
+            other => other.record().expect("every other event is the program's"),
         };
         self.a.mov(rdi, rbx)?;
         self.a.mov(esi, k)?;
