@@ -12,24 +12,6 @@ use common::*;
 
 const T: Duration = Duration::from_secs(120);
 
-fn tp() -> String {
-    build("tp.c", Variant::O2_PIE, &[])
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
-/// `@name[key]: value` lines of one map.
-fn keyed(stdout: &str, name: &str) -> BTreeMap<String, i64> {
-    let prefix = format!("{name}[");
-    stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .filter_map(|l| l.split_once("]: "))
-        .map(|(k, v)| (k.to_string(), v.trim().parse().unwrap()))
-        .collect()
-}
-
 #[test]
 fn openat_counts_each_file_the_command_opens() {
     let dir = std::env::temp_dir().join(format!("weft-tp-open-{}", std::process::id()));

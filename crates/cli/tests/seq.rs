@@ -12,23 +12,6 @@ use common::*;
 
 const T: Duration = Duration::from_secs(120);
 
-fn tp() -> String {
-    build("tp.c", Variant::O2_PIE, &[])
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
-fn keyed(stdout: &str, name: &str) -> BTreeMap<String, i64> {
-    let prefix = format!("{name}[");
-    stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix(&prefix))
-        .filter_map(|l| l.split_once("]: "))
-        .map(|(k, v)| (k.to_string(), v.trim().parse().unwrap()))
-        .collect()
-}
-
 /// Arachne's per-client accounting as a sequence: the request binds the client in
 /// user space, the kernel's `read` system calls inside it add up per client, the
 /// return ends the instance. Totals equal what the server does.

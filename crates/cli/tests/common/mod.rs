@@ -176,6 +176,26 @@ pub fn map_value(stdout: &str, name: &str) -> Option<i64> {
         .map(|v| v.trim().parse().unwrap())
 }
 
+/// The `@name[key]: value` lines of one map, by key as printed.
+pub fn keyed(stdout: &str, name: &str) -> std::collections::BTreeMap<String, i64> {
+    let prefix = format!("{name}[");
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|l| l.split_once("]: "))
+        .map(|(k, v)| (k.to_string(), v.trim().parse().unwrap()))
+        .collect()
+}
+
+/// `tests/targets/tp.c` (system calls, requests, renames, races for the
+/// kernel-probe and sequence tests), built once.
+pub fn tp() -> String {
+    build("tp.c", Variant::O2_PIE, &[])
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
 /// Require a successful run and return its stdout.
 pub fn ok(o: &Output) -> String {
     assert!(
@@ -426,7 +446,6 @@ impl Rng {
 /// "rounds R0 R1 ...", then "sum S", where S must be what each thread's rounds make
 /// in `mode` (the target's arithmetic, redone here). A heap the attach corrupted
 /// shows as a wrong sum (or a dead target).
-#[allow(dead_code)]
 pub fn check_libcbusy(out: &str, mode: &str) -> Result<Vec<i64>, String> {
     let mut lines = out.lines();
     let rounds: Vec<i64> = lines
@@ -467,7 +486,6 @@ pub fn check_libcbusy(out: &str, mode: &str) -> Result<Vec<i64>, String> {
 /// Sends `sig` to `pid` once the process has a handler for it (`SigCgt` in
 /// /proc/PID/status), so a target told to stop by a signal is never killed by one
 /// that came before its handler.
-#[allow(dead_code)]
 pub fn signal_when_caught(pid: u32, sig: i32) {
     let caught = || {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
