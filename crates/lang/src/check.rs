@@ -3247,10 +3247,14 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// `args` in a tracepoint probe: a record of the event's fields but the
-    /// `common_*` ones (those weft can read), as bpftrace prints it. `report`: say
-    /// what is wrong (else the field access does).
-    fn event_record_type(&mut self, span: Span, report: bool) -> Type {
+    /// The fields of each tracepoint of the probe, with its full name; `None` (said
+    /// at `span` when `report`) when an attach point is not a tracepoint or its
+    /// fields cannot be read.
+    fn tracepoints_fields(
+        &mut self,
+        span: Span,
+        report: bool,
+    ) -> Option<Vec<(String, Arc<[EventField]>)>> {
         if let Some(n) = self.all_kinds(|k| k == Kind::Tracepoint) {
             if report {
                 self.err(
@@ -3261,23 +3265,36 @@ impl<'a> Checker<'a> {
                     ),
                 );
             }
-            return Type::Void;
+            return None;
         }
-        let strlen = self.config.strlen;
-        let mut common: Option<(Type, String)> = None;
+        let mut out = Vec::new();
         for (a, full) in self.attach.clone().iter().zip(self.names.clone()) {
             let AttachPoint::Tracepoint { category, name } = a else {
                 continue;
             };
-            let fields = match self.event_fields(category, name) {
-                Ok(f) => f,
+            match self.event_fields(category, name) {
+                Ok(f) => out.push((full, f)),
                 Err(msg) => {
                     if report {
                         self.err(span, format!("{full}: {msg}"));
                     }
-                    return Type::Void;
+                    return None;
                 }
-            };
+            }
+        }
+        Some(out)
+    }
+
+    /// `args` in a tracepoint probe: a record of the event's fields but the
+    /// `common_*` ones (those weft can read), as bpftrace prints it. `report`: say
+    /// what is wrong (else the field access does).
+    fn event_record_type(&mut self, span: Span, report: bool) -> Type {
+        let Some(each) = self.tracepoints_fields(span, report) else {
+            return Type::Void;
+        };
+        let strlen = self.config.strlen;
+        let mut common: Option<(Type, String)> = None;
+        for (full, fields) in each {
             let rec = Type::Record(
                 fields
                     .iter()
@@ -3311,29 +3328,12 @@ impl<'a> Checker<'a> {
     /// `args.FIELD` in a tracepoint probe: the field's type, the same in every
     /// tracepoint of the probe.
     fn event_field_type(&mut self, field: &str, span: Span) -> Type {
-        if let Some(n) = self.all_kinds(|k| k == Kind::Tracepoint) {
-            self.err(
-                span,
-                format!(
-                    "args of tracepoints needs every attach point of the probe to be a \
-                     tracepoint (not `{n}`)"
-                ),
-            );
+        let Some(each) = self.tracepoints_fields(span, true) else {
             return Type::Void;
-        }
+        };
         let strlen = self.config.strlen;
         let mut common: Option<(Type, String)> = None;
-        for (a, full) in self.attach.clone().iter().zip(self.names.clone()) {
-            let AttachPoint::Tracepoint { category, name } = a else {
-                continue;
-            };
-            let fields = match self.event_fields(category, name) {
-                Ok(f) => f,
-                Err(msg) => {
-                    self.err(span, format!("{full}: {msg}"));
-                    return Type::Void;
-                }
-            };
+        for (full, fields) in each {
             let Some(f) = fields.iter().find(|f| f.name == field) else {
                 let own = || fields.iter().filter(|f| !f.name.starts_with("common_"));
                 let mut msg = format!("{full} has no field `{field}`");
