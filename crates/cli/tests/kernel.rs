@@ -233,7 +233,8 @@ fn per_client_bytes_from_a_user_probe_and_the_kernel_read() {
 }
 
 /// What cannot run in the kernel is refused before the command starts, with the
-/// probe named; without privileges, kernel probes are refused and user space works.
+/// probe named (what the code generator refuses at its location; the verifier's
+/// verdict, the programs loaded once unattached); without privileges, kernel probes are refused and user space works.
 #[test]
 fn refused_before_anything_runs() {
     let mark = std::env::temp_dir().join(format!("weft-tp-mark-{}", std::process::id()));
@@ -241,6 +242,11 @@ fn refused_before_anything_runs() {
     let touch = format!("touch {}", mark.display());
     let bin = tp();
     for (prog, why) in [
+        (
+            "tracepoint:syscalls:sys_enter_getppid { $i = 0; while ($i < 100000) { $i++; } @ = count(); }"
+                .to_string(),
+            "kernel probe tracepoint:syscalls:sys_enter_getppid: the kernel's eBPF verifier refused it",
+        ),
         (
             "tracepoint:syscalls:sys_enter_openat { @[pcomm] = count(); }".to_string(),
             "kernel probe: pcomm is not available in kernel probes yet\n --> -e:1:1",

@@ -303,8 +303,9 @@ fn compile(
         .map_err(|(i, e)| anyhow!("{}: {e}", probe_label(prog, which, i)))
 }
 
-/// What can be known before the kernel sees the programs: the privileges, the
-/// maps both sides use, and everything the code generator refuses.
+/// What can be known before any process is touched: the privileges, the maps both
+/// sides use, what the code generator refuses, and the verifier's verdict (the
+/// programs are loaded once, not attached, and unloaded).
 pub fn check(
     prog: &Program,
     which: &[(usize, String, String)],
@@ -312,7 +313,9 @@ pub fn check(
     shm: &Shm,
 ) -> Result<()> {
     weft_kernel::probes::check_privileges()?;
-    compile(prog, which, names, shm, true).map(|_| ())
+    let built = compile(prog, which, names, shm, true)?;
+    weft_kernel::probes::verify(&built)
+        .map_err(|e| anyhow!("{}: {e}", probe_label(prog, which, e.probe)))
 }
 
 /// The maps user-space probes write and kernel probes read (`weft_bpf::user_maps_read`),

@@ -43,6 +43,51 @@ pub struct KernelProbes {
     ncpus: usize,
 }
 
+/// Run the verifier on every program of `built` (loaded, not attached, then
+/// unloaded): what it refuses is known before any process is touched.
+pub fn verify(built: &Built) -> std::result::Result<(), Refused> {
+    load_programs(built, false).map(drop)
+}
+
+/// Load every program of `built` (and attach it, when `attach`).
+fn load_programs(built: &Built, attach: bool) -> std::result::Result<Ebpf, Refused> {
+    let general = |message: String| Refused { probe: 0, message };
+    let mut ebpf = EbpfLoader::new()
+        .load(&built.object)
+        .map_err(|e| general(format!("loading the kernel probes: {e}")))?;
+    for (i, (sym, category, name)) in built.programs.iter().enumerate() {
+        let prog = ebpf
+            .program_mut(sym)
+            .ok_or_else(|| general(format!("internal error: program {sym} missing")))?;
+        let refused = |e: aya::programs::ProgramError| Refused {
+            probe: i,
+            message: verifier_reason(&e),
+        };
+        let unattached = |e: aya::programs::ProgramError| Refused {
+            probe: i,
+            message: format!("attaching to tracepoint {category}:{name}: {}", chain(&e)),
+        };
+        if category.is_empty() {
+            let prog: &mut RawTracePoint = prog
+                .try_into()
+                .map_err(|e| general(format!("internal error: program {sym}: {e}")))?;
+            prog.load().map_err(refused)?;
+            if attach {
+                prog.attach(name).map_err(unattached)?;
+            }
+        } else {
+            let prog: &mut TracePoint = prog
+                .try_into()
+                .map_err(|e| general(format!("internal error: program {sym}: {e}")))?;
+            prog.load().map_err(refused)?;
+            if attach {
+                prog.attach(category, name).map_err(unattached)?;
+            }
+        }
+    }
+    Ok(ebpf)
+}
+
 /// The privileges kernel probes need, checked before anything is loaded.
 pub fn check_privileges() -> Result<()> {
     // CAP_BPF is 39, CAP_PERFMON 38, CAP_SYS_ADMIN 21.
@@ -84,35 +129,7 @@ impl KernelProbes {
     /// named by its probe, with the verifier's reason.
     pub fn load(built: &Built) -> std::result::Result<KernelProbes, Refused> {
         let general = |message: String| Refused { probe: 0, message };
-        let mut ebpf = EbpfLoader::new()
-            .load(&built.object)
-            .map_err(|e| general(format!("loading the kernel probes: {e}")))?;
-        for (i, (sym, category, name)) in built.programs.iter().enumerate() {
-            let prog = ebpf
-                .program_mut(sym)
-                .ok_or_else(|| general(format!("internal error: program {sym} missing")))?;
-            let refused = |e: aya::programs::ProgramError| Refused {
-                probe: i,
-                message: verifier_reason(&e),
-            };
-            let unattached = |e: aya::programs::ProgramError| Refused {
-                probe: i,
-                message: format!("attaching to tracepoint {category}:{name}: {}", chain(&e)),
-            };
-            if category.is_empty() {
-                let prog: &mut RawTracePoint = prog
-                    .try_into()
-                    .map_err(|e| general(format!("internal error: program {sym}: {e}")))?;
-                prog.load().map_err(refused)?;
-                prog.attach(name).map_err(unattached)?;
-            } else {
-                let prog: &mut TracePoint = prog
-                    .try_into()
-                    .map_err(|e| general(format!("internal error: program {sym}: {e}")))?;
-                prog.load().map_err(refused)?;
-                prog.attach(category, name).map_err(unattached)?;
-            }
-        }
+        let mut ebpf = load_programs(built, true)?;
         let ncpus =
             aya::util::nr_cpus().map_err(|(what, e)| general(format!("reading {what}: {e}")))?;
         let taken = (|| -> Result<_> {
