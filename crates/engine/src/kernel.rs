@@ -285,7 +285,7 @@ fn compile(
         .collect();
     let opts = weft_bpf::Options {
         filter_pids: filter,
-        ncpus: aya_ncpus()?,
+        ncpus: weft_kernel::probes::possible_cpus()?,
         cpid: h.cpid,
         start_ns: h.start_nsecs,
         realtime_offset_ns: weft_runtime::clock::realtime_ns() as i64
@@ -369,10 +369,6 @@ fn raw_syscall(category: &str, name: &str) -> Option<weft_bpf::RawSyscall> {
     };
     let nr = weft_kernel::syscalls::number(call)?;
     Some(weft_bpf::RawSyscall { nr, exit })
-}
-
-fn aya_ncpus() -> Result<u32> {
-    weft_kernel::probes::possible_cpus()
 }
 
 /// Where `sched_process_fork` keeps the child's pid in its record.
