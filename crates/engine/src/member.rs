@@ -142,7 +142,10 @@ impl Member {
         let resolved = pointcut::resolve(prog, &maps, self.pid, names, select, lenient)?;
         let mut specs: Vec<_> = resolved.sites.into_values().collect();
         let first_new = self.planned.len();
-        let probes: usize = specs.iter().map(|s| s.entry.len() + s.ret.len()).sum();
+        let probes: usize = specs
+            .iter()
+            .map(|s| s.entry.len() + s.ret.len() + usize::from(s.around.is_some()))
+            .sum();
         self.site_probes += probes;
         let agent = &self.agent;
         let mut weaver = Weaver::new(agent, seg, prog, self.shm_base, self.generation);
@@ -161,7 +164,7 @@ impl Member {
                 usdt_args: None,
             };
             for s in &mut specs {
-                for c in s.entry.iter_mut().chain(s.ret.iter_mut()) {
+                for c in s.entry.iter_mut().chain(&mut s.ret).chain(&mut s.around) {
                     let body = c.advice as usize;
                     let addr = match (&s.usdt_args, advice_addr.get(&body)) {
                         (None, Some(a)) => *a,

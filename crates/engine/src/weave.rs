@@ -103,6 +103,9 @@ pub struct SiteSpec {
     pub site_addr: u64,
     pub entry: Vec<Call>,
     pub ret: Vec<Call>,
+    /// Around advice (at most one per function): runs after the entry advice and
+    /// decides whether and how the function runs.
+    pub around: Option<Call>,
     /// Shown in `-v` output (`uprobe:/bin/app:main`).
     pub label: String,
     /// A USDT site: its arguments (its advice is compiled for this site alone).
@@ -249,6 +252,7 @@ impl<'a> Weaver<'a> {
         // Return probes need the entry (the hijack); USDT arguments are not in the
         // ABI registers.
         if !self.inline
+            || spec.around.is_some()
             || (!at_entry && !spec.ret.is_empty())
             || spec.entry.len() > 1
             || spec.usdt_args.is_some()
@@ -328,6 +332,18 @@ impl<'a> Weaver<'a> {
         if !spec.ret.is_empty() && !at_entry {
             bail!("{}: return probes need the function's entry", spec.label);
         }
+        if spec.around.is_some() {
+            if let SitePlan::Int3 { reason, .. } = &plan {
+                bail!(
+                    "{}: around advice needs a jump at the function's entry, and {} cannot have one ({reason})",
+                    spec.label,
+                    spec.name
+                );
+            }
+            if !at_entry {
+                bail!("{}: around advice needs the function's entry", spec.label);
+            }
+        }
         let ri = self.region_for(patch_addr, SITE_CODE_ESTIMATE)?;
         let ret_advice = match spec.ret.len() {
             0 => 0,
@@ -358,6 +374,7 @@ impl<'a> Weaver<'a> {
                     site_index: index,
                     calls: spec.entry.iter().map(|c| (c.advice, c.probe)).collect(),
                     hijack: (!spec.ret.is_empty()).then_some(hijack_fn),
+                    around: spec.around.as_ref().map(|c| (c.advice, c.probe)),
                     at_entry,
                     shm_base,
                     tls_offset,

@@ -528,6 +528,10 @@ impl Format {
 pub struct Probe {
     pub attach: Vec<AttachPoint>,
     pub body: Function,
+    /// Around advice (`around uprobe:BIN:FUNC`): the body runs in place of the
+    /// function and decides what happens ([`Inst::AroundEnter`], [`Inst::Proceed`],
+    /// [`Inst::AroundReturn`]). Its attach points are function entries.
+    pub around: bool,
 }
 
 /// Where a probe fires. Providers that later issues add (`call:`, `get:`, `set:`,
@@ -880,6 +884,27 @@ pub enum Inst {
     },
     /// End the advice.
     Return,
+
+    /// Around advice whose predicate held: from here the call is the advice's (the
+    /// function runs only if [`Inst::Proceed`] calls it; the caller gets the value
+    /// of [`Inst::AroundReturn`], else the original's, else rax as it was: nothing,
+    /// as a void function returns).
+    AroundEnter,
+    /// Around advice: call the original function with the arguments it was called
+    /// with, `args` replacing the first ones (`proceed(arg0, 42)`); its return value
+    /// into `dst`. At most once per call: a second `proceed` returns the first's value.
+    Proceed {
+        dst: Reg,
+        args: Vec<Reg>,
+    },
+    /// Around advice: the value the caller gets (`return EXPR`).
+    AroundReturn {
+        value: Reg,
+    },
+    /// Return probe: replace the function's return value (`override(EXPR)`).
+    Override {
+        value: Reg,
+    },
 
     Const {
         dst: Reg,

@@ -184,6 +184,13 @@ pub static TABLE: &[Builtin] = &[
         .action()
         .only(Where::ReturnProbes)
         .hidden(),
+    // Around advice: call the original function (with new first arguments).
+    f("proceed", 0, 6).only(Where::EntryProbes),
+    // A return probe: replace the function's return value.
+    Builtin {
+        void: true,
+        ..f("override", 1, 1).only(Where::ReturnProbes).unsafe_only()
+    },
     // A signal to the thread that hit the probe, from the advice.
     Builtin {
         void: true,

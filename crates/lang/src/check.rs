@@ -127,6 +127,8 @@ pub struct ProbeInfo {
     pub events: Vec<Arc<[EventField]>>,
     /// Types of the probe's scratch variables, indexed by [`VarRef::id`].
     pub vars: Vec<Type>,
+    /// `around` advice (its attach points are function entries).
+    pub around: bool,
 }
 
 impl Checked {
@@ -214,6 +216,8 @@ struct Checker<'a> {
     names: Vec<String>,
     /// The body reads `args` of tracepoints.
     reads_event: bool,
+    /// The probe being checked is `around` advice.
+    around: bool,
     vars: Vec<VarState>,
     scopes: Vec<HashMap<String, u32>>,
     loop_depth: u32,
@@ -250,6 +254,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         attach: Vec::new(),
         names: Vec::new(),
         reads_event: false,
+        around: false,
         vars: Vec::new(),
         scopes: Vec::new(),
         loop_depth: 0,
@@ -1243,14 +1248,53 @@ impl<'a> Checker<'a> {
         self.scopes = vec![HashMap::new()];
         self.loose_vars.clear();
         self.loop_depth = 0;
-        if let Some((kind, span)) = p.advice {
-            self.err(
-                span,
-                format!("`{}` advice is not supported yet", kind.keyword()),
-            );
+        self.around = false;
+        match p.advice {
+            None | Some((AdviceKind::Before, _)) => {}
+            // `after` a function is its return.
+            Some((AdviceKind::After, span)) => {
+                for a in &mut p.attach {
+                    if a.provider == "uprobe" {
+                        a.provider = "uretprobe".into();
+                    } else {
+                        self.err(
+                            span,
+                            format!(
+                                "`after` advice applies to functions (`uprobe:BIN:FUNC`), not `{}`",
+                                a.raw
+                            ),
+                        );
+                    }
+                }
+            }
+            Some((AdviceKind::Around, span)) => {
+                self.around = true;
+                if !self.config.unsafe_ok {
+                    self.push(
+                        Diagnostic::error(
+                            span,
+                            "around advice changes what the program does: it needs --unsafe",
+                        )
+                        .with_help("run weft with --unsafe to allow it"),
+                    );
+                }
+            }
         }
         for a in &p.attach {
             self.attach_point(a);
+        }
+        if self.around {
+            for (a, ap) in p.attach.iter().zip(&self.attach.clone()) {
+                if !matches!(ap, AttachPoint::Uprobe { offset: 0, .. }) {
+                    self.err(
+                        a.span,
+                        format!(
+                            "around advice goes on a function's entry (`uprobe:BIN:FUNC`), not `{}`",
+                            a.raw
+                        ),
+                    );
+                }
+            }
         }
         if let Some(pred) = &mut p.predicate {
             let t = self.expr(pred);
@@ -1291,6 +1335,7 @@ impl<'a> Checker<'a> {
             names: self.names.clone(),
             events,
             vars,
+            around: self.around,
         }
     }
 
@@ -1827,7 +1872,8 @@ impl<'a> Checker<'a> {
             StmtKind::Return(v) => {
                 if let Some(v) = v {
                     let t = self.expr(v);
-                    if t != Type::Void && !is_int(&t) {
+                    if t != Type::Void && !is_int(&t) && !(self.around && matches!(t, Type::Ptr(_)))
+                    {
                         self.err(
                             v.span,
                             format!("a probe can only return an integer, not `{t}`"),
@@ -3662,6 +3708,26 @@ impl<'a> Checker<'a> {
             }
         };
         match name.as_str() {
+            "proceed" => {
+                if !self.around {
+                    self.push(
+                        Diagnostic::error(name_span, "proceed() is only for around advice")
+                            .with_help("write `around uprobe:BIN:FUNC { ... proceed() ... }`"),
+                    );
+                }
+                if arity(self) {
+                    for i in 0..n {
+                        int_at(self, i);
+                    }
+                }
+                Type::I64
+            }
+            "override" => {
+                if arity(self) {
+                    int_at(self, 0);
+                }
+                Type::Void
+            }
             "printf" | "system" | "cat" | "errorf" | "warnf" => {
                 if !arity(self) {
                     return Type::Void;

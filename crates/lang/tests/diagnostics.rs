@@ -413,11 +413,18 @@ fn unsupported_builtins_and_functions() {
             1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
               |                                                                             ^^^^^
 
-            error: override: changing a kernel function's return value is not available in weft
+            error: override() needs --unsafe
              --> script.bt:1:125
               |
             1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
               |                                                                                                                             ^^^^^^^^
+              = help: run weft with --unsafe to allow override()
+
+            error: override() can only be used in uretprobe probes (not in `BEGIN`)
+             --> script.bt:1:125
+              |
+            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
+              |                                                                                                                             ^^^^^^^^^^^
 
         "#]],
     );
@@ -428,23 +435,12 @@ fn reserved_aspect_syntax_is_not_supported_yet() {
     check(
         "before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }",
         expect![[r#"
-            error: `before` advice is not supported yet
-             --> script.bt:1:1
-              |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
-              | ^^^^^^
-
-            error: `around` advice is not supported yet
+            error: around advice changes what the program does: it needs --unsafe
              --> script.bt:1:28
               |
             1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
               |                            ^^^^^^
-
-            error: proceed() (around advice) is not supported yet
-             --> script.bt:1:53
-              |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
-              |                                                     ^^^^^^^
+              = help: run weft with --unsafe to allow it
 
             error: the `call:` provider is not supported yet
              --> script.bt:1:66

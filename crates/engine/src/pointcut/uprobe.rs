@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use weft_ir::AttachPoint;
 
 use super::{module_of, Cx, PointcutKind, Resolved};
@@ -59,7 +59,8 @@ impl PointcutKind for Uprobe {
                 }
                 (elf.filter(|_| !list.is_empty()), list)
             });
-        let frame_free = !uses_frame_state(&cx.prog.probes[pi].body);
+        let around = cx.prog.probes[pi].around;
+        let frame_free = !around && !uses_frame_state(&cx.prog.probes[pi].body);
         let by_addr = &mut out.sites;
         for f in funcs {
             let Some(addr) = f.runtime_addr else { continue };
@@ -116,6 +117,7 @@ impl PointcutKind for Uprobe {
                             site_addr,
                             entry: Vec::new(),
                             ret: Vec::new(),
+                            around: None,
                             label: format!(
                                 "{label} ({} placeholder)",
                                 if is_ret { "exit" } else { "entry" }
@@ -144,6 +146,7 @@ impl PointcutKind for Uprobe {
                 site_addr,
                 entry: Vec::new(),
                 ret: Vec::new(),
+                around: None,
                 label: label.clone(),
                 usdt_args: None,
                 semaphore: None,
@@ -153,7 +156,20 @@ impl PointcutKind for Uprobe {
                 probe,
                 body: Some(pi),
             };
-            if is_ret {
+            if around {
+                if offset != 0 || is_ret {
+                    bail!("{label}: around advice goes on a function's entry");
+                }
+                if let Some(other) = &spec.around {
+                    bail!(
+                        "{label}: two around advices on {} (probes {} and {}); one function takes one",
+                        spec.name,
+                        other.body.map_or(0, |b| b + 1),
+                        pi + 1
+                    );
+                }
+                spec.around = Some(call);
+            } else if is_ret {
                 spec.ret.push(call);
             } else {
                 spec.entry.push(call);
@@ -173,7 +189,7 @@ fn uses_frame_state(f: &weft_ir::Function) -> bool {
             value,
             CtxValue::Arg(_) | CtxValue::Retval | CtxValue::Reg(_) | CtxValue::Ip
         ),
-        Inst::UStack { .. } => true,
+        Inst::UStack { .. } | Inst::Override { .. } => true,
         _ => false,
     })
 }

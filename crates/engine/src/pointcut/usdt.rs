@@ -80,6 +80,7 @@ impl PointcutKind for Usdt {
                 site_addr,
                 entry: Vec::new(),
                 ret: Vec::new(),
+                around: None,
                 label,
                 usdt_args: Some(usdt_args),
                 semaphore: p.semaphore.map(|s| module.runtime_addr(s)),
