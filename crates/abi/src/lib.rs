@@ -205,12 +205,17 @@ pub struct MapDesc {
     pub agg_off: u64,
     /// Live entries.
     pub count: AtomicU32,
-    pub _pad: u32,
+    /// `MAP_FLAG_*`.
+    pub flags: u32,
     /// Updates dropped because the map was full.
     pub full_drops: AtomicU64,
     /// Bumped by `clear`/`zero` so readers can tell a table was reset.
     pub generation: AtomicU64,
 }
+
+/// A plain map keyed by pid (8 bytes) whose entry for a process is copied to the
+/// process's forked children, inside `fork()` (a group's members).
+pub const MAP_FLAG_INHERIT_PID: u32 = 1;
 
 /// Key-table entry states (`EntryHeader::state`).
 pub const ENTRY_EMPTY: u32 = 0;

@@ -191,8 +191,10 @@ pub fn run_with(
         }
         None => None,
     };
-    let follow = opts.follow_fork || system_wide || through_wrapper(prog, &opts.target);
-    if follow && !opts.follow_fork && !system_wide && opts.verbose {
+    // A group's forked children join it (and must be woven to run its probes).
+    let groups = prog.maps.iter().any(|m| weft_ir::is_inherited_map(&m.name));
+    let follow = opts.follow_fork || system_wide || groups || through_wrapper(prog, &opts.target);
+    if follow && !opts.follow_fork && !system_wide && !groups && opts.verbose {
         eprintln!(
             "weft: the command does not run the probed binary itself: following its \
              children and the programs it executes (as --follow-fork)"

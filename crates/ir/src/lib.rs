@@ -348,6 +348,19 @@ pub struct MapDecl {
 /// Maps whose name starts with this are the front end's own (a sequence aspect's
 /// instances and bound variables): never printed at exit.
 pub const HIDDEN_MAP_PREFIX: &str = "@__seq_";
+/// A group's members (`@__group_NAME[pid]`): hidden too, and inherited: a forked
+/// child of a member gets its parent's entry inside `fork()`.
+pub const GROUP_MAP_PREFIX: &str = "@__group_";
+
+/// Maps the front end made for itself (sequences, groups): never printed.
+pub fn is_hidden_map(name: &str) -> bool {
+    name.starts_with(HIDDEN_MAP_PREFIX) || name.starts_with(GROUP_MAP_PREFIX)
+}
+
+/// Maps keyed by pid whose entry a forked child copies from its parent.
+pub fn is_inherited_map(name: &str) -> bool {
+    name.starts_with(GROUP_MAP_PREFIX)
+}
 
 /// What a map stores per key.
 #[derive(Clone, Debug, PartialEq)]

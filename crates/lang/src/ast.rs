@@ -68,6 +68,20 @@ pub enum Item {
     /// `seq NAME[KEY] { step; step*; ...; step }`: a sequence aspect (Arachne's
     /// `seq`); the expand stage turns it into ordinary probes (`crate::seq`).
     Seq(SeqBlock),
+    /// `group NAME [= member, ...];`: a named set of processes (`crate::group`).
+    Group(GroupDecl),
+}
+
+/// A group of processes (Arachne's placement): its members are the pids given on
+/// the command line (`-p NAME=PID,...`), and those the declaration names:
+/// `comm("nginx")`, `pid(123, 456)`, `command` (the `-c` process); forked children
+/// of a member join it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupDecl {
+    pub name: String,
+    pub name_span: Span,
+    pub members: Vec<Expr>,
+    pub span: Span,
 }
 
 /// A sequence aspect: its steps are probes that fire in order, per key.
@@ -185,6 +199,8 @@ impl AdviceKind {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Probe {
     pub advice: Option<(AdviceKind, Span)>,
+    /// `@GROUP probe ...`: the probe fires only in the group's processes.
+    pub group: Option<(String, Span)>,
     pub attach: Vec<AttachSpec>,
     pub predicate: Option<Expr>,
     pub body: Block,

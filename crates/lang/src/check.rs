@@ -838,6 +838,8 @@ impl<'a> Checker<'a> {
         for item in &program.items {
             match item {
                 Item::Probe(_) | Item::Reserved(_) | Item::Seq(_) => seen_probe = true,
+                // Desugared before the checker (`crate::group`).
+                Item::Group(_) => {}
                 Item::Config(c) => {
                     if seen_probe {
                         self.err(c.span, "the config block must come before any probe");

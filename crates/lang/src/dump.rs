@@ -105,6 +105,7 @@ impl Dumper {
                     }
                 }
             }
+            Item::Group(g) => self.line(d, &format!("group {}", g.name)),
             Item::Reserved(r) => {
                 let name = r
                     .name

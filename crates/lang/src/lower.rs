@@ -182,9 +182,7 @@ fn observing(body: &Block) -> Option<usize> {
             walk_block(self, b);
         }
     }
-    let bare = |e: &Expr| {
-        matches!(&e.kind, ExprKind::Call { name, args, .. } if name == "proceed" && args.is_empty())
-    };
+    let bare = |e: &Expr| matches!(&e.kind, ExprKind::Call { name, args, .. } if name == "proceed" && args.is_empty());
     if body.value.is_some() {
         return None;
     }
