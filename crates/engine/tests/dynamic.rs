@@ -16,8 +16,15 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `tests/stress/hammer.c`, built once per test binary.
+/// `tests/stress/hammer.c`, built once per test binary (tests run in parallel: one
+/// rebuilding the file while another's target runs it would change it under that
+/// test).
 fn hammer() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_hammer).clone()
+}
+
+fn build_hammer() -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("engine-hammer");
     let src = repo().join("tests/stress/hammer.c");
     let st = Command::new("gcc")
