@@ -327,6 +327,7 @@ fn watched_files(
     {
         let (AttachPoint::Uprobe { target, .. }
         | AttachPoint::Uretprobe { target, .. }
+        | AttachPoint::Call { target, .. }
         | AttachPoint::Usdt { target, .. }) = a
         else {
             continue;
@@ -418,6 +419,10 @@ fn weave_and_run(
     let n_probes = session.prepare()?;
     if !opts.quiet {
         sink.attached(n_probes);
+        let calls = session.call_sites();
+        if calls > 0 {
+            sink.call_sites(calls);
+        }
     }
     session.begin(sink);
     session.go()?;
@@ -451,6 +456,7 @@ fn through_wrapper(prog: &Program, target: &Target) -> bool {
         .filter_map(|a| match a {
             AttachPoint::Uprobe { target, .. }
             | AttachPoint::Uretprobe { target, .. }
+            | AttachPoint::Call { target, .. }
             | AttachPoint::Usdt { target, .. } => Some(target.as_str()),
             _ => None,
         })

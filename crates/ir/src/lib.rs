@@ -565,6 +565,16 @@ pub enum AttachPoint {
         target: String,
         func: String,
     },
+    /// Each call site of `func` in `target`'s code (`call:BIN:FUNC [within CALLER]`):
+    /// the direct calls and tail jumps to the function, or to its PLT entry when it is
+    /// a library function `target` calls. `func` and `within` (the calling functions,
+    /// every one when `None`) may hold wildcards. The advice runs at the site, before
+    /// the call.
+    Call {
+        target: String,
+        func: String,
+        within: Option<String>,
+    },
     /// A USDT / SDT / WEFT_PROBE site. `provider` may be empty (any provider).
     Usdt {
         target: String,
@@ -596,6 +606,7 @@ impl AttachPoint {
             self,
             AttachPoint::Uprobe { .. }
                 | AttachPoint::Uretprobe { .. }
+                | AttachPoint::Call { .. }
                 | AttachPoint::Usdt { .. }
                 | AttachPoint::Profile { .. }
         )
@@ -625,6 +636,17 @@ impl fmt::Display for AttachPoint {
                 write!(f, "uprobe:{target}:{func}+{offset}")
             }
             AttachPoint::Uretprobe { target, func } => write!(f, "uretprobe:{target}:{func}"),
+            AttachPoint::Call {
+                target,
+                func,
+                within,
+            } => {
+                write!(f, "call:{target}:{func}")?;
+                match within {
+                    Some(w) => write!(f, " within {w}"),
+                    None => Ok(()),
+                }
+            }
             AttachPoint::Usdt {
                 target,
                 provider,
@@ -1050,7 +1072,8 @@ pub enum Inst {
         dst: Place,
         cap: u32,
     },
-    /// The name of the probed function (bpftrace `func` when used as a string).
+    /// The name of the site's function into a `Str` of `cap` bytes: the probed
+    /// function, or at a call site (`call:`) the calling function (`caller`).
     FuncName {
         dst: Place,
         cap: u32,

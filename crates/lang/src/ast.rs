@@ -217,6 +217,8 @@ pub struct AttachSpec {
     /// The text exactly as written.
     pub raw: String,
     pub span: Span,
+    /// `call:BIN:FUNC within CALLER`: the callers' pattern as written, and its span.
+    pub within: Option<(String, Span)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

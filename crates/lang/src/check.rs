@@ -144,6 +144,8 @@ impl Checked {
 pub const USTACK_DEPTH: u32 = 127;
 /// Capacity of `comm` (the kernel's TASK_COMM_LEN).
 pub const COMM_CAP: u32 = 16;
+/// Bytes of `caller` (the site table's name field, `weft_abi::SITE_NAME_LEN`).
+pub const CALLER_CAP: u32 = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -152,6 +154,8 @@ enum Kind {
     Uprobe,
     Uretprobe,
     Usdt,
+    /// `call:` sites: advice runs in the caller, before the call.
+    Call,
     Interval,
     Profile,
     /// Kernel tracepoints (`tracepoint:`, `kernel:syscall:`): advice runs in the
@@ -165,7 +169,7 @@ impl Kind {
     fn in_target(self) -> bool {
         matches!(
             self,
-            Kind::Uprobe | Kind::Uretprobe | Kind::Usdt | Kind::Profile | Kind::Other
+            Kind::Uprobe | Kind::Uretprobe | Kind::Usdt | Kind::Call | Kind::Profile | Kind::Other
         )
     }
 }
@@ -1356,6 +1360,15 @@ impl<'a> Checker<'a> {
             self.kinds.push((Kind::Tracepoint, name));
             return;
         }
+        if let Some((_, span)) = a.within.as_ref().filter(|_| a.provider != "call") {
+            self.err(
+                *span,
+                format!(
+                    "`within` restricts the call sites of a `call:` probe, not a {} probe",
+                    a.provider
+                ),
+            );
+        }
         let (kind, point) = match self.attach_inner(a) {
             Ok(x) => x,
             Err(msg) => {
@@ -1597,6 +1610,33 @@ impl<'a> Checker<'a> {
                     ))
                 }
             }
+            "call" => {
+                arity(&[1, 2])?;
+                let (target, func) = match f.len() {
+                    1 => (String::new(), f[0].clone()),
+                    _ => (f[0].clone(), f[1].clone()),
+                };
+                if func.is_empty() {
+                    return Err(format!(
+                        "invalid attach point `{}`: missing function name",
+                        a.raw
+                    ));
+                }
+                if func.contains('+') {
+                    return Err(format!(
+                        "invalid attach point `{}`: a call site has no offset",
+                        a.raw
+                    ));
+                }
+                Ok((
+                    Kind::Call,
+                    Some(AttachPoint::Call {
+                        target,
+                        func,
+                        within: a.within.as_ref().map(|(w, _)| w.clone()),
+                    }),
+                ))
+            }
             "usdt" => {
                 arity(&[1, 2, 3])?;
                 let p = match f.len() {
@@ -1673,6 +1713,8 @@ impl<'a> Checker<'a> {
                     "END",
                     "uprobe",
                     "uretprobe",
+                    "execution",
+                    "call",
                     "usdt",
                     "interval",
                     "profile",
@@ -3423,19 +3465,23 @@ impl<'a> Checker<'a> {
 
     /// `args`: a record of the probed function's parameters, from DWARF.
     fn args_type(&mut self, span: Span) -> Type {
-        if let Some(n) = self.all_kinds(|k| matches!(k, Kind::Uprobe | Kind::Uretprobe)) {
+        if let Some(n) =
+            self.all_kinds(|k| matches!(k, Kind::Uprobe | Kind::Uretprobe | Kind::Call))
+        {
             self.err(
                 span,
-                format!("args can only be used in uprobe and uretprobe probes (not in `{n}`)"),
+                format!(
+                    "args can only be used in uprobe, uretprobe and call probes (not in `{n}`)"
+                ),
             );
             return Type::Void;
         }
         let mut common: Option<Type> = None;
         for a in self.attach.clone() {
             let func = match &a {
-                AttachPoint::Uprobe { func, .. } | AttachPoint::Uretprobe { func, .. } => {
-                    func.clone()
-                }
+                AttachPoint::Uprobe { func, .. }
+                | AttachPoint::Uretprobe { func, .. }
+                | AttachPoint::Call { func, .. } => func.clone(),
                 _ => continue,
             };
             let params = self.opts.args_resolver.as_ref().and_then(|r| r.params(&a));
@@ -3480,6 +3526,7 @@ impl<'a> Checker<'a> {
                 signed: false,
             },
             "comm" | "pcomm" => Type::Str { cap: COMM_CAP },
+            "caller" => Type::Str { cap: CALLER_CAP },
             "probe" => Type::ProbeName,
             "func" => Type::USym,
             "retval" => Type::U64,
@@ -3529,8 +3576,13 @@ impl<'a> Checker<'a> {
             builtins::Where::InTarget => Kind::in_target,
             builtins::Where::InTargetOrKernel => |k| k.in_target() || k == Kind::Tracepoint,
             builtins::Where::UserSpace => |k| k != Kind::Tracepoint,
-            builtins::Where::FunctionProbes => |k| matches!(k, Kind::Uprobe | Kind::Uretprobe),
-            builtins::Where::ArgumentProbes => |k| matches!(k, Kind::Uprobe | Kind::Usdt),
+            builtins::Where::FunctionProbes => {
+                |k| matches!(k, Kind::Uprobe | Kind::Uretprobe | Kind::Call)
+            }
+            builtins::Where::ArgumentProbes => {
+                |k| matches!(k, Kind::Uprobe | Kind::Usdt | Kind::Call)
+            }
+            builtins::Where::CallProbes => |k| k == Kind::Call,
             builtins::Where::ReturnProbes => |k| k == Kind::Uretprobe,
             builtins::Where::EntryProbes => |k| k == Kind::Uprobe,
         };

@@ -355,5 +355,9 @@ pub fn attach_text(a: &AttachSpec) -> String {
         s.push(':');
         s.push_str(f);
     }
+    if let Some((w, _)) = &a.within {
+        s.push_str(" within ");
+        s.push_str(w);
+    }
     s
 }

@@ -14,7 +14,8 @@ use weft_ir::{
 
 use crate::ast::*;
 use crate::check::{
-    machine_reg, signal_number, storage, Checked, NamedValue, ProbeInfo, RegSource, COMM_CAP,
+    machine_reg, signal_number, storage, Checked, NamedValue, ProbeInfo, RegSource, CALLER_CAP,
+    COMM_CAP,
 };
 use crate::diag::{Diagnostic, Diags};
 use crate::{EventField, EventFieldShape};
@@ -1361,6 +1362,14 @@ impl<'a> Fx<'a> {
                 self.emit(Inst::Comm {
                     dst: p,
                     cap: COMM_CAP,
+                });
+                Val::Place(p)
+            }
+            "caller" => {
+                let p = self.temp(CALLER_CAP);
+                self.emit(Inst::FuncName {
+                    dst: p,
+                    cap: CALLER_CAP,
                 });
                 Val::Place(p)
             }

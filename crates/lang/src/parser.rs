@@ -490,6 +490,24 @@ impl<'a> Parser<'a> {
                 Some((raw, span)) => attach.push(attach_spec(raw, span)),
                 None => return Err(self.error_here("an attach point")),
             }
+            // `call:BIN:FUNC within CALLER`: the callers, a function name or pattern
+            // (scanned as attach text, so `*` and `?` are part of it).
+            if self.at_ident("within") {
+                let kw = self.bump().span;
+                self.reset_lookahead();
+                match self.lx.scan_attach(false) {
+                    Some((callers, span)) => {
+                        if let Some(a) = attach.last_mut() {
+                            a.within = Some((callers, span));
+                        }
+                    }
+                    None => {
+                        self.diags
+                            .error(kw, "`within` needs a function name or pattern after it");
+                        return Err(Stop);
+                    }
+                }
+            }
             if !self.eat(&Tok::Comma) {
                 break;
             }
@@ -1841,7 +1859,7 @@ pub fn attach_spec(raw: String, span: Span) -> AttachSpec {
     let provider = match provider.as_str() {
         p if p.eq_ignore_ascii_case("begin") => "BEGIN",
         p if p.eq_ignore_ascii_case("end") => "END",
-        "u" => "uprobe",
+        "u" | "execution" => "uprobe",
         "ur" => "uretprobe",
         "U" => "usdt",
         "k" => "kprobe",
@@ -1866,5 +1884,6 @@ pub fn attach_spec(raw: String, span: Span) -> AttachSpec {
         fields,
         raw,
         span,
+        within: None,
     }
 }

@@ -56,7 +56,7 @@ pub fn provider(name: &str, kernel: Option<&KernelOffers>) -> Option<String> {
             format!("{name}: probes for `bpftrace --{name}` are not supported by weft")
         }
         // Reserved for the aspect extensions.
-        "call" | "get" | "set" => format!("the `{name}:` provider is not supported yet"),
+        "get" | "set" => format!("the `{name}:` provider is not supported yet"),
         _ => return None,
     };
     Some(msg)

@@ -124,6 +124,7 @@ impl PointcutKind for Uprobe {
                             ),
                             usdt_args: None,
                             semaphore: None,
+                            call: None,
                         });
                         spec.entry.push(Call {
                             advice: pi as u64,
@@ -150,6 +151,7 @@ impl PointcutKind for Uprobe {
                 label: label.clone(),
                 usdt_args: None,
                 semaphore: None,
+                call: None,
             });
             let call = Call {
                 advice: pi as u64,

@@ -84,6 +84,7 @@ impl PointcutKind for Usdt {
                 label,
                 usdt_args: Some(usdt_args),
                 semaphore: p.semaphore.map(|s| module.runtime_addr(s)),
+                call: None,
             });
             spec.entry.push(Call {
                 advice: probe_index as u64,
