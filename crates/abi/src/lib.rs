@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 11;
+pub const VERSION: u32 = 12;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -120,6 +120,44 @@ pub struct ProfileDesc {
     /// Compiled advice (`extern "C" fn(*mut Frame)`).
     pub advice: u64,
 }
+
+/// Most data watches (hardware watchpoints) in one program: x86-64 has four debug
+/// registers per thread.
+pub const MAX_WATCHES: usize = 4;
+
+/// [`WatchDesc::access`]: writes (`HW_BREAKPOINT_W`).
+pub const WATCH_W: u32 = 2;
+/// [`WatchDesc::access`]: reads and writes (`HW_BREAKPOINT_RW`).
+pub const WATCH_RW: u32 = 3;
+/// [`WatchDesc::access`] flag: run the advice only when the value did not change
+/// (`get`: x86 cannot watch reads alone).
+pub const WATCH_UNCHANGED_ONLY: u32 = 0x100;
+
+/// One data watch (`len == 0`: unused): `len` (1, 2, 4 or 8) bytes at `addr`,
+/// aligned to `len`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WatchDesc {
+    pub addr: u64,
+    pub len: u32,
+    /// [`WATCH_W`] or [`WATCH_RW`], maybe with [`WATCH_UNCHANGED_ONLY`].
+    pub access: u32,
+    /// Probe name index for `probe`.
+    pub probe: u32,
+    /// Compiled advice (`extern "C" fn(*mut Frame)`), called with a [`Frame`]
+    /// followed by the old and new values ([`DATA_OLD_OFF`], [`DATA_NEW_OFF`]).
+    pub advice: u64,
+}
+
+/// A data probe's advice reads the value before the access here, from its frame.
+pub const DATA_OLD_OFF: usize = FRAME_SIZE;
+/// ... and the value after it.
+pub const DATA_NEW_OFF: usize = FRAME_SIZE + 8;
+
+/// `sig_data` of weft's hardware watchpoints (perf events) in its high 16 bits, so
+/// the SIGTRAP handler knows the trap is weft's; the rest: the session's generation
+/// (bits 8..40) and the watch index (bits 0..8).
+pub const WATCH_SIG_MAGIC: u64 = 0x5746;
 
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

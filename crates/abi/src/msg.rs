@@ -7,7 +7,7 @@
 //! [`crate::VERSION`], which the agent announces in its hello; weft refuses an agent
 //! of another version.
 
-use crate::{Hello, ProfileDesc};
+use crate::{Hello, ProfileDesc, WatchDesc};
 
 /// A control message.
 // The hello is large; messages are made and read one at a time, on no hot path,
@@ -39,6 +39,11 @@ pub enum Msg<'a> {
     /// weft → agent: profile probe `index` (`hz == 0`: none), compiled for this
     /// process. Answered by [`Msg::Ok`].
     SetProfile { index: u32, desc: ProfileDesc },
+    /// weft → agent: data watch `index` (hardware watchpoints on every thread;
+    /// `desc.len == 0` or `desc.addr == 0`: none), compiled for this process. Sent
+    /// again to move it (`set:addr(@p, N)`). Answered by [`Msg::Ok`], or
+    /// [`Msg::Err`] when the kernel refused the watchpoint.
+    SetWatch { index: u32, desc: WatchDesc },
     /// weft → agent: write the patch (`on`) or the original bytes (`!on`) at the
     /// listed sites of this process while it runs, with the int3-first sequence;
     /// answered by [`Msg::Ok`]. `on` only for sites whose patch replaces one
@@ -124,6 +129,7 @@ const SHM_MAPPED: u32 = 11;
 const SET_PROFILE: u32 = 12;
 const SET_SITES: u32 = 13;
 const ADOPT: u32 = 14;
+const SET_WATCH: u32 = 15;
 
 /// Largest encoded message (the hello, with room to spare).
 pub const MAX_MSG: usize = 4096;
@@ -249,6 +255,16 @@ impl<'a> Msg<'a> {
                 w.u32(desc.probe)?;
                 w.u64(desc.advice)?;
             }
+            Msg::SetWatch { index, desc } => {
+                w.u32(SET_WATCH)?;
+                w.u32(index)?;
+                w.u64(desc.addr)?;
+                w.u32(desc.len)?;
+                w.u32(desc.access)?;
+                w.u32(desc.probe)?;
+                w.u32(0)?;
+                w.u64(desc.advice)?;
+            }
             Msg::SetSites { on, sites } => {
                 w.u32(SET_SITES)?;
                 w.u32(u32::from(on))?;
@@ -312,6 +328,21 @@ impl<'a> Msg<'a> {
                     advice: r.u64()?,
                 },
             },
+            SET_WATCH => {
+                let index = r.u32()?;
+                let (addr, len, access, probe) = (r.u64()?, r.u32()?, r.u32()?, r.u32()?);
+                let _pad = r.u32()?;
+                Msg::SetWatch {
+                    index,
+                    desc: WatchDesc {
+                        addr,
+                        len,
+                        access,
+                        probe,
+                        advice: r.u64()?,
+                    },
+                }
+            }
             SET_SITES => {
                 let on = r.u32()? != 0;
                 let rest = r.rest();
@@ -389,6 +420,16 @@ mod tests {
                     hz: 99,
                     probe: 4,
                     advice: 0xdead_beef,
+                },
+            },
+            Msg::SetWatch {
+                index: 3,
+                desc: WatchDesc {
+                    addr: 0x5555_0000_1000,
+                    len: 8,
+                    access: crate::WATCH_RW,
+                    probe: 7,
+                    advice: 0xfeed,
                 },
             },
             Msg::SetSites {

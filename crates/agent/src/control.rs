@@ -14,7 +14,7 @@ use weft_abi::*;
 use weft_runtime::proto;
 use weft_runtime::shm::Shm;
 
-use crate::{patch, profile, reap, ret, session, signals, threads, trap};
+use crate::{patch, profile, reap, ret, session, signals, threads, trap, watch};
 
 static REQUEST: AtomicU32 = AtomicU32::new(0);
 /// A control thread is alive (serving, waiting for a request, or started). It ends
@@ -437,6 +437,7 @@ fn serve_session(fd: OwnedFd, reaper: &mut reap::Reaper, forked: Option<(u32, u3
     let mut regions: Vec<(u64, usize)> = Vec::new();
     let mut ending: Option<Box<session::Session>> = None;
     let mut timers = profile::Timers::default();
+    let mut watches = watch::Events::default();
     // A forked child's session is running already (its profile timers, per thread,
     // were not inherited).
     let mut running = forked.is_some();
@@ -480,6 +481,7 @@ fn serve_session(fd: OwnedFd, reaper: &mut reap::Reaper, forked: Option<(u32, u3
             Ok(Some(m)) => m,
             _ => {
                 timers.stop();
+                watches.stop();
                 weft_gone(ending.take());
                 return;
             }
@@ -524,6 +526,7 @@ fn serve_session(fd: OwnedFd, reaper: &mut reap::Reaper, forked: Option<(u32, u3
                     None => Err(format!("no profile probe {index} (or no session)")),
                 }
             }
+            Ok(Msg::SetWatch { index, desc }) => watches.set(index, desc),
             Ok(Msg::SetSites { on, sites }) => match session::current() {
                 Some(s) => {
                     patch::set_sites(&s.shm, s.space(), sites.iter(), on);
@@ -552,6 +555,7 @@ fn serve_session(fd: OwnedFd, reaper: &mut reap::Reaper, forked: Option<(u32, u3
             Ok(Msg::End) => {
                 running = false;
                 timers.stop();
+                watches.stop();
                 threads::detach_all();
                 ending = session::take();
                 if let Some(s) = ending.as_mut() {
@@ -664,6 +668,7 @@ fn map_shm(
         flags,
         adopted: core::sync::atomic::AtomicBool::new(true),
         profiles: Default::default(),
+        watches: Default::default(),
         code: Vec::new(),
         pcomm,
     }));

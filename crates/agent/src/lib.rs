@@ -29,6 +29,7 @@ mod session;
 mod signals;
 mod threads;
 mod trap;
+mod watch;
 
 use std::os::fd::OwnedFd;
 

@@ -26,6 +26,8 @@ pub struct Session {
     pub adopted: AtomicBool,
     /// The profile probes, compiled for this process (set before advice runs).
     pub profiles: [Profile; weft_abi::MAX_PROFILES],
+    /// The data watches (hardware watchpoints), compiled for this process.
+    pub watches: [crate::watch::Watch; weft_abi::MAX_WATCHES],
     /// Code regions mapped for this session: (address, size).
     pub code: Vec<(u64, usize)>,
     /// The process's name (`pcomm`) when weft reached it, NUL-padded; each thread's

@@ -80,6 +80,9 @@ pub(crate) extern "C" fn on_trap(
     let (si, uc) = unsafe { (&*info, &mut *(ctx as *mut libc::ucontext_t)) };
     let g = &mut uc.uc_mcontext.gregs;
     let ip = (g[libc::REG_RIP as usize] as u64).wrapping_sub(1);
+    if si.si_code == crate::watch::TRAP_PERF && crate::watch::on_trap(si, uc) {
+        return;
+    }
     if si.si_code != SI_KERNEL && weft_stray_trap(si.si_code, uc) {
         return;
     }

@@ -851,6 +851,9 @@ impl Gen<'_> {
             CtxValue::Reg(_) => return Err(unsupported("reg()")),
             CtxValue::FuncAddr => return Err(unsupported("func")),
             CtxValue::Ip => return Err(unsupported("the probe's address")),
+            CtxValue::DataOld | CtxValue::DataNew => {
+                return Err(unsupported("a data probe's value"))
+            }
         }
         Ok(())
     }

@@ -104,6 +104,13 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
             .ok()
             .and_then(|v| target::which(&v[0]))
     });
+    if let Some(m) = &t.data_mechanism {
+        weft_engine::data::Mechanism::parse(m).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let data = weft_engine::data::DwarfData {
+        pid: t.pids().first().copied(),
+        executable: executable.clone(),
+    };
     let resolver = dwarf::DwarfArgs {
         pid: t.pids().first().copied(),
         executable,
@@ -129,6 +136,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         },
         unsafe_ok: t.unsafe_ok,
         args_resolver: Some(std::sync::Arc::new(resolver)),
+        data: Some(std::sync::Arc::new(data)),
         events: Some(std::sync::Arc::new(events::TracefsEvents::default())),
         dump,
         headers: Some(std::sync::Arc::new(headers)),

@@ -325,6 +325,12 @@ fn watched_files(
         .filter(selected)
         .flat_map(|i| &prog.probes[i].attach)
     {
+        if matches!(a, AttachPoint::Data { .. }) {
+            bail!(
+                "{a}: a data pointcut needs a target process (-p PID or -c CMD): its \
+                 watchpoints are set on that process's threads"
+            );
+        }
         let (AttachPoint::Uprobe { target, .. }
         | AttachPoint::Uretprobe { target, .. }
         | AttachPoint::Call { target, .. }
@@ -458,6 +464,10 @@ fn through_wrapper(prog: &Program, target: &Target) -> bool {
             | AttachPoint::Uretprobe { target, .. }
             | AttachPoint::Call { target, .. }
             | AttachPoint::Usdt { target, .. } => Some(target.as_str()),
+            AttachPoint::Data {
+                place: weft_ir::DataPlace::Var { target, .. },
+                ..
+            } => Some(target.as_str()),
             _ => None,
         })
         .collect();

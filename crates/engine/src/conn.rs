@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use weft_abi::msg::{Msg, MsgError};
-use weft_abi::{Hello, ProfileDesc, VERSION};
+use weft_abi::{Hello, ProfileDesc, WatchDesc, VERSION};
 use weft_runtime::proto::{self, Received};
 
 pub struct Listener {
@@ -239,6 +239,12 @@ impl Agent {
     /// Profile probe `index`, compiled for this process.
     pub fn set_profile(&self, index: u32, desc: ProfileDesc) -> Result<()> {
         self.command(Msg::SetProfile { index, desc })
+    }
+
+    /// Data watch `index` (hardware watchpoints on every thread), compiled for this
+    /// process; sent again to move it, with `len == 0` to drop it.
+    pub fn set_watch(&self, index: u32, desc: WatchDesc) -> Result<()> {
+        self.command(Msg::SetWatch { index, desc })
     }
 
     /// Write the patch (`on`) or the original bytes at `sites` while the process

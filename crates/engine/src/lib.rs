@@ -19,6 +19,7 @@
 //! Records go out through `weft_trace::Sink`; printing is the caller's.
 
 pub mod conn;
+pub mod data;
 pub mod dwarf;
 pub mod kernel;
 pub mod local;

@@ -48,6 +48,8 @@ pub struct Member {
     redirected: bool,
     /// Profile probes given to the agent.
     profiles: u32,
+    /// Data watches given to the agent: (index, what, compiled advice).
+    pub watches: Vec<(u32, pointcut::WatchSpec, u64)>,
     /// Symbols of the process, for `usym`/`ustack`.
     pub symbolizer: Option<Symbolizer>,
     /// Still running (not exited or gone from the session).
@@ -120,6 +122,7 @@ impl Member {
             unwind_hooked: false,
             redirected: false,
             profiles: 0,
+            watches: Vec::new(),
             symbolizer: None,
             alive: true,
         })
@@ -326,17 +329,55 @@ impl Member {
                     },
                 )?;
             }
+            // Data pointcuts: advice in a code region, run by the agent's SIGTRAP
+            // handler on the accessing thread; the watchpoints are armed now (those
+            // on a map's address when the map holds one).
+            for w in &resolved.watches {
+                if self.watches.len() >= weft_abi::MAX_WATCHES {
+                    anyhow::bail!(
+                        "{}: at most {} data pointcuts per session",
+                        w.label,
+                        weft_abi::MAX_WATCHES
+                    );
+                }
+                let code = weft_jit::compile(&prog.probes[w.body].body, prog, &env)?;
+                let advice = weaver.put_anywhere(&code)?;
+                let index = self.watches.len() as u32;
+                let at = match &w.map {
+                    Some(m) => format!("the address {m} holds (armed when it holds one)"),
+                    None => format!("{} bytes at {:#x}", w.len, w.addr),
+                };
+                note(format!(
+                    "{}: data mechanism {} ({}) on {}, {at}",
+                    w.label,
+                    crate::data::Mechanism::Hardware.name(),
+                    crate::data::Mechanism::Hardware.describe(),
+                    if w.access & weft_abi::WATCH_UNCHANGED_ONLY != 0 {
+                        "reads (accesses that leave the value unchanged)"
+                    } else if w.access & 0xff == weft_abi::WATCH_RW {
+                        "reads and writes"
+                    } else {
+                        "writes"
+                    }
+                ));
+                if w.addr != 0 {
+                    agent
+                        .set_watch(index, watch_desc(w, w.addr, advice))
+                        .map_err(|e| anyhow::anyhow!("{}: {e}", w.label))?;
+                }
+                self.watches.push((index, w.clone(), advice));
+            }
             Ok(())
         })();
         self.regions = std::mem::take(&mut weaver.regions);
         result?;
-        self.site_probes += resolved.profiles.len();
+        self.site_probes += resolved.profiles.len() + resolved.watches.len();
         let (internal, sites): (Vec<usize>, Vec<usize>) = (first_new..self.planned.len())
             .partition(|&i| crate::weave::is_internal(&self.planned[i].label));
         Ok(Prepared {
             sites,
             internal,
-            probes: probes + resolved.profiles.len(),
+            probes: probes + resolved.profiles.len() + resolved.watches.len(),
             call_sites,
             elapsed: t.elapsed(),
             regions: self.code_ranges(),
@@ -429,6 +470,10 @@ impl Member {
             unwind_hooked: parent.unwind_hooked,
             redirected: parent.redirected,
             profiles: parent.profiles,
+            // Hardware watchpoints are not inherited across fork (the agent's
+            // events are per thread, `inherit_thread`): a followed child is not
+            // watched.
+            watches: Vec::new(),
             symbolizer: None,
             alive: true,
         })
@@ -600,4 +645,15 @@ fn call_site_at(planned: &[Planned], s: &crate::weave::SiteSpec, others: &[u64])
         .filter(in_func)
         .find(|p| p.addr == at)
         .map(|p| format!("{} at {:#x}", p.label, p.addr))
+}
+
+/// The agent's description of watch `w` at `addr`.
+pub fn watch_desc(w: &pointcut::WatchSpec, addr: u64, advice: u64) -> weft_abi::WatchDesc {
+    weft_abi::WatchDesc {
+        addr,
+        len: w.len,
+        access: w.access,
+        probe: w.probe,
+        advice,
+    }
 }

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
+use weft_abi::{MapKind, ENTRY_LIVE};
 use weft_ir::{AttachPoint, FmtId, Format, Program};
 use weft_output::{Resolver, Symbol};
 use weft_symbols::Symbolizer;
@@ -161,6 +162,9 @@ pub struct Session<'p> {
     kernel: Option<crate::kernel::KernelSide>,
     /// Local advice ran since the kernel's maps were last mirrored.
     local_ran: bool,
+    /// `set:addr(@p, N)` watches: the address each (member pid, watch index) was
+    /// last armed at.
+    armed: HashMap<(i32, u32), u64>,
 }
 
 impl<'p> Session<'p> {
@@ -237,6 +241,7 @@ impl<'p> Session<'p> {
             initial: Weaving::default(),
             pending: Vec::new(),
             watcher: None,
+            armed: HashMap::new(),
             caught: Vec::new(),
             refused: std::collections::HashSet::new(),
             kernel_probes,
@@ -885,6 +890,7 @@ impl<'p> Session<'p> {
             if self.watcher.is_some() {
                 self.join_caught();
             }
+            self.rearm_watches();
             if Instant::now() >= next_release {
                 self.release_gone_processes();
                 next_release = Instant::now() + Duration::from_millis(100);
@@ -910,6 +916,58 @@ impl<'p> Session<'p> {
                 Some(w) => w.wait(sleep),
                 None => std::thread::sleep(sleep),
             }
+        }
+    }
+
+    /// `set:addr(@p, N)`: (re)arm each member's watch at the address `@p` holds
+    /// when it changed since the last look (every pass of the run loop: 5 to 20
+    /// ms). Accesses between the probe that stored the address and this are not
+    /// seen; an address of 0 disarms the watch.
+    fn rearm_watches(&mut self) {
+        let shm = &self.seg.shm;
+        let mut notes = Vec::new();
+        for m in self.members.iter().filter(|m| m.alive) {
+            for (index, w, advice) in &m.watches {
+                let Some(map) = &w.map else { continue };
+                let Some(id) = self.prog.maps.iter().position(|d| &d.name == map) else {
+                    continue;
+                };
+                let d = shm.map(id as u32);
+                if d.kind != MapKind::Plain as u32 {
+                    continue;
+                }
+                let addr = if weft_runtime::map::entry_state(shm, d, 0) == ENTRY_LIVE {
+                    let p = weft_runtime::map::plain_value_ptr(shm, d, 0);
+                    // SAFETY: a live plain entry's value, at least 8 bytes of an
+                    // integer map value, in the mapped segment.
+                    unsafe { core::ptr::read_volatile(p as *const u64) }
+                } else {
+                    0
+                };
+                let last = self.armed.entry((m.pid, *index)).or_insert(0);
+                if *last == addr {
+                    continue;
+                }
+                *last = addr;
+                if !addr.is_multiple_of(u64::from(w.len.max(1))) {
+                    notes.push(format!(
+                        "{}: {addr:#x} is not aligned to {} bytes; not watched",
+                        w.label, w.len
+                    ));
+                    continue;
+                }
+                let desc = crate::member::watch_desc(w, addr, *advice);
+                match m.agent.set_watch(*index, desc) {
+                    Ok(()) => notes.push(format!(
+                        "{}: watching {} bytes at {addr:#x} in process {}",
+                        w.label, w.len, m.pid
+                    )),
+                    Err(e) => notes.push(format!("{}: {e:#}", w.label)),
+                }
+            }
+        }
+        for n in notes {
+            self.verbose(&n);
         }
     }
 

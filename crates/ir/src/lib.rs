@@ -597,6 +597,55 @@ pub enum AttachPoint {
         category: String,
         name: String,
     },
+    /// A data pointcut: advice on accesses to memory (`set:BIN:VAR`, `get:BIN:VAR`,
+    /// `set:addr(@p, 8)`, `watchpoint:ADDR:LEN:MODE`). The advice runs in the
+    /// accessing thread, after the access (`old`/`new`/`val` read the value).
+    Data {
+        place: DataPlace,
+        access: DataAccess,
+    },
+}
+
+/// What a data pointcut watches.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum DataPlace {
+    /// A global or static of `target` by name, with an optional path into it
+    /// (`counter`, `cfg.limit`, `table[3]`, as written after the name). Its
+    /// address and size come from the symbol table and DWARF, in the engine.
+    Var {
+        target: String,
+        var: String,
+        /// `.field` / `[i]` steps as written (empty for the whole variable).
+        path: String,
+    },
+    /// `addr(@map, SIZE)`: the address a key-less map holds, watched (again) each
+    /// time weft sees the map's value change; nothing while it is 0.
+    Map { map: String, size: u8 },
+    /// An absolute address (`watchpoint:ADDR:LEN:MODE`).
+    Addr { addr: u64, len: u8 },
+}
+
+/// Which accesses a data pointcut takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DataAccess {
+    /// Writes (`set`, `watchpoint:...:w`).
+    Write,
+    /// Reads (`get`): accesses that leave the value unchanged (x86 debug registers
+    /// cannot watch reads alone, see the engine's `data` resolver).
+    Read,
+    /// Reads and writes (`watchpoint:...:rw`).
+    ReadWrite,
+}
+
+impl DataAccess {
+    /// The form a `watchpoint:` mode takes (`w`, `r`, `rw`).
+    pub fn mode(self) -> &'static str {
+        match self {
+            DataAccess::Write => "w",
+            DataAccess::Read => "r",
+            DataAccess::ReadWrite => "rw",
+        }
+    }
 }
 
 impl AttachPoint {
@@ -609,6 +658,7 @@ impl AttachPoint {
                 | AttachPoint::Call { .. }
                 | AttachPoint::Usdt { .. }
                 | AttachPoint::Profile { .. }
+                | AttachPoint::Data { .. }
         )
     }
 
@@ -663,6 +713,22 @@ impl fmt::Display for AttachPoint {
             AttachPoint::Profile { hz } => write!(f, "profile:hz:{hz}"),
             AttachPoint::Tracepoint { category, name } => {
                 write!(f, "tracepoint:{category}:{name}")
+            }
+            AttachPoint::Data { place, access } => {
+                let kind = if *access == DataAccess::Write {
+                    "set"
+                } else {
+                    "get"
+                };
+                match place {
+                    DataPlace::Var { target, var, path } => {
+                        write!(f, "{kind}:{target}:{var}{path}")
+                    }
+                    DataPlace::Map { map, size } => write!(f, "{kind}:addr({map}, {size})"),
+                    DataPlace::Addr { addr, len } => {
+                        write!(f, "watchpoint:{addr:#x}:{len}:{}", access.mode())
+                    }
+                }
             }
         }
     }
@@ -790,6 +856,10 @@ pub enum CtxValue {
     Rand,
     /// The probe that fired, as an index into [`Program::probe_names`].
     ProbeId,
+    /// In a data probe: the value before the write (`old`).
+    DataOld,
+    /// In a data probe: the value after the access (`new`, `val`).
+    DataNew,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -852,6 +852,16 @@ impl Cx<'_> {
                 let m = self.frame_field(FRAME_PROBE_OFF);
                 self.a.mov(rax, m)?;
             }
+            // Data probes: the agent's watch handler passes the values after the
+            // frame (the front end allows these only there).
+            CtxValue::DataOld => {
+                let m = self.frame_field(weft_abi::DATA_OLD_OFF);
+                self.a.mov(rax, m)?;
+            }
+            CtxValue::DataNew => {
+                let m = self.frame_field(weft_abi::DATA_NEW_OFF);
+                self.a.mov(rax, m)?;
+            }
             CtxValue::Tid | CtxValue::Pid => {
                 let m = self.frame_field(FRAME_TSTATE_OFF);
                 self.a.mov(rax, m)?;

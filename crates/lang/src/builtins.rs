@@ -39,6 +39,12 @@ pub enum Where {
     ReturnProbes,
     /// uprobe.
     EntryProbes,
+    /// Data probes (`set:`, `get:`, `watchpoint:`).
+    DataProbes,
+    /// Data probes on writes (`set:`, `watchpoint:...:w`).
+    SetProbes,
+    /// Function probes and data probes (`func`: the accessing code's function).
+    CodeProbes,
 }
 
 impl Where {
@@ -54,6 +60,9 @@ impl Where {
             Where::CallProbes => "call probes",
             Where::ReturnProbes => "uretprobe probes",
             Where::EntryProbes => "uprobe probes",
+            Where::DataProbes => "set, get and watchpoint probes",
+            Where::SetProbes => "set probes (write watchpoints)",
+            Where::CodeProbes => "uprobe, uretprobe, call, set, get and watchpoint probes",
         }
     }
 }
@@ -242,7 +251,13 @@ pub static TABLE: &[Builtin] = &[
     var("rand"),
     var("comm"),
     var("pcomm"),
-    var("func").only(Where::FunctionProbes),
+    var("func").only(Where::CodeProbes),
+    // Data probes: the value before and after a write, the value read, and the
+    // address after the accessing instruction.
+    var("old").only(Where::SetProbes),
+    var("new").only(Where::SetProbes),
+    var("val").only(Where::DataProbes),
+    var("ip").only(Where::DataProbes),
     // The function that contains a call site (`call:` probes).
     var("caller").only(Where::CallProbes),
     var("probe"),

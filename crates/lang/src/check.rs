@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use weft_ir::{
-    AttachPoint, BitField, CField, CStruct, Config, MapValue, StackMode, TseriesAgg, Type,
-    PRINTF_MAX_WIDTH, TSERIES_MAX_INTERVALS,
+    AttachPoint, BitField, CField, CStruct, Config, DataAccess, DataPlace, MapValue, StackMode,
+    TseriesAgg, Type, PRINTF_MAX_WIDTH, TSERIES_MAX_INTERVALS,
 };
 
 use crate::ast::*;
@@ -158,6 +158,10 @@ enum Kind {
     Call,
     Interval,
     Profile,
+    /// Data pointcuts on writes (`set:`, `watchpoint:...:w`).
+    DataSet,
+    /// Data pointcuts on reads (`get:`, `watchpoint:...:r` / `rw`).
+    DataGet,
     /// Kernel tracepoints (`tracepoint:`, `kernel:syscall:`): advice runs in the
     /// kernel, with no user-space frame.
     Tracepoint,
@@ -169,7 +173,14 @@ impl Kind {
     fn in_target(self) -> bool {
         matches!(
             self,
-            Kind::Uprobe | Kind::Uretprobe | Kind::Usdt | Kind::Call | Kind::Profile | Kind::Other
+            Kind::Uprobe
+                | Kind::Uretprobe
+                | Kind::Usdt
+                | Kind::Call
+                | Kind::Profile
+                | Kind::DataSet
+                | Kind::DataGet
+                | Kind::Other
         )
     }
 }
@@ -216,6 +227,12 @@ struct Checker<'a> {
     kernel: Option<Option<KernelOffers>>,
     // Per probe:
     kinds: Vec<(Kind, String)>,
+    /// The type of a data probe's value (`old`, `new`, `val`).
+    data_ty: Option<Type>,
+    /// Data attach points so far in this pass (at most `MAX_DATA_POINTS`).
+    data_points: usize,
+    /// What the data resolver said, by (target, var, path): asked once.
+    data_vars: HashMap<(String, String, String), Result<crate::DataVar, String>>,
     attach: Vec<AttachPoint>,
     names: Vec<String>,
     /// The body reads `args` of tracepoints.
@@ -255,6 +272,9 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         event_fields: HashMap::new(),
         kernel: None,
         kinds: Vec::new(),
+        data_ty: None,
+        data_points: 0,
+        data_vars: HashMap::new(),
         attach: Vec::new(),
         names: Vec::new(),
         reads_event: false,
@@ -280,6 +300,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         ck.diags = Diags::default();
         ck.hints = std::mem::take(&mut ck.maps);
         ck.getopt_defaults.clear();
+        ck.data_points = 0;
         probes.clear();
         ck.probe_index = 0;
         for item in &mut program.items {
@@ -682,6 +703,24 @@ pub const MAX_CAT_BYTES: u64 = 1 << 20;
 
 /// The highest `profile` rate, in samples a second.
 pub const MAX_PROFILE_HZ: u64 = 10_000;
+
+/// Most data attach points in one program (`weft_abi::MAX_WATCHES`).
+pub const MAX_DATA_POINTS: usize = 4;
+
+/// `@MAP, SIZE)` of `set:addr(@MAP, SIZE)`: the map's name and the size.
+fn data_addr(inner: &str) -> Option<(String, u8)> {
+    let inner = inner.strip_suffix(')')?;
+    let (map, size) = inner.split_once(',')?;
+    let map = map.trim();
+    let name = map.strip_prefix('@')?;
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return None;
+    }
+    match crate::lexer::parse_int(size.trim()) {
+        Ok(n @ (1 | 2 | 4 | 8)) => Some((map.to_string(), n as u8)),
+        _ => None,
+    }
+}
 
 /// The largest `max_frame`: advice frames live on the stack of the target's thread,
 /// and the code generator refuses more.
@@ -1247,6 +1286,7 @@ impl<'a> Checker<'a> {
 
     fn probe(&mut self, p: &mut Probe) -> ProbeInfo {
         self.kinds.clear();
+        self.data_ty = None;
         self.attach.clear();
         self.names.clear();
         self.reads_event = false;
@@ -1376,6 +1416,20 @@ impl<'a> Checker<'a> {
                 (Kind::Other, None)
             }
         };
+        if matches!(point, Some(AttachPoint::Data { .. })) {
+            self.data_points += 1;
+            if self.data_points > MAX_DATA_POINTS {
+                self.err(
+                    a.span,
+                    format!(
+                        "at most {MAX_DATA_POINTS} data pointcuts (hardware watchpoints: \
+                         x86-64 has {MAX_DATA_POINTS} debug registers per thread); this is \
+                         number {}",
+                        self.data_points
+                    ),
+                );
+            }
+        }
         if let Some(p) = point {
             self.attach.push(p);
             self.names.push(name.clone());
@@ -1707,6 +1761,155 @@ impl<'a> Checker<'a> {
                     Ok((Kind::Profile, Some(AttachPoint::Profile { hz })))
                 }
             }
+            "set" | "get" => {
+                arity(&[1, 2])?;
+                let access = if prov == "set" {
+                    DataAccess::Write
+                } else {
+                    DataAccess::Read
+                };
+                let kind = if prov == "set" {
+                    Kind::DataSet
+                } else {
+                    Kind::DataGet
+                };
+                if let Some(inner) = f
+                    .last()
+                    .filter(|_| f.len() == 1)
+                    .and_then(|x| x.strip_prefix("addr("))
+                {
+                    let (map, size) = data_addr(inner).ok_or_else(|| {
+                        format!(
+                            "invalid attach point `{}`: expected {prov}:addr(@MAP, SIZE) with \
+                             a map without keys and SIZE 1, 2, 4 or 8",
+                            a.raw
+                        )
+                    })?;
+                    // The last pass knows every map: the one named must exist and
+                    // have no keys.
+                    if self.report {
+                        match self.map_state(&map) {
+                            None => {
+                                return Err(format!(
+                                    "`{}`: {map} is never assigned (assign it an address in \
+                                     an earlier probe, e.g. `{map} = arg0;`)",
+                                    a.raw
+                                ))
+                            }
+                            Some(st) if matches!(st.key, Some(Some(_))) => {
+                                return Err(format!(
+                                    "`{}`: {map} has keys; addr() takes a map without keys",
+                                    a.raw
+                                ))
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                    self.data_ty = Some(Type::Int {
+                        bits: size * 8,
+                        signed: false,
+                    });
+                    return Ok((
+                        kind,
+                        Some(AttachPoint::Data {
+                            place: DataPlace::Map { map, size },
+                            access,
+                        }),
+                    ));
+                }
+                let (target, text) = match f.len() {
+                    1 => (String::new(), f[0].as_str()),
+                    _ => (f[0].clone(), f[1].as_str()),
+                };
+                let split = text.find(['.', '[']).unwrap_or(text.len());
+                let (var, path) = text.split_at(split);
+                let ident = |v: &str| {
+                    v.chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                        && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                };
+                if !ident(var) {
+                    return Err(format!(
+                        "invalid attach point `{}`: expected {prov}:BIN:VAR, with VAR a global \
+                         or static variable (maybe followed by .FIELD or [INDEX]), or \
+                         {prov}:addr(@MAP, SIZE)",
+                        a.raw
+                    ));
+                }
+                if let Some(r) = self.opts.data.clone() {
+                    let key = (target.clone(), var.to_string(), path.to_string());
+                    let v = self
+                        .data_vars
+                        .entry(key)
+                        .or_insert_with(|| r.variable(&target, var, path))
+                        .clone()
+                        .map_err(|e| format!("{}: {e}", a.raw))?;
+                    self.data_ty.get_or_insert(v.ty);
+                } else {
+                    self.data_ty.get_or_insert(Type::U64);
+                }
+                Ok((
+                    kind,
+                    Some(AttachPoint::Data {
+                        place: DataPlace::Var {
+                            target,
+                            var: var.to_string(),
+                            path: path.to_string(),
+                        },
+                        access,
+                    }),
+                ))
+            }
+            "watchpoint" => {
+                arity(&[3])?;
+                let addr = crate::lexer::parse_int(&f[0]).ok().filter(|a| *a != 0);
+                let addr = addr.ok_or_else(|| {
+                    format!(
+                        "invalid watchpoint `{}`: expected watchpoint:ADDR:LEN:MODE with an \
+                         absolute address (weft has no function+argument form)",
+                        a.raw
+                    )
+                })?;
+                let len = match crate::lexer::parse_int(&f[1]) {
+                    Ok(n @ (1 | 2 | 4 | 8)) => n as u8,
+                    _ => {
+                        return Err(format!(
+                            "invalid watchpoint `{}`: the length must be 1, 2, 4 or 8",
+                            a.raw
+                        ))
+                    }
+                };
+                if !addr.is_multiple_of(u64::from(len)) {
+                    return Err(format!(
+                        "invalid watchpoint `{}`: the address must be aligned to the length",
+                        a.raw
+                    ));
+                }
+                let (kind, access) = match f[2].as_str() {
+                    "w" => (Kind::DataSet, DataAccess::Write),
+                    "r" => (Kind::DataGet, DataAccess::Read),
+                    "rw" | "wr" => (Kind::DataGet, DataAccess::ReadWrite),
+                    m => {
+                        return Err(format!(
+                            "invalid watchpoint `{}`: mode `{m}` is not r, w or rw (x86 \
+                             hardware watchpoints do not watch execution in weft; use uprobe)",
+                            a.raw
+                        ))
+                    }
+                };
+                self.data_ty.get_or_insert(Type::Int {
+                    bits: len * 8,
+                    signed: false,
+                });
+                Ok((
+                    kind,
+                    Some(AttachPoint::Data {
+                        place: DataPlace::Addr { addr, len },
+                        access,
+                    }),
+                ))
+            }
             _ => {
                 const PROVIDERS: &[&str] = &[
                     "BEGIN",
@@ -1726,6 +1929,8 @@ impl<'a> Checker<'a> {
                     "software",
                     "hardware",
                     "watchpoint",
+                    "set",
+                    "get",
                 ];
                 let mut msg = format!("unknown probe type `{prov}`");
                 if let Some(s) = suggest(prov, PROVIDERS.iter().copied()) {
@@ -3530,6 +3735,8 @@ impl<'a> Checker<'a> {
             "probe" => Type::ProbeName,
             "func" => Type::USym,
             "retval" => Type::U64,
+            "old" | "new" | "val" => self.data_ty.clone().unwrap_or(Type::U64),
+            "ip" => Type::U64,
             "ustack" => Type::UStack {
                 depth: USTACK_DEPTH,
                 mode: self.stack_mode,
@@ -3579,6 +3786,14 @@ impl<'a> Checker<'a> {
             builtins::Where::FunctionProbes => {
                 |k| matches!(k, Kind::Uprobe | Kind::Uretprobe | Kind::Call)
             }
+            builtins::Where::DataProbes => |k| matches!(k, Kind::DataSet | Kind::DataGet),
+            builtins::Where::SetProbes => |k| k == Kind::DataSet,
+            builtins::Where::CodeProbes => |k| {
+                matches!(
+                    k,
+                    Kind::Uprobe | Kind::Uretprobe | Kind::Call | Kind::DataSet | Kind::DataGet
+                )
+            },
             builtins::Where::ArgumentProbes => {
                 |k| matches!(k, Kind::Uprobe | Kind::Usdt | Kind::Call)
             }

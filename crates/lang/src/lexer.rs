@@ -573,9 +573,21 @@ impl<'a> Lexer<'a> {
         self.skip_trivia();
         let start = self.pos;
         let mut seen_colon = false;
+        // `set:addr(@p, 8)`: spaces and commas inside parentheses are the attach
+        // point's own.
+        let mut depth = 0u32;
         while self.pos < self.bytes.len() {
             let c = self.bytes[self.pos];
             match c {
+                b'(' if seen_colon => {
+                    depth += 1;
+                    self.pos += 1;
+                }
+                b')' if depth > 0 => {
+                    depth -= 1;
+                    self.pos += 1;
+                }
+                b' ' | b'\t' | b',' if depth > 0 => self.pos += 1,
                 b' ' | b'\t' | b'\n' | b'\r' | b',' | b'{' | b'}' | b';' => break,
                 b')' if in_parens => break,
                 b'/' if !seen_colon => break,
@@ -768,5 +780,9 @@ mod tests {
         assert_eq!(lx.scan_attach(false).unwrap().0, "uprobe:\"/a b\":f+0x10");
         assert_eq!(lx.next_token().tok, Tok::Comma);
         assert_eq!(lx.scan_attach(false).unwrap().0, "BEGIN");
+        let mut lx = Lexer::new("set:addr(@p, 8), get:./a:x {");
+        assert_eq!(lx.scan_attach(false).unwrap().0, "set:addr(@p, 8)");
+        assert_eq!(lx.next_token().tok, Tok::Comma);
+        assert_eq!(lx.scan_attach(false).unwrap().0, "get:./a:x");
     }
 }

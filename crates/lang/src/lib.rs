@@ -40,6 +40,25 @@ pub trait ArgsResolver {
     fn params(&self, attach: &weft_ir::AttachPoint) -> Option<Vec<(String, weft_ir::Type)>>;
 }
 
+/// Finds the globals and statics data pointcuts name (implemented by the engine
+/// with the symbol table and DWARF). Used for `set:BIN:VAR` / `get:BIN:VAR`.
+pub trait DataResolver {
+    /// The variable `var` of `target` with the `.field` / `[i]` steps of `path`:
+    /// its size and type, or why it cannot be watched (a one-line message, with
+    /// suggestions).
+    fn variable(&self, target: &str, var: &str, path: &str) -> Result<DataVar, String>;
+}
+
+/// What a data pointcut watches, as [`DataResolver`] found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DataVar {
+    /// Bytes watched.
+    pub size: u32,
+    /// The value's type when DWARF gives an integer of that size; else an
+    /// unsigned integer of the size.
+    pub ty: weft_ir::Type,
+}
+
 /// The kernel's events and what the running kernel offers (implemented by the CLI
 /// over tracefs). Used for `tracepoint:` probes and their `args`, and to say why
 /// other kernel probes are not there.
@@ -107,6 +126,9 @@ pub struct Options {
     pub unsafe_ok: bool,
     /// Debug info for `args`; without it `args` is an error.
     pub args_resolver: Option<Arc<dyn ArgsResolver + Send + Sync>>,
+    /// Globals for `set:`/`get:` probes; without it their values are `uint64`s and
+    /// unknown names are found only when weaving.
+    pub data: Option<Arc<dyn DataResolver + Send + Sync>>,
     /// The kernel's tracepoints; without it `tracepoint:` probes are an error.
     pub events: Option<Arc<dyn EventResolver + Send + Sync>>,
     /// Stages whose result to dump into [`Output::dumps`].

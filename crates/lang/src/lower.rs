@@ -1343,6 +1343,16 @@ impl<'a> Fx<'a> {
             "elapsed" => self.ctx(CtxValue::Elapsed),
             "rand" => self.ctx(CtxValue::Rand),
             "retval" => self.ctx(CtxValue::Retval),
+            "old" | "new" | "val" => {
+                let v = self.ctx(if name == "old" {
+                    CtxValue::DataOld
+                } else {
+                    CtxValue::DataNew
+                });
+                // The agent reads the watched bytes zero-extended.
+                self.convert(v, &Type::U64, ty)
+            }
+            "ip" => self.ctx(CtxValue::Ip),
             // bpftrace 0.17 symbolizes the probe's IP: in a uretprobe that is the return
             // address, so `func` names the caller. (Newer bpftrace names the function.)
             "func"

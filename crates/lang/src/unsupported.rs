@@ -47,16 +47,14 @@ pub fn provider(name: &str, kernel: Option<&KernelOffers>) -> Option<String> {
         "software" | "hardware" => {
             format!("{name}: perf {name} events are not available in weft; use profile: to sample threads")
         }
-        "watchpoint" | "asyncwatchpoint" => {
-            format!("{name}: memory watchpoints are not available in weft")
+        "asyncwatchpoint" => {
+            format!("{name}: asynchronous watchpoints are not available in weft; use watchpoint:")
         }
         "iter" => "iter: BPF iterators over kernel objects are not available in weft".to_string(),
         "self" => "self: bpftrace runtime signal probes are not supported by weft".to_string(),
         "bench" | "test" => {
             format!("{name}: probes for `bpftrace --{name}` are not supported by weft")
         }
-        // Reserved for the aspect extensions.
-        "get" | "set" => format!("the `{name}:` provider is not supported yet"),
         _ => return None,
     };
     Some(msg)

@@ -214,7 +214,7 @@ fn context_builtins() {
             1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
               |                            ^^^^^^
 
-            error: func can only be used in uprobe, uretprobe and call probes (not in `BEGIN`)
+            error: func can only be used in uprobe, uretprobe, call, set, get and watchpoint probes (not in `BEGIN`)
              --> script.bt:1:43
               |
             1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
@@ -356,7 +356,7 @@ fn unsupported_probes() {
             1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
               |                                                                                                                  ^^^^^^^^^^^^^^^^^
 
-            error: watchpoint: memory watchpoints are not available in weft
+            error: invalid watchpoint `watchpoint:0x1:8:w`: the address must be aligned to the length
              --> script.bt:1:136
               |
             1 | kprobe:do_nanosleep { } kretprobe:f { } kfunc:f { } tracepoint:syscalls:sys_enter_open { } software:faults:1 { } hardware:cycles:1 { } watchpoint:0x1:8:w { } iter:task { } uprob:/bin/a:f { }
@@ -441,18 +441,6 @@ fn reserved_aspect_syntax_is_not_supported_yet() {
             1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
               |                            ^^^^^^
               = help: run weft with --unsafe to allow it
-
-            error: the `get:` provider is not supported yet
-             --> script.bt:1:84
-              |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
-              |                                                                                    ^^^^^^^^^^^^
-
-            error: the `set:` provider is not supported yet
-             --> script.bt:1:101
-              |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
-              |                                                                                                     ^^^^^^^^^^^^
 
             error: invalid attach point `kernel:x`: the kernel provider has system calls: kernel:syscall:NAME (entry) and kernel:syscall:NAME:exit
              --> script.bt:1:118
@@ -1991,6 +1979,75 @@ fn within_needs_a_pattern() {
               |
             1 | call:/bin/a:f within { }
               |               ^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn data_pointcut_errors() {
+    check(
+        "get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } \
+         watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } \
+         set:addr(@m, 16) { } set:/bin/a:9x { } BEGIN { print(val); @m[1] = 2; }",
+        expect![[r#"
+            error: old can only be used in set probes (write watchpoints) (not in `get:/bin/a:v`)
+             --> script.bt:1:22
+              |
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } BEGIN { print(val); @m[1] = 2; }
+              |                      ^^^
+
+            error: invalid watchpoint `watchpoint:0x1000:3:w`: the length must be 1, 2, 4 or 8
+             --> script.bt:1:82
+              |
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } BEGIN { print(val); @m[1] = 2; }
+              |                                                                                  ^^^^^^^^^^^^^^^^^^^^^
+
+            error: invalid watchpoint `watchpoint:0x1000:8:x`: mode `x` is not r, w or rw (x86 hardware watchpoints do not watch execution in weft; use uprobe)
+             --> script.bt:1:108
+              |
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } BEGIN { print(val); @m[1] = 2; }
+              |                                                                                                            ^^^^^^^^^^^^^^^^^^^^^
+
+            error: `set:addr(@q, 8)`: @q is never assigned (assign it an address in an earlier probe, e.g. `@q = arg0;`)
+             --> script.bt:1:134
+              |
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } BEGIN { print(val); @m[1] = 2; }
+              |                                                                                                                                      ^^^^^^^^^^^^^^^
+
+            error: invalid attach point `set:addr(@m, 16)`: expected set:addr(@MAP, SIZE) with a map without keys and SIZE 1, 2, 4 or 8
+             --> script.bt:1:154
+              |
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } BEGIN { print(val); @m[1] = 2; }
+              |                                                                                                                                                          ^^^^^^^^^^^^^^^^
+
+            error: invalid attach point `set:/bin/a:9x`: expected set:BIN:VAR, with VAR a global or static variable (maybe followed by .FIELD or [INDEX]), or set:addr(@MAP, SIZE)
+             --> script.bt:1:175
+              |
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } BEGIN { print(val); @m[1] = 2; }
+              |                                                                                                                                                                               ^^^^^^^^^^^^^
+
+            error: val can only be used in set, get and watchpoint probes (not in `BEGIN`)
+             --> script.bt:1:207
+              |
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } BEGIN { print(val); @m[1] = 2; }
+              |                                                                                                                                                                                                               ^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn data_pointcuts_at_most_four() {
+    check(
+        "uprobe:/bin/a:f { @p = arg0; } set:/bin/a:a, set:/bin/a:b, get:/bin/a:c, \
+         set:addr(@p, 8), watchpoint:0x1000:8:rw { }",
+        expect![[r#"
+            error: at most 4 data pointcuts (hardware watchpoints: x86-64 has 4 debug registers per thread); this is number 5
+             --> script.bt:1:91
+              |
+            1 | uprobe:/bin/a:f { @p = arg0; } set:/bin/a:a, set:/bin/a:b, get:/bin/a:c, set:addr(@p, 8), watchpoint:0x1000:8:rw { }
+              |                                                                                           ^^^^^^^^^^^^^^^^^^^^^^
 
         "#]],
     );

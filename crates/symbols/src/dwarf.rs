@@ -288,6 +288,40 @@ impl DebugInfo {
         })
     }
 
+    /// The type of the global or static variable named `name` (a variable DIE
+    /// with that name and a type, its definition preferred); `None` when DWARF does
+    /// not describe it.
+    pub fn variable_type(&self, name: &str) -> Option<Type> {
+        let mut fallback = None;
+        for (ui, u) in self.units.iter().enumerate() {
+            let mut entries = u.unit.entries();
+            let mut depth = 0isize;
+            while let Ok(Some((delta, entry))) = entries.next_dfs() {
+                depth += delta;
+                // Globals and file statics at the unit's top level; function
+                // statics inside a subprogram (they have a static location too).
+                if entry.tag() != gimli::DW_TAG_variable || depth < 1 {
+                    continue;
+                }
+                if self.string_attr(ui, entry, gimli::DW_AT_name).as_deref() != Some(name) {
+                    continue;
+                }
+                let ty = self.reference(ui, entry, gimli::DW_AT_type).or_else(|| {
+                    let (uj, o) = self.reference(ui, entry, gimli::DW_AT_specification)?;
+                    self.reference(uj, &self.units[uj].unit.entry(o).ok()?, gimli::DW_AT_type)
+                });
+                let Some(t) = ty else { continue };
+                let has_location = matches!(entry.attr_value(gimli::DW_AT_location), Ok(Some(_)));
+                let ty = self.type_of(t, 0, &mut Walk::default(), None);
+                if has_location {
+                    return Some(ty);
+                }
+                fallback.get_or_insert(ty);
+            }
+        }
+        fallback
+    }
+
     /// The DW_AT_name and DW_AT_linkage_name of a DIE, following abstract origins
     /// and specifications.
     fn names_of(

@@ -237,6 +237,8 @@ pub struct ElfFile {
     functions: Vec<Function>,
     /// Defined symbols of any type by name (for `sym(%rip)` USDT arguments).
     symbols: HashMap<String, u64>,
+    /// Data objects (`STT_OBJECT`) by name: address and size.
+    objects: HashMap<String, (u64, u64)>,
     /// `(r_offset, value)` of the dynamic relocations whose value is known statically.
     static_relocs: BTreeMap<u64, u64>,
     imports: Vec<Import>,
@@ -317,6 +319,7 @@ impl ElfFile {
             build_id: parsed.build_id,
             functions: parsed.functions,
             symbols: parsed.symbols,
+            objects: parsed.objects,
             static_relocs: parsed.static_relocs,
             imports: parsed.imports,
         })
@@ -450,6 +453,17 @@ impl ElfFile {
     /// The address of a defined symbol of any type (function, object, notype).
     pub fn symbol_vaddr(&self, name: &str) -> Option<u64> {
         self.symbols.get(name).copied()
+    }
+
+    /// A data object (`STT_OBJECT` symbol: a global or static variable) by name:
+    /// its address and size (0 when the symbol has none).
+    pub fn object(&self, name: &str) -> Option<(u64, u64)> {
+        self.objects.get(name).copied()
+    }
+
+    /// Names of the data objects (for suggestions).
+    pub fn object_names(&self) -> impl Iterator<Item = &str> {
+        self.objects.keys().map(String::as_str)
     }
 
     /// `len` file bytes at virtual address `vaddr` (through the `PT_LOAD` headers).
@@ -623,6 +637,7 @@ struct Parsed {
     build_id: Option<Vec<u8>>,
     functions: Vec<Function>,
     symbols: HashMap<String, u64>,
+    objects: HashMap<String, (u64, u64)>,
     static_relocs: BTreeMap<u64, u64>,
     imports: Vec<Import>,
 }
@@ -753,6 +768,7 @@ impl Parsed {
         // Symbols.
         let mut raw = Vec::new();
         let mut symbols = HashMap::new();
+        let mut objects: HashMap<String, (u64, u64)> = HashMap::new();
         let mut dynsyms: Vec<u64> = Vec::new();
         // Names of the dynamic symbols that may be functions, by index (imports).
         let mut dyn_funcs: Vec<Option<String>> = Vec::new();
@@ -802,6 +818,13 @@ impl Parsed {
                     elf::STT_FUNC | elf::STT_GNU_IFUNC | elf::STT_OBJECT | elf::STT_NOTYPE
                 ) {
                     symbols.entry(name.clone()).or_insert(sym.st_value(e));
+                }
+                if st_type == elf::STT_OBJECT {
+                    let size = sym.st_size(e);
+                    let o = objects
+                        .entry(name.clone())
+                        .or_insert((sym.st_value(e), size));
+                    o.1 = o.1.max(size);
                 }
                 if st_type == elf::STT_FUNC || st_type == elf::STT_GNU_IFUNC {
                     raw.push(RawSym {
@@ -896,6 +919,7 @@ impl Parsed {
             build_id,
             functions,
             symbols,
+            objects,
             static_relocs,
             imports,
         })

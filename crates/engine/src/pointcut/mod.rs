@@ -4,6 +4,7 @@
 //! not a change to the session.
 
 mod call;
+mod data;
 mod internal;
 mod profile;
 mod uprobe;
@@ -20,6 +21,7 @@ use weft_symbols::{ElfFile, Module, ProcMaps, TargetContext, WeftProbeSite};
 use crate::weave::SiteSpec;
 
 pub use call::CallFound;
+pub use data::WatchSpec;
 pub use internal::{sigaction_redirect, unwind_hooks};
 
 /// A `profile:hz:N` probe: its advice is sampled by the agent's timers.
@@ -45,6 +47,8 @@ pub struct Resolved {
     /// What each `call:` attach point found, for the report.
     pub calls_found: Vec<CallFound>,
     pub profiles: Vec<ProfileSpec>,
+    /// Data pointcuts (hardware watchpoints).
+    pub watches: Vec<WatchSpec>,
 }
 
 /// What a resolver works with.
@@ -87,6 +91,7 @@ pub static KINDS: &[&dyn PointcutKind] = &[
     &call::CallSites,
     &usdt::Usdt,
     &profile::Profile,
+    &data::Data,
 ];
 
 /// Resolve the attach points of `prog`'s probes that `select` picks (by index) and

@@ -1,0 +1,334 @@
+//! Data pointcuts by hardware watchpoints (`set:`, `get:`, `watchpoint:`).
+//!
+//! Each watch is a perf breakpoint event (`PERF_TYPE_BREAKPOINT`, `HW_BREAKPOINT_W`
+//! or `_RW`, 1/2/4/8 bytes) opened by the control thread on every thread of the
+//! process but itself (`pid = tid`), with `sigtrap`: the kernel then sends the
+//! accessing thread a synchronous SIGTRAP (`si_code == TRAP_PERF`, `si_perf_data`
+//! = the event's `sig_data`) right after the access, before its next instruction.
+//! The SIGTRAP handler ([`on_trap`], called first by `trap::on_trap`) runs the
+//! advice with a frame from the signal context and the old and new values after it.
+//!
+//! Threads made later are covered by `inherit` + `inherit_thread` (a `fork` child is
+//! not: it is unwoven); `remove_on_exec` drops the events at `exec`, and closing them
+//! (a watch moved, the session's end, weft gone) drops them everywhere, the
+//! inherited copies included. A thread created while the events are being opened
+//! may be listed after it inherited its creator's event and get a second one (its
+//! hits then count twice): arm watches before the threads they are to see start.
+//!
+//! `sig_data` carries [`WATCH_SIG_MAGIC`], the session's generation and the watch
+//! index, so a trap of a watch closed meanwhile (or of an older session) is known
+//! as weft's and swallowed, never passed to the target. A trap raised while SIGTRAP
+//! was blocked (`TRAP_PERF_FLAG_ASYNC`: inside this handler, or the target's own
+//! handlers) is dropped: it is not synchronous with its access.
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::os::fd::{FromRawFd, OwnedFd};
+use weft_abi::{
+    Frame, WatchDesc, MAX_WATCHES, THREAD_FLAG_IGNORE, WATCH_RW, WATCH_SIG_MAGIC,
+    WATCH_UNCHANGED_ONLY, WATCH_W,
+};
+
+use crate::{fds, session, threads, trap};
+
+/// `si_code` of a perf event's SIGTRAP.
+pub const TRAP_PERF: i32 = 6;
+const TRAP_PERF_FLAG_ASYNC: u32 = 1 << 31;
+const PERF_TYPE_BREAKPOINT: u32 = 5;
+
+/// One watch of the session (`len == 0`: none).
+#[derive(Default)]
+pub struct Watch {
+    pub addr: AtomicU64,
+    pub len: AtomicU32,
+    pub access: AtomicU32,
+    pub probe: AtomicU32,
+    pub advice: AtomicU64,
+    /// The value as of the last hit (or the arming): `old` of the next write.
+    pub last: AtomicU64,
+}
+
+/// `struct perf_event_attr` up to `sig_data` (PERF_ATTR_SIZE_VER7 and later).
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    bp_addr: u64,
+    bp_len: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved_2: u16,
+    aux_sample_size: u32,
+    aux_action: u32,
+    sig_data: u64,
+    config3: u64,
+}
+
+const FLAG_INHERIT: u64 = 1 << 1;
+const FLAG_EXCLUDE_KERNEL: u64 = 1 << 5;
+const FLAG_EXCLUDE_HV: u64 = 1 << 6;
+const FLAG_INHERIT_THREAD: u64 = 1 << 35;
+const FLAG_REMOVE_ON_EXEC: u64 = 1 << 36;
+const FLAG_SIGTRAP: u64 = 1 << 37;
+
+/// The perf events, owned by the control thread: per watch, one per thread.
+#[derive(Default)]
+pub struct Events {
+    fds: [Vec<OwnedFd>; MAX_WATCHES],
+}
+
+impl Events {
+    /// Store `desc` as watch `index` of the current session and (re)arm it on
+    /// every thread. `Err`: the kernel refused the first thread's event.
+    pub fn set(&mut self, index: u32, desc: WatchDesc) -> Result<(), String> {
+        let i = index as usize;
+        let Some(s) = session::current() else {
+            return Err("no session".into());
+        };
+        let Some(w) = s.watches.get(i) else {
+            return Err(format!("no watch {index}"));
+        };
+        // Close first: no trap of the old address runs the new advice.
+        self.fds[i].clear();
+        w.len.store(0, Ordering::Release);
+        if desc.len == 0 || desc.addr == 0 {
+            return Ok(());
+        }
+        if !matches!(desc.len, 1 | 2 | 4 | 8) || !desc.addr.is_multiple_of(u64::from(desc.len)) {
+            return Err(format!(
+                "{} bytes at {:#x}: a hardware watchpoint takes 1, 2, 4 or 8 aligned bytes",
+                desc.len, desc.addr
+            ));
+        }
+        let last = weft_runtime::safe::load(desc.addr, desc.len as u8).unwrap_or(0);
+        w.addr.store(desc.addr, Ordering::Release);
+        w.access.store(desc.access, Ordering::Release);
+        w.probe.store(desc.probe, Ordering::Release);
+        w.advice.store(desc.advice, Ordering::Release);
+        w.last.store(last, Ordering::Release);
+        w.len.store(desc.len, Ordering::Release);
+        let sig_data = (WATCH_SIG_MAGIC << 48) | ((s.generation & 0xffff_ffff) << 8) | i as u64;
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        let mut armed: Vec<i32> = Vec::new();
+        // Threads made meanwhile by a thread not yet armed: look again until none.
+        for _ in 0..8 {
+            let tids: Vec<i32> = std::fs::read_dir("/proc/self/task")
+                .map(|d| {
+                    d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let new: Vec<i32> = tids
+                .into_iter()
+                .filter(|t| *t != me && !armed.contains(t))
+                .collect();
+            if new.is_empty() {
+                break;
+            }
+            for tid in new {
+                match open(tid, &desc, sig_data) {
+                    Ok(fd) => self.fds[i].push(fd),
+                    // Gone meanwhile.
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) if armed.is_empty() => {
+                        w.len.store(0, Ordering::Release);
+                        self.fds[i].clear();
+                        return Err(format!(
+                            "perf_event_open (hardware watchpoint, {} bytes at {:#x}): {e}",
+                            desc.len, desc.addr
+                        ));
+                    }
+                    Err(_) => {}
+                }
+                armed.push(tid);
+            }
+        }
+        Ok(())
+    }
+
+    /// Close every event (the session's end, weft gone).
+    pub fn stop(&mut self) {
+        for f in &mut self.fds {
+            f.clear();
+        }
+        if let Some(s) = session::current() {
+            for w in &s.watches {
+                w.len.store(0, Ordering::Release);
+            }
+        }
+    }
+}
+
+fn open(tid: i32, desc: &WatchDesc, sig_data: u64) -> std::io::Result<OwnedFd> {
+    let bp_type = if desc.access & 0xff == WATCH_RW {
+        WATCH_RW
+    } else {
+        WATCH_W
+    };
+    let attr = PerfEventAttr {
+        kind: PERF_TYPE_BREAKPOINT,
+        size: core::mem::size_of::<PerfEventAttr>() as u32,
+        sample_period: 1,
+        flags: FLAG_INHERIT
+            | FLAG_EXCLUDE_KERNEL
+            | FLAG_EXCLUDE_HV
+            | FLAG_INHERIT_THREAD
+            | FLAG_REMOVE_ON_EXEC
+            | FLAG_SIGTRAP,
+        bp_type,
+        bp_addr: desc.addr,
+        bp_len: u64::from(desc.len),
+        sig_data,
+        ..Default::default()
+    };
+    // SAFETY: a valid attr for the duration of the call; the result is a new fd.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const PerfEventAttr,
+            tid,
+            -1i32,
+            -1i32,
+            8u64, // PERF_FLAG_FD_CLOEXEC
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just gave us.
+    Ok(fds::high(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+}
+
+/// `si_perf_data` and `si_perf_flags` of a TRAP_PERF siginfo (the `_perf` member of
+/// `_sigfault`, after `si_addr`).
+fn perf_fields(si: &libc::siginfo_t) -> (u64, u32, u32) {
+    let base = si as *const libc::siginfo_t as *const u8;
+    // SAFETY: siginfo_t is 128 bytes; these offsets are inside it.
+    unsafe {
+        (
+            core::ptr::read_unaligned(base.add(24) as *const u64),
+            core::ptr::read_unaligned(base.add(32) as *const u32),
+            core::ptr::read_unaligned(base.add(36) as *const u32),
+        )
+    }
+}
+
+/// The frame a data probe's advice gets: the values after it
+/// (`weft_abi::DATA_OLD_OFF`, `DATA_NEW_OFF`).
+#[repr(C)]
+struct DataFrame {
+    frame: Frame,
+    old: u64,
+    new: u64,
+}
+
+const _: () = assert!(core::mem::offset_of!(DataFrame, old) == weft_abi::DATA_OLD_OFF);
+const _: () = assert!(core::mem::offset_of!(DataFrame, new) == weft_abi::DATA_NEW_OFF);
+
+/// Reads `len` bytes at `addr` through the kernel (`process_vm_readv` on this
+/// process): an access the kernel makes on our behalf does not hit a user
+/// watchpoint, where a plain load would hit a read-write one again.
+fn read_quietly(addr: u64, len: u32) -> Option<u64> {
+    let mut v = 0u64;
+    let local = libc::iovec {
+        iov_base: &mut v as *mut u64 as *mut libc::c_void,
+        iov_len: len as usize,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: len as usize,
+    };
+    // SAFETY: one iovec each, `local` points at `v` (8 bytes >= len).
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (n == len as isize).then_some(v)
+}
+
+/// A SIGTRAP of weft's watchpoints: run the watch's advice. `false`: not ours.
+pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
+    if si.si_code != TRAP_PERF {
+        return false;
+    }
+    let (data, kind, flags) = perf_fields(si);
+    if kind != PERF_TYPE_BREAKPOINT || data >> 48 != WATCH_SIG_MAGIC {
+        return false;
+    }
+    if flags & TRAP_PERF_FLAG_ASYNC != 0 {
+        return true;
+    }
+    let index = (data & 0xff) as usize;
+    let generation = (data >> 8) & 0xffff_ffff;
+    // Marked before the session is loaded: weft frees no session while we hold it.
+    let _using = threads::using_session(threads::get_or_create());
+    let Some(s) = session::current() else {
+        return true;
+    };
+    if s.generation & 0xffff_ffff != generation {
+        return true;
+    }
+    let Some(w) = s.watches.get(index) else {
+        return true;
+    };
+    let (len, advice) = (
+        w.len.load(Ordering::Acquire),
+        w.advice.load(Ordering::Acquire),
+    );
+    if len == 0 || advice == 0 {
+        return true;
+    }
+    let t = threads::get_or_create();
+    // SAFETY: this thread's own AgentThread.
+    let Some(th) = (unsafe { t.as_mut() }) else {
+        threads::note_pool_miss();
+        return true;
+    };
+    if th.flags & THREAD_FLAG_IGNORE != 0 || th.nest != 0 {
+        return true;
+    }
+    let access = w.access.load(Ordering::Acquire);
+    let addr = w.addr.load(Ordering::Acquire);
+    let new = if access & 0xff == WATCH_RW {
+        read_quietly(addr, len)
+    } else {
+        weft_runtime::safe::load(addr, len as u8)
+    };
+    let Some(new) = new else { return true };
+    let old = w.last.swap(new, Ordering::AcqRel);
+    if access & WATCH_UNCHANGED_ONLY != 0 && old != new {
+        return true;
+    }
+    let slot = threads::attach_slot(th);
+    if slot.is_null() {
+        return true;
+    }
+    // The trap comes after the access: `ip` is the next instruction; the accessing
+    // one ends there, so its last byte (ip - 1) is in the accessing function.
+    let ip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
+    let mut df = DataFrame {
+        frame: trap::frame_from(uc, ip, s, slot, t),
+        old,
+        new,
+    };
+    df.frame.site = u64::MAX;
+    df.frame.func = ip.wrapping_sub(1);
+    df.frame.probe = u64::from(w.probe.load(Ordering::Acquire));
+    th.nest += 1;
+    // SAFETY: compiled advice in a code region of this session; it reads the frame
+    // and the two values after it.
+    let f: extern "C" fn(*mut Frame) = unsafe { core::mem::transmute(advice) };
+    f(&mut df as *mut DataFrame as *mut Frame);
+    th.nest -= 1;
+    true
+}

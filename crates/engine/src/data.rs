@@ -1,0 +1,238 @@
+//! Data pointcuts (`set:BIN:VAR`, `get:BIN:VAR`): the variable a pointcut names,
+//! found in the symbol table (address, size) and DWARF (type, `.field` / `[i]`
+//! steps), for the front end (before anything is woven: located errors, the type
+//! of `old`/`new`/`val`) and for the resolver (`pointcut::data`).
+//!
+//! The mechanism: hardware watchpoints only, for now (`--data-mechanism hw`); the
+//! issue's instruction rewriting and page protection will be other values of
+//! [`Mechanism`], picked per pointcut by the resolver.
+
+use std::path::PathBuf;
+
+use weft_ir::{CStruct, Type};
+use weft_lang::DataVar;
+use weft_symbols::{ElfFile, LibrarySearch, ProcMaps, TargetContext};
+
+/// How a data pointcut's accesses are caught.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mechanism {
+    /// Hardware watchpoints: perf breakpoint events with a synchronous SIGTRAP in
+    /// the accessing thread (the agent's `watch`). At most 4 per thread.
+    #[default]
+    Hardware,
+}
+
+impl Mechanism {
+    /// From `--data-mechanism`: `hw` works; `rewrite` and `page` are refused with
+    /// the reason.
+    pub fn parse(s: &str) -> Result<Mechanism, String> {
+        match s {
+            "hw" | "auto" => Ok(Mechanism::Hardware),
+            "rewrite" => Err("--data-mechanism rewrite (instruction rewriting) is not \
+                 implemented yet; use hw (hardware watchpoints)"
+                .into()),
+            "page" => Err(
+                "--data-mechanism page (page protection) is not implemented \
+                 yet; use hw (hardware watchpoints)"
+                    .into(),
+            ),
+            _ => Err(format!(
+                "--data-mechanism `{s}`: expected hw (rewrite and page are not implemented yet)"
+            )),
+        }
+    }
+
+    /// As `--data-mechanism` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Hardware => "hw",
+        }
+    }
+
+    /// As `-v` describes it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Mechanism::Hardware => "hardware watchpoint",
+        }
+    }
+}
+
+/// A variable found: its address in the file, the bytes watched and their type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub vaddr: u64,
+    pub size: u32,
+    pub ty: Type,
+}
+
+/// The variable `var` of `elf` with the `.field` / `[i]` steps of `path`.
+pub fn find_variable(elf: &ElfFile, var: &str, path: &str) -> Result<Found, String> {
+    let Some((vaddr, size)) = elf.object(var) else {
+        let mut msg = format!(
+            "no global or static variable `{var}` in {}",
+            elf.path().display()
+        );
+        let near = weft_symbols::glob::suggest(var, elf.object_names());
+        if let Some(s) = near.first() {
+            msg.push_str(&format!("; did you mean `{s}`?"));
+        } else if elf.symbol_vaddr(var).is_some() {
+            msg.push_str(" (it is a function: use uprobe)");
+        } else {
+            msg.push_str(
+                " (a local variable lives in a register or on the stack: read it in a \
+                 uprobe with args)",
+            );
+        }
+        return Err(msg);
+    };
+    let dwarf = elf
+        .debug_info()
+        .ok()
+        .flatten()
+        .and_then(|d| d.variable_type(var));
+    let whole = dwarf.clone().unwrap_or(Type::Int {
+        bits: (size.min(8) * 8) as u8,
+        signed: false,
+    });
+    if path.is_empty() {
+        if size == 0 {
+            return Err(format!(
+                "`{var}` has no size in the symbol table: weft cannot tell which bytes to watch"
+            ));
+        }
+        return Ok(Found {
+            vaddr,
+            size: size as u32,
+            ty: whole,
+        });
+    }
+    let Some(mut ty) = dwarf else {
+        return Err(format!(
+            "`{var}{path}` needs the type of `{var}` from DWARF, and {} has none for it \
+             (build with -g)",
+            elf.path().display()
+        ));
+    };
+    let mut off = 0u64;
+    let mut rest = path;
+    while !rest.is_empty() {
+        let (want, next): (String, &str) = if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            (r[..end].to_string(), &r[end..])
+        } else if rest.starts_with('[') {
+            let end = rest
+                .find(']')
+                .ok_or_else(|| format!("`{var}{path}`: missing `]`"))?;
+            let i: u64 = rest[1..end]
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{var}{path}`: the index must be a number"))?;
+            (format!("[{i}]"), &rest[end + 1..])
+        } else {
+            return Err(format!("`{var}{path}`: expected .FIELD or [INDEX]"));
+        };
+        let Type::CStruct(CStruct { fields, name, .. }) = &ty else {
+            return Err(format!(
+                "`{var}{path}`: `{want}` steps into a value that is not a struct or array"
+            ));
+        };
+        let Some(f) = fields.iter().find(|f| f.name == want) else {
+            let mut msg = if want.starts_with('[') {
+                format!("`{var}{path}`: index {want} is outside `{name}`")
+            } else {
+                format!("`{name}` has no member `{want}`")
+            };
+            let names = fields.iter().map(|f| f.name.as_str());
+            if let Some(s) = weft_symbols::glob::suggest(&want, names).first() {
+                msg.push_str(&format!("; did you mean `{s}`?"));
+            }
+            return Err(msg);
+        };
+        if f.bits.is_some() {
+            return Err(format!("`{var}{path}`: a bit-field cannot be watched"));
+        }
+        off += u64::from(f.offset);
+        ty = f.ty.clone();
+        rest = next;
+    }
+    let size = ty.size();
+    Ok(Found {
+        vaddr: vaddr + off,
+        size,
+        ty: if matches!(ty, Type::Int { .. }) {
+            ty
+        } else {
+            Type::Int {
+                bits: (size.min(8) * 8) as u8,
+                signed: false,
+            }
+        },
+    })
+}
+
+/// Finds data pointcuts' variables for the front end, in the process (`-p`) or
+/// the command (`-c`).
+pub struct DwarfData {
+    pub pid: Option<i32>,
+    pub executable: Option<PathBuf>,
+}
+
+impl DwarfData {
+    fn file(&self, target: &str) -> Result<PathBuf, String> {
+        let search = LibrarySearch::system();
+        match self.pid {
+            Some(pid) => {
+                let maps = ProcMaps::read(pid as u32).map_err(|e| e.to_string())?;
+                let modules = maps.modules();
+                let ctx = TargetContext {
+                    process: Some((pid as u32, &modules)),
+                    executable: None,
+                    search: &search,
+                };
+                let t = weft_symbols::resolve_target(target, &ctx).map_err(|e| e.to_string())?;
+                Ok(t.module.map_or(t.path, |m| m.open_path))
+            }
+            None => {
+                let exe = self.executable.as_ref().and_then(|p| ElfFile::open(p).ok());
+                let ctx = TargetContext {
+                    process: None,
+                    executable: exe.as_ref(),
+                    search: &search,
+                };
+                Ok(weft_symbols::resolve_target(target, &ctx)
+                    .map_err(|e| e.to_string())?
+                    .path)
+            }
+        }
+    }
+}
+
+impl weft_lang::DataResolver for DwarfData {
+    fn variable(&self, target: &str, var: &str, path: &str) -> Result<DataVar, String> {
+        let file = self.file(target)?;
+        let elf = ElfFile::open(&file).map_err(|e| e.to_string())?;
+        let f = find_variable(&elf, var, path)?;
+        check_size(f.vaddr, f.size, var, path)?;
+        Ok(DataVar {
+            size: f.size,
+            ty: f.ty,
+        })
+    }
+}
+
+/// What a hardware watchpoint can take: 1, 2, 4 or 8 bytes, aligned.
+pub fn check_size(vaddr: u64, size: u32, var: &str, path: &str) -> Result<(), String> {
+    if !matches!(size, 1 | 2 | 4 | 8) {
+        return Err(format!(
+            "`{var}{path}` is {size} bytes: a hardware watchpoint watches 1, 2, 4 or 8 \
+             (watch a member: `{var}.FIELD`, `{var}[i]`)"
+        ));
+    }
+    if !vaddr.is_multiple_of(u64::from(size)) {
+        return Err(format!(
+            "`{var}{path}` is not aligned to its size ({size} bytes): a hardware \
+             watchpoint cannot watch it"
+        ));
+    }
+    Ok(())
+}

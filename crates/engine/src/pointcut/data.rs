@@ -1,0 +1,97 @@
+//! Data pointcuts (`set:`, `get:`, `watchpoint:`): the watched bytes in one
+//! process, for the agent's hardware watchpoints (see `crate::data`).
+//!
+//! `get` is a read-write watchpoint whose advice runs only when the value did not
+//! change (x86 debug registers watch writes, or reads and writes, never reads
+//! alone): a read-modify-write that changes the value counts as a write, and a
+//! write of the same value as a read. `set:addr(@p, N)` has no address yet: weft
+//! arms it when it sees `@p` hold one (`Session::rearm_watches`, at most every
+//! 10 ms of the run loop), so accesses right after the probe that set `@p` ran are
+//! missed until then.
+
+use anyhow::{anyhow, Result};
+use weft_ir::{AttachPoint, DataAccess, DataPlace};
+
+use super::{module_of, Cx, PointcutKind, Resolved};
+
+/// One data pointcut in one process.
+#[derive(Clone, Debug)]
+pub struct WatchSpec {
+    /// 0 while a `set:addr(@p, N)` map holds none.
+    pub addr: u64,
+    pub len: u32,
+    /// `weft_abi::WATCH_*`.
+    pub access: u32,
+    /// `set:addr(@MAP, N)`: the map (its name with `@`).
+    pub map: Option<String>,
+    /// Probe name index.
+    pub probe: u32,
+    /// Index of the probe body in the program.
+    pub body: usize,
+    /// The attach point, for `-v`.
+    pub label: String,
+}
+
+pub struct Data;
+
+impl PointcutKind for Data {
+    fn handles(&self, a: &AttachPoint) -> bool {
+        matches!(a, AttachPoint::Data { .. })
+    }
+
+    fn resolve(
+        &self,
+        a: &AttachPoint,
+        probe_index: usize,
+        name: u32,
+        cx: &mut Cx<'_>,
+        out: &mut Resolved,
+    ) -> Result<()> {
+        let AttachPoint::Data { place, access } = a else {
+            return Ok(());
+        };
+        let access = match access {
+            DataAccess::Write => weft_abi::WATCH_W,
+            DataAccess::Read => weft_abi::WATCH_RW | weft_abi::WATCH_UNCHANGED_ONLY,
+            DataAccess::ReadWrite => weft_abi::WATCH_RW,
+        };
+        let mut spec = WatchSpec {
+            addr: 0,
+            len: 0,
+            access,
+            map: None,
+            probe: name,
+            body: probe_index,
+            label: a.to_string(),
+        };
+        match place {
+            DataPlace::Var { target, var, path } => {
+                let Some(module) = module_of(a, target, cx)? else {
+                    return Ok(());
+                };
+                let elf = module.open().map_err(|e| anyhow!("{e}"))?;
+                let f = crate::data::find_variable(&elf, var, path)
+                    .and_then(|f| crate::data::check_size(f.vaddr, f.size, var, path).map(|_| f))
+                    .map_err(|e| anyhow!("{a}: {e}"))?;
+                spec.addr = module.runtime_addr(f.vaddr);
+                spec.len = f.size;
+            }
+            DataPlace::Map { map, size } => {
+                spec.len = u32::from(*size);
+                spec.map = Some(map.clone());
+            }
+            DataPlace::Addr { addr, len } => {
+                spec.addr = *addr;
+                spec.len = u32::from(*len);
+            }
+        }
+        if out.watches.len() == weft_abi::MAX_WATCHES {
+            anyhow::bail!(
+                "{a}: at most {} data pointcuts (hardware watchpoints) per program",
+                weft_abi::MAX_WATCHES
+            );
+        }
+        out.watches.push(spec);
+        Ok(())
+    }
+}

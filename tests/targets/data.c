@@ -1,0 +1,117 @@
+/* Data pointcuts' target (crates/cli/tests/data.rs): globals, a struct, a heap
+ * object, written and read in known patterns.
+ *
+ *   data threads N   4 threads each add 1 to `counter` N times (atomically)
+ *   data seq N       `seq` = 1, 2, ..., N
+ *   data field N     `pair.b` = 1..N, then `pair.a` = 5 once
+ *   data heap N      a heap word's address goes through `got_object`; then, once
+ *                    the file argv[3] exists, the word = 1..N
+ *   data reads N     reads `source` N times (its sum printed), writes it once
+ *   data wait N      waits for a line on stdin, then `counter` += N (plain
+ *                    writes); again for each line, until EOF (attach tests)
+ *   data plain N     `counter` += N plain writes (the bench's baseline and its
+ *                    watched run), timed: prints "ns_per_write X"
+ *
+ * Each mode prints "done" and its result. No mode waits for weft by sleeping: with
+ * -c the program starts only once weft is in, and the others wait for a line or a
+ * file.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+volatile long counter;
+volatile long seq;
+struct pair {
+    long a;
+    long b;
+};
+volatile struct pair pair;
+volatile long source = 3;
+volatile int table[4];
+
+static long per_thread;
+
+static void *worker(void *arg) {
+    (void)arg;
+    for (long i = 0; i < per_thread; i++)
+        __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+__attribute__((noinline)) void got_object(long *p) {
+    __asm__ volatile("" : : "r"(p) : "memory");
+}
+
+static long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: data MODE N [FILE]\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    long n = atol(argv[2]);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!strcmp(mode, "threads")) {
+        pthread_t t[4];
+        per_thread = n;
+        for (int i = 0; i < 4; i++)
+            pthread_create(&t[i], NULL, worker, NULL);
+        for (int i = 0; i < 4; i++)
+            pthread_join(t[i], NULL);
+        printf("done %ld\n", counter);
+    } else if (!strcmp(mode, "seq")) {
+        for (long i = 1; i <= n; i++)
+            seq = i;
+        printf("done %ld\n", seq);
+    } else if (!strcmp(mode, "field")) {
+        for (long i = 1; i <= n; i++)
+            pair.b = i;
+        pair.a = 5;
+        table[2] = 9;
+        table[1] = 8;
+        printf("done %ld %ld\n", pair.a, pair.b);
+    } else if (!strcmp(mode, "heap")) {
+        long *p = malloc(sizeof *p);
+        *p = 0;
+        got_object(p);
+        printf("object %p\n", (void *)p);
+        while (argc > 3 && access(argv[3], F_OK) != 0)
+            usleep(1000);
+        for (long i = 1; i <= n; i++)
+            *(volatile long *)p = i;
+        printf("done %ld\n", *p);
+    } else if (!strcmp(mode, "reads")) {
+        long sum = 0;
+        for (long i = 0; i < n; i++)
+            sum += source;
+        source = 4;
+        printf("done %ld\n", sum);
+    } else if (!strcmp(mode, "wait")) {
+        char line[64];
+        printf("ready\n");
+        while (fgets(line, sizeof line, stdin)) {
+            for (long i = 0; i < n; i++)
+                counter = counter + 1;
+            printf("done %ld\n", counter);
+        }
+    } else if (!strcmp(mode, "plain")) {
+        long t0 = now_ns();
+        for (long i = 0; i < n; i++)
+            counter = counter + 1;
+        long t1 = now_ns();
+        printf("done %ld\nns_per_write %.1f\n", counter, (double)(t1 - t0) / (double)n);
+    } else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
+    }
+    return 0;
+}
