@@ -1,0 +1,284 @@
+//! Data pointcuts (`set:`, `get:`, `watchpoint:`) by hardware watchpoints: exact
+//! counts of writes and reads, `old`/`new` along a known sequence, a field watched
+//! while its neighbour is written, a heap object watched at an address a uprobe
+//! learned, attach and detach, and the errors. Target: `tests/targets/data.c`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const T: Duration = Duration::from_secs(120);
+
+fn data(variant: Variant) -> PathBuf {
+    build("data.c", variant, &[])
+}
+
+fn variants() -> [Variant; 2] {
+    [
+        Variant::O2_PIE,
+        Variant {
+            opt: "-O0",
+            pie: false,
+            cet: false,
+        },
+    ]
+}
+
+/// Writes to a global incremented by 4 threads (made after weft is in: the
+/// events are inherited), counted exactly, per thread too.
+#[test]
+fn writes_from_four_threads_counted_exactly() {
+    for v in variants() {
+        let bin = data(v);
+        let b = bin.display();
+        let prog = format!("set:{b}:counter {{ @w = count(); @t[tid] = count(); }}");
+        let cmd = format!("{b} threads 20000");
+        let out = weft(&["trace", "-e", &prog, "-c", &cmd], T);
+        let stdout = ok(&out);
+        assert!(stdout.contains("done 80000"), "{}: {stdout}", v.name());
+        assert_eq!(
+            map_value(&stdout, "@w"),
+            Some(80000),
+            "{}: {stdout}",
+            v.name()
+        );
+        let per: Vec<i64> = keyed(&stdout, "@t").into_values().collect();
+        assert_eq!(per, vec![20000; 4], "{}: {stdout}", v.name());
+    }
+}
+
+/// `old` and `new` along `seq = 1, 2, ..., 5`; `func` is the writing function.
+#[test]
+fn old_and_new_along_a_sequence() {
+    for v in variants() {
+        let bin = data(v);
+        let b = bin.display();
+        let prog = format!("set:{b}:seq {{ printf(\"%d -> %d in %s\\n\", old, new, func); }}");
+        let cmd = format!("{b} seq 5");
+        let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+        let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("->")).collect();
+        assert_eq!(
+            lines,
+            [
+                "0 -> 1 in main",
+                "1 -> 2 in main",
+                "2 -> 3 in main",
+                "3 -> 4 in main",
+                "4 -> 5 in main"
+            ],
+            "{}: {stdout}",
+            v.name()
+        );
+    }
+}
+
+/// `pair.a` watched while `pair.b`, its neighbour in the same 16 bytes, is
+/// written 1000 times: one event, for the one write of `a`; an array element
+/// likewise.
+#[test]
+fn a_field_watched_while_its_neighbour_is_written() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let prog = format!(
+        "set:{b}:pair.a {{ printf(\"a %d -> %d\\n\", old, new); @a = count(); }} \
+         set:{b}:table[2] {{ printf(\"t2 %d\\n\", new); @t = count(); }}"
+    );
+    let cmd = format!("{b} field 1000");
+    let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+    assert!(stdout.contains("done 5 1000"), "{stdout}");
+    assert!(stdout.contains("a 0 -> 5\n"), "{stdout}");
+    assert!(stdout.contains("t2 9\n"), "{stdout}");
+    assert_eq!(map_value(&stdout, "@a"), Some(1), "{stdout}");
+    assert_eq!(map_value(&stdout, "@t"), Some(1), "{stdout}");
+}
+
+/// A heap word whose address a uprobe stored in `@p`: weft arms the watch when it
+/// sees `@p` change (-v says so), then the target writes it 1000 times.
+#[test]
+fn a_heap_object_watched_at_an_address_a_uprobe_learned() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("data-heap");
+    std::fs::create_dir_all(&dir).unwrap();
+    let go = dir.join(format!("go-{}", std::process::id()));
+    let _ = std::fs::remove_file(&go);
+    let prog = format!(
+        "uprobe:{b}:got_object {{ @p = arg0; }} \
+         set:addr(@p, 8) {{ @n = count(); @last = new; }}"
+    );
+    let cmd = format!("{b} heap 1000 {}", go.display());
+    let mut w = Background::start(&["trace", "-v", "-e", &prog, "-c", &cmd]);
+    w.wait_line("set:addr(@p, 8): watching 8 bytes at", true, T);
+    std::fs::write(&go, b"").unwrap();
+    let out = w.finish(T);
+    let _ = std::fs::remove_file(&go);
+    let stdout = ok(&out);
+    assert!(stdout.contains("done 1000"), "{stdout}");
+    assert_eq!(map_value(&stdout, "@n"), Some(1000), "{stdout}");
+    assert_eq!(map_value(&stdout, "@last"), Some(1000), "{stdout}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("set:addr(@p, 8): data mechanism hw (hardware watchpoint) on writes"),
+        "{stderr}"
+    );
+}
+
+/// `get`: 1000 reads of `source` counted (the one write that changes it is not);
+/// `val` is the value read.
+#[test]
+fn reads_counted_by_a_get_pointcut() {
+    for v in variants() {
+        let bin = data(v);
+        let b = bin.display();
+        let prog = format!("get:{b}:source {{ @r = count(); @v = sum(val); }}");
+        let cmd = format!("{b} reads 1000");
+        let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+        assert!(stdout.contains("done 3000"), "{}: {stdout}", v.name());
+        assert_eq!(
+            map_value(&stdout, "@r"),
+            Some(1000),
+            "{}: {stdout}",
+            v.name()
+        );
+        assert_eq!(
+            map_value(&stdout, "@v"),
+            Some(3000),
+            "{}: {stdout}",
+            v.name()
+        );
+    }
+}
+
+/// bpftrace's form: an absolute address (a non-PIE binary's global, from its
+/// symbol table), its length and mode.
+#[test]
+fn bpftrace_watchpoint_form() {
+    let v = Variant {
+        opt: "-O2",
+        pie: false,
+        cet: true,
+    };
+    let bin = data(v);
+    let elf = weft_symbol_addr(&bin, "seq");
+    let prog = format!("watchpoint:{elf:#x}:8:w {{ @n = count(); @last = new; }}");
+    let cmd = format!("{} seq 100", bin.display());
+    let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+    assert_eq!(map_value(&stdout, "@n"), Some(100), "{stdout}");
+    assert_eq!(map_value(&stdout, "@last"), Some(100), "{stdout}");
+}
+
+/// A symbol's address from `nm` (the test does not link weft's own crates).
+fn weft_symbol_addr(bin: &Path, name: &str) -> u64 {
+    let out = Command::new("nm").arg(bin).output().expect("running nm");
+    let text = text(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some(name))
+        .unwrap_or_else(|| panic!("no {name} in nm {}", bin.display()));
+    u64::from_str_radix(line.split_whitespace().next().unwrap(), 16).unwrap()
+}
+
+/// `-p`: weft attaches, counts the writes of one round, detaches; the target runs
+/// on (another round, no SIGTRAP) with no perf event of weft's left open.
+#[test]
+fn attach_then_detach_leaves_no_watchpoint() {
+    let bin = data(Variant::O2_PIE);
+    let mut target = Command::new(&bin)
+        .args(["wait", "1000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = target.stdin.take().unwrap();
+    let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().unwrap().unwrap();
+    assert_eq!(next(), "ready");
+    let pid = target.id() as i32;
+    let prog = format!("set:{}:counter {{ @w = count(); }}", bin.display());
+    let mut w = Background::start(&["trace", "-v", "-e", &prog, "-p", &pid.to_string()]);
+    w.wait_line("Attached 1 probe", true, T);
+    assert!(
+        perf_events(pid) > 0,
+        "no perf event in the target while woven"
+    );
+    writeln!(stdin, "go").unwrap();
+    assert_eq!(next(), "done 1000");
+    w.signal(libc::SIGINT);
+    let out = w.finish(T);
+    let stdout = ok(&out);
+    assert_eq!(map_value(&stdout, "@w"), Some(1000), "{stdout}");
+    // The agent closes the events when the session ends.
+    let deadline = Instant::now() + T;
+    while perf_events(pid) > 0 {
+        assert!(Instant::now() < deadline, "perf events left in the target");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    writeln!(stdin, "again").unwrap();
+    assert_eq!(next(), "done 2000");
+    assert!(target.try_wait().unwrap().is_none(), "the target died");
+    drop(stdin);
+    let st = target.wait().unwrap();
+    assert!(st.success(), "target ended with {st}");
+}
+
+/// The target's descriptors that are perf events.
+fn perf_events(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter(|l| l.to_string_lossy().contains("perf_event"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Bad input: a located error and a non-zero exit, before any process is touched.
+#[test]
+fn errors_are_located() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let cmd = format!("{b} seq 3");
+    let run = |prog: &str, extra: &[&str]| {
+        let mut args = vec!["trace", "-e", prog, "-c", &cmd];
+        args.extend_from_slice(extra);
+        let out = weft(&args, T);
+        assert!(!out.status.success(), "{prog}: weft succeeded");
+        text(&out.stderr)
+    };
+    let e = run(&format!("set:{b}:countr {{ }}"), &[]);
+    assert!(
+        e.contains(&format!(
+            "error: set:{b}:countr: no global or static variable `countr` in {b}; did you mean `counter`?"
+        )) && e.contains(" --> -e:1:1"),
+        "{e}"
+    );
+    let e = run(&format!("set:{b}:pair {{ }}"), &[]);
+    assert!(
+        e.contains("`pair` is 16 bytes: a hardware watchpoint watches 1, 2, 4 or 8"),
+        "{e}"
+    );
+    let e = run(&format!("set:{b}:pair.c {{ }}"), &[]);
+    assert!(e.contains("has no member `c`"), "{e}");
+    let e = run(&format!("set:{b}:main {{ }}"), &[]);
+    assert!(e.contains("(it is a function: use uprobe)"), "{e}");
+    let e = run(&format!("get:{b}:source {{ print(old); }}"), &[]);
+    assert!(
+        e.contains("error: old can only be used in set probes") && e.contains(" --> -e:1:"),
+        "{e}"
+    );
+    let e = run(
+        &format!("set:{b}:seq {{ }}"),
+        &["--data-mechanism", "rewrite"],
+    );
+    assert!(
+        e.contains("--data-mechanism rewrite (instruction rewriting) is not implemented yet"),
+        "{e}"
+    );
+    let e = run(&format!("set:{b}:seq {{ }}"), &["--data-mechanism", "page"]);
+    assert!(e.contains("not implemented yet"), "{e}");
+}
