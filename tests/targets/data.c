@@ -9,6 +9,9 @@
  *   data reads N     reads `source` N times (its sum printed), writes it once
  *   data wait N      waits for a line on stdin, then `counter` += N (plain
  *                    writes); again for each line, until EOF (attach tests)
+ *   data pool N      4 threads made at start; for each line on stdin, each adds 1
+ *                    to `counter` N times (atomically); "done C" after each round
+ *                    (attach tests: the threads exist before weft)
  *   data plain N     `counter` += N plain writes (the bench's baseline and its
  *                    watched run), timed: prints "ns_per_write X"
  *
@@ -34,6 +37,18 @@ volatile long source = 3;
 volatile int table[4];
 
 static long per_thread;
+static pthread_barrier_t start_round, end_round;
+
+static void *pool_worker(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_barrier_wait(&start_round);
+        for (long i = 0; i < per_thread; i++)
+            __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+        pthread_barrier_wait(&end_round);
+    }
+    return NULL;
+}
 
 static void *worker(void *arg) {
     (void)arg;
@@ -101,6 +116,20 @@ int main(int argc, char **argv) {
         while (fgets(line, sizeof line, stdin)) {
             for (long i = 0; i < n; i++)
                 counter = counter + 1;
+            printf("done %ld\n", counter);
+        }
+    } else if (!strcmp(mode, "pool")) {
+        char line[64];
+        pthread_t t[4];
+        per_thread = n;
+        pthread_barrier_init(&start_round, NULL, 5);
+        pthread_barrier_init(&end_round, NULL, 5);
+        for (int i = 0; i < 4; i++)
+            pthread_create(&t[i], NULL, pool_worker, NULL);
+        printf("ready\n");
+        while (fgets(line, sizeof line, stdin)) {
+            pthread_barrier_wait(&start_round);
+            pthread_barrier_wait(&end_round);
             printf("done %ld\n", counter);
         }
     } else if (!strcmp(mode, "plain")) {

@@ -226,6 +226,79 @@ fn attach_then_detach_leaves_no_watchpoint() {
     assert!(st.success(), "target ended with {st}");
 }
 
+/// `-p` into a process whose 4 threads exist before weft: each gets its event; a
+/// round of 4 × 5000 writes counted exactly, per thread too.
+#[test]
+fn attach_to_threads_that_exist_counts_exactly() {
+    let bin = data(Variant::O2_PIE);
+    let mut target = Command::new(&bin)
+        .args(["pool", "5000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = target.stdin.take().unwrap();
+    let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().unwrap().unwrap();
+    assert_eq!(next(), "ready");
+    let pid = target.id() as i32;
+    let prog = format!(
+        "set:{}:counter {{ @w = count(); @t[tid] = count(); }}",
+        bin.display()
+    );
+    let mut w = Background::start(&["trace", "-e", &prog, "-p", &pid.to_string()]);
+    w.wait_line("Attached 1 probe", true, T);
+    writeln!(stdin, "go").unwrap();
+    assert_eq!(next(), "done 20000");
+    w.signal(libc::SIGINT);
+    let stdout = ok(&w.finish(T));
+    assert_eq!(map_value(&stdout, "@w"), Some(20000), "{stdout}");
+    let per: Vec<i64> = keyed(&stdout, "@t").into_values().collect();
+    assert_eq!(per, vec![5000; 4], "{stdout}");
+    let _ = target.kill();
+    let _ = target.wait();
+}
+
+/// weft killed (SIGKILL) while its watchpoints are armed: the agent closes them when
+/// the socket closes, and the target's next writes trap nowhere.
+#[test]
+fn weft_killed_while_watching_leaves_the_target_unharmed() {
+    let bin = data(Variant::O2_PIE);
+    let mut target = Command::new(&bin)
+        .args(["wait", "500"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = target.stdin.take().unwrap();
+    let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().unwrap().unwrap();
+    assert_eq!(next(), "ready");
+    let pid = target.id() as i32;
+    let prog = format!("set:{}:counter {{ @w = count(); }}", bin.display());
+    let mut w = Background::start(&["trace", "-e", &prog, "-p", &pid.to_string()]);
+    w.wait_line("Attached 1 probe", true, T);
+    writeln!(stdin, "go").unwrap();
+    assert_eq!(next(), "done 500");
+    w.signal(libc::SIGKILL);
+    let _ = w.finish(T);
+    let deadline = Instant::now() + T;
+    while perf_events(pid) > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "perf events left after weft died"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for round in 2..=4 {
+        writeln!(stdin, "again").unwrap();
+        assert_eq!(next(), format!("done {}", round * 500));
+    }
+    drop(stdin);
+    let st = target.wait().unwrap();
+    assert!(st.success(), "target ended with {st}");
+}
+
 /// The target's descriptors that are perf events.
 fn perf_events(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
