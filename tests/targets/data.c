@@ -12,6 +12,8 @@
  *   data pool N      4 threads made at start; for each line on stdin, each adds 1
  *                    to `counter` N times (atomically); "done C" after each round
  *                    (attach tests: the threads exist before weft)
+ *   data ownsig N    its own SIGTRAP handler; `seq` = 1..N with a raise(SIGTRAP)
+ *                    after each write: prints "own traps N"
  *   data plain N     `counter` += N plain writes (the bench's baseline and its
  *                    watched run), timed: prints "ns_per_write X"
  *
@@ -20,6 +22,7 @@
  * file.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +62,13 @@ static void *worker(void *arg) {
 
 __attribute__((noinline)) void got_object(long *p) {
     __asm__ volatile("" : : "r"(p) : "memory");
+}
+
+static volatile int own_traps;
+
+static void on_own_trap(int sig) {
+    (void)sig;
+    own_traps++;
 }
 
 static long now_ns(void) {
@@ -132,6 +142,13 @@ int main(int argc, char **argv) {
             pthread_barrier_wait(&end_round);
             printf("done %ld\n", counter);
         }
+    } else if (!strcmp(mode, "ownsig")) {
+        signal(SIGTRAP, on_own_trap);
+        for (long i = 1; i <= n; i++) {
+            seq = i;
+            raise(SIGTRAP);
+        }
+        printf("done %ld\nown traps %d\n", seq, own_traps);
     } else if (!strcmp(mode, "plain")) {
         long t0 = now_ns();
         for (long i = 0; i < n; i++)

@@ -128,6 +128,19 @@ fn a_heap_object_watched_at_an_address_a_uprobe_learned() {
     );
 }
 
+/// The target's own SIGTRAP handler still gets its own traps while weft's
+/// watchpoint traps (the same signal) go to the advice.
+#[test]
+fn the_targets_own_sigtrap_is_unaffected() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let prog = format!("set:{b}:seq {{ @n = count(); }}");
+    let cmd = format!("{b} ownsig 50");
+    let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+    assert!(stdout.contains("done 50\nown traps 50\n"), "{stdout}");
+    assert_eq!(map_value(&stdout, "@n"), Some(50), "{stdout}");
+}
+
 /// `get`: 1000 reads of `source` counted (the one write that changes it is not);
 /// `val` is the value read.
 #[test]
