@@ -8,7 +8,9 @@
  *                    the file argv[3] exists, the word = 1..N
  *   data reads N     reads `source` N times (its sum printed), writes it once
  *   data wait N      waits for a line on stdin, then `counter` += N (plain
- *                    writes); again for each line, until EOF (attach tests)
+ *                    writes); again for each line, until EOF (attach tests);
+ *                    `data wait N fork`: after the first round, a child is forked
+ *                    that says "child PID" and waits until the parent ends
  *   data pool N      4 threads made at start; for each line on stdin, each adds 1
  *                    to `counter` N times (atomically); "done C" after each round
  *                    (attach tests: the threads exist before weft)
@@ -123,10 +125,28 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "wait")) {
         char line[64];
         printf("ready\n");
+        int fork_once = argc > 3 && !strcmp(argv[3], "fork");
+        int pipefd[2];
         while (fgets(line, sizeof line, stdin)) {
             for (long i = 0; i < n; i++)
                 counter = counter + 1;
             printf("done %ld\n", counter);
+            if (fork_once) {
+                fork_once = 0;
+                if (pipe(pipefd) != 0)
+                    return 1;
+                pid_t c = fork();
+                if (c == 0) {
+                    char b;
+                    /* Printed by the child: its atfork handlers have run. */
+                    printf("child %d\n", (int)getpid());
+                    close(pipefd[1]);
+                    while (read(pipefd[0], &b, 1) > 0) {
+                    }
+                    _exit(0);
+                }
+                close(pipefd[0]);
+            }
         }
     } else if (!strcmp(mode, "pool")) {
         char line[64];

@@ -162,6 +162,7 @@ unsafe fn shorten_in_place(name: &str, value: &str) {
 /// (a raw `clone` system call) do not run this handler.
 extern "C" fn after_fork_child() {
     control::after_fork_child();
+    watch::after_fork_child();
     threads::after_fork_child();
     patch::after_fork_child();
     if let Some(s) = session::current() {

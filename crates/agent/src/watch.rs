@@ -21,7 +21,7 @@
 //! was blocked (`TRAP_PERF_FLAG_ASYNC`: inside this handler, or the target's own
 //! handlers) is dropped: it is not synchronous with its access.
 
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::os::fd::{FromRawFd, OwnedFd};
 use weft_abi::{
     Frame, WatchDesc, MAX_WATCHES, THREAD_FLAG_IGNORE, WATCH_RW, WATCH_SIG_MAGIC,
@@ -89,6 +89,53 @@ pub struct Events {
     fds: [Vec<OwnedFd>; MAX_WATCHES],
 }
 
+/// Every open event's descriptor (+1; 0: free), where the child of a `fork()` finds
+/// its copies to close them ([`after_fork_child`]): a copy held by a child would
+/// keep the parent's watchpoints alive after the session closed its own.
+static OPEN: [AtomicI32; MAX_OPEN] = [const { AtomicI32::new(0) }; MAX_OPEN];
+const MAX_OPEN: usize = 4096;
+
+fn remember(fd: i32) {
+    for e in &OPEN {
+        if e.compare_exchange(0, fd + 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+fn forget(fd: i32) {
+    for e in &OPEN {
+        if e.compare_exchange(fd + 1, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// In the child of a `fork()` (one thread, the atfork handler): close the copies
+/// of the parent's events (the child has none of its own: they are not inherited
+/// across fork). Raw system calls only.
+pub fn after_fork_child() {
+    for e in &OPEN {
+        let v = e.swap(0, Ordering::AcqRel);
+        if v > 0 {
+            // SAFETY: closing this process's copy of a descriptor the agent opened.
+            unsafe { threads::raw_syscall(libc::SYS_close, (v - 1) as u64, 0) };
+        }
+    }
+}
+
+impl Events {
+    fn close(&mut self, i: usize) {
+        for fd in self.fds[i].drain(..) {
+            forget(std::os::fd::AsRawFd::as_raw_fd(&fd));
+        }
+    }
+}
+
 impl Events {
     /// Store `desc` as watch `index` of the current session and (re)arm it on
     /// every thread. `Err`: the kernel refused the first thread's event.
@@ -101,7 +148,7 @@ impl Events {
             return Err(format!("no watch {index}"));
         };
         // Close first: no trap of the old address runs the new advice.
-        self.fds[i].clear();
+        self.close(i);
         w.len.store(0, Ordering::Release);
         if desc.len == 0 || desc.addr == 0 {
             return Ok(());
@@ -140,12 +187,15 @@ impl Events {
             }
             for tid in new {
                 match open(tid, &desc, sig_data) {
-                    Ok(fd) => self.fds[i].push(fd),
+                    Ok(fd) => {
+                        remember(std::os::fd::AsRawFd::as_raw_fd(&fd));
+                        self.fds[i].push(fd);
+                    }
                     // Gone meanwhile.
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
                     Err(e) if armed.is_empty() => {
                         w.len.store(0, Ordering::Release);
-                        self.fds[i].clear();
+                        self.close(i);
                         return Err(format!(
                             "perf_event_open (hardware watchpoint, {} bytes at {:#x}): {e}",
                             desc.len, desc.addr
@@ -161,8 +211,8 @@ impl Events {
 
     /// Close every event (the session's end, weft gone).
     pub fn stop(&mut self) {
-        for f in &mut self.fds {
-            f.clear();
+        for i in 0..MAX_WATCHES {
+            self.close(i);
         }
         if let Some(s) = session::current() {
             for w in &s.watches {

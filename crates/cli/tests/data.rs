@@ -197,12 +197,13 @@ fn weft_symbol_addr(bin: &Path, name: &str) -> u64 {
 }
 
 /// `-p`: weft attaches, counts the writes of one round, detaches; the target runs
-/// on (another round, no SIGTRAP) with no perf event of weft's left open.
+/// on (another round, no SIGTRAP) with no perf event of weft's left open, in it or
+/// in a child it forked while woven.
 #[test]
 fn attach_then_detach_leaves_no_watchpoint() {
     let bin = data(Variant::O2_PIE);
     let mut target = Command::new(&bin)
-        .args(["wait", "1000"])
+        .args(["wait", "1000", "fork"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -221,6 +222,10 @@ fn attach_then_detach_leaves_no_watchpoint() {
     );
     writeln!(stdin, "go").unwrap();
     assert_eq!(next(), "done 1000");
+    // A child forked while woven: it closed its copies of the events at once (a
+    // copy would keep the parent's watchpoints alive after weft leaves).
+    let child: i32 = next().strip_prefix("child ").unwrap().parse().unwrap();
+    assert_eq!(perf_events(child), 0, "the forked child holds perf events");
     w.signal(libc::SIGINT);
     let out = w.finish(T);
     let stdout = ok(&out);
