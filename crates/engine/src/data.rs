@@ -143,8 +143,11 @@ pub fn find_variable(elf: &ElfFile, var: &str, path: &str) -> Result<Found, Stri
                 format!("`{name}` has no member `{want}`")
             };
             let names = fields.iter().map(|f| f.name.as_str());
-            if let Some(s) = weft_symbols::glob::suggest(&want, names).first() {
-                msg.push_str(&format!("; did you mean `{s}`?"));
+            match weft_symbols::glob::suggest(&want, names).first() {
+                Some(s) if !want.starts_with('[') => {
+                    msg.push_str(&format!("; did you mean `{s}`?"))
+                }
+                _ => {}
             }
             return Err(msg);
         };

@@ -1817,10 +1817,14 @@ impl<'a> Checker<'a> {
                         }),
                     ));
                 }
-                let (target, text) = match f.len() {
-                    1 => (String::new(), f[0].as_str()),
-                    _ => (f[0].clone(), f[1].as_str()),
-                };
+                if f.len() == 1 {
+                    return Err(format!(
+                        "invalid attach point `{}`: expected {prov}:BIN:VAR (the binary that \
+                         defines the variable) or {prov}:addr(@MAP, SIZE)",
+                        a.raw
+                    ));
+                }
+                let (target, text) = (f[0].clone(), f[1].as_str());
                 let split = text.find(['.', '[']).unwrap_or(text.len());
                 let (var, path) = text.split_at(split);
                 let ident = |v: &str| {
