@@ -356,7 +356,10 @@ fn errors_are_located() {
     let e = run(&format!("set:{b}:pair.c {{ }}"), &[]);
     assert!(e.contains("has no member `c`"), "{e}");
     let e = run(&format!("set:{b}:table[7] {{ }}"), &[]);
-    assert!(e.contains("`table[7]`: index [7] is outside `int32[4]`"), "{e}");
+    assert!(
+        e.contains("`table[7]`: index [7] is outside `int32[4]`"),
+        "{e}"
+    );
     let e = run(&format!("set:{b}:main {{ }}"), &[]);
     assert!(e.contains("(it is a function: use uprobe)"), "{e}");
     let e = run(&format!("get:{b}:source {{ print(old); }}"), &[]);

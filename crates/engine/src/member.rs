@@ -582,6 +582,14 @@ impl Member {
     pub fn unweave(&self, seg: &Segment) -> Result<()> {
         weft_inject::die::phase("unweave");
         let agent = &self.agent;
+        // Watchpoints first (the agent closes their events): none traps once the
+        // `sigaction` redirect is gone and the target's own SIGTRAP handler may be
+        // the kernel's again.
+        for (index, _, _) in &self.watches {
+            if let Err(e) = agent.set_watch(*index, weft_abi::WatchDesc::default()) {
+                anyhow::bail!("closing watchpoint {index}: {e:#}");
+            }
+        }
         let mut ranges = self.code_ranges();
         ranges.push(agent.hello.text_start..agent.hello.text_end);
         let maps = ProcMaps::read(self.pid as u32).map_err(|e| anyhow!("{e}"))?;
