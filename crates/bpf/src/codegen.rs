@@ -674,6 +674,7 @@ impl Gen<'_> {
                 self.a.bind(done);
             }
             Inst::SymbolAddr { .. } => return Err(unsupported("uaddr()")),
+            Inst::ThreadSum { .. } => return Err(unsupported("per-thread state (cflow)")),
             Inst::MapLen { .. } => return Err(unsupported("len() of a map")),
             Inst::MapIterStart { .. } | Inst::MapIterNext { .. } => {
                 return Err(unsupported("for over a map"))
@@ -843,6 +844,7 @@ impl Gen<'_> {
             CtxValue::Reg(_) => return Err(unsupported("reg()")),
             CtxValue::FuncAddr => return Err(unsupported("func")),
             CtxValue::Ip => return Err(unsupported("the probe's address")),
+            CtxValue::ReturnAddress => return Err(unsupported("the return address")),
         }
         Ok(())
     }

@@ -152,13 +152,20 @@ impl Member {
         let result = (|| -> Result<()> {
             // Advice: one compiled function per probe body that runs in the target.
             let mut advice_addr = BTreeMap::new();
-            let no_symbols = |_: &str| None;
+            let no_symbols = |_: &weft_ir::SymbolRef| None;
             let env = Env {
                 helpers: &agent.hello.helpers,
                 maps: &seg.maps,
                 thread_agg_off: seg.layout.agg_off,
                 symbol: &no_symbols,
                 usdt_args: None,
+            };
+            let modules = maps.modules();
+            let symbols = pointcut::Symbols {
+                prog,
+                modules: &modules,
+                pid: self.pid,
+                lenient,
             };
             for s in &mut specs {
                 for c in s.entry.iter_mut().chain(s.ret.iter_mut()) {
@@ -167,8 +174,10 @@ impl Member {
                         (None, Some(a)) => *a,
                         (usdt, _) => {
                             // USDT arguments differ per site: compile for this site.
+                            let symbol = |sym: &weft_ir::SymbolRef| symbols.address(body, sym);
                             let env = Env {
                                 usdt_args: usdt.as_deref(),
+                                symbol: &symbol,
                                 ..env
                             };
                             let code = weft_jit::compile(&prog.probes[body].body, prog, &env)?;
@@ -237,6 +246,11 @@ impl Member {
                         weft_abi::MAX_PROFILES
                     );
                 }
+                let symbol = |sym: &weft_ir::SymbolRef| symbols.address(pr.body, sym);
+                let env = Env {
+                    symbol: &symbol,
+                    ..env
+                };
                 let code = weft_jit::compile(&prog.probes[pr.body].body, prog, &env)?;
                 let advice = weaver.put_anywhere(&code)?;
                 self.profiles += 1;

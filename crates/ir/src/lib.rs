@@ -349,6 +349,16 @@ pub struct MapDecl {
 /// instances and bound variables): never printed at exit.
 pub const HIDDEN_MAP_PREFIX: &str = "@__seq_";
 
+/// The prefix of the maps that keep a control-flow pointcut's per-thread state
+/// (`cflow`): never printed either.
+pub const CFLOW_MAP_PREFIX: &str = "@__cflow_";
+
+/// Whether map `name` is one of the front end's own (see [`HIDDEN_MAP_PREFIX`] and
+/// [`CFLOW_MAP_PREFIX`]): not printed at exit.
+pub fn is_hidden_map(name: &str) -> bool {
+    name.starts_with(HIDDEN_MAP_PREFIX) || name.starts_with(CFLOW_MAP_PREFIX)
+}
+
 /// What a map stores per key.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MapValue {
@@ -734,6 +744,10 @@ pub enum CtxValue {
     FuncAddr,
     /// Address where the probe fired (`reg("ip")`).
     Ip,
+    /// The word at the site's rsp: at a function's entry, the return address the
+    /// call pushed (read directly, not fault-tolerantly: rsp points into the
+    /// thread's stack). For `cflow_strict`'s caller test.
+    ReturnAddress,
     Pid,
     Tid,
     Uid,
@@ -1060,10 +1074,18 @@ pub enum Inst {
         dst: Place,
         depth: u32,
     },
-    /// `uaddr("symbol")`: resolved by the code generator to a constant.
+    /// A symbol's address (`uaddr("symbol")`), or its end (the code range of a
+    /// `cflow_strict` element): resolved by the code generator to a constant.
     SymbolAddr {
         dst: Reg,
-        symbol: String,
+        symbol: SymbolRef,
+    },
+    /// This thread's own accumulator of a `sum()` map without keys, not the merged
+    /// value of every thread that [`Inst::MapLoad`] gives: per-thread state for
+    /// one load (the counters of `cflow`). 0 until the thread adds to it.
+    ThreadSum {
+        dst: Reg,
+        map: MapId,
     },
 
     /// Read a map value: for scalar value types into `dst_reg`; for other plain value
@@ -1140,6 +1162,30 @@ pub enum Inst {
         src: Reg,
         size: u8,
     },
+}
+
+/// A symbol of the target for [`Inst::SymbolAddr`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SymbolRef {
+    pub name: String,
+    /// The binary as an attach point names it (`./app`, `/usr/bin/app`, `libc`);
+    /// `None`: the binary of the probe's own attach point (`uaddr`), else the
+    /// program.
+    pub module: Option<String>,
+    /// The address just past the symbol's last byte (its start plus its size)
+    /// instead of its start.
+    pub end: bool,
+}
+
+impl SymbolRef {
+    /// `uaddr("name")`: the start of `name` in the probe's own binary.
+    pub fn named(name: impl Into<String>) -> SymbolRef {
+        SymbolRef {
+            name: name.into(),
+            module: None,
+            end: false,
+        }
+    }
 }
 
 impl Function {

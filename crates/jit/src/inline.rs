@@ -106,6 +106,9 @@ fn eligible_with(f: &Function, maps: &[MapLayout], ctx_ok: impl Fn(CtxValue) -> 
         Inst::MapAgg { map, key: None, op } => {
             maps.get(map.0 as usize).is_some_and(|m| agg_ok(m, op))
         }
+        Inst::ThreadSum { map, .. } => maps
+            .get(map.0 as usize)
+            .is_some_and(|m| matches!(m.kind, MapKind::Sum | MapKind::Count)),
         _ => false,
     })
 }
@@ -113,6 +116,7 @@ fn eligible_with(f: &Function, maps: &[MapLayout], ctx_ok: impl Fn(CtxValue) -> 
 fn ctx_ok(v: CtxValue) -> bool {
     match v {
         CtxValue::Arg(_)
+        | CtxValue::ReturnAddress
         | CtxValue::Tid
         | CtxValue::Pid
         | CtxValue::FuncAddr
@@ -348,6 +352,10 @@ impl Cx<'_> {
                 let off = self.site_rsp();
                 self.a.lea(rax, qword_ptr(rsp + off))
             }
+            CtxValue::ReturnAddress => {
+                let off = self.site_rsp();
+                self.a.mov(rax, qword_ptr(rsp + off))
+            }
             CtxValue::Reg(MachineReg::Rip) | CtxValue::Ip => match self.fr.ret_slot {
                 Some(r) => self.a.mov(rax, qword_ptr(rsp + r)),
                 None => self.a.mov(rax, self.site.site_addr),
@@ -577,6 +585,13 @@ impl Cx<'_> {
             }
             Inst::CountError(k) => self.count_error(*k as usize)?,
             Inst::MapAgg { map, key: None, op } => self.agg(*map, *op)?,
+            Inst::ThreadSum { dst, map } => {
+                // The accumulator is there before the map's entry is: no guard.
+                let m = self.maps[map.0 as usize];
+                let acc = (self.site.thread_agg_off + m.agg_off) as i32;
+                self.a.mov(rax, qword_ptr(r11 + acc))?;
+                self.store(*dst, rax)?;
+            }
             _ => unreachable!("checked by eligible()"),
         }
         Ok(())

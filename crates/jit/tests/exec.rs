@@ -91,7 +91,7 @@ impl Exec {
 
     /// Compile `f` and run it once with the given argument registers.
     fn run(&mut self, p: &Program, f: &Function, args: [u64; 6]) {
-        let sym = |_: &str| None;
+        let sym = |_: &weft_ir::SymbolRef| None;
         let env = Env {
             helpers: &self.helpers,
             maps: &self.maps,

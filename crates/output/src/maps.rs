@@ -49,7 +49,7 @@ pub fn exit_header() -> &'static str {
 /// `@a`), not in order of appearance. Returns indices into `maps`.
 pub fn exit_order(maps: &[MapDecl]) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..maps.len())
-        .filter(|&i| !maps[i].name.starts_with(weft_ir::HIDDEN_MAP_PREFIX))
+        .filter(|&i| !weft_ir::is_hidden_map(&maps[i].name))
         .collect();
     idx.sort_by(|&a, &b| maps[a].name.as_bytes().cmp(maps[b].name.as_bytes()));
     idx

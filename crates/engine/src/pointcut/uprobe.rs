@@ -171,7 +171,11 @@ fn uses_frame_state(f: &weft_ir::Function) -> bool {
     f.code.iter().any(|i| match i {
         Inst::Ctx { value, .. } => matches!(
             value,
-            CtxValue::Arg(_) | CtxValue::Retval | CtxValue::Reg(_) | CtxValue::Ip
+            CtxValue::Arg(_)
+                | CtxValue::Retval
+                | CtxValue::Reg(_)
+                | CtxValue::Ip
+                | CtxValue::ReturnAddress
         ),
         Inst::UStack { .. } => true,
         _ => false,
