@@ -145,10 +145,19 @@ impl Member {
         let probes: usize = specs.iter().map(|s| s.entry.len() + s.ret.len()).sum();
         self.site_probes += probes;
         let agent = &self.agent;
+        let modules = maps.modules();
+        let symbols = pointcut::Symbols {
+            prog,
+            modules: &modules,
+            pid: self.pid,
+            lenient,
+        };
+        let resolve = |i: usize, s: &weft_ir::SymbolRef| symbols.address(i, s);
         let mut weaver = Weaver::new(agent, seg, prog, self.shm_base, self.generation);
         weaver.inline = inline;
         weaver.space = self.space;
         weaver.regions = std::mem::take(&mut self.regions);
+        weaver.symbols = Some(&resolve);
         let result = (|| -> Result<()> {
             // Advice: one compiled function per probe body that runs in the target.
             let mut advice_addr = BTreeMap::new();
@@ -159,13 +168,6 @@ impl Member {
                 thread_agg_off: seg.layout.agg_off,
                 symbol: &no_symbols,
                 usdt_args: None,
-            };
-            let modules = maps.modules();
-            let symbols = pointcut::Symbols {
-                prog,
-                modules: &modules,
-                pid: self.pid,
-                lenient,
             };
             for s in &mut specs {
                 for c in s.entry.iter_mut().chain(s.ret.iter_mut()) {
