@@ -167,6 +167,71 @@ fn named_pointcuts() {
     assert_eq!(map_value(&out, "@leaf"), Some(own["leaf_in_foo_in_zoo"]));
 }
 
+/// A coldpatched binary (`-finstrument-functions`, then `weft coldpatch`): advice
+/// that reads nothing of the machine state runs at the entry and exit
+/// placeholders, inside the function's real entry and return, where cflow's own
+/// probes stay. Either way the current call counts, and "Attached N probes" counts
+/// the program's probes only.
+#[test]
+fn a_coldpatched_binary_keeps_the_order() {
+    let raw = build("cflow.c", Variant::O2_PIE, &["-finstrument-functions"]);
+    let bin = raw.with_file_name("cflow-coldpatched");
+    let o = Command::new(weft_bin())
+        .arg("coldpatch")
+        .arg(&raw)
+        .arg("-o")
+        .arg(&bin)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "coldpatch: {}", text(&o.stderr));
+    let b = bin.to_str().unwrap();
+    let prog = format!(
+        "uprobe:{b}:foo, uprobe:{b}:leaf /cflow(uprobe:{b}:zoo, uprobe:{b}:foo)/ {{ @nop[probe] = count(); }}
+         uprobe:{b}:foo, uprobe:{b}:leaf /cflow(uprobe:{b}:zoo, uprobe:{b}:foo)/ {{ @real[probe, arg0 & 0] = count(); }}
+         uretprobe:{b}:foo /cflow(uprobe:{b}:zoo, uprobe:{b}:foo)/ {{ @nop_ret = count(); }}
+         uretprobe:{b}:foo /cflow(uprobe:{b}:zoo, uprobe:{b}:foo)/ {{ @real_ret[retval & 0] = count(); }}"
+    );
+    let cmd = format!("{b} {ROUNDS}");
+    let o = weft(&["trace", "-v", "-e", &prog, "-c", &cmd], T);
+    let out = ok(&o);
+    let err = text(&o.stderr);
+    assert!(err.contains("(entry placeholder)"), "{err}");
+    assert!(err.contains("(exit placeholder)"), "{err}");
+    assert!(err.contains("Attached 6 probes"), "{err}");
+    let own = own_counts(&out);
+    let nop = keyed(&out, "@nop");
+    assert_eq!(
+        nop.get(&format!("uprobe:{b}:foo")),
+        Some(&own["foo_in_zoo"]),
+        "{out}"
+    );
+    assert_eq!(
+        nop.get(&format!("uprobe:{b}:leaf")),
+        Some(&own["leaf_in_foo_in_zoo"])
+    );
+    let real = keyed(&out, "@real");
+    assert_eq!(
+        real.get(&format!("uprobe:{b}:foo, 0")),
+        Some(&own["foo_in_zoo"]),
+        "{out}"
+    );
+    assert_eq!(
+        real.get(&format!("uprobe:{b}:leaf, 0")),
+        Some(&own["leaf_in_foo_in_zoo"])
+    );
+    assert_eq!(
+        map_value(&out, "@nop_ret"),
+        Some(own["foo_in_zoo"]),
+        "{out}"
+    );
+    assert_eq!(
+        keyed(&out, "@real_ret").get("0"),
+        Some(&own["foo_in_zoo"]),
+        "{out}"
+    );
+    assert_eq!(own["foo_in_zoo"], 6 * ROUNDS);
+}
+
 /// BEGIN, END and interval probes run in weft, on no thread of the target:
 /// cflow is false there.
 #[test]

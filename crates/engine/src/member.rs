@@ -142,7 +142,12 @@ impl Member {
         let resolved = pointcut::resolve(prog, &maps, self.pid, names, select, lenient)?;
         let mut specs: Vec<_> = resolved.sites.into_values().collect();
         let first_new = self.planned.len();
-        let probes: usize = specs.iter().map(|s| s.entry.len() + s.ret.len()).sum();
+        // The front end's hidden probes are not the program's to count.
+        let probes: usize = specs
+            .iter()
+            .flat_map(|s| s.entry.iter().chain(&s.ret))
+            .filter(|c| c.body.is_none_or(|b| !prog.probes[b].hidden))
+            .count();
         self.site_probes += probes;
         let agent = &self.agent;
         let modules = maps.modules();

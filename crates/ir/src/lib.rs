@@ -538,6 +538,12 @@ impl Format {
 pub struct Probe {
     pub attach: Vec<AttachPoint>,
     pub body: Function,
+    /// Added by the front end to keep an aspect's state (`cflow`'s entry and
+    /// return probes), not written by the user: not counted in "Attached N
+    /// probes", and woven at a function's real entry and return (never at a
+    /// placeholder), so the program's advice at the same function runs after its
+    /// entry and before its return.
+    pub hidden: bool,
 }
 
 /// Where a probe fires. Providers that later issues add (`call:`, `get:`, `set:`,

@@ -202,6 +202,9 @@ pub struct Probe {
     pub predicate: Option<Expr>,
     pub body: Block,
     pub span: Span,
+    /// Added by the front end to keep an aspect's state (`cflow`): see
+    /// [`weft_ir::Probe::hidden`].
+    pub hidden: bool,
 }
 
 /// One attach point as written: `provider:field:field...`. The provider is already

@@ -395,6 +395,7 @@ fn hidden_probe(attach: Vec<AttachSpec>, predicate: Option<Expr>, stmt: Stmt, sp
             span,
         },
         span,
+        hidden: true,
     }
 }
 

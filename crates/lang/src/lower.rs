@@ -148,7 +148,11 @@ fn lower_probe(
                 ),
             );
         }
-        prog.probes.push(ir::Probe { attach, body: f });
+        prog.probes.push(ir::Probe {
+            attach,
+            body: f,
+            hidden: p.hidden,
+        });
     }
 }
 

@@ -507,6 +507,7 @@ impl<'a> Parser<'a> {
             predicate,
             body,
             span: self.span_from(start),
+            hidden: false,
         })
     }
 

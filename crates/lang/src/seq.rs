@@ -301,6 +301,7 @@ fn timeout_probe(ns: u64, mut body: Block, span: Span, end: &Ending) -> Probe {
         predicate: None,
         body: block(vec![each]),
         span,
+        hidden: false,
     }
 }
 

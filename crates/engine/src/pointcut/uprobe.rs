@@ -59,7 +59,10 @@ impl PointcutKind for Uprobe {
                 }
                 (elf.filter(|_| !list.is_empty()), list)
             });
-        let frame_free = !uses_frame_state(&cx.prog.probes[pi].body);
+        // The front end's own probes (cflow's) stay at the real entry and return:
+        // the program's advice, at either kind of site, then runs inside them.
+        let probe = &cx.prog.probes[pi];
+        let frame_free = !uses_frame_state(&probe.body) && !probe.hidden;
         let by_addr = &mut out.sites;
         for f in funcs {
             let Some(addr) = f.runtime_addr else { continue };
