@@ -232,6 +232,34 @@ fn a_coldpatched_binary_keeps_the_order() {
     assert_eq!(own["foo_in_zoo"], 6 * ROUNDS);
 }
 
+/// `--probe-filter` picks the program's probes; cflow's own run whatever it says.
+#[test]
+fn a_probe_filter_keeps_cflows_own_probes() {
+    let bin = target(Variant::O2_PIE);
+    let prog = format!(
+        "uprobe:{bin}:leaf /cflow(uprobe:{bin}:zoo, uprobe:{bin}:foo)/ {{ @leaf = count(); }}
+         uprobe:{bin}:bar {{ @bar = count(); }}"
+    );
+    let cmd = format!("{bin} {ROUNDS}");
+    let out = ok(&weft(
+        &["trace", "--probe-filter", "leaf", "-e", &prog, "-c", &cmd],
+        T,
+    ));
+    assert_eq!(map_value(&out, "@leaf"), Some(6 * ROUNDS), "{out}");
+    assert_eq!(map_value(&out, "@bar"), Some(0), "{out}");
+    // A filter that matches only cflow's functions matches none of the program's.
+    let o = weft(
+        &["trace", "--probe-filter", "zoo", "-e", &prog, "-c", &cmd],
+        T,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("--probe-filter matches no probe of the program"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 /// BEGIN, END and interval probes run in weft, on no thread of the target:
 /// cflow is false there.
 #[test]
