@@ -4,6 +4,8 @@
  *
  *   cflow N [wait]   N rounds, then one line of counts; with `wait`, first reads
  *                    a line from stdin (a test attaching with -p starts it so).
+ *   cflow N threads  the same in 4 threads at once (the counts of all four): each
+ *                    thread's nesting is its own.
  *
  * One round:
  *   zoo() -> foo(0)                         foo called by zoo
@@ -19,6 +21,7 @@
  * Each call is followed by a compiler barrier, so none becomes a tail call (a jump
  * leaves no frame of its caller).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,14 +31,19 @@
 
 enum { MAIN, ZOO, VIA, BAR, FOO, REC, MID };
 
-static long foo_calls, foo_in_zoo, foo_by_zoo, foo_in_bar_in_zoo, foo_by_bar_by_zoo,
+/* Each thread's counts and nesting. */
+static __thread long foo_calls, foo_in_zoo, foo_by_zoo, foo_in_bar_in_zoo, foo_by_bar_by_zoo,
     foo_in_foo, leaf_calls, leaf_in_foo_in_zoo, bar_calls, rec_calls, rec_in_rec, rec_by_rec;
-static int zoo_depth, foo_depth, rec_depth;
+static __thread int zoo_depth, foo_depth, rec_depth;
 /* bar frames entered inside zoo; foo frames entered inside zoo. */
-static int bar_in_zoo, foo_in_zoo_depth;
+static __thread int bar_in_zoo, foo_in_zoo_depth;
 /* The innermost bar was called by zoo. */
-static int bar_by_zoo;
+static __thread int bar_by_zoo;
 volatile long sink;
+
+/* Every thread's counts, added up as each finishes. */
+static long total[12];
+static pthread_mutex_t total_lock = PTHREAD_MUTEX_INITIALIZER;
 
 NOINLINE void leaf(void) {
   leaf_calls++;
@@ -113,13 +121,11 @@ NOINLINE void mid(int n) {
   BARRIER();
 }
 
-int main(int argc, char **argv) {
-  long n = argc > 1 ? atol(argv[1]) : 1000;
-  if (argc > 2 && strcmp(argv[2], "wait") == 0) {
-    char line[64];
-    if (!fgets(line, sizeof line, stdin)) return 1;
-  }
-  for (long i = 0; i < n; i++) {
+static long rounds;
+
+static void *run(void *arg) {
+  (void)arg;
+  for (long i = 0; i < rounds; i++) {
     zoo();
     BARRIER();
     foo(1, MAIN);
@@ -129,11 +135,34 @@ int main(int argc, char **argv) {
     rec(4, MAIN);
     BARRIER();
   }
+  long mine[12] = {foo_calls,  foo_in_zoo,         foo_by_zoo, foo_in_bar_in_zoo,
+                   foo_by_bar_by_zoo, foo_in_foo, leaf_calls, leaf_in_foo_in_zoo,
+                   bar_calls,  rec_calls,          rec_in_rec, rec_by_rec};
+  pthread_mutex_lock(&total_lock);
+  for (int k = 0; k < 12; k++) total[k] += mine[k];
+  pthread_mutex_unlock(&total_lock);
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  rounds = argc > 1 ? atol(argv[1]) : 1000;
+  if (argc > 2 && strcmp(argv[2], "wait") == 0) {
+    char line[64];
+    if (!fgets(line, sizeof line, stdin)) return 1;
+  }
+  if (argc > 2 && strcmp(argv[2], "threads") == 0) {
+    pthread_t t[4];
+    for (int k = 0; k < 4; k++)
+      if (pthread_create(&t[k], NULL, run, NULL) != 0) return 1;
+    for (int k = 0; k < 4; k++) pthread_join(t[k], NULL);
+  } else {
+    run(NULL);
+  }
   printf("foo=%ld foo_in_zoo=%ld foo_by_zoo=%ld foo_in_bar_in_zoo=%ld foo_by_bar_by_zoo=%ld "
          "foo_in_foo=%ld leaf=%ld leaf_in_foo_in_zoo=%ld bar=%ld rec=%ld rec_in_rec=%ld "
          "rec_by_rec=%ld\n",
-         foo_calls, foo_in_zoo, foo_by_zoo, foo_in_bar_in_zoo, foo_by_bar_by_zoo, foo_in_foo,
-         leaf_calls, leaf_in_foo_in_zoo, bar_calls, rec_calls, rec_in_rec, rec_by_rec);
+         total[0], total[1], total[2], total[3], total[4], total[5], total[6], total[7],
+         total[8], total[9], total[10], total[11]);
   fflush(stdout);
   return 0;
 }

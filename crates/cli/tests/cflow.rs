@@ -232,6 +232,34 @@ fn a_coldpatched_binary_keeps_the_order() {
     assert_eq!(own["foo_in_zoo"], 6 * ROUNDS);
 }
 
+/// Four threads nest their calls at once: each thread's state is its own, so the
+/// counts are exactly four times one thread's.
+#[test]
+fn threads_keep_their_own_state() {
+    let bin = target(Variant::O2_PIE);
+    let rounds = 2000;
+    let prog = format!(
+        "uprobe:{bin}:leaf /cflow(uprobe:{bin}:zoo, uprobe:{bin}:foo)/ {{ @leaf = count(); }}
+         uprobe:{bin}:foo /cflow(uprobe:{bin}:zoo, uprobe:{bin}:bar, uprobe:{bin}:foo)/ {{ @three = count(); }}
+         uretprobe:{bin}:rec /cflow_strict(uprobe:{bin}:rec, uprobe:{bin}:rec)/ {{ @rec = count(); }}"
+    );
+    let cmd = format!("{bin} {rounds} threads");
+    let out = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+    let own = own_counts(&out);
+    assert_eq!(own["leaf_in_foo_in_zoo"], 4 * 6 * rounds, "{out}");
+    assert_eq!(
+        map_value(&out, "@leaf"),
+        Some(own["leaf_in_foo_in_zoo"]),
+        "{out}"
+    );
+    assert_eq!(
+        map_value(&out, "@three"),
+        Some(own["foo_in_bar_in_zoo"]),
+        "{out}"
+    );
+    assert_eq!(map_value(&out, "@rec"), Some(own["rec_by_rec"]), "{out}");
+}
+
 /// `--probe-filter` picks the program's probes; cflow's own run whatever it says.
 #[test]
 fn a_probe_filter_keeps_cflows_own_probes() {
