@@ -260,6 +260,30 @@ fn threads_keep_their_own_state() {
     assert_eq!(map_value(&out, "@rec"), Some(own["rec_by_rec"]), "{out}");
 }
 
+/// The symbols advice names are resolved in the process (cflow_strict's code
+/// ranges, and `uaddr`, which resolves in the probe's own binary).
+#[test]
+fn uaddr_is_a_symbol_of_the_probes_binary() {
+    let bin = target(Variant::O2_PIE);
+    let prog =
+        format!("uprobe:{bin}:foo {{ @at_foo[(uint64)uaddr(\"foo\") == reg(\"ip\")] = count(); }}");
+    let cmd = format!("{bin} {ROUNDS}");
+    let out = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+    assert_eq!(
+        keyed(&out, "@at_foo").get("true"),
+        Some(&(9 * ROUNDS)),
+        "{out}"
+    );
+    let prog = format!("uprobe:{bin}:foo {{ @x = uaddr(\"no_such_symbol\"); }}");
+    let o = weft(&["trace", "-e", &prog, "-c", &cmd], T);
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("symbol `no_such_symbol` not found in the target"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 /// `--probe-filter` picks the program's probes; cflow's own run whatever it says.
 #[test]
 fn a_probe_filter_keeps_cflows_own_probes() {
