@@ -47,7 +47,9 @@
 //! **Limits.** A frame whose return weft does not see (left by `longjmp`, unwound
 //! by an exception, entered before the probes were woven, or beyond the shadow
 //! stack) leaves its counts as they were. A tail call (`jmp`) to fi leaves no frame
-//! of its caller: for `cflow_strict` fi is then called by its caller's caller.
+//! of its caller: for `cflow_strict` fi is then called by its caller's caller. A
+//! function's code, for `cflow_strict`, is its symbol's bytes: a call from a part
+//! the compiler moved out of it (`f.cold`) is not from f.
 
 use std::collections::HashMap;
 
