@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 10;
+pub const VERSION: u32 = 11;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -205,12 +205,17 @@ pub struct MapDesc {
     pub agg_off: u64,
     /// Live entries.
     pub count: AtomicU32,
-    pub _pad: u32,
+    /// `MAP_FLAG_*`.
+    pub flags: u32,
     /// Updates dropped because the map was full.
     pub full_drops: AtomicU64,
     /// Bumped by `clear`/`zero` so readers can tell a table was reset.
     pub generation: AtomicU64,
 }
+
+/// A plain map keyed by pid (8 bytes) whose entry for a process is copied to the
+/// process's forked children, inside `fork()` (a group's members).
+pub const MAP_FLAG_INHERIT_PID: u32 = 1;
 
 /// Key-table entry states (`EntryHeader::state`).
 pub const ENTRY_EMPTY: u32 = 0;
@@ -532,6 +537,33 @@ pub const FRAME_SIZE: usize = FRAME_PROBE_OFF + 8;
 
 const _: () = assert!(core::mem::size_of::<Frame>() == FRAME_SIZE);
 
+// An entry trampoline's stack area past the `Frame` (weft-jit's `trampoline`):
+// the pointer back to the site's stack, xmm0-15, then the state of an around
+// advice. Advice run by such a head may address these through its `*mut Frame`;
+// the around instructions (`Proceed`...) are only compiled for advice that is.
+
+/// Saved xmm0-15 (16 bytes each), from the frame.
+pub const HEAD_XMM_OFF: usize = FRAME_SIZE + 16;
+/// The around state, from the frame.
+pub const AROUND_OFF: usize = HEAD_XMM_OFF + 256;
+/// Where the original function starts running (the relocated instructions).
+pub const AROUND_ORIG_OFF: usize = AROUND_OFF;
+/// Nonzero once the advice took the call (its predicate held).
+pub const AROUND_TAKEN_OFF: usize = AROUND_OFF + 8;
+/// Nonzero once `proceed` has called the original.
+pub const AROUND_PROCEEDED_OFF: usize = AROUND_OFF + 16;
+/// The value the caller gets in rax.
+pub const AROUND_RAX_OFF: usize = AROUND_OFF + 24;
+/// The original's rdx, xmm0 and xmm1 (two-register and floating-point results),
+/// handed back when it ran.
+pub const AROUND_RDX_OFF: usize = AROUND_OFF + 32;
+pub const AROUND_XMM0_OFF: usize = AROUND_OFF + 48;
+pub const AROUND_XMM1_OFF: usize = AROUND_OFF + 64;
+pub const AROUND_SIZE: usize = 80;
+/// Stack words above the site's return address `proceed` copies for the call of
+/// the original (arguments passed on the stack: the 7th integer argument on).
+pub const PROCEED_STACK_WORDS: usize = 8;
+
 // ---------------------------------------------------------------------------------
 // Helpers the compiled advice calls
 // ---------------------------------------------------------------------------------
@@ -662,7 +694,9 @@ pub struct AgentThread {
     /// (SIGTRAP handler, the trampolines' attach slow path): weft does not free the
     /// session meanwhile.
     pub busy: u32,
-    pub _pad: u32,
+    /// Calls of the original function under way from around advice (`proceed`):
+    /// the advice's code is on this thread's stack, so weft does not free it.
+    pub around: u32,
     /// Nonzero while this thread compacts its shadow stack (moves entries).
     pub shadow_gc: u32,
     /// Other threads looking for a migrated frame's entry in this shadow stack
@@ -678,6 +712,7 @@ pub const AGENT_POOL_THREADS: usize = 4096;
 pub const AGENT_THREAD_SLOT_OFF: i32 = 0;
 pub const AGENT_THREAD_NEST_OFF: i32 = 8;
 pub const AGENT_THREAD_FLAGS_OFF: i32 = 12;
+pub const AGENT_THREAD_AROUND_OFF: i32 = core::mem::offset_of!(AgentThread, around) as i32;
 
 /// The agent's control thread: advice never runs on it.
 pub const THREAD_FLAG_IGNORE: u32 = 1;

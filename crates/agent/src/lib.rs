@@ -168,8 +168,10 @@ extern "C" fn after_fork_child() {
             s.adopted
                 .store(false, core::sync::atomic::Ordering::Release);
             threads::adopt_fork();
-            // SAFETY: getppid has no preconditions.
-            let parent = unsafe { libc::getppid() } as u32;
+            // SAFETY: getppid and getpid have no preconditions.
+            let (parent, child) = unsafe { (libc::getppid() as u32, libc::getpid() as u32) };
+            // A group's member forks a member, before the child runs a probe.
+            weft_runtime::map::inherit(&s.shm, parent, child);
             if control::start_forked(parent, s.space()) {
                 return;
             }

@@ -167,6 +167,9 @@ global_asm!(
     "    call rax",
     "    pop rdx",
     "    pop rdx",
+    // The return value as the advice left it (`override`).
+    "    mov rax, qword ptr [rsp + 0]",
+    "    mov qword ptr [rbp + 32], rax",
     "    movdqu xmm0, xmmword ptr [rsp + {frame} + 0]",
     "    movdqu xmm1, xmmword ptr [rsp + {frame} + 16]",
     "    movdqu xmm2, xmmword ptr [rsp + {frame} + 32]",

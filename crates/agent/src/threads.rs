@@ -256,6 +256,7 @@ pub fn get_or_create() -> *mut AgentThread {
         }
         (*t).rand = 0;
         (*t).busy = 0;
+        (*t).around = 0;
         if raw_syscall(
             libc::SYS_prctl,
             libc::PR_GET_TID_ADDRESS as u64,

@@ -373,6 +373,14 @@ impl Gen<'_> {
                 self.a.ja(self.labels[if_false.0 as usize]);
             }
             Inst::Return => self.a.ja(self.out),
+            Inst::AroundEnter
+            | Inst::Proceed { .. }
+            | Inst::AroundReturn { .. }
+            | Inst::Override { .. } => {
+                return Err(unsupported(
+                    "around advice and override (they change a user-space function)",
+                ))
+            }
             Inst::Const { dst, value } => {
                 self.a.mov_imm(R0, *value);
                 self.st(*dst, R0);

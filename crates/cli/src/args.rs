@@ -43,6 +43,58 @@ pub enum Command {
 
 /// A process id: positive (0 and negative numbers name process groups, or every
 /// process, to kill(2)).
+/// One `-p` value: `PID[,PID...]`, or `GROUP=PID[,PID...]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PidList {
+    pub group: Option<String>,
+    pub pids: Vec<i32>,
+}
+
+fn parse_pid_list(s: &str) -> Result<PidList, String> {
+    let (group, list) = match s.split_once('=') {
+        Some((g, l)) => {
+            let ok = g.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && g.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(format!("`{g}` is not a group name (GROUP=PID,...)"));
+            }
+            (Some(g.to_string()), l)
+        }
+        None => (None, s),
+    };
+    let pids = list
+        .split(',')
+        .map(|p| match p.trim().parse::<i32>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(format!("`{p}` is not a process id (1 or more)")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(PidList { group, pids })
+}
+
+impl TraceArgs {
+    /// Every `-p` process, in order.
+    pub fn pids(&self) -> Vec<i32> {
+        self.pid_lists
+            .iter()
+            .flat_map(|l| l.pids.iter().copied())
+            .collect()
+    }
+
+    /// Groups named with `-p GROUP=PID,...`.
+    pub fn groups(&self) -> Vec<(String, Vec<i32>)> {
+        let mut out: Vec<(String, Vec<i32>)> = Vec::new();
+        for l in &self.pid_lists {
+            let Some(g) = &l.group else { continue };
+            match out.iter_mut().find(|(n, _)| n == g) {
+                Some((_, p)) => p.extend(&l.pids),
+                None => out.push((g.clone(), l.pids.clone())),
+            }
+        }
+        out
+    }
+}
+
 fn pid_parser() -> clap::builder::RangedI64ValueParser<i32> {
     clap::value_parser!(i32).range(1..)
 }
@@ -56,9 +108,10 @@ pub struct TraceArgs {
     #[arg(short = 'c', long = "cmd", value_name = "CMD")]
     pub command: Option<String>,
     /// Attach to this running process; repeat it (or give a comma list) to weave the
-    /// same program into several processes.
-    #[arg(short = 'p', long = "pid", value_name = "PID", value_parser = pid_parser(), value_delimiter = ',')]
-    pub pids: Vec<i32>,
+    /// same program into several processes. `NAME=PID,...` also makes them the
+    /// members of group NAME (`@NAME uprobe:...`, `ingroup(NAME)`).
+    #[arg(short = 'p', long = "pid", value_name = "[GROUP=]PID", value_parser = parse_pid_list)]
+    pub pid_lists: Vec<PidList>,
     /// With several processes: refuse the whole session if any of them cannot be
     /// attached to (by default the others are woven and that one is reported).
     #[arg(long = "all-or-nothing")]
@@ -240,14 +293,14 @@ mod tests {
     fn pid(args: &[&str]) -> Result<Option<i32>, String> {
         let cli = Cli::try_parse_from(args).map_err(|e| e.kind().to_string())?;
         Ok(match cli.command {
-            Some(Command::Trace(t)) => t.pids.first().copied(),
+            Some(Command::Trace(t)) => t.pids().first().copied(),
             Some(Command::List(l)) => l.pid,
-            _ => cli.trace.pids.first().copied(),
+            _ => cli.trace.pids().first().copied(),
         })
     }
 
     fn pids(args: &[&str]) -> Vec<i32> {
-        Cli::try_parse_from(args).unwrap().trace.pids
+        Cli::try_parse_from(args).unwrap().trace.pids()
     }
 
     /// As upstream's man page: `-e '...' p1 -- --aa=20 --bb p2` gives `$1 = p1`,

@@ -48,13 +48,13 @@ pub fn main() -> Result<i32> {
         Some(Command::Record(r)) => record_cmd::run(r),
         None => {
             if cli.trace.list {
-                if cli.trace.pids.len() > 1 {
+                if cli.trace.pids().len() > 1 {
                     bail!("-l lists the probes of one process: give one -p PID");
                 }
                 return list_cmd::run(ListArgs {
                     args: cli.trace.args.clone(),
                     binary: None,
-                    pid: cli.trace.pids.first().copied(),
+                    pid: cli.trace.pids().first().copied(),
                     verbose: cli.trace.verbose,
                 });
             }
@@ -105,7 +105,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
             .and_then(|v| target::which(&v[0]))
     });
     let resolver = dwarf::DwarfArgs {
-        pid: t.pids.first().copied(),
+        pid: t.pids().first().copied(),
         executable,
     };
     let script_dir = match t.program {
@@ -133,6 +133,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         dump,
         headers: Some(std::sync::Arc::new(headers)),
         include_files: t.include_files.clone(),
+        groups: t.groups(),
     };
     let out = front_end(&text, &file, &opts)?;
     for (stage, d) in &out.dumps {
@@ -167,9 +168,9 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
     if prog.probes.is_empty() {
         bail!("{file}: the program has no probes (e.g. -e 'BEGIN {{ printf(\"hello\\n\"); }}')");
     }
-    let target = match (&t.command, t.pids.is_empty()) {
+    let target = match (&t.command, t.pids().is_empty()) {
         (Some(c), true) => Target::Launch(target::split_command(c)?),
-        (None, false) => Target::Attach(t.pids.clone()),
+        (None, false) => Target::Attach(t.pids()),
         (None, true) => Target::None,
         _ => bail!("give only one of -c CMD and -p PID"),
     };

@@ -215,6 +215,16 @@ impl Sink for Printer<'_> {
             }
         }
     }
+
+    /// `Woven N call sites`, the same way.
+    fn call_sites(&mut self, n: usize) {
+        match self.format {
+            OutputFormat::Text => eprint!("{}", weft_output::call_sites_line(n as u64)),
+            OutputFormat::Json => {
+                let _ = self.out.write_all(&weft_output::json::call_sites(n as u64));
+            }
+        }
+    }
 }
 
 /// The strings of a `join()` payload (a tuple of strings).

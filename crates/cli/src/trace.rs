@@ -201,8 +201,10 @@ pub fn run_with(
         }
         None => None,
     };
-    let follow = opts.follow_fork || system_wide || through_wrapper(prog, &opts.target);
-    if follow && !opts.follow_fork && !system_wide && opts.verbose {
+    // A group's forked children join it (and must be woven to run its probes).
+    let groups = prog.maps.iter().any(|m| weft_ir::is_inherited_map(&m.name));
+    let follow = opts.follow_fork || system_wide || groups || through_wrapper(prog, &opts.target);
+    if follow && !opts.follow_fork && !system_wide && !groups && opts.verbose {
         eprintln!(
             "weft: the command does not run the probed binary itself: following its \
              children and the programs it executes (as --follow-fork)"
@@ -335,6 +337,7 @@ fn watched_files(
     {
         let (AttachPoint::Uprobe { target, .. }
         | AttachPoint::Uretprobe { target, .. }
+        | AttachPoint::Call { target, .. }
         | AttachPoint::Usdt { target, .. }) = a
         else {
             continue;
@@ -426,6 +429,10 @@ fn weave_and_run(
     let n_probes = session.prepare()?;
     if !opts.quiet {
         sink.attached(n_probes);
+        let calls = session.call_sites();
+        if calls > 0 {
+            sink.call_sites(calls);
+        }
     }
     session.begin(sink);
     session.go()?;
@@ -459,6 +466,7 @@ fn through_wrapper(prog: &Program, target: &Target) -> bool {
         .filter_map(|a| match a {
             AttachPoint::Uprobe { target, .. }
             | AttachPoint::Uretprobe { target, .. }
+            | AttachPoint::Call { target, .. }
             | AttachPoint::Usdt { target, .. } => Some(target.as_str()),
             _ => None,
         })

@@ -15,9 +15,9 @@ pub struct DwarfArgs {
 impl weft_lang::ArgsResolver for DwarfArgs {
     fn params(&self, attach: &AttachPoint) -> Option<Vec<(String, Type)>> {
         let (target, func) = match attach {
-            AttachPoint::Uprobe { target, func, .. } | AttachPoint::Uretprobe { target, func } => {
-                (target, func)
-            }
+            AttachPoint::Uprobe { target, func, .. }
+            | AttachPoint::Uretprobe { target, func }
+            | AttachPoint::Call { target, func, .. } => (target, func),
             _ => return None,
         };
         let search = LibrarySearch::system();

@@ -73,6 +73,8 @@ pub struct Prepared {
     pub internal: Vec<usize>,
     /// Probes with sites (and profile probes) among those prepared.
     pub probes: usize,
+    /// Call sites (`call:`) planned, not refused.
+    pub call_sites: usize,
     pub elapsed: Duration,
     pub regions: Vec<Range<u64>>,
 }
@@ -141,13 +143,24 @@ impl Member {
         self.symbolizer = Some(Symbolizer::new(maps.modules()));
         let resolved = pointcut::resolve(prog, &maps, self.pid, names, select, lenient)?;
         let mut specs: Vec<_> = resolved.sites.into_values().collect();
+        let mut calls: Vec<_> = resolved.calls.into_values().collect();
         let first_new = self.planned.len();
+        // A call probe counts once per callee, however many sites it has (as a
+        // uprobe counts once per function): "Woven N call sites" says the rest.
         // The front end's hidden probes are not the program's to count.
+        let shown = |c: &&crate::weave::Call| c.body.is_none_or(|b| !prog.probes[b].hidden);
+        let call_probes: std::collections::HashSet<u32> = calls
+            .iter()
+            .flat_map(|s| s.entry.iter().filter(shown).map(|c| c.probe))
+            .collect();
         let probes: usize = specs
             .iter()
-            .flat_map(|s| s.entry.iter().chain(&s.ret))
-            .filter(|c| c.body.is_none_or(|b| !prog.probes[b].hidden))
-            .count();
+            .map(|s| {
+                s.entry.iter().chain(&s.ret).filter(shown).count() + usize::from(s.around.is_some())
+            })
+            .sum::<usize>()
+            + call_probes.len();
+        let mut call_sites = 0;
         self.site_probes += probes;
         let agent = &self.agent;
         let modules = maps.modules();
@@ -174,8 +187,8 @@ impl Member {
                 symbol: &no_symbols,
                 usdt_args: None,
             };
-            for s in &mut specs {
-                for c in s.entry.iter_mut().chain(s.ret.iter_mut()) {
+            for s in specs.iter_mut().chain(calls.iter_mut()) {
+                for c in s.entry.iter_mut().chain(&mut s.ret).chain(&mut s.around) {
                     let body = c.advice as usize;
                     let addr = match (&s.usdt_args, advice_addr.get(&body)) {
                         (None, Some(a)) => *a,
@@ -213,9 +226,11 @@ impl Member {
                     .flatten()
                     .map(|r| r.site_addr)
             });
-            // Sites one instruction apart (USDT NOPs): a jump must not cover another.
+            // Sites one instruction apart (USDT NOPs, call sites): a jump must not
+            // cover another.
             let others: Vec<u64> = specs
                 .iter()
+                .chain(&calls)
                 .map(|s| s.site_addr)
                 .chain(self.planned.iter().map(|p| p.addr))
                 .collect();
@@ -227,11 +242,72 @@ impl Member {
                           (so that weft's signal handlers stay first) and cannot probe it \
                           too; probe its callers (`sigaction`, `signal`) instead",
                     )
+                } else if let Some(c) = call_site_at(&self.planned, s, &others) {
+                    crate::weave::Planned::refused(
+                        s,
+                        &format!(
+                            "its first instruction is the call site {c}, woven before it \
+                             (one rewrite per instruction)"
+                        ),
+                    )
                 } else {
                     weaver.site(s, agent.hello.thread_attach, &others)?
                 };
                 note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
                 self.planned.push(p);
+            }
+            // Call sites after the other sites: one inside the bytes another site's
+            // patch covers (its jump's displaced instructions, its int3) is not woven
+            // (the other probe keeps its site; this call is not counted).
+            for s in &calls {
+                let end = s.site_addr + s.call.as_ref().map_or(0, |c| c.site.bytes.len() as u64);
+                let covering = self
+                    .planned
+                    .iter()
+                    .chain(&self.redirects)
+                    .filter(|p| !matches!(p.outcome, Outcome::Skipped(_)))
+                    .find(|p| p.addr < end && s.site_addr < p.addr + p.patch.len() as u64);
+                let p = match covering {
+                    Some(other) => crate::weave::Planned::refused(
+                        s,
+                        &format!(
+                            "the call at {:#x} lies in the bytes {} patches at {:#x}",
+                            s.site_addr, other.label, other.addr
+                        ),
+                    ),
+                    None => weaver.call_site(s, agent.hello.thread_attach)?,
+                };
+                if !matches!(p.outcome, Outcome::Skipped(_)) {
+                    call_sites += 1;
+                }
+                note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
+                self.planned.push(p);
+            }
+            for f in &resolved.calls_found {
+                let woven = |probe: u32| {
+                    calls
+                        .iter()
+                        .zip(&self.planned[self.planned.len() - calls.len()..])
+                        .filter(|(s, p)| {
+                            !matches!(p.outcome, Outcome::Skipped(_))
+                                && s.entry.iter().any(|c| c.probe == probe)
+                        })
+                        .count()
+                };
+                let n =
+                    |k: usize, what: &str| format!("{k} {what}{}", if k == 1 { "" } else { "s" });
+                for &probe in &f.probes {
+                    let mut line = format!(
+                        "{}: {} woven, {} not covered",
+                        names.names[probe as usize],
+                        n(woven(probe), "call site"),
+                        n(f.indirect, "indirect call"),
+                    );
+                    if f.short > 0 {
+                        line.push_str(&format!(", {} not covered", n(f.short, "short tail jump")));
+                    }
+                    note(line);
+                }
             }
             // The target's sigaction goes through the agent while woven, so its own
             // SIGTRAP/SIGSEGV/SIGBUS handlers never displace weft's (see the agent's
@@ -281,6 +357,7 @@ impl Member {
             sites,
             internal,
             probes: probes + resolved.profiles.len(),
+            call_sites,
             elapsed: t.elapsed(),
             regions: self.code_ranges(),
         })
@@ -522,4 +599,25 @@ impl Member {
         weft_inject::die::at("quiescent");
         agent.free()
     }
+}
+
+/// The call site among `planned`, woven before, that `s`'s patch would start on
+/// (its patch point is the call instruction): named, for the reason `s` is refused.
+/// A call site strictly inside the bytes a jump would displace is in `others`, which
+/// already turns the jump into an int3.
+fn call_site_at(planned: &[Planned], s: &crate::weave::SiteSpec, others: &[u64]) -> Option<String> {
+    let in_func = |p: &&Planned| {
+        matches!(p.outcome, Outcome::CallStub | Outcome::CallStubInline)
+            && s.func.addr <= p.addr
+            && p.addr < s.func.end()
+    };
+    if !planned.iter().any(|p| in_func(&p)) {
+        return None;
+    }
+    let at = weft_x86::plan_site_among(&s.func, s.site_addr, others).patch_addr()?;
+    planned
+        .iter()
+        .filter(in_func)
+        .find(|p| p.addr == at)
+        .map(|p| format!("{} at {:#x}", p.label, p.addr))
 }

@@ -238,12 +238,16 @@ fn restore_stopped(w: &StoppedProcess, sites: &[Planned], shm: &Shm) -> Result<(
 /// pointer into the session (`busy`: signal handlers, the attach slow path).
 fn agent_busy(w: &StoppedProcess, at: u64) -> bool {
     let busy_off = core::mem::offset_of!(weft_abi::AgentThread, busy) as u64;
-    [weft_abi::AGENT_THREAD_NEST_OFF as u64, busy_off]
-        .iter()
-        .any(|&off| {
-            let mut v = [0u8; 4];
-            w.read_mem(at + off, &mut v).is_ok() && u32::from_le_bytes(v) != 0
-        })
+    [
+        weft_abi::AGENT_THREAD_NEST_OFF as u64,
+        busy_off,
+        weft_abi::AGENT_THREAD_AROUND_OFF as u64,
+    ]
+    .iter()
+    .any(|&off| {
+        let mut v = [0u8; 4];
+        w.read_mem(at + off, &mut v).is_ok() && u32::from_le_bytes(v) != 0
+    })
 }
 
 /// The agent's state of thread `t` (its TLS slot), or 0.

@@ -93,7 +93,11 @@ impl Segment {
             LayoutBuilder::new(sizes.max_threads, sizes.ring_size).max_sites(sizes.max_sites);
         for m in &prog.maps {
             let key_size = m.key.as_ref().map_or(0, |k| k.size());
-            b.add_map(map_spec(&m.value, key_size, prog.config.max_map_keys));
+            let mut spec = map_spec(&m.value, key_size, prog.config.max_map_keys);
+            if weft_ir::is_inherited_map(&m.name) && key_size == 8 {
+                spec.flags |= weft_abi::MAP_FLAG_INHERIT_PID;
+            }
+            b.add_map(spec);
         }
         let layout = b.finish();
         // SAFETY: memfd_create with a static name; the fd is owned below.

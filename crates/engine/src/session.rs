@@ -95,6 +95,8 @@ pub struct Weaving {
     /// The agent's internal sites planned with them (patched with them, never
     /// unwoven before the session ends).
     internal: Vec<(u32, Vec<usize>)>,
+    /// Call sites (`call:` probes) among the sites, in all members.
+    pub call_sites: usize,
     /// Patched now.
     pub woven: bool,
     /// How long the targets were stopped (summed over members) by the latest
@@ -384,6 +386,12 @@ impl<'p> Session<'p> {
         Ok(n + kernel + self.begin.len() + self.end.len() + self.intervals.len())
     }
 
+    /// The call sites (`call:` probes) [`Session::prepare`] planned in every member
+    /// ("Woven N call sites").
+    pub fn call_sites(&self) -> usize {
+        self.initial.call_sites
+    }
+
     /// Compile, load and attach the kernel probes among `probes`, filtered to the
     /// members (and their children) unless `kernel_all`; how many there are.
     fn start_kernel(&mut self, probes: &[usize]) -> Result<usize> {
@@ -471,6 +479,7 @@ impl<'p> Session<'p> {
                 }
             };
             n_probes += p.probes;
+            w.call_sites += p.call_sites;
             lines(format!(
                 "resolved, planned and compiled {} sites in {:.1} ms",
                 p.sites.len() + p.internal.len(),

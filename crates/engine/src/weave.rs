@@ -94,6 +94,17 @@ pub struct Call {
 /// Where a USDT site's arguments are (the note's argument string), for `argN`.
 pub type UsdtArgs = Vec<weft_jit::UsdtArg>;
 
+/// A call site (`call:` probes): the branch to rewrite and the function it calls.
+#[derive(Clone, Debug)]
+pub struct CallSpec {
+    /// The `call`/`jmp`/`jcc rel32` to the callee (or its PLT entry), at run-time
+    /// addresses.
+    pub site: weft_x86::CallSite,
+    /// The callee's address as advice reports it (`func`): its definition, also for a
+    /// library function called through the PLT.
+    pub func: u64,
+}
+
 /// A site to weave: a function (bytes from its file), the address to patch, and
 /// the advice for its entry and its return.
 #[derive(Clone, Debug)]
@@ -103,12 +114,18 @@ pub struct SiteSpec {
     pub site_addr: u64,
     pub entry: Vec<Call>,
     pub ret: Vec<Call>,
+    /// Around advice (at most one per function): runs after the entry advice and
+    /// decides whether and how the function runs.
+    pub around: Option<Call>,
     /// Shown in `-v` output (`uprobe:/bin/app:main`).
     pub label: String,
     /// A USDT site: its arguments (its advice is compiled for this site alone).
     pub usdt_args: Option<UsdtArgs>,
     /// A USDT semaphore to increment while the site is patched.
     pub semaphore: Option<u64>,
+    /// A call site: `func` is the calling function (its name is what `caller`
+    /// reads), `site_addr` the branch; woven by [`Weaver::call_site`].
+    pub call: Option<CallSpec>,
 }
 
 /// Label prefix of the agent's internal sites (the unwinder hooks).
@@ -129,6 +146,10 @@ pub enum Outcome {
     /// A jump written over a NOP placeholder (no code of the program moves); true
     /// when the advice is inline.
     Placeholder(bool),
+    /// A call site's branch retargeted to a stub (nothing relocated).
+    CallStub,
+    /// The same, with the advice compiled inline into the stub.
+    CallStubInline,
     Int3(String),
     Skipped(String),
 }
@@ -140,6 +161,8 @@ impl fmt::Display for Outcome {
             Outcome::JumpInline => write!(f, "jump to trampoline (advice inline)"),
             Outcome::Placeholder(false) => write!(f, "jump over a NOP placeholder"),
             Outcome::Placeholder(true) => write!(f, "jump over a NOP placeholder (advice inline)"),
+            Outcome::CallStub => write!(f, "branch retargeted to a stub"),
+            Outcome::CallStubInline => write!(f, "branch retargeted to a stub (advice inline)"),
             Outcome::Int3(r) => write!(f, "int3 ({r})"),
             Outcome::Skipped(r) => write!(f, "skipped: {r}"),
         }
@@ -182,6 +205,10 @@ impl Planned {
 struct Filled {
     kind: SiteKind,
     patch_addr: u64,
+    /// The function advice reports (`func`).
+    func: u64,
+    /// The patch replaces one instruction (see [`Planned::atomic`]).
+    atomic: bool,
     orig: Vec<u8>,
     patch: Vec<u8>,
     entry_advice: u64,
@@ -191,6 +218,20 @@ struct Filled {
     entry_probe: u32,
     return_probe: u32,
     semaphore: Option<u64>,
+}
+
+/// What [`Weaver::heads`] needs to know of a site besides its spec.
+struct Head {
+    index: u32,
+    /// The address advice sees as `reg("ip")`.
+    reported_ip: u64,
+    /// The function advice sees as `func`.
+    func: u64,
+    at_entry: bool,
+    thread_attach: u64,
+    /// Return advice, its inline stub and its probe (for the hijack).
+    ret: (u64, u64, u32),
+    entry_probe: u32,
 }
 
 /// Rough bytes per site (trampoline head + relocated code + a stub).
@@ -272,7 +313,11 @@ impl<'a> Weaver<'a> {
     fn inline_bodies(&self, spec: &SiteSpec, at_entry: bool) -> Option<Vec<InlineBody<'a>>> {
         // Return probes need the entry (the hijack); USDT arguments are not in the
         // ABI registers.
-        if !self.inline || (!at_entry && !spec.ret.is_empty()) || spec.usdt_args.is_some() {
+        if !self.inline
+            || spec.around.is_some()
+            || (!at_entry && !spec.ret.is_empty())
+            || spec.usdt_args.is_some()
+        {
             return None;
         }
         self.simple_bodies(&spec.entry, weft_jit::inline::eligible)
@@ -363,6 +408,18 @@ impl<'a> Weaver<'a> {
         if !spec.ret.is_empty() && !at_entry {
             bail!("{}: return probes need the function's entry", spec.label);
         }
+        if spec.around.is_some() {
+            if let SitePlan::Int3 { reason, .. } = &plan {
+                bail!(
+                    "{}: around advice needs a jump at the function's entry, and {} cannot have one ({reason})",
+                    spec.label,
+                    spec.name
+                );
+            }
+            if !at_entry {
+                bail!("{}: around advice needs the function's entry", spec.label);
+            }
+        }
         let ri = self.region_for(patch_addr, SITE_CODE_ESTIMATE)?;
         let ret_advice = match spec.ret.len() {
             0 => 0,
@@ -377,76 +434,21 @@ impl<'a> Weaver<'a> {
         let ret_stub = self.return_stub(spec, index, patch_addr)?;
         let (kind, patch, orig, resume, entry_advice, outcome) = match &plan {
             SitePlan::Jump { .. } => {
-                let shm_base = self.target_shm_base();
-                let inline = self.inline_bodies(spec, at_entry);
-                let symbols = self.symbols;
-                let generation = self.generation;
-                let (prog, maps, thread_agg_off) = (self.prog, self.maps, self.thread_agg_off);
-                let hijack_fn = self.agent.hello.hijack;
-                let return_trampoline = self.agent.hello.return_trampoline;
-                let tls_offset = self.agent.hello.tls_offset;
-                let region = &mut self.regions[ri];
-                // The generic trampoline: full frame, any advice.
-                let generic_at = region.next_addr();
-                let head = entry_head(&EntryTrampoline {
-                    site_addr: reported_ip,
+                let head = Head {
+                    index,
+                    reported_ip,
                     func: spec.func.addr,
-                    site_index: index,
-                    calls: spec.entry.iter().map(|c| (c.advice, c.probe)).collect(),
-                    hijack: (!spec.ret.is_empty()).then_some(hijack_fn),
                     at_entry,
-                    shm_base,
-                    tls_offset,
                     thread_attach,
-                    unconditional: is_internal(&spec.label),
-                })?;
-                let reloc = weft_x86::relocate(&plan, generic_at + head.len() as u64, true)
-                    .with_context(|| format!("{}: relocating the prologue", spec.label))?;
-                let mut code = head.clone();
-                code.extend_from_slice(&reloc);
-                let at = region
-                    .put(&code)
-                    .ok_or_else(|| anyhow!("code region full"))?;
-                debug_assert_eq!(at, generic_at);
-                let resume = generic_at + head.len() as u64;
-                // The inline trampoline in front of it, for simple advice.
-                let target = match inline {
-                    None => generic_at,
-                    Some(list) => {
-                        let inline_at = region.next_addr();
-                        let site = weft_jit::inline::InlineSite {
-                            site_addr: reported_ip,
-                            func: spec.func.addr,
-                            site_index: index,
-                            shm_base,
-                            tls_offset,
-                            thread_agg_off,
-                            hijack: (!spec.ret.is_empty()).then_some(weft_jit::inline::Hijack {
-                                advice: ret_advice,
-                                stub: ret_stub,
-                                probe: ret_probe,
-                                generation,
-                                return_trampoline,
-                            }),
-                            generic: generic_at,
-                            at_entry,
-                        };
-                        let head = with_bodies(&list, symbols, |bodies| {
-                            weft_jit::inline::inline_head(bodies, prog, maps, &site, inline_at)
-                        })?;
-                        let reloc = weft_x86::relocate(&plan, inline_at + head.len() as u64, true)
-                            .with_context(|| format!("{}: relocating the prologue", spec.label))?;
-                        let mut code = head;
-                        code.extend_from_slice(&reloc);
-                        let at = region
-                            .put(&code)
-                            .ok_or_else(|| anyhow!("code region full"))?;
-                        debug_assert_eq!(at, inline_at);
-                        inline_at
-                    }
+                    ret: (ret_advice, ret_stub, ret_probe),
+                    entry_probe,
                 };
+                let relocated = |at: u64| {
+                    weft_x86::relocate(&plan, at, true)
+                        .with_context(|| format!("{}: relocating the prologue", spec.label))
+                };
+                let (target, resume, inline) = self.heads(ri, spec, &head, &relocated)?;
                 let patch = weft_x86::patch_bytes(&plan, target)?;
-                let inline = target != generic_at;
                 let outcome = match (plan.is_placeholder(), inline) {
                     (true, inline) => Outcome::Placeholder(inline),
                     (false, false) => Outcome::Jump,
@@ -494,10 +496,11 @@ impl<'a> Weaver<'a> {
         self.publish(
             index,
             spec,
-            &plan,
             Filled {
                 kind,
                 patch_addr,
+                func: spec.func.addr,
+                atomic: plan.single_instruction(),
                 orig,
                 patch,
                 entry_advice,
@@ -509,6 +512,145 @@ impl<'a> Weaver<'a> {
                 semaphore: spec.semaphore,
             },
             outcome,
+        )
+    }
+
+    /// Write a site's trampolines into region `ri`: the generic head (a full frame,
+    /// every entry advice, the return-address hijack) and, when the advice is simple
+    /// enough, an inline head in front of it that falls back to it; each followed by
+    /// `tail(at)`, the code that carries on with the site (relocated instructions and
+    /// a jump back, or a call site's `jmp FUNC`). Returns where the patch should
+    /// branch, where the generic head's tail starts (a jump site's `resume`), and
+    /// whether the inline head is used.
+    fn heads(
+        &mut self,
+        ri: usize,
+        spec: &SiteSpec,
+        h: &Head,
+        tail: &dyn Fn(u64) -> Result<Vec<u8>>,
+    ) -> Result<(u64, u64, bool)> {
+        let shm_base = self.target_shm_base();
+        let inline = self.inline_bodies(spec, h.at_entry);
+        let symbols = self.symbols;
+        let (ret_advice, ret_stub, ret_probe) = h.ret;
+        let (prog, maps, thread_agg_off) = (self.prog, self.maps, self.thread_agg_off);
+        let hello = &self.agent.hello;
+        let (hijack_fn, return_trampoline, tls_offset) =
+            (hello.hijack, hello.return_trampoline, hello.tls_offset);
+        let generation = self.generation;
+        let region = &mut self.regions[ri];
+        // The generic trampoline: full frame, any advice.
+        let generic_at = region.next_addr();
+        let head = entry_head(&EntryTrampoline {
+            site_addr: h.reported_ip,
+            func: h.func,
+            site_index: h.index,
+            calls: spec.entry.iter().map(|c| (c.advice, c.probe)).collect(),
+            hijack: (!spec.ret.is_empty()).then_some(hijack_fn),
+            around: spec.around.as_ref().map(|c| (c.advice, c.probe)),
+            at_entry: h.at_entry,
+            shm_base,
+            tls_offset,
+            thread_attach: h.thread_attach,
+            unconditional: is_internal(&spec.label),
+        })?;
+        let resume = generic_at + head.len() as u64;
+        let mut code = head;
+        code.extend_from_slice(&tail(resume)?);
+        let at = region
+            .put(&code)
+            .ok_or_else(|| anyhow!("code region full"))?;
+        debug_assert_eq!(at, generic_at);
+        // The inline trampoline in front of it, for simple advice.
+        let Some(list) = inline else {
+            return Ok((generic_at, resume, false));
+        };
+        let inline_at = region.next_addr();
+        let site = weft_jit::inline::InlineSite {
+            site_addr: h.reported_ip,
+            func: h.func,
+            site_index: h.index,
+            shm_base,
+            tls_offset,
+            thread_agg_off,
+            hijack: (!spec.ret.is_empty()).then_some(weft_jit::inline::Hijack {
+                advice: ret_advice,
+                stub: ret_stub,
+                probe: ret_probe,
+                generation,
+                return_trampoline,
+            }),
+            generic: generic_at,
+            at_entry: h.at_entry,
+        };
+        let mut code = with_bodies(&list, symbols, |bodies| {
+            weft_jit::inline::inline_head(bodies, prog, maps, &site, inline_at)
+        })?;
+        code.extend_from_slice(&tail(inline_at + code.len() as u64)?);
+        let at = region
+            .put(&code)
+            .ok_or_else(|| anyhow!("code region full"))?;
+        debug_assert_eq!(at, inline_at);
+        Ok((inline_at, resume, true))
+    }
+
+    /// Weave a call site (Arachne's way): the branch to the callee becomes the same
+    /// instruction branching to a stub — an entry trampoline head whose tail is `jmp
+    /// FUNC` — so nothing is relocated and the callee returns straight to the caller.
+    /// At the branch the stack is exactly what the callee's entry sees once the stub
+    /// is reached (a `call` pushed the return address; a tail jump already has it),
+    /// so the head is an entry head: the red zone is dead there, and `argN` are the
+    /// callee's arguments. A thread that meets the transient `int3` of the rewrite
+    /// resumes at the original branch re-encoded (`resume`).
+    pub fn call_site(&mut self, spec: &SiteSpec, thread_attach: u64) -> Result<Planned> {
+        let c = spec
+            .call
+            .as_ref()
+            .ok_or_else(|| anyhow!("{}: not a call site", spec.label))?;
+        let index = self.next_site_index()?;
+        let ri = self.region_for(spec.site_addr, SITE_CODE_ESTIMATE)?;
+        let callee = c.site.target;
+        let head = Head {
+            index,
+            reported_ip: spec.site_addr,
+            func: c.func,
+            at_entry: true,
+            thread_attach,
+            ret: (0, 0, 0),
+            entry_probe: spec.entry.first().map_or(0, |e| e.probe),
+        };
+        let jmp = |at: u64| Ok(weft_x86::jmp_rel32(at, callee)?.to_vec());
+        let (stub, _, inline) = self.heads(ri, spec, &head, &jmp)?;
+        let region = &mut self.regions[ri];
+        let resume_code = weft_x86::resume_code(&c.site, region.next_addr())?;
+        let resume = region
+            .put(&resume_code)
+            .ok_or_else(|| anyhow!("code region full"))?;
+        let patch = weft_x86::retarget(&c.site, stub)
+            .with_context(|| format!("{}: retargeting the call", spec.label))?;
+        self.publish(
+            index,
+            spec,
+            Filled {
+                kind: SiteKind::Jump,
+                patch_addr: spec.site_addr,
+                func: c.func,
+                atomic: true,
+                orig: c.site.bytes.clone(),
+                patch,
+                entry_advice: 0,
+                return_advice: 0,
+                return_stub: 0,
+                resume,
+                entry_probe: head.entry_probe,
+                return_probe: 0,
+                semaphore: None,
+            },
+            if inline {
+                Outcome::CallStubInline
+            } else {
+                Outcome::CallStub
+            },
         )
     }
 
@@ -550,10 +692,11 @@ impl<'a> Weaver<'a> {
         self.publish(
             index,
             spec,
-            &plan,
             Filled {
                 kind,
                 patch_addr,
+                func: spec.func.addr,
+                atomic: plan.single_instruction(),
                 orig,
                 patch,
                 entry_advice: 0,
@@ -585,7 +728,6 @@ impl<'a> Weaver<'a> {
         &mut self,
         index: u32,
         spec: &SiteSpec,
-        plan: &SitePlan,
         f: Filled,
         outcome: Outcome,
     ) -> Result<Planned> {
@@ -601,7 +743,7 @@ impl<'a> Weaver<'a> {
         // no other thread or process reads it until site_count includes it.
         let d = unsafe { &mut *self.shm.site_mut(index) };
         d.addr = f.patch_addr;
-        d.func = spec.func.addr;
+        d.func = f.func;
         d.kind = f.kind as u32;
         d.orig_len = f.orig.len() as u32;
         d.space = self.space;
@@ -631,7 +773,7 @@ impl<'a> Weaver<'a> {
             label: spec.label.clone(),
             outcome,
             semaphore: f.semaphore,
-            atomic: plan.single_instruction(),
+            atomic: f.atomic,
         })
     }
 

@@ -16,8 +16,15 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `tests/stress/hammer.c`, built once per test binary.
+/// `tests/stress/hammer.c`, built once per test binary (tests run in parallel: one
+/// rebuilding the file while another's target runs it would change it under that
+/// test).
 fn hammer() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_hammer).clone()
+}
+
+fn build_hammer() -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("engine-hammer");
     let src = repo().join("tests/stress/hammer.c");
     let st = Command::new("gcc")
@@ -207,4 +214,99 @@ fn weave_and_unweave_a_thousand_times_in_one_session() {
     assert!(code_matches_file(t.pid(), &bin));
     let p = t.healthy();
     until("progress after the session", || t.healthy() > p);
+}
+
+/// Call sites come and go while 8 threads run through them, checking every result:
+/// a call site's rewrite is one instruction, so the agent unweaves and reweaves it
+/// with the process running (int3 first), never a stop.
+#[test]
+fn call_sites_unweave_and_reweave_while_threads_run_through_them() {
+    let bin = hammer();
+    let b = bin.display();
+    let mut t = Target::start(&bin, "8");
+    // The workers' calls of hot_jump and hot_rec, and hot_rec's call of itself.
+    let prog = compile(&format!(
+        "call:{b}:hot_jump,call:{b}:hot_rec {{ @c = count(); }}"
+    ));
+    let mut s = Session::new(&prog, Options::default(), true).unwrap();
+    s.attach(t.pid()).unwrap();
+    s.prepare_probes(&[]).unwrap();
+    s.go().unwrap();
+    let mut w = s.weave(&[0]).unwrap();
+    assert!(w.call_sites >= 3, "{} call sites", w.call_sites);
+    assert_eq!(w.site_count(), w.call_sites);
+    assert!(!code_matches_file(t.pid(), &bin));
+    let mut stops = 0;
+    for cycle in 0..300 {
+        let before = count(&s, 0);
+        until("hits while woven", || count(&s, 0) > before);
+        s.unweave(&mut w).unwrap();
+        assert!(code_matches_file(t.pid(), &bin), "cycle {cycle}");
+        t.healthy();
+        stops += s.reweave(&mut w).unwrap();
+    }
+    assert_eq!(
+        stops, 0,
+        "a call site went back in with the process stopped"
+    );
+    s.finish(&mut Quiet).unwrap();
+    assert!(code_matches_file(t.pid(), &bin));
+    let p = t.healthy();
+    until("progress after the session", || t.healthy() > p);
+}
+
+/// A probe woven later whose patch would start on a call site woven before is
+/// refused, and says why; the call site stays woven, and both go away cleanly.
+/// (At -O2 `eta` is `endbr64; jmp work`: a uprobe on eta patches that very jump.)
+#[test]
+fn a_later_probe_on_a_woven_call_is_refused() {
+    let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join("engine-callsite");
+    let st = Command::new("gcc")
+        .args(["-O2", "-fcf-protection=full", "-fPIE", "-pie", "-o"])
+        .arg(&bin)
+        .arg(repo().join("tests/targets/callsite.c"))
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+    let b = bin.display();
+    let mut child = Command::new(&bin)
+        .arg("wait")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let pid = child.id() as i32;
+    let prog = compile(&format!(
+        "call:{b}:work within eta {{ @c = count(); }} uprobe:{b}:eta {{ @e = count(); }}"
+    ));
+    let mut s = Session::new(&prog, Options::default(), true).unwrap();
+    s.attach(pid).unwrap();
+    s.prepare_probes(&[]).unwrap();
+    s.go().unwrap();
+    let mut calls = s.weave(&[0]).unwrap();
+    assert_eq!(calls.call_sites, 1);
+    let mut later = s.weave(&[1]).unwrap();
+    let eta = s.members[0]
+        .planned
+        .iter()
+        .find(|p| p.label == format!("uprobe:{b}:eta"))
+        .expect("the uprobe was planned");
+    match &eta.outcome {
+        weft_engine::weave::Outcome::Skipped(why) => assert!(
+            why.contains(&format!("the call site call:{b}:work in eta at ")),
+            "{why}"
+        ),
+        other => panic!("uprobe:eta woven over the call site: {other}"),
+    }
+    s.unweave(&mut later).unwrap();
+    s.unweave(&mut calls).unwrap();
+    assert!(code_matches_file(pid, &bin));
+    s.finish(&mut Quiet).unwrap();
+    assert!(code_matches_file(pid, &bin));
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -348,15 +348,23 @@ pub struct MapDecl {
 /// Maps whose name starts with this are the front end's own (a sequence aspect's
 /// instances and bound variables): never printed at exit.
 pub const HIDDEN_MAP_PREFIX: &str = "@__seq_";
-
-/// The prefix of the maps that keep a control-flow pointcut's per-thread state
-/// (`cflow`): never printed either.
+/// A group's members (`@__group_NAME[pid]`): hidden too, and inherited: a forked
+/// child of a member gets its parent's entry inside `fork()`.
+pub const GROUP_MAP_PREFIX: &str = "@__group_";
+/// The maps that keep a control-flow pointcut's per-thread state (`cflow`): hidden
+/// too.
 pub const CFLOW_MAP_PREFIX: &str = "@__cflow_";
 
-/// Whether map `name` is one of the front end's own (see [`HIDDEN_MAP_PREFIX`] and
-/// [`CFLOW_MAP_PREFIX`]): not printed at exit.
+/// Maps the front end made for itself (sequences, groups, cflow): never printed.
 pub fn is_hidden_map(name: &str) -> bool {
-    name.starts_with(HIDDEN_MAP_PREFIX) || name.starts_with(CFLOW_MAP_PREFIX)
+    name.starts_with(HIDDEN_MAP_PREFIX)
+        || name.starts_with(GROUP_MAP_PREFIX)
+        || name.starts_with(CFLOW_MAP_PREFIX)
+}
+
+/// Maps keyed by pid whose entry a forked child copies from its parent.
+pub fn is_inherited_map(name: &str) -> bool {
+    name.starts_with(GROUP_MAP_PREFIX)
 }
 
 /// What a map stores per key.
@@ -544,6 +552,10 @@ pub struct Probe {
     /// placeholder), so the program's advice at the same function runs after its
     /// entry and before its return.
     pub hidden: bool,
+    /// Around advice (`around uprobe:BIN:FUNC`): the body runs in place of the
+    /// function and decides what happens ([`Inst::AroundEnter`], [`Inst::Proceed`],
+    /// [`Inst::AroundReturn`]). Its attach points are function entries.
+    pub around: bool,
 }
 
 /// Where a probe fires. Providers that later issues add (`call:`, `get:`, `set:`,
@@ -563,6 +575,16 @@ pub enum AttachPoint {
     Uretprobe {
         target: String,
         func: String,
+    },
+    /// Each call site of `func` in `target`'s code (`call:BIN:FUNC [within CALLER]`):
+    /// the direct calls and tail jumps to the function, or to its PLT entry when it is
+    /// a library function `target` calls. `func` and `within` (the calling functions,
+    /// every one when `None`) may hold wildcards. The advice runs at the site, before
+    /// the call.
+    Call {
+        target: String,
+        func: String,
+        within: Option<String>,
     },
     /// A USDT / SDT / WEFT_PROBE site. `provider` may be empty (any provider).
     Usdt {
@@ -595,6 +617,7 @@ impl AttachPoint {
             self,
             AttachPoint::Uprobe { .. }
                 | AttachPoint::Uretprobe { .. }
+                | AttachPoint::Call { .. }
                 | AttachPoint::Usdt { .. }
                 | AttachPoint::Profile { .. }
         )
@@ -624,6 +647,17 @@ impl fmt::Display for AttachPoint {
                 write!(f, "uprobe:{target}:{func}+{offset}")
             }
             AttachPoint::Uretprobe { target, func } => write!(f, "uretprobe:{target}:{func}"),
+            AttachPoint::Call {
+                target,
+                func,
+                within,
+            } => {
+                write!(f, "call:{target}:{func}")?;
+                match within {
+                    Some(w) => write!(f, " within {w}"),
+                    None => Ok(()),
+                }
+            }
             AttachPoint::Usdt {
                 target,
                 provider,
@@ -901,6 +935,27 @@ pub enum Inst {
     /// End the advice.
     Return,
 
+    /// Around advice whose predicate held: from here the call is the advice's (the
+    /// function runs only if [`Inst::Proceed`] calls it; the caller gets the value
+    /// of [`Inst::AroundReturn`], else the original's, else rax as it was: nothing,
+    /// as a void function returns).
+    AroundEnter,
+    /// Around advice: call the original function with the arguments it was called
+    /// with, `args` replacing the first ones (`proceed(arg0, 42)`); its return value
+    /// into `dst`. At most once per call: a second `proceed` returns the first's value.
+    Proceed {
+        dst: Reg,
+        args: Vec<Reg>,
+    },
+    /// Around advice: the value the caller gets (`return EXPR`).
+    AroundReturn {
+        value: Reg,
+    },
+    /// Return probe: replace the function's return value (`override(EXPR)`).
+    Override {
+        value: Reg,
+    },
+
     Const {
         dst: Reg,
         value: i64,
@@ -1032,7 +1087,8 @@ pub enum Inst {
         dst: Place,
         cap: u32,
     },
-    /// The name of the probed function (bpftrace `func` when used as a string).
+    /// The name of the site's function into a `Str` of `cap` bytes: the probed
+    /// function, or at a call site (`call:`) the calling function (`caller`).
     FuncName {
         dst: Place,
         cap: u32,

@@ -19,8 +19,10 @@
 
 use iced_x86::code_asm::*;
 use weft_abi::{
-    Frame, Helper, MapKind, ENTRY_LIVE, FRAME_FUNC_OFF, FRAME_PROBE_OFF, FRAME_SHM_OFF,
-    FRAME_THREAD_OFF, FRAME_TSTATE_OFF,
+    Frame, Helper, MapKind, AGENT_THREAD_AROUND_OFF, AGENT_THREAD_NEST_OFF, AROUND_ORIG_OFF,
+    AROUND_PROCEEDED_OFF, AROUND_RAX_OFF, AROUND_RDX_OFF, AROUND_TAKEN_OFF, AROUND_XMM0_OFF,
+    AROUND_XMM1_OFF, ENTRY_LIVE, FRAME_FUNC_OFF, FRAME_PROBE_OFF, FRAME_SHM_OFF, FRAME_THREAD_OFF,
+    FRAME_TSTATE_OFF, HEAD_XMM_OFF, PROCEED_STACK_WORDS,
 };
 use weft_ir::{
     AggOp, BinOp, CtxValue, EventKind, Function, Inst, MachineReg, MapValue, Place, Program, Reg,
@@ -247,6 +249,87 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Vec<u8>, JitEr
 }
 
 impl Cx<'_> {
+    /// Call the original function from around advice (see [`Inst::Proceed`]): the
+    /// site's stack arguments copied below, xmm0-7, rax (a variadic callee's vector
+    /// count), r10 and the argument registers as the caller set them, `args`
+    /// replacing the first. The thread counts as outside advice meanwhile (probes in
+    /// the original fire), but inside an around call (weft keeps this code mapped).
+    fn proceed(&mut self, dst: Reg, args: &[Reg]) -> Result<(), JitError> {
+        const ARG_REGS: [(AsmRegister64, MachineReg); 6] = [
+            (rdi, MachineReg::Rdi),
+            (rsi, MachineReg::Rsi),
+            (rdx, MachineReg::Rdx),
+            (rcx, MachineReg::Rcx),
+            (r8, MachineReg::R8),
+            (r9, MachineReg::R9),
+        ];
+        if args.len() > ARG_REGS.len() {
+            return Err(JitError::BadProgram(
+                "proceed() takes at most six arguments".into(),
+            ));
+        }
+        let mut done = self.a.create_label();
+        let copy = (PROCEED_STACK_WORDS * 8) as i32;
+        self.a
+            .cmp(qword_ptr(rbx + AROUND_PROCEEDED_OFF as i32), 0)?;
+        self.a.jne(done)?;
+        self.a.mov(rax, self.frame_field(FRAME_TSTATE_OFF))?;
+        self.a.dec(dword_ptr(rax + AGENT_THREAD_NEST_OFF))?;
+        self.a.inc(dword_ptr(rax + AGENT_THREAD_AROUND_OFF))?;
+        self.a.sub(rsp, copy)?;
+        let site_rsp = self.regs_field(MachineReg::Rsp);
+        self.a.mov(rax, site_rsp)?;
+        for k in 0..PROCEED_STACK_WORDS as i32 {
+            self.a.mov(rcx, qword_ptr(rax + 8 + 8 * k))?;
+            self.a.mov(qword_ptr(rsp + 8 * k), rcx)?;
+        }
+        let xmms = [xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7];
+        for (i, x) in xmms.into_iter().enumerate() {
+            self.a
+                .movdqu(x, xmmword_ptr(rbx + (HEAD_XMM_OFF + 16 * i) as i32))?;
+        }
+        for (i, (r, m)) in ARG_REGS.into_iter().enumerate() {
+            match args.get(i) {
+                Some(a) => {
+                    let cell = qword_ptr(rsp + (a.0 * CELL) as i32 + copy);
+                    self.a.mov(r, cell)?
+                }
+                None => {
+                    let f = self.regs_field(m);
+                    self.a.mov(r, f)?
+                }
+            }
+        }
+        let r10_in = self.regs_field(MachineReg::R10);
+        self.a.mov(r10, r10_in)?;
+        self.a.mov(r11, qword_ptr(rbx + AROUND_ORIG_OFF as i32))?;
+        let rax_in = self.regs_field(MachineReg::Rax);
+        self.a.mov(rax, rax_in)?;
+        self.a.call(r11)?;
+        self.a.add(rsp, copy)?;
+        self.a.mov(qword_ptr(rbx + AROUND_RAX_OFF as i32), rax)?;
+        // rdx is the original's unless `args` replaced it (the third argument): a
+        // callee that leaves rdx alone would otherwise hand the caller our value.
+        if args.len() >= 3 {
+            let f = self.regs_field(MachineReg::Rdx);
+            self.a.mov(rdx, f)?;
+        }
+        self.a.mov(qword_ptr(rbx + AROUND_RDX_OFF as i32), rdx)?;
+        self.a
+            .movdqu(xmmword_ptr(rbx + AROUND_XMM0_OFF as i32), xmm0)?;
+        self.a
+            .movdqu(xmmword_ptr(rbx + AROUND_XMM1_OFF as i32), xmm1)?;
+        self.a
+            .mov(qword_ptr(rbx + AROUND_PROCEEDED_OFF as i32), 1)?;
+        self.a.mov(rax, self.frame_field(FRAME_TSTATE_OFF))?;
+        self.a.inc(dword_ptr(rax + AGENT_THREAD_NEST_OFF))?;
+        self.a.dec(dword_ptr(rax + AGENT_THREAD_AROUND_OFF))?;
+        self.bind(&mut done)?;
+        self.a.mov(rax, qword_ptr(rbx + AROUND_RAX_OFF as i32))?;
+        self.store(dst, rax)?;
+        Ok(())
+    }
+
     fn prologue(&mut self, frame: u32) -> R {
         // Only rbx (the frame pointer of the body) and rbp are callee-saved registers
         // the compiled code uses.
@@ -286,6 +369,27 @@ impl Cx<'_> {
                 self.a.jmp(self.labels[if_false.0 as usize])?;
             }
             Inst::Return => self.a.jmp(self.exit)?,
+            Inst::AroundEnter => {
+                // Until `proceed` or `return EXPR` says otherwise, rax stays as the
+                // caller left it: a skipped void function must not clobber it (a
+                // caller compiled with -fipa-ra may keep a value there).
+                self.a.mov(qword_ptr(rbx + AROUND_TAKEN_OFF as i32), 1)?;
+                let rax_in = self.regs_field(MachineReg::Rax);
+                self.a.mov(rax, rax_in)?;
+                self.a.mov(qword_ptr(rbx + AROUND_RAX_OFF as i32), rax)?;
+                self.a
+                    .mov(qword_ptr(rbx + AROUND_PROCEEDED_OFF as i32), 0)?;
+            }
+            Inst::Proceed { dst, args } => self.proceed(*dst, args)?,
+            Inst::AroundReturn { value } => {
+                self.load(rax, *value)?;
+                self.a.mov(qword_ptr(rbx + AROUND_RAX_OFF as i32), rax)?;
+            }
+            Inst::Override { value } => {
+                self.load(rax, *value)?;
+                let m = self.regs_field(MachineReg::Rax);
+                self.a.mov(m, rax)?;
+            }
             Inst::Const { dst, value } => {
                 let m = self.reg(*dst);
                 if i32::try_from(*value).is_ok() {

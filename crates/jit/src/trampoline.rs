@@ -33,8 +33,10 @@
 
 use iced_x86::code_asm::*;
 use weft_abi::{
-    AGENT_THREAD_NEST_OFF, AGENT_THREAD_SLOT_OFF, FRAME_FUNC_OFF, FRAME_PROBE_OFF, FRAME_SHM_OFF,
-    FRAME_SITE_OFF, FRAME_SIZE, FRAME_THREAD_OFF, FRAME_TSTATE_OFF,
+    AGENT_THREAD_NEST_OFF, AGENT_THREAD_SLOT_OFF, AROUND_OFF, AROUND_ORIG_OFF,
+    AROUND_PROCEEDED_OFF, AROUND_RAX_OFF, AROUND_RDX_OFF, AROUND_SIZE, AROUND_TAKEN_OFF,
+    AROUND_XMM0_OFF, AROUND_XMM1_OFF, FRAME_FUNC_OFF, FRAME_PROBE_OFF, FRAME_SHM_OFF,
+    FRAME_SITE_OFF, FRAME_SIZE, FRAME_THREAD_OFF, FRAME_TSTATE_OFF, HEAD_XMM_OFF,
 };
 
 use crate::JitError;
@@ -52,6 +54,11 @@ pub struct EntryTrampoline {
     pub calls: Vec<(u64, u32)>,
     /// The agent's hijack function, for sites with return probes.
     pub hijack: Option<u64>,
+    /// Around advice and its probe name index (a function entry only): run after
+    /// the entry advice and the hijack; when it takes the call, the head returns to
+    /// the caller with its value instead of falling into the relocated instructions
+    /// (which `proceed` calls as the original function).
+    pub around: Option<(u64, u32)>,
     /// The site is a function entry: flags, r11 and the red zone are dead.
     pub at_entry: bool,
     pub shm_base: u64,
@@ -64,10 +71,12 @@ pub struct EntryTrampoline {
 }
 
 const OFF_P: i32 = FRAME_SIZE as i32;
-const OFF_XMM: i32 = FRAME_SIZE as i32 + 16;
-/// Frame, P, and all sixteen xmm registers (helpers are ordinary compiled code and
-/// may use any of them; a `-fipa-ra` caller may keep values in any of them).
-const AREA: i32 = ((FRAME_SIZE as i32 + 16 + 256) + 15) & !15;
+const OFF_XMM: i32 = HEAD_XMM_OFF as i32;
+/// Frame, P, all sixteen xmm registers (helpers are ordinary compiled code and may
+/// use any of them; a `-fipa-ra` caller may keep values in any of them), and the
+/// state of an around advice.
+const AREA: i32 = ((AROUND_OFF + AROUND_SIZE) as i32 + 15) & !15;
+const _: () = assert!(HEAD_XMM_OFF == FRAME_SIZE + 16);
 
 fn reg_off(i: usize) -> i32 {
     (i * 8) as i32
@@ -75,6 +84,7 @@ fn reg_off(i: usize) -> i32 {
 
 // Indices into weft_abi::Regs.
 const RAX: usize = 0;
+const RDX: usize = 3;
 const RSP: usize = 7;
 const RIP: usize = 16;
 const FLAGS: usize = 17;
@@ -119,6 +129,7 @@ pub fn entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
         at_entry: t.at_entry,
         calls: t.calls.len(),
         hijack: t.hijack,
+        around: t.around.is_some(),
         shm_base: t.shm_base,
         tls_offset: t.tls_offset,
         thread_attach: t.thread_attach,
@@ -144,6 +155,7 @@ struct Shape {
     at_entry: bool,
     calls: usize,
     hijack: Option<u64>,
+    around: bool,
     shm_base: u64,
     tls_offset: i64,
     thread_attach: u64,
@@ -159,6 +171,8 @@ struct Template {
     site_index: usize,
     /// (advice imm64, probe imm32) per call.
     calls: Vec<(usize, usize)>,
+    /// (advice imm64, probe imm32) of the around advice.
+    around: Option<(usize, usize)>,
 }
 
 const S_SITE: u64 = 0x5EED_5EED_0000_0001;
@@ -166,6 +180,8 @@ const S_FUNC: u64 = 0x5EED_5EED_0000_0002;
 const S_ADVICE: u64 = 0x5EED_5EED_0000_0100;
 const S_INDEX: u32 = 0x5EED_0001;
 const S_PROBE: u32 = 0x5EED_0100;
+const S_AROUND: u64 = 0x5EED_5EED_0000_0200;
+const S_AROUND_PROBE: u32 = 0x5EED_0200;
 
 thread_local! {
     static TEMPLATES: std::cell::RefCell<std::collections::HashMap<Shape, Option<Template>>> =
@@ -192,6 +208,7 @@ impl Template {
                 .map(|i| (S_ADVICE + i as u64, S_PROBE + i as u32))
                 .collect(),
             hijack: shape.hijack,
+            around: shape.around.then_some((S_AROUND, S_AROUND_PROBE)),
             at_entry: shape.at_entry,
             shm_base: shape.shm_base,
             tls_offset: shape.tls_offset,
@@ -212,12 +229,22 @@ impl Template {
             };
             calls.push((a, p));
         }
+        let around = match shape.around {
+            false => None,
+            true => {
+                let (Some(a), Some(p)) = (q(S_AROUND), d(S_AROUND_PROBE)) else {
+                    return Ok(None);
+                };
+                Some((a, p))
+            }
+        };
         Ok(Some(Template {
             bytes,
             site_addr,
             func,
             site_index,
             calls,
+            around,
         }))
     }
 
@@ -231,19 +258,30 @@ impl Template {
             put(a, &advice.to_le_bytes());
             put(p, &probe.to_le_bytes());
         }
+        if let (Some((a, p)), Some((advice, probe))) = (self.around, t.around) {
+            put(a, &advice.to_le_bytes());
+            put(p, &probe.to_le_bytes());
+        }
         b
     }
 }
 
 /// Assemble a head directly, without the template cache (see [`entry_head`]).
 pub fn assemble_entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
+    if t.around.is_some() && (!t.at_entry || t.unconditional) {
+        return Err(JitError::BadProgram(
+            "around advice needs a function's entry".into(),
+        ));
+    }
     let mut a = CodeAssembler::new(64)?;
+    let mut start = a.create_label();
     let mut have = a.create_label();
     let mut slow = a.create_label();
     let mut skip = a.create_label();
     // P points at the saved flags word; the saved rax is above it, then the site's
     // stack (past the red zone off function entry).
     let extra = if t.at_entry { 16 } else { 16 + 128 };
+    a.set_label(&mut start)?;
     if !t.at_entry {
         a.lea(rsp, qword_ptr(rsp - 128))?;
     }
@@ -311,9 +349,45 @@ pub fn assemble_entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
         a.mov(rax, h)?;
         a.call(rax)?;
     }
+    if let Some((advice, probe)) = t.around {
+        // The original starts right after the head: `start` + the head's length,
+        // written over the sentinel once the head is assembled.
+        a.mov(qword_ptr(rsp + AROUND_TAKEN_OFF as i32), 0)?;
+        a.lea(rax, qword_ptr(start))?;
+        a.mov(ecx, HEAD_LEN_SENTINEL)?;
+        a.add(rax, rcx)?;
+        a.mov(qword_ptr(rsp + AROUND_ORIG_OFF as i32), rax)?;
+        a.mov(qword_ptr(rsp + FRAME_PROBE_OFF as i32), probe as i32)?;
+        a.mov(rdi, rsp)?;
+        a.mov(rax, advice)?;
+        a.call(rax)?;
+    }
     a.mov(rax, qword_ptr(rsp + FRAME_TSTATE_OFF as i32))?;
     a.dec(dword_ptr(rax + AGENT_THREAD_NEST_OFF))?;
-    a.jmp(skip)?;
+    if t.around.is_some() {
+        // Taken: return to the caller with the advice's value in rax (through the
+        // saved-rax word restore_flags pops), and the original's rdx, xmm0 and xmm1
+        // if it ran; every other register as the caller left it.
+        let mut restore_ret = a.create_label();
+        a.cmp(qword_ptr(rsp + AROUND_TAKEN_OFF as i32), 0)?;
+        a.je(skip)?;
+        a.mov(rax, qword_ptr(rsp + AROUND_RAX_OFF as i32))?;
+        a.mov(rcx, qword_ptr(rsp + OFF_P))?;
+        a.mov(qword_ptr(rcx + 8), rax)?;
+        a.cmp(qword_ptr(rsp + AROUND_PROCEEDED_OFF as i32), 0)?;
+        a.je(restore_ret)?;
+        a.mov(rax, qword_ptr(rsp + AROUND_RDX_OFF as i32))?;
+        a.mov(qword_ptr(rsp + reg_off(RDX)), rax)?;
+        a.movdqu(xmm0, xmmword_ptr(rsp + AROUND_XMM0_OFF as i32))?;
+        a.movdqu(xmmword_ptr(rsp + OFF_XMM), xmm0)?;
+        a.movdqu(xmm0, xmmword_ptr(rsp + AROUND_XMM1_OFF as i32))?;
+        a.movdqu(xmmword_ptr(rsp + OFF_XMM + 16), xmm0)?;
+        a.set_label(&mut restore_ret)?;
+        restore_all(&mut a)?;
+        a.ret()?;
+    } else {
+        a.jmp(skip)?;
+    }
     a.set_label(&mut slow)?;
     a.mov(rdi, rsp)?;
     a.mov(rax, t.thread_attach)?;
@@ -323,6 +397,26 @@ pub fn assemble_entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
     a.mov(rcx, rdx)?;
     a.jmp(have)?;
     a.set_label(&mut skip)?;
+    restore_all(&mut a)?;
+    if !t.at_entry {
+        a.lea(rsp, qword_ptr(rsp + 128))?;
+    }
+    let mut bytes = a.assemble(0)?;
+    if t.around.is_some() {
+        let len = u32::try_from(bytes.len()).map_err(|_| JitError::BadProgram("head".into()))?;
+        let at = find_once(&bytes, &HEAD_LEN_SENTINEL.to_le_bytes())
+            .ok_or_else(|| JitError::BadProgram("around head: length not found".into()))?;
+        bytes[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    }
+    Ok(bytes)
+}
+
+/// Stands for the head's length until it is known (`mov ecx, imm32` keeps its
+/// size whatever the value).
+const HEAD_LEN_SENTINEL: u32 = 0x5EED_0300;
+
+/// Registers, xmm0-15 and flags back as saved; rsp back to the site's.
+fn restore_all(a: &mut CodeAssembler) -> Result<(), IcedError> {
     for (i, x) in xmms().into_iter().enumerate() {
         a.movdqu(x, xmmword_ptr(rsp + OFF_XMM + 16 * i as i32))?;
     }
@@ -331,11 +425,7 @@ pub fn assemble_entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
     }
     a.mov(rax, qword_ptr(rsp + OFF_P))?;
     a.mov(rsp, rax)?;
-    restore_flags(&mut a)?;
-    if !t.at_entry {
-        a.lea(rsp, qword_ptr(rsp + 128))?;
-    }
-    Ok(a.assemble(0)?)
+    restore_flags(a)
 }
 
 /// `push rax; lahf; seto al; push rax`: the arithmetic flags, without `pushfq`.

@@ -158,6 +158,7 @@ fn patched_function_runs_advice_and_keeps_its_result() {
         site_index: 0,
         calls: vec![(advice_addr, 0)],
         hijack: None,
+        around: None,
         at_entry: true,
         shm_base: shm.base() as u64,
         tls_offset: tls_offset(),
@@ -220,7 +221,11 @@ fn templated_heads_equal_directly_assembled_ones() {
     // assembly of the same head gives, for every shape.
     for at_entry in [true, false] {
         for calls in 0..3usize {
-            for hijack in [None, Some(0x7f00_0000_1234u64)] {
+            for (hijack, around) in [None, Some(0x7f00_0000_1234u64)]
+                .into_iter()
+                .flat_map(|h| [(h, None), (h, Some((0x7f11_4455_0000u64, 3u32)))])
+                .filter(|(_, around)| at_entry || around.is_none())
+            {
                 for (site, func, index) in [
                     (0x401000u64, 0x401000u64, 0u32),
                     (0x5555_5555_1234, 0x5555_5555_1230, 77),
@@ -233,6 +238,7 @@ fn templated_heads_equal_directly_assembled_ones() {
                             .map(|i| (0x7f11_2233_0000 + i as u64 * 64, 9 + i as u32))
                             .collect(),
                         hijack,
+                        around,
                         at_entry,
                         shm_base: 0x7fee_0000_0000,
                         tls_offset: -200,

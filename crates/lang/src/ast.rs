@@ -72,6 +72,8 @@ pub enum Item {
     /// by its name wherever attach points are (the expand stage replaces it:
     /// `crate::pointcut`).
     Pointcut(PointcutDef),
+    /// `group NAME [= member, ...];`: a named set of processes (`crate::group`).
+    Group(GroupDecl),
 }
 
 /// A named pointcut.
@@ -80,6 +82,18 @@ pub struct PointcutDef {
     pub name: String,
     pub name_span: Span,
     pub attach: Vec<AttachSpec>,
+    pub span: Span,
+}
+
+/// A group of processes (Arachne's placement): its members are the pids given on
+/// the command line (`-p NAME=PID,...`), and those the declaration names:
+/// `comm("nginx")`, `pid(123, 456)`, `command` (the `-c` process); forked children
+/// of a member join it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupDecl {
+    pub name: String,
+    pub name_span: Span,
+    pub members: Vec<Expr>,
     pub span: Span,
 }
 
@@ -198,12 +212,14 @@ impl AdviceKind {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Probe {
     pub advice: Option<(AdviceKind, Span)>,
+    /// `@GROUP probe ...`: the probe fires only in the group's processes.
+    pub group: Option<(String, Span)>,
     pub attach: Vec<AttachSpec>,
     pub predicate: Option<Expr>,
     pub body: Block,
     pub span: Span,
-    /// Added by the front end to keep an aspect's state (`cflow`): see
-    /// [`weft_ir::Probe::hidden`].
+    /// Added by the front end to keep an aspect's state (`cflow`, a group's
+    /// members): see [`weft_ir::Probe::hidden`].
     pub hidden: bool,
 }
 
@@ -217,6 +233,8 @@ pub struct AttachSpec {
     /// The text exactly as written.
     pub raw: String,
     pub span: Span,
+    /// `call:BIN:FUNC within CALLER`: the callers' pattern as written, and its span.
+    pub within: Option<(String, Span)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -29,10 +29,12 @@ pub enum Where {
     InTargetOrKernel,
     /// Probes that run in user space: any but kernel probes (tracepoints).
     UserSpace,
-    /// uprobe and uretprobe.
+    /// uprobe, uretprobe and call.
     FunctionProbes,
-    /// uprobe and usdt.
+    /// uprobe, usdt and call.
     ArgumentProbes,
+    /// call (a call site's own values: `caller`).
+    CallProbes,
     /// uretprobe.
     ReturnProbes,
     /// uprobe.
@@ -47,8 +49,9 @@ impl Where {
             Where::InTarget => "probes that run in the target",
             Where::InTargetOrKernel => "probes that run in the target and kernel probes",
             Where::UserSpace => "probes that run in user space",
-            Where::FunctionProbes => "uprobe and uretprobe probes",
-            Where::ArgumentProbes => "uprobe and usdt probes",
+            Where::FunctionProbes => "uprobe, uretprobe and call probes",
+            Where::ArgumentProbes => "uprobe, usdt and call probes",
+            Where::CallProbes => "call probes",
             Where::ReturnProbes => "uretprobe probes",
             Where::EntryProbes => "uprobe probes",
         }
@@ -194,6 +197,13 @@ pub static TABLE: &[Builtin] = &[
     f("__weft_caller_in", 2, 2)
         .only(Where::EntryProbes)
         .hidden(),
+    // Around advice: call the original function (with new first arguments).
+    f("proceed", 0, 6).only(Where::EntryProbes),
+    // A return probe: replace the function's return value.
+    Builtin {
+        void: true,
+        ..f("override", 1, 1).only(Where::ReturnProbes).unsafe_only()
+    },
     // A signal to the thread that hit the probe, from the advice.
     Builtin {
         void: true,
@@ -243,6 +253,8 @@ pub static TABLE: &[Builtin] = &[
     var("comm"),
     var("pcomm"),
     var("func").only(Where::FunctionProbes),
+    // The function that contains a call site (`call:` probes).
+    var("caller").only(Where::CallProbes),
     var("probe"),
     var("retval").only(Where::ReturnProbes),
     var("args"),

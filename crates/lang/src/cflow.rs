@@ -389,6 +389,7 @@ impl Chain {
 fn hidden_probe(attach: Vec<AttachSpec>, predicate: Option<Expr>, stmt: Stmt, span: Span) -> Probe {
     Probe {
         advice: None,
+        group: None,
         attach,
         predicate,
         body: Block {

@@ -127,6 +127,8 @@ pub struct ProbeInfo {
     pub events: Vec<Arc<[EventField]>>,
     /// Types of the probe's scratch variables, indexed by [`VarRef::id`].
     pub vars: Vec<Type>,
+    /// `around` advice (its attach points are function entries).
+    pub around: bool,
 }
 
 impl Checked {
@@ -142,6 +144,8 @@ impl Checked {
 pub const USTACK_DEPTH: u32 = 127;
 /// Capacity of `comm` (the kernel's TASK_COMM_LEN).
 pub const COMM_CAP: u32 = 16;
+/// Bytes of `caller` (the site table's name field, `weft_abi::SITE_NAME_LEN`).
+pub const CALLER_CAP: u32 = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -150,6 +154,8 @@ enum Kind {
     Uprobe,
     Uretprobe,
     Usdt,
+    /// `call:` sites: advice runs in the caller, before the call.
+    Call,
     Interval,
     Profile,
     /// Kernel tracepoints (`tracepoint:`, `kernel:syscall:`): advice runs in the
@@ -163,7 +169,7 @@ impl Kind {
     fn in_target(self) -> bool {
         matches!(
             self,
-            Kind::Uprobe | Kind::Uretprobe | Kind::Usdt | Kind::Profile | Kind::Other
+            Kind::Uprobe | Kind::Uretprobe | Kind::Usdt | Kind::Call | Kind::Profile | Kind::Other
         )
     }
 }
@@ -214,6 +220,8 @@ struct Checker<'a> {
     names: Vec<String>,
     /// The body reads `args` of tracepoints.
     reads_event: bool,
+    /// The probe being checked is `around` advice.
+    around: bool,
     vars: Vec<VarState>,
     scopes: Vec<HashMap<String, u32>>,
     loop_depth: u32,
@@ -250,6 +258,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         attach: Vec::new(),
         names: Vec::new(),
         reads_event: false,
+        around: false,
         vars: Vec::new(),
         scopes: Vec::new(),
         loop_depth: 0,
@@ -833,6 +842,8 @@ impl<'a> Checker<'a> {
         for item in &program.items {
             match item {
                 Item::Probe(_) | Item::Reserved(_) | Item::Seq(_) => seen_probe = true,
+                // Desugared before the checker (`crate::group`).
+                Item::Group(_) => {}
                 Item::Config(c) => {
                     if seen_probe {
                         self.err(c.span, "the config block must come before any probe");
@@ -1243,14 +1254,53 @@ impl<'a> Checker<'a> {
         self.scopes = vec![HashMap::new()];
         self.loose_vars.clear();
         self.loop_depth = 0;
-        if let Some((kind, span)) = p.advice {
-            self.err(
-                span,
-                format!("`{}` advice is not supported yet", kind.keyword()),
-            );
+        self.around = false;
+        match p.advice {
+            None | Some((AdviceKind::Before, _)) => {}
+            // `after` a function is its return.
+            Some((AdviceKind::After, span)) => {
+                for a in &mut p.attach {
+                    if a.provider == "uprobe" {
+                        a.provider = "uretprobe".into();
+                    } else {
+                        self.err(
+                            span,
+                            format!(
+                                "`after` advice applies to functions (`uprobe:BIN:FUNC`), not `{}`",
+                                a.raw
+                            ),
+                        );
+                    }
+                }
+            }
+            Some((AdviceKind::Around, span)) => {
+                self.around = true;
+                if !self.config.unsafe_ok {
+                    self.push(
+                        Diagnostic::error(
+                            span,
+                            "around advice changes what the program does: it needs --unsafe",
+                        )
+                        .with_help("run weft with --unsafe to allow it"),
+                    );
+                }
+            }
         }
         for a in &p.attach {
             self.attach_point(a);
+        }
+        if self.around {
+            for (a, ap) in p.attach.iter().zip(&self.attach.clone()) {
+                if !matches!(ap, AttachPoint::Uprobe { offset: 0, .. }) {
+                    self.err(
+                        a.span,
+                        format!(
+                            "around advice goes on a function's entry (`uprobe:BIN:FUNC`), not `{}`",
+                            a.raw
+                        ),
+                    );
+                }
+            }
         }
         if let Some(pred) = &mut p.predicate {
             let t = self.expr(pred);
@@ -1291,6 +1341,7 @@ impl<'a> Checker<'a> {
             names: self.names.clone(),
             events,
             vars,
+            around: self.around,
         }
     }
 
@@ -1308,6 +1359,15 @@ impl<'a> Checker<'a> {
             }
             self.kinds.push((Kind::Tracepoint, name));
             return;
+        }
+        if let Some((_, span)) = a.within.as_ref().filter(|_| a.provider != "call") {
+            self.err(
+                *span,
+                format!(
+                    "`within` restricts the call sites of a `call:` probe, not a {} probe",
+                    a.provider
+                ),
+            );
         }
         let (kind, point) = match self.attach_inner(a) {
             Ok(x) => x,
@@ -1550,6 +1610,33 @@ impl<'a> Checker<'a> {
                     ))
                 }
             }
+            "call" => {
+                arity(&[1, 2])?;
+                let (target, func) = match f.len() {
+                    1 => (String::new(), f[0].clone()),
+                    _ => (f[0].clone(), f[1].clone()),
+                };
+                if func.is_empty() {
+                    return Err(format!(
+                        "invalid attach point `{}`: missing function name",
+                        a.raw
+                    ));
+                }
+                if func.contains('+') {
+                    return Err(format!(
+                        "invalid attach point `{}`: a call site has no offset",
+                        a.raw
+                    ));
+                }
+                Ok((
+                    Kind::Call,
+                    Some(AttachPoint::Call {
+                        target,
+                        func,
+                        within: a.within.as_ref().map(|(w, _)| w.clone()),
+                    }),
+                ))
+            }
             "usdt" => {
                 arity(&[1, 2, 3])?;
                 let p = match f.len() {
@@ -1626,6 +1713,8 @@ impl<'a> Checker<'a> {
                     "END",
                     "uprobe",
                     "uretprobe",
+                    "execution",
+                    "call",
                     "usdt",
                     "interval",
                     "profile",
@@ -1827,7 +1916,8 @@ impl<'a> Checker<'a> {
             StmtKind::Return(v) => {
                 if let Some(v) = v {
                     let t = self.expr(v);
-                    if t != Type::Void && !is_int(&t) {
+                    if t != Type::Void && !is_int(&t) && !(self.around && matches!(t, Type::Ptr(_)))
+                    {
                         self.err(
                             v.span,
                             format!("a probe can only return an integer, not `{t}`"),
@@ -3376,19 +3466,23 @@ impl<'a> Checker<'a> {
 
     /// `args`: a record of the probed function's parameters, from DWARF.
     fn args_type(&mut self, span: Span) -> Type {
-        if let Some(n) = self.all_kinds(|k| matches!(k, Kind::Uprobe | Kind::Uretprobe)) {
+        if let Some(n) =
+            self.all_kinds(|k| matches!(k, Kind::Uprobe | Kind::Uretprobe | Kind::Call))
+        {
             self.err(
                 span,
-                format!("args can only be used in uprobe and uretprobe probes (not in `{n}`)"),
+                format!(
+                    "args can only be used in uprobe, uretprobe and call probes (not in `{n}`)"
+                ),
             );
             return Type::Void;
         }
         let mut common: Option<Type> = None;
         for a in self.attach.clone() {
             let func = match &a {
-                AttachPoint::Uprobe { func, .. } | AttachPoint::Uretprobe { func, .. } => {
-                    func.clone()
-                }
+                AttachPoint::Uprobe { func, .. }
+                | AttachPoint::Uretprobe { func, .. }
+                | AttachPoint::Call { func, .. } => func.clone(),
                 _ => continue,
             };
             let params = self.opts.args_resolver.as_ref().and_then(|r| r.params(&a));
@@ -3433,6 +3527,7 @@ impl<'a> Checker<'a> {
                 signed: false,
             },
             "comm" | "pcomm" => Type::Str { cap: COMM_CAP },
+            "caller" => Type::Str { cap: CALLER_CAP },
             "probe" => Type::ProbeName,
             "func" => Type::USym,
             "retval" => Type::U64,
@@ -3482,8 +3577,13 @@ impl<'a> Checker<'a> {
             builtins::Where::InTarget => Kind::in_target,
             builtins::Where::InTargetOrKernel => |k| k.in_target() || k == Kind::Tracepoint,
             builtins::Where::UserSpace => |k| k != Kind::Tracepoint,
-            builtins::Where::FunctionProbes => |k| matches!(k, Kind::Uprobe | Kind::Uretprobe),
-            builtins::Where::ArgumentProbes => |k| matches!(k, Kind::Uprobe | Kind::Usdt),
+            builtins::Where::FunctionProbes => {
+                |k| matches!(k, Kind::Uprobe | Kind::Uretprobe | Kind::Call)
+            }
+            builtins::Where::ArgumentProbes => {
+                |k| matches!(k, Kind::Uprobe | Kind::Usdt | Kind::Call)
+            }
+            builtins::Where::CallProbes => |k| k == Kind::Call,
             builtins::Where::ReturnProbes => |k| k == Kind::Uretprobe,
             builtins::Where::EntryProbes => |k| k == Kind::Uprobe,
         };
@@ -3663,6 +3763,26 @@ impl<'a> Checker<'a> {
             }
         };
         match name.as_str() {
+            "proceed" => {
+                if !self.around {
+                    self.push(
+                        Diagnostic::error(name_span, "proceed() is only for around advice")
+                            .with_help("write `around uprobe:BIN:FUNC { ... proceed() ... }`"),
+                    );
+                }
+                if arity(self) {
+                    for i in 0..n {
+                        int_at(self, i);
+                    }
+                }
+                Type::I64
+            }
+            "override" => {
+                if arity(self) {
+                    int_at(self, 0);
+                }
+                Type::Void
+            }
             "printf" | "system" | "cat" | "errorf" | "warnf" => {
                 if !arity(self) {
                     return Type::Void;

@@ -109,6 +109,7 @@ impl Dumper {
                 let names: Vec<String> = pc.attach.iter().map(attach_text).collect();
                 self.line(d, &format!("pointcut {} = {}", pc.name, names.join(", ")));
             }
+            Item::Group(g) => self.line(d, &format!("group {}", g.name)),
             Item::Reserved(r) => {
                 let name = r
                     .name
@@ -371,6 +372,10 @@ pub fn attach_text(a: &AttachSpec) -> String {
     for f in &a.fields {
         s.push(':');
         s.push_str(f);
+    }
+    if let Some((w, _)) = &a.within {
+        s.push_str(" within ");
+        s.push_str(w);
     }
     s
 }

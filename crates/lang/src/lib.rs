@@ -17,6 +17,7 @@ pub mod check;
 pub mod diag;
 pub mod dump;
 pub mod expand;
+pub mod group;
 pub use weft_ir::format;
 pub mod lexer;
 pub mod lower;
@@ -116,6 +117,8 @@ pub struct Options {
     pub headers: Option<Arc<dyn HeaderResolver + Send + Sync>>,
     /// `--include FILE`s: headers read before the script's `#include`s.
     pub include_files: Vec<String>,
+    /// Groups named on the command line (`-p NAME=PID,...`): their initial members.
+    pub groups: Vec<(String, Vec<i32>)>,
 }
 
 impl std::fmt::Debug for Options {
@@ -235,7 +238,10 @@ pub fn compile(source: &str, file: &str, opts: &Options) -> Output {
         return out;
     }
 
-    let diags = expand(&mut ast);
+    let mut group_diags = diag::Diags::default();
+    group::desugar(&mut ast, &opts.groups, &mut group_diags);
+    let mut diags = group_diags.list;
+    diags.extend(expand(&mut ast));
     let failed = diags.iter().any(Diagnostic::is_error);
     out.diagnostics.extend(diags);
     if wants(Stage::Expand) {

@@ -14,7 +14,8 @@ use weft_ir::{
 
 use crate::ast::*;
 use crate::check::{
-    machine_reg, signal_number, storage, Checked, NamedValue, ProbeInfo, RegSource, COMM_CAP,
+    machine_reg, signal_number, storage, Checked, NamedValue, ProbeInfo, RegSource, CALLER_CAP,
+    COMM_CAP,
 };
 use crate::diag::{Diagnostic, Diags};
 use crate::{EventField, EventFieldShape};
@@ -114,8 +115,10 @@ fn lower_probe(
     diags: &mut Diags,
 ) {
     {
+        let observing = info.around.then(|| observing(&p.body)).flatten();
         let mut fx = Fx {
             ck,
+            observing,
             formats: &mut prog.formats,
             f: Function::default(),
             info,
@@ -152,8 +155,63 @@ fn lower_probe(
             attach,
             body: f,
             hidden: p.hidden,
+            around: info.around && observing.is_none(),
         });
     }
+}
+
+/// Around advice that only observes: it ends by proceeding with the caller's
+/// arguments and handing back the result (`...; return proceed();`, `...;
+/// proceed();`, `...; $r = proceed(); return $r;`), and neither proceeds nor returns
+/// anywhere else. Such advice is entry advice that runs before the function, and is
+/// woven as such (inline and at a few nanoseconds when simple enough); the number of
+/// statements before the final proceed.
+fn observing(body: &Block) -> Option<usize> {
+    struct Count(usize);
+    impl VisitMut for Count {
+        fn expr(&mut self, e: &mut Expr) {
+            if matches!(&e.kind, ExprKind::Call { name, .. } if name == "proceed") {
+                self.0 += 1;
+            }
+            walk_expr(self, e);
+        }
+        fn block(&mut self, b: &mut Block) {
+            self.0 += b
+                .stmts
+                .iter()
+                .filter(|s| matches!(s.kind, StmtKind::Return(_)))
+                .count();
+            walk_block(self, b);
+        }
+    }
+    let bare = |e: &Expr| matches!(&e.kind, ExprKind::Call { name, args, .. } if name == "proceed" && args.is_empty());
+    if body.value.is_some() {
+        return None;
+    }
+    let n = body.stmts.len();
+    let keep = match &body.stmts.last()?.kind {
+        StmtKind::Return(Some(e)) | StmtKind::Expr(e) if bare(e) => n - 1,
+        StmtKind::Return(Some(Expr {
+            kind: ExprKind::Var(r),
+            ..
+        })) if n >= 2 => match &body.stmts[n - 2].kind {
+            StmtKind::Assign {
+                target: LValue::Var(v),
+                op: None,
+                value,
+            } if v.id == r.id && v.id.is_some() && bare(value) => n - 2,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    let mut rest = Block {
+        stmts: body.stmts[..keep].to_vec(),
+        value: None,
+        span: body.span,
+    };
+    let mut c = Count(0);
+    c.block(&mut rest);
+    (c.0 == 0).then_some(keep)
 }
 
 /// Where a value is: a register (scalars), a place (everything else), or nothing.
@@ -166,6 +224,9 @@ enum Val {
 
 struct Fx<'a> {
     ck: &'a Checked,
+    /// Around advice lowered as entry advice: the statements before its final
+    /// proceed ([`observing`]).
+    observing: Option<usize>,
     formats: &'a mut Vec<Format>,
     f: Function,
     info: &'a ProbeInfo,
@@ -518,7 +579,22 @@ impl<'a> Fx<'a> {
             });
             self.emit(Inst::Label(body));
         }
-        self.block(&p.body);
+        match self.observing {
+            // The body up to the final proceed, as entry advice.
+            Some(keep) => {
+                for s in &p.body.stmts[..keep] {
+                    let m = self.mark();
+                    self.stmt(s);
+                    self.release(m);
+                }
+            }
+            None => {
+                if self.info.around {
+                    self.emit(Inst::AroundEnter);
+                }
+                self.block(&p.body);
+            }
+        }
         self.emit(Inst::Label(exit));
         self.emit(Inst::Return);
     }
@@ -747,7 +823,11 @@ impl<'a> Fx<'a> {
             }
             StmtKind::Return(v) => {
                 if let Some(v) = v {
-                    self.expr(v);
+                    let v = self.expr(v);
+                    if self.info.around && self.observing.is_none() {
+                        let value = self.reg_of(v);
+                        self.emit(Inst::AroundReturn { value });
+                    }
                 }
                 self.emit(Inst::Return);
                 // Code after `return` is unreachable but must stay well-formed.
@@ -1283,6 +1363,14 @@ impl<'a> Fx<'a> {
                 self.emit(Inst::Comm {
                     dst: p,
                     cap: COMM_CAP,
+                });
+                Val::Place(p)
+            }
+            "caller" => {
+                let p = self.temp(CALLER_CAP);
+                self.emit(Inst::FuncName {
+                    dst: p,
+                    cap: CALLER_CAP,
                 });
                 Val::Place(p)
             }
@@ -2071,6 +2159,24 @@ impl<'a> Fx<'a> {
                     symbol: ir::SymbolRef::named(String::from_utf8_lossy(s)),
                 });
                 Val::Reg(d)
+            }
+            "proceed" => {
+                let args: Vec<Reg> = args
+                    .iter()
+                    .map(|a| {
+                        let v = self.expr(a);
+                        self.reg_of(v)
+                    })
+                    .collect();
+                let d = self.reg();
+                self.emit(Inst::Proceed { dst: d, args });
+                Val::Reg(d)
+            }
+            "override" => {
+                let v = self.expr(&args[0]);
+                let value = self.reg_of(v);
+                self.emit(Inst::Override { value });
+                Val::Unit
             }
             "signal" => {
                 let sig = match &args[0].kind {

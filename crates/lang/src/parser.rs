@@ -432,6 +432,9 @@ impl<'a> Parser<'a> {
                 ("seq", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBracket => {
                     return self.seq_block().map(|b| Some(Item::Seq(b)))
                 }
+                ("group", Tok::Ident(_)) if matches!(self.peek_tok(2), Tok::Semi | Tok::Assign) => {
+                    return self.group_decl().map(|g| Some(Item::Group(g)))
+                }
                 ("seq", Tok::LBrace) | ("group", Tok::LBrace) | ("group", Tok::Ident(_)) => {
                     return self.reserved_block().map(|b| Some(Item::Reserved(b)))
                 }
@@ -453,6 +456,15 @@ impl<'a> Parser<'a> {
                 }
                 _ => {}
             }
+        }
+        // `@GROUP probe`: placement on a group of processes.
+        if let (Tok::Map(name), Tok::Ident(_)) = (&t0, &t1) {
+            let name = name.trim_start_matches('@').to_string();
+            self.bump();
+            let mut p = self.probe(None)?;
+            p.span = self.span_from(start);
+            p.group = Some((name, start));
+            return Ok(Some(Item::Probe(p)));
         }
         match t0 {
             Tok::RBrace => {
@@ -481,6 +493,24 @@ impl<'a> Parser<'a> {
                 Some((raw, span)) => attach.push(attach_spec(raw, span)),
                 None => return Err(self.error_here("an attach point")),
             }
+            // `call:BIN:FUNC within CALLER`: the callers, a function name or pattern
+            // (scanned as attach text, so `*` and `?` are part of it).
+            if self.at_ident("within") {
+                let kw = self.bump().span;
+                self.reset_lookahead();
+                match self.lx.scan_attach(false) {
+                    Some((callers, span)) => {
+                        if let Some(a) = attach.last_mut() {
+                            a.within = Some((callers, span));
+                        }
+                    }
+                    None => {
+                        self.diags
+                            .error(kw, "`within` needs a function name or pattern after it");
+                        return Err(Stop);
+                    }
+                }
+            }
             if !self.eat(&Tok::Comma) {
                 break;
             }
@@ -503,6 +533,7 @@ impl<'a> Parser<'a> {
         let body = self.block()?;
         Ok(Probe {
             advice,
+            group: None,
             attach,
             predicate,
             body,
@@ -874,6 +905,31 @@ impl<'a> Parser<'a> {
     }
 
     /// `seq NAME[KEY] { probe [*] ... }`.
+    /// `group NAME;` or `group NAME = member, member;`.
+    fn group_decl(&mut self) -> PResult<GroupDecl> {
+        let start = self.bump().span;
+        let name_tok = self.bump();
+        let Tok::Ident(name) = name_tok.tok else {
+            unreachable!("checked by item()")
+        };
+        let mut members = Vec::new();
+        if self.eat(&Tok::Assign) {
+            loop {
+                members.push(self.expr()?);
+                if !self.eat(&Tok::Comma) {
+                    break;
+                }
+            }
+        }
+        self.expect(&Tok::Semi)?;
+        Ok(GroupDecl {
+            name,
+            name_span: name_tok.span,
+            members,
+            span: self.span_from(start),
+        })
+    }
+
     fn seq_block(&mut self) -> PResult<SeqBlock> {
         self.deeper(|p| {
             let start = p.bump().span;
@@ -1849,7 +1905,7 @@ pub fn attach_spec(raw: String, span: Span) -> AttachSpec {
     let provider = match provider.as_str() {
         p if p.eq_ignore_ascii_case("begin") => "BEGIN",
         p if p.eq_ignore_ascii_case("end") => "END",
-        "u" => "uprobe",
+        "u" | "execution" => "uprobe",
         "ur" => "uretprobe",
         "U" => "usdt",
         "k" => "kprobe",
@@ -1874,5 +1930,6 @@ pub fn attach_spec(raw: String, span: Span) -> AttachSpec {
         fields,
         raw,
         span,
+        within: None,
     }
 }

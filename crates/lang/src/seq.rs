@@ -294,6 +294,7 @@ fn timeout_probe(ns: u64, mut body: Block, span: Span, end: &Ending) -> Probe {
     let period_ms = (ns / 4 / 1_000_000).clamp(10, 1000);
     Probe {
         advice: None,
+        group: None,
         attach: vec![crate::parser::attach_spec(
             format!("interval:ms:{period_ms}"),
             span,
@@ -305,11 +306,11 @@ fn timeout_probe(ns: u64, mut body: Block, span: Span, end: &Ending) -> Probe {
     }
 }
 
-fn int(v: u64, span: Span) -> Expr {
+pub(crate) fn int(v: u64, span: Span) -> Expr {
     Expr::new(ExprKind::Int(v), span)
 }
 
-fn binary(op: BinOp, lhs: Expr, rhs: Expr, span: Span) -> Expr {
+pub(crate) fn binary(op: BinOp, lhs: Expr, rhs: Expr, span: Span) -> Expr {
     Expr::new(
         ExprKind::Binary {
             op,
@@ -329,11 +330,11 @@ fn map_ref(name: &str, key: Expr, span: Span) -> MapRef {
     }
 }
 
-fn map_expr(name: &str, key: Expr, span: Span) -> Expr {
+pub(crate) fn map_expr(name: &str, key: Expr, span: Span) -> Expr {
     Expr::new(ExprKind::Map(map_ref(name, key, span)), span)
 }
 
-fn assign_map(name: &str, key: Expr, value: Expr, span: Span) -> Stmt {
+pub(crate) fn assign_map(name: &str, key: Expr, value: Expr, span: Span) -> Stmt {
     Stmt {
         kind: StmtKind::Assign {
             target: LValue::Map(map_ref(name, key, span)),
@@ -344,7 +345,7 @@ fn assign_map(name: &str, key: Expr, value: Expr, span: Span) -> Stmt {
     }
 }
 
-fn delete(name: &str, key: Expr, span: Span) -> Stmt {
+pub(crate) fn delete(name: &str, key: Expr, span: Span) -> Stmt {
     Stmt {
         kind: StmtKind::Expr(Expr::new(
             ExprKind::Call {

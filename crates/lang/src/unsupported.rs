@@ -56,7 +56,7 @@ pub fn provider(name: &str, kernel: Option<&KernelOffers>) -> Option<String> {
             format!("{name}: probes for `bpftrace --{name}` are not supported by weft")
         }
         // Reserved for the aspect extensions.
-        "call" | "get" | "set" => format!("the `{name}:` provider is not supported yet"),
+        "get" | "set" => format!("the `{name}:` provider is not supported yet"),
         _ => return None,
     };
     Some(msg)
@@ -92,9 +92,6 @@ pub fn function(name: &str) -> Option<String> {
         "kptr" | "uptr" => {
             "kptr/uptr: address-space annotations are not needed in weft (all reads are user-space)"
         }
-        "override" => {
-            "override: changing a kernel function's return value is not available in weft"
-        }
         "cgroupid" => "cgroupid: cgroup ids are not available in weft",
         "path" => "path: kernel path resolution is not available in weft",
         "skboutput" => "skboutput: packet capture is not available in weft",
@@ -105,7 +102,6 @@ pub fn function(name: &str) -> Option<String> {
         "unwatch" => "unwatch: watchpoints are not available in weft",
         "debugf" => "debugf: the kernel trace pipe is not available in weft; use printf",
         "errorf" | "warnf" => "errorf/warnf are not supported yet; use printf",
-        "proceed" => "proceed() (around advice) is not supported yet",
         _ => return None,
     };
     Some(msg.to_string())

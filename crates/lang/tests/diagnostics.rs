@@ -202,7 +202,7 @@ fn context_builtins() {
     check(
         "BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }",
         expect![[r#"
-            error: arg0 can only be used in uprobe and usdt probes (not in `BEGIN`)
+            error: arg0 can only be used in uprobe, usdt and call probes (not in `BEGIN`)
              --> script.bt:1:15
               |
             1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
@@ -214,7 +214,7 @@ fn context_builtins() {
             1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
               |                            ^^^^^^
 
-            error: func can only be used in uprobe and uretprobe probes (not in `BEGIN`)
+            error: func can only be used in uprobe, uretprobe and call probes (not in `BEGIN`)
              --> script.bt:1:43
               |
             1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
@@ -226,7 +226,7 @@ fn context_builtins() {
             1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
               |                                                                            ^^^^^^
 
-            error: arg1 can only be used in uprobe and usdt probes (not in `uretprobe:/bin/a:f`)
+            error: arg1 can only be used in uprobe, usdt and call probes (not in `uretprobe:/bin/a:f`)
              --> script.bt:1:114
               |
             1 | BEGIN { print(arg0); print(retval); print(func); } uprobe:/bin/a:f { print(retval); } uretprobe:/bin/a:f { print(arg1); print(retval); }
@@ -413,11 +413,18 @@ fn unsupported_builtins_and_functions() {
             1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
               |                                                                             ^^^^^
 
-            error: override: changing a kernel function's return value is not available in weft
+            error: override() needs --unsafe
              --> script.bt:1:125
               |
             1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
               |                                                                                                                             ^^^^^^^^
+              = help: run weft with --unsafe to allow override()
+
+            error: override() can only be used in uretprobe probes (not in `BEGIN`)
+             --> script.bt:1:125
+              |
+            1 | BEGIN { print(kstack); print(curtask); print(cgroup); print(ksym(1)); print(kaddr("x")); print(ntop(1)); print(macaddr(1)); override(1); }
+              |                                                                                                                             ^^^^^^^^^^^
 
         "#]],
     );
@@ -428,29 +435,12 @@ fn reserved_aspect_syntax_is_not_supported_yet() {
     check(
         "before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main, uprobe:/bin/a:h)/ { }",
         expect![[r#"
-            error: `before` advice is not supported yet
-             --> script.bt:1:1
-              |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main, uprobe:/bin/a:h)/ { }
-              | ^^^^^^
-
-            error: `around` advice is not supported yet
+            error: around advice changes what the program does: it needs --unsafe
              --> script.bt:1:28
               |
             1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main, uprobe:/bin/a:h)/ { }
               |                            ^^^^^^
-
-            error: proceed() (around advice) is not supported yet
-             --> script.bt:1:53
-              |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main, uprobe:/bin/a:h)/ { }
-              |                                                     ^^^^^^^
-
-            error: the `call:` provider is not supported yet
-             --> script.bt:1:66
-              |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main, uprobe:/bin/a:h)/ { }
-              |                                                                  ^^^^^^^^^^^^^
+              = help: run weft with --unsafe to allow it
 
             error: the `get:` provider is not supported yet
              --> script.bt:1:84
@@ -1938,6 +1928,63 @@ fn address_of_is_refused_where_written() {
             2 | BEGIN { $x = 1; $p = &$x; @m = 1; $q = &@m; $s = (struct S *)0; $r = &$s->a; $t = &1; }
               |                                                                                   ^^
               = help: the address of a struct member is `(uint64)$p + offsetof(struct T, field)`
+
+        "#]],
+    );
+}
+
+#[test]
+fn call_probes() {
+    check(
+        "call:/bin/a:f within main { print(retval); print(caller); print(arg6); print(func); }\n\
+         uprobe:/bin/a:f within main { print(caller); }\n\
+         call:/bin/a:f+4 { }\n\
+         call:a:b:c { }\n",
+        expect![[r#"
+            error: retval can only be used in uretprobe probes (not in `call:/bin/a:f within main`)
+             --> script.bt:1:35
+              |
+            1 | call:/bin/a:f within main { print(retval); print(caller); print(arg6); print(func); }
+              |                                   ^^^^^^
+
+            error: `within` restricts the call sites of a `call:` probe, not a uprobe probe
+             --> script.bt:2:24
+              |
+            2 | uprobe:/bin/a:f within main { print(caller); }
+              |                        ^^^^
+
+            error: caller can only be used in call probes (not in `uprobe:/bin/a:f within main`)
+             --> script.bt:2:37
+              |
+            2 | uprobe:/bin/a:f within main { print(caller); }
+              |                                     ^^^^^^
+
+            error: invalid attach point `call:/bin/a:f+4`: a call site has no offset
+             --> script.bt:3:1
+              |
+            3 | call:/bin/a:f+4 { }
+              | ^^^^^^^^^^^^^^^
+
+            error: invalid attach point `call:a:b:c`: wrong number of `:`-separated fields for call
+             --> script.bt:4:1
+              |
+            4 | call:a:b:c { }
+              | ^^^^^^^^^^
+
+        "#]],
+    );
+}
+
+#[test]
+fn within_needs_a_pattern() {
+    check(
+        "call:/bin/a:f within { }\n",
+        expect![[r#"
+            error: `within` needs a function name or pattern after it
+             --> script.bt:1:15
+              |
+            1 | call:/bin/a:f within { }
+              |               ^^^^^^
 
         "#]],
     );

@@ -872,3 +872,25 @@ fn strncmp_length_does_not_wrap() {
     assert_eq!(cmp.len(), 1, "{text}");
     assert!(cmp[0].ends_with("len: 3 }"), "{text}");
 }
+
+#[test]
+fn call_site_caller_and_execution_alias() {
+    check(
+        "call:./app:work within ma* { @[caller] = count(); } execution:./app:work { @e = count(); }",
+        expect![[r#"
+            map 0 @[string[64]]: Count
+            map 1 @e: Count
+            probe call:./app:work within ma* (regs 0, slots [64, 64])
+                FuncName { dst: Place { slot: Slot(0), off: 0 }, cap: 64 }
+                Zero { place: Place { slot: Slot(1), off: 0 }, len: 64 }
+                Copy { dst: Place { slot: Slot(1), off: 0 }, src: Place { slot: Slot(0), off: 0 }, len: 64 }
+                MapAgg { map: MapId(0), key: Some(Place { slot: Slot(1), off: 0 }), op: Count }
+              L0:
+                Return
+            probe uprobe:./app:work (regs 0, slots [])
+                MapAgg { map: MapId(1), key: None, op: Count }
+              L0:
+                Return
+        "#]],
+    );
+}

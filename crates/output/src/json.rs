@@ -18,6 +18,13 @@ pub fn attached_probes(n: u64) -> Vec<u8> {
         .into_bytes()
 }
 
+/// `{"type": "call_sites", "count": N, "data": {"sites": N}}`: weft's record after
+/// `attached_probes` when `call:` probes rewrote N calls (shaped like it).
+pub fn call_sites(n: u64) -> Vec<u8> {
+    format!("{{\"type\": \"call_sites\", \"count\": {n}, \"data\": {{\"sites\": {n}}}}}\n")
+        .into_bytes()
+}
+
 /// `{"type": "lost_events", "count": N, "data": {"events": N}}` (upstream, as
 /// [`attached_probes`]).
 pub fn lost_events(n: u64) -> Vec<u8> {

@@ -85,6 +85,16 @@ pub fn attached_line(n: u64) -> String {
     }
 }
 
+/// `Woven N call site(s)\n`: weft's line after [`attached_line`] when `call:` probes
+/// rewrote N calls (on stderr, like it).
+pub fn call_sites_line(n: u64) -> String {
+    if n == 1 {
+        format!("Woven {n} call site\n")
+    } else {
+        format!("Woven {n} call sites\n")
+    }
+}
+
 /// `Lost N events\n`, printed when events were dropped.
 pub fn lost_events_line(n: u64) -> String {
     format!("Lost {n} events\n")

@@ -35,6 +35,8 @@ pub struct MapSpec {
     pub lhist: (i64, i64, i64),
     /// `tseries`: (interval in ns, intervals, `TSERIES_*` aggregation).
     pub tseries: (u64, u32, u32),
+    /// `MAP_FLAG_*`.
+    pub flags: u32,
 }
 
 impl MapSpec {
@@ -48,6 +50,7 @@ impl MapSpec {
             hist_k: 0,
             lhist: (0, 0, 1),
             tseries: (1, 1, 0),
+            flags: 0,
         }
     }
 
@@ -67,6 +70,7 @@ impl MapSpec {
             hist_k: 0,
             lhist: (0, 0, 1),
             tseries: (1, 1, 0),
+            flags: 0,
         }
     }
 
@@ -242,6 +246,7 @@ impl Layout {
                 (*d).tseries_interval_ns = spec.tseries.0;
                 (*d).tseries_intervals = spec.tseries.1;
                 (*d).tseries_agg = spec.tseries.2;
+                (*d).flags = spec.flags;
                 (*d).table_off = *table_off;
                 (*d).agg_off = *agg_off;
             }

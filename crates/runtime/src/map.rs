@@ -48,6 +48,38 @@ pub fn plain_value_ptr(shm: &Shm, d: &MapDesc, i: u32) -> *mut u8 {
     unsafe { entry_ptr(shm, d, i).add(voff as usize) }
 }
 
+/// In a forked child: copy every `MAP_FLAG_INHERIT_PID` map's entry for `parent`
+/// to `child` (a group member's child is a member). Plain maps keyed by an 8-byte
+/// pid; a full map counts the drop as any insert does. Returns the entries copied.
+pub fn inherit(shm: &Shm, parent: u32, child: u32) -> usize {
+    let mut copied = 0;
+    for id in 0..shm.map_count() {
+        let d = shm.map(id);
+        if d.flags & weft_abi::MAP_FLAG_INHERIT_PID == 0
+            || d.kind != MapKind::Plain as u32
+            || d.key_size != 8
+        {
+            continue;
+        }
+        let Some(from) = find(shm, d, &u64::from(parent).to_le_bytes()) else {
+            continue;
+        };
+        let Some(to) = insert(shm, d, &u64::from(child).to_le_bytes()).index() else {
+            continue;
+        };
+        // SAFETY: both are live entries of this plain map; values do not overlap.
+        unsafe {
+            core::ptr::copy_nonoverlapping(
+                plain_value_ptr(shm, d, from),
+                plain_value_ptr(shm, d, to),
+                d.value_size as usize,
+            );
+        }
+        copied += 1;
+    }
+    copied
+}
+
 /// Key bytes of entry `i` (valid while the entry is LIVE).
 pub fn key_bytes<'a>(shm: &'a Shm, d: &MapDesc, i: u32) -> &'a [u8] {
     key_of(entry_ptr(shm, d, i), d.key_size)

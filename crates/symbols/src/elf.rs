@@ -207,6 +207,20 @@ unsafe impl gimli::StableDeref for SharedBytes {}
 // SAFETY: see above; a clone derefs to the same address.
 unsafe impl gimli::CloneStableDeref for SharedBytes {}
 
+/// A function the file calls through the dynamic linker: a dynamic symbol with an
+/// `R_X86_64_JUMP_SLOT` or `R_X86_64_GLOB_DAT` relocation (a library's function, or
+/// one of its own that another object may interpose).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Import {
+    pub name: String,
+    /// The GOT slot the dynamic linker fills with the function's address.
+    pub slot: u64,
+    /// The PLT entry that jumps through the slot (what the file's `call`s target):
+    /// in `.plt.sec` (IBT builds), `.plt` or `.plt.got`. `None` when no PLT entry
+    /// uses the slot (`-fno-plt` code calls through it: `call [rip+slot]`).
+    pub plt: Option<u64>,
+}
+
 /// A validated 64-bit little-endian x86-64 executable or shared library.
 pub struct ElfFile {
     path: PathBuf,
@@ -225,6 +239,7 @@ pub struct ElfFile {
     symbols: HashMap<String, u64>,
     /// `(r_offset, value)` of the dynamic relocations whose value is known statically.
     static_relocs: BTreeMap<u64, u64>,
+    imports: Vec<Import>,
 }
 
 impl std::fmt::Debug for ElfFile {
@@ -303,6 +318,7 @@ impl ElfFile {
             functions: parsed.functions,
             symbols: parsed.symbols,
             static_relocs: parsed.static_relocs,
+            imports: parsed.imports,
         })
     }
 
@@ -423,6 +439,12 @@ impl ElfFile {
         let i = self.functions.partition_point(|f| f.vaddr <= vaddr);
         let f = self.functions.get(i.checked_sub(1)?)?;
         (vaddr == f.vaddr || vaddr - f.vaddr < f.size).then_some(f)
+    }
+
+    /// The functions called through the dynamic linker, by GOT slot (see
+    /// [`Import`]).
+    pub fn imports(&self) -> &[Import] {
+        &self.imports
     }
 
     /// The address of a defined symbol of any type (function, object, notype).
@@ -602,6 +624,7 @@ struct Parsed {
     functions: Vec<Function>,
     symbols: HashMap<String, u64>,
     static_relocs: BTreeMap<u64, u64>,
+    imports: Vec<Import>,
 }
 
 impl Parsed {
@@ -731,6 +754,8 @@ impl Parsed {
         let mut raw = Vec::new();
         let mut symbols = HashMap::new();
         let mut dynsyms: Vec<u64> = Vec::new();
+        // Names of the dynamic symbols that may be functions, by index (imports).
+        let mut dyn_funcs: Vec<Option<String>> = Vec::new();
         for (sh_type, from_symtab) in [(elf::SHT_SYMTAB, true), (elf::SHT_DYNSYM, false)] {
             let syms = table
                 .symbols(e, data, sh_type)
@@ -747,6 +772,18 @@ impl Parsed {
                         dynsyms.resize(idx + 1, 0);
                     }
                     dynsyms[idx] = value;
+                    if matches!(
+                        sym.st_type(),
+                        elf::STT_FUNC | elf::STT_GNU_IFUNC | elf::STT_NOTYPE
+                    ) {
+                        if let Ok(n) = syms.symbol_name(e, sym) {
+                            if dyn_funcs.len() <= idx {
+                                dyn_funcs.resize(idx + 1, None);
+                            }
+                            dyn_funcs[idx] = Some(String::from_utf8_lossy(n).into_owned())
+                                .filter(|n| !n.is_empty());
+                        }
+                    }
                 }
                 let shndx = sym.st_shndx(e);
                 if shndx == elf::SHN_UNDEF {
@@ -845,6 +882,8 @@ impl Parsed {
             BTreeMap::new()
         };
 
+        let imports = imports(&view, &sections, &dyn_funcs);
+
         Ok(Parsed {
             kind,
             entry: hdr.e_entry(e),
@@ -858,6 +897,7 @@ impl Parsed {
             functions,
             symbols,
             static_relocs,
+            imports,
         })
     }
 }
@@ -1031,6 +1071,84 @@ fn find_build_id(data: &[u8], segments: &[Segment], sections: &[Section]) -> Opt
         }
     }
     None
+}
+
+/// The functions the file reaches through GOT slots (`R_X86_64_JUMP_SLOT` and
+/// `R_X86_64_GLOB_DAT` relocations against function symbols, named from `dyn_funcs`),
+/// each with the PLT entry that jumps through its slot. A PLT entry is found by its
+/// `jmp qword ptr [rip+disp]` (`ff 25`, maybe after a `bnd` prefix) whose operand is
+/// the slot; the entry starts at that jump, or at the `endbr64` just before it.
+fn imports(view: &FileView<'_>, sections: &[Section], dyn_funcs: &[Option<String>]) -> Vec<Import> {
+    let mut by_slot: BTreeMap<u64, Import> = BTreeMap::new();
+    for sec in sections.iter().filter(|s| s.kind == elf::SHT_RELA) {
+        let Some(bytes) = view
+            .data
+            .get(sec.offset as usize..(sec.offset.saturating_add(sec.size)) as usize)
+        else {
+            continue;
+        };
+        for r in bytes.chunks_exact(24) {
+            let word = |i: usize| u64::from_le_bytes(r[i..i + 8].try_into().unwrap_or([0; 8]));
+            let (offset, info) = (word(0), word(8));
+            if !matches!(
+                (info & 0xffff_ffff) as u32,
+                elf::R_X86_64_JUMP_SLOT | elf::R_X86_64_GLOB_DAT
+            ) {
+                continue;
+            }
+            if let Some(Some(name)) = dyn_funcs.get((info >> 32) as usize) {
+                by_slot.insert(
+                    offset,
+                    Import {
+                        name: name.clone(),
+                        slot: offset,
+                        plt: None,
+                    },
+                );
+            }
+        }
+    }
+    if by_slot.is_empty() {
+        return Vec::new();
+    }
+    const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+    for sec in sections
+        .iter()
+        .filter(|s| matches!(s.name.as_str(), ".plt" | ".plt.sec" | ".plt.got"))
+        .filter(|s| s.kind != elf::SHT_NOBITS)
+    {
+        let Some(code) = view
+            .data
+            .get(sec.offset as usize..(sec.offset.saturating_add(sec.size)) as usize)
+        else {
+            continue;
+        };
+        for i in 0..code.len().saturating_sub(5) {
+            if code[i] != 0xff || code[i + 1] != 0x25 {
+                continue;
+            }
+            let disp = i32::from_le_bytes(code[i + 2..i + 6].try_into().unwrap_or([0; 4]));
+            let next = sec.addr + i as u64 + 6;
+            let slot = next.wrapping_add(disp as i64 as u64);
+            let Some(imp) = by_slot.get_mut(&slot) else {
+                continue;
+            };
+            let jmp = if i > 0 && code[i - 1] == 0xf2 {
+                i - 1
+            } else {
+                i
+            };
+            let start = if jmp >= 4 && code[jmp - 4..jmp] == ENDBR64 {
+                jmp - 4
+            } else {
+                jmp
+            };
+            // `.plt.sec` is scanned after `.plt` when it follows it; either way one
+            // entry per slot jumps through it.
+            imp.plt.get_or_insert(sec.addr + start as u64);
+        }
+    }
+    by_slot.into_values().collect()
 }
 
 /// Dynamic relocations whose result is known without loading: `R_X86_64_RELATIVE`

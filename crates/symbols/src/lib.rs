@@ -46,7 +46,7 @@ mod usdt;
 
 pub use debugfile::{DebugSearch, MissingDwo, DEFAULT_DEBUG_DIR};
 pub use dwarf::{DebugInfo, Param, SourceFrame};
-pub use elf::{demangle, ElfFile, ElfKind, Function, FunctionName, Section, Segment};
+pub use elf::{demangle, ElfFile, ElfKind, Function, FunctionName, Import, Section, Segment};
 pub use error::{Error, Result};
 pub use maps::{find_module, load_bias, MappedFile, Mapping, Module, Perms, ProcMaps};
 pub use probelist::{parse_weft_probes, WeftProbeKind, WeftProbeSite, WEFT_PROBES_SECTION};

@@ -594,3 +594,53 @@ fn library_names_resolve_through_dt_needed() {
     assert_eq!(resolve(&libc, "malloc", None).unwrap().len(), 1);
     assert!(libc.is_stripped() || !libc.functions().is_empty());
 }
+
+/// `objdump -d`'s `<name@plt>` labels: the PLT entry of each imported function.
+fn objdump_plt(path: &Path) -> std::collections::BTreeMap<String, u64> {
+    run("objdump", &["-d", path.to_str().unwrap()])
+        .lines()
+        .filter_map(|l| {
+            let (addr, rest) = l.split_once(" <")?;
+            let name = rest.strip_suffix("@plt>:")?;
+            Some((name.to_string(), u64::from_str_radix(addr.trim(), 16).ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn imports_have_the_plt_entries_objdump_names() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, flags) in [
+        ("ibt", &["-O1", "-fcf-protection=full"][..]),
+        ("noibt", &["-O1", "-fcf-protection=none"][..]),
+        ("nopie", &["-O1", "-fno-pie", "-no-pie"][..]),
+        ("now", &["-O1", "-Wl,-z,now", "-fcf-protection=full"][..]),
+    ] {
+        let exe = cc(dir.path(), name, &[("app.c", APP)], flags);
+        let elf = ElfFile::open(&exe).unwrap();
+        let ours: std::collections::BTreeMap<String, u64> = elf
+            .imports()
+            .iter()
+            .filter_map(|i| Some((i.name.clone(), i.plt?)))
+            .collect();
+        let theirs = objdump_plt(&exe);
+        // gcc calls strtol for atoi; a PIE's __cxa_finalize is in `.plt.got`.
+        let pie = name != "nopie";
+        for f in ["strtol", "printf", "__cxa_finalize"] {
+            assert_eq!(
+                ours.get(f),
+                theirs.get(f),
+                "{name}: {f}: {ours:?} vs {theirs:?}"
+            );
+            if f != "__cxa_finalize" || pie {
+                assert!(ours.contains_key(f), "{name}: no PLT entry for {f}");
+            }
+        }
+    }
+    // -fno-plt: calls go through the GOT slot; no PLT entry uses it.
+    let exe = cc(dir.path(), "noplt", &[("app.c", APP)], &["-O1", "-fno-plt"]);
+    let elf = ElfFile::open(&exe).unwrap();
+    let strtol = elf.imports().iter().find(|i| i.name == "strtol").unwrap();
+    assert_eq!(strtol.plt, None);
+    assert!(strtol.slot != 0);
+}

@@ -25,6 +25,9 @@ pub trait Sink {
     /// The probes are about to be attached: `probes` of them (bpftrace announces
     /// it).
     fn attached(&mut self, _probes: usize) {}
+    /// Of the probes' sites, `sites` are call sites (`call:` probes), each a call
+    /// rewritten to reach its stub.
+    fn call_sites(&mut self, _sites: usize) {}
 }
 
 /// Many sinks as one (text on stdout and a recording, say).
@@ -49,6 +52,11 @@ impl Sink for Tee<'_> {
     fn attached(&mut self, probes: usize) {
         for s in &mut self.0 {
             s.attached(probes);
+        }
+    }
+    fn call_sites(&mut self, sites: usize) {
+        for s in &mut self.0 {
+            s.call_sites(sites);
         }
     }
 }

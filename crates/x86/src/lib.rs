@@ -16,6 +16,11 @@
 //! 3. [`patch_bytes`] gives what to write at the patch address;
 //!    [`SitePlan::original_bytes`] what to write back when unweaving.
 //!
+//! Call sites (`call:` probes) take another path, with nothing relocated:
+//! [`scan_calls`] finds the direct branches to a function, [`retarget`] gives the
+//! same instruction branching to a stub, [`resume_code`] the original branch for a
+//! thread that meets the transient `int3` of a rewrite.
+//!
 //! [`branch_targets`], [`decode_len`] and [`disassemble`] are analysis helpers for
 //! other crates and for `weft trace -d` dumps.
 //!
@@ -33,11 +38,13 @@
 //! * The emulated `call` (see [`relocate`]) is incompatible with a CET user shadow
 //!   stack.
 
+mod callsite;
 mod decode;
 mod patch;
 mod plan;
 mod relocate;
 
+pub use callsite::{resume_code, retarget, scan_calls, CallKind, CallScan, CallSite, Slot};
 pub use decode::{branch_targets, decode_len, disassemble};
 pub use patch::{call_rel32, jmp_rel32, patch_bytes, INT3};
 pub use plan::{plan_site, plan_site_among, FunctionCode, Reason, SitePlan, ENDBR64, JUMP_LEN};

@@ -38,9 +38,11 @@ pub fn unwind_hooks(maps: &ProcMaps, on_raise: u64) -> Vec<SiteSpec> {
                         body: None,
                     }],
                     ret: Vec::new(),
+                    around: None,
                     label: format!("{INTERNAL}{}:{}", m.path.display(), f.name),
                     usdt_args: None,
                     semaphore: None,
+                    call: None,
                 });
             }
         }
@@ -76,9 +78,11 @@ pub fn sigaction_redirect(maps: &ProcMaps) -> Option<SiteSpec> {
                     site_addr: addr,
                     entry: Vec::new(),
                     ret: Vec::new(),
+                    around: None,
                     label: format!("{INTERNAL}{}:{}", m.path.display(), f.name),
                     usdt_args: None,
                     semaphore: None,
+                    call: None,
                 });
             }
         }

@@ -3,6 +3,7 @@
 //! [`PointcutKind`]; adding a kind is a new file here and an entry in [`KINDS`],
 //! not a change to the session.
 
+mod call;
 mod internal;
 mod profile;
 mod uprobe;
@@ -18,6 +19,7 @@ use weft_symbols::{ElfFile, Module, ProcMaps, TargetContext, WeftProbeSite};
 
 use crate::weave::SiteSpec;
 
+pub use call::CallFound;
 pub use internal::{sigaction_redirect, unwind_hooks};
 
 /// A `profile:hz:N` probe: its advice is sampled by the agent's timers.
@@ -36,6 +38,12 @@ pub struct Resolved {
     /// Sites by address (one site may carry several probes' advice). The `advice`
     /// field of each `Call` holds the probe index until advice is compiled.
     pub sites: BTreeMap<u64, SiteSpec>,
+    /// Call sites (`call:`) by address, apart from `sites`: a call site's patch is
+    /// its own instruction, woven after the other sites, never merged with a probe
+    /// whose site has the same address.
+    pub calls: BTreeMap<u64, SiteSpec>,
+    /// What each `call:` attach point found, for the report.
+    pub calls_found: Vec<CallFound>,
     pub profiles: Vec<ProfileSpec>,
 }
 
@@ -74,7 +82,12 @@ pub trait PointcutKind: Sync {
 }
 
 /// Every kind of pointcut that runs in a target process.
-pub static KINDS: &[&dyn PointcutKind] = &[&uprobe::Uprobe, &usdt::Usdt, &profile::Profile];
+pub static KINDS: &[&dyn PointcutKind] = &[
+    &uprobe::Uprobe,
+    &call::CallSites,
+    &usdt::Usdt,
+    &profile::Profile,
+];
 
 /// Resolve the attach points of `prog`'s probes that `select` picks (by index) and
 /// that run in a target against process `pid`.

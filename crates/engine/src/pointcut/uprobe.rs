@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use weft_ir::AttachPoint;
 
 use super::{module_of, Cx, PointcutKind, Resolved};
@@ -62,7 +62,8 @@ impl PointcutKind for Uprobe {
         // The front end's own probes (cflow's) stay at the real entry and return:
         // the program's advice, at either kind of site, then runs inside them.
         let probe = &cx.prog.probes[pi];
-        let frame_free = !uses_frame_state(&probe.body) && !probe.hidden;
+        let around = probe.around;
+        let frame_free = !around && !uses_frame_state(&probe.body) && !probe.hidden;
         let by_addr = &mut out.sites;
         for f in funcs {
             let Some(addr) = f.runtime_addr else { continue };
@@ -119,12 +120,14 @@ impl PointcutKind for Uprobe {
                             site_addr,
                             entry: Vec::new(),
                             ret: Vec::new(),
+                            around: None,
                             label: format!(
                                 "{label} ({} placeholder)",
                                 if is_ret { "exit" } else { "entry" }
                             ),
                             usdt_args: None,
                             semaphore: None,
+                            call: None,
                         });
                         spec.entry.push(Call {
                             advice: pi as u64,
@@ -147,16 +150,31 @@ impl PointcutKind for Uprobe {
                 site_addr,
                 entry: Vec::new(),
                 ret: Vec::new(),
+                around: None,
                 label: label.clone(),
                 usdt_args: None,
                 semaphore: None,
+                call: None,
             });
             let call = Call {
                 advice: pi as u64,
                 probe,
                 body: Some(pi),
             };
-            if is_ret {
+            if around {
+                if offset != 0 || is_ret {
+                    bail!("{label}: around advice goes on a function's entry");
+                }
+                if let Some(other) = &spec.around {
+                    bail!(
+                        "{label}: two around advices on {} (probes {} and {}); one function takes one",
+                        spec.name,
+                        other.body.map_or(0, |b| b + 1),
+                        pi + 1
+                    );
+                }
+                spec.around = Some(call);
+            } else if is_ret {
                 spec.ret.push(call);
             } else {
                 spec.entry.push(call);
@@ -180,7 +198,7 @@ fn uses_frame_state(f: &weft_ir::Function) -> bool {
                 | CtxValue::Ip
                 | CtxValue::ReturnAddress
         ),
-        Inst::UStack { .. } => true,
+        Inst::UStack { .. } | Inst::Override { .. } => true,
         _ => false,
     })
 }

@@ -80,9 +80,11 @@ impl PointcutKind for Usdt {
                 site_addr,
                 entry: Vec::new(),
                 ret: Vec::new(),
+                around: None,
                 label,
                 usdt_args: Some(usdt_args),
                 semaphore: p.semaphore.map(|s| module.runtime_addr(s)),
+                call: None,
             });
             spec.entry.push(Call {
                 advice: probe_index as u64,
