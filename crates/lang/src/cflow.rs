@@ -56,6 +56,7 @@ use std::collections::HashMap;
 use crate::ast::*;
 use crate::diag::Diags;
 use crate::pointcut::Pointcuts;
+use crate::seq::{binary, int};
 
 /// The prefix of the hidden maps (not printed).
 pub const PREFIX: &str = weft_ir::CFLOW_MAP_PREFIX;
@@ -443,23 +444,8 @@ impl VisitMut for Visit<'_, '_> {
 
 // ---- building expressions -----------------------------------------------------
 
-fn int(v: u64, span: Span) -> Expr {
-    Expr::new(ExprKind::Int(v), span)
-}
-
 fn string(s: &str, span: Span) -> Expr {
     Expr::new(ExprKind::Str(s.as_bytes().to_vec()), span)
-}
-
-fn binary(op: BinOp, lhs: Expr, rhs: Expr, span: Span) -> Expr {
-    Expr::new(
-        ExprKind::Binary {
-            op,
-            lhs: Box::new(lhs),
-            rhs: Box::new(rhs),
-        },
-        span,
-    )
 }
 
 fn map_ref(name: &str, span: Span) -> MapRef {
@@ -472,7 +458,7 @@ fn map_ref(name: &str, span: Span) -> MapRef {
 }
 
 /// This thread's value of hidden map `name`.
-fn thread(name: &str, span: Span) -> Expr {
+pub(crate) fn thread(name: &str, span: Span) -> Expr {
     Expr::new(
         ExprKind::Call {
             name: "__weft_thread".into(),
@@ -496,7 +482,7 @@ fn top_bit(name: &str, span: Span) -> Expr {
 }
 
 /// `@name = sum(delta)`.
-fn add(name: &str, delta: Expr, span: Span) -> Stmt {
+pub(crate) fn add(name: &str, delta: Expr, span: Span) -> Stmt {
     Stmt {
         kind: StmtKind::Assign {
             target: LValue::Map(map_ref(name, span)),

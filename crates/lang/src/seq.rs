@@ -25,6 +25,7 @@
 use std::collections::BTreeSet;
 
 use crate::ast::*;
+use crate::cflow::thread as thread_value;
 use crate::diag::{Diagnostic, Diags};
 
 /// The prefix of the maps sequences keep their instances in (not printed).
@@ -330,50 +331,11 @@ fn timeout_probe(ns: u64, mut body: Block, span: Span, end: &Ending) -> Probe {
     }
 }
 
-/// This thread's value of the keyless sum map `name` (`__weft_thread(@name)`).
-fn thread_value(name: &str, span: Span) -> Expr {
-    Expr::new(
-        ExprKind::Call {
-            name: "__weft_thread".into(),
-            name_span: span,
-            args: vec![Expr::new(
-                ExprKind::Map(MapRef {
-                    name: name.to_string(),
-                    name_span: span,
-                    keys: None,
-                    span,
-                }),
-                span,
-            )],
-        },
-        span,
-    )
-}
-
 /// Make this thread's value of the keyless sum map `name` be `v`:
 /// `@name = sum(v - __weft_thread(@name))`.
 fn set_thread_value(name: &str, v: u64, span: Span) -> Stmt {
     let delta = binary(BinOp::Sub, int(v, span), thread_value(name, span), span);
-    Stmt {
-        kind: StmtKind::Assign {
-            target: LValue::Map(MapRef {
-                name: name.to_string(),
-                name_span: span,
-                keys: None,
-                span,
-            }),
-            op: None,
-            value: Expr::new(
-                ExprKind::Call {
-                    name: "sum".into(),
-                    name_span: span,
-                    args: vec![delta],
-                },
-                span,
-            ),
-        },
-        span,
-    }
+    crate::cflow::add(name, delta, span)
 }
 
 pub(crate) fn int(v: u64, span: Span) -> Expr {
