@@ -682,6 +682,7 @@ impl Gen<'_> {
                 self.a.bind(done);
             }
             Inst::SymbolAddr { .. } => return Err(unsupported("uaddr()")),
+            Inst::ThreadSum { .. } => return Err(unsupported("per-thread state (cflow)")),
             Inst::MapLen { .. } => return Err(unsupported("len() of a map")),
             Inst::MapIterStart { .. } | Inst::MapIterNext { .. } => {
                 return Err(unsupported("for over a map"))
@@ -851,6 +852,7 @@ impl Gen<'_> {
             CtxValue::Reg(_) => return Err(unsupported("reg()")),
             CtxValue::FuncAddr => return Err(unsupported("func")),
             CtxValue::Ip => return Err(unsupported("the probe's address")),
+            CtxValue::ReturnAddress => return Err(unsupported("the return address")),
             CtxValue::DataOld | CtxValue::DataNew => {
                 return Err(unsupported("a data probe's value"))
             }

@@ -143,10 +143,20 @@ pub fn run_with(
             })
             .collect::<Vec<usize>>()
     });
-    let selected = |i: &usize| only.as_ref().is_none_or(|o| o.contains(i));
-    if only.as_ref().is_some_and(|o| o.is_empty()) {
+    if only
+        .as_ref()
+        .is_some_and(|o| o.iter().all(|&i| prog.probes[i].hidden))
+    {
         bail!("--probe-filter matches no probe of the program");
     }
+    // The front end's own probes (cflow's state) run whatever the filter says.
+    let only = only.map(|mut o| {
+        o.extend((0..prog.probes.len()).filter(|&i| prog.probes[i].hidden));
+        o.sort_unstable();
+        o.dedup();
+        o
+    });
+    let selected = |i: &usize| only.as_ref().is_none_or(|o| o.contains(i));
     let needs_target = (0..prog.probes.len()).filter(selected).any(|i| {
         prog.probes[i]
             .attach

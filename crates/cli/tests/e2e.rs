@@ -123,6 +123,17 @@ fn every_register_xmm_and_flag_survives_probed_calls() {
             ),
         ),
         (vec!["--no-inline"], format!("uprobe:{b}:victim_* {{ @c = count(); }} uretprobe:{b}:victim_* {{ @r = count(); }}")),
+        // Several probes' advice inline at one site, entry and return (cflow's
+        // hidden probes and the program's): per-thread state, the return address,
+        // a function's code range.
+        (
+            vec![],
+            format!(
+                "uprobe:{b}:victim_* /cflow_strict(uprobe:{b}:check_regs, uprobe:{b}:victim_*)/ {{ @s = count(); }} \
+                 uprobe:{b}:victim_* /cflow(uprobe:{b}:victim_*, uprobe:{b}:victim_*)/ {{ @n = count(); }} \
+                 uretprobe:{b}:victim_* /cflow(uprobe:{b}:check_regs, uprobe:{b}:victim_*)/ {{ @r = count(); }}"
+            ),
+        ),
     ];
     for (flags, prog) in programs {
         let mut args: Vec<&str> = flags.clone();

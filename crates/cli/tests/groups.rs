@@ -175,3 +175,40 @@ fn group_mistakes_are_located() {
         assert!(err.contains(want), "{args:?}: want {want:?} in:\n{err}");
     }
 }
+
+/// Shared state across processes: a sequence instance started in one process ends
+/// in another (its key is not the thread's), with what the first step bound.
+#[test]
+fn a_sequence_starts_in_one_process_and_ends_in_another() {
+    let bin = build("member.c", Variant::O2_PIE, &[]);
+    let b = bin.to_str().unwrap();
+    let a = Spawned::start(&bin, &["10"]);
+    let c = Spawned::start(&bin, &["10"]);
+    a.wait_line("ready", T);
+    c.wait_line("ready", T);
+    let (pa, pc) = (a.pid(), c.pid());
+    let prog = format!(
+        "uprobe:{b}:ping /@seen[pid] == 0/ {{ @seen[pid] = 1; printf(\"live %d\\n\", pid); }} \
+         seq handoff[1] {{ \
+           uprobe:{b}:work /pid == {pa} && arg0 == 5/ {{ $from = pid; $at = arg0; }} \
+           uprobe:{b}:work /pid == {pc} && arg0 == 7/ {{ printf(\"handoff %d@%d -> %d@%d\\n\", $from, $at, pid, arg0); @n = count(); }} \
+         }} \
+         interval:ms:20 /@n == 1/ {{ exit(); }}"
+    );
+    let mut w = Background::start(&["-e", &prog, "-p", &format!("{pa},{pc}")]);
+    w.wait_line("live ", false, T);
+    w.wait_line("live ", false, T);
+    // A first, to its end; then C: the instance A started is the one C ends.
+    // SAFETY: signalling our own children.
+    unsafe { libc::kill(pa, libc::SIGUSR1) };
+    a.wait_line("done", T);
+    unsafe { libc::kill(pc, libc::SIGUSR1) };
+    let out = ok(&w.finish(T));
+    assert!(out.contains(&format!("handoff {pa}@5 -> {pc}@7")), "{out}");
+    assert_eq!(map_value(&out, "@n"), Some(1), "{out}");
+    for mut t in [a, c] {
+        // SAFETY: as above.
+        unsafe { libc::kill(t.pid(), libc::SIGUSR2) };
+        assert!(t.child.wait().unwrap().success());
+    }
+}

@@ -121,3 +121,21 @@ fn a_timeout_ends_a_stale_instance() {
     assert_eq!(keyed(&stdout, "@stale").get("1"), Some(&1), "{stdout}");
     assert_eq!(map_value(&stdout, "@ended"), Some(0), "{stdout}");
 }
+
+/// Instances keyed by `tid` live in each thread's own state (no map): four threads
+/// running the same sequence at once each complete theirs every round.
+#[test]
+fn thread_keyed_instances_in_four_threads() {
+    let bin = build("cflow.c", Variant::O2_PIE, &[]);
+    let b = bin.to_str().unwrap();
+    // A round: zoo(), then bar() inside it, then via(): one complete instance.
+    let prog = format!(
+        "seq s[tid] {{ uprobe:{b}:zoo {{ }} uprobe:{b}:bar {{ }} uprobe:{b}:via {{ @done[tid] = count(); }} }}"
+    );
+    let cmd = format!("{b} 500 threads");
+    let out = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+    let done = keyed(&out, "@done");
+    assert_eq!(done.len(), 4, "{out}");
+    assert!(done.values().all(|&c| c == 500), "{out}");
+    assert!(!out.contains("@__seq"), "{out}");
+}

@@ -79,7 +79,7 @@ impl Local {
     ) -> Result<Local> {
         weft_runtime::safe::install_fault_handler()?;
         let helpers = weft_runtime::helpers::helper_table();
-        let no_symbols = |_: &str| None;
+        let no_symbols = |_: &weft_ir::SymbolRef| None;
         let env = Env {
             helpers: &helpers,
             maps,

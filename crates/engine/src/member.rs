@@ -150,26 +150,39 @@ impl Member {
         let first_new = self.planned.len();
         // A call probe counts once per callee, however many sites it has (as a
         // uprobe counts once per function): "Woven N call sites" says the rest.
+        // The front end's hidden probes are not the program's to count.
+        let shown = |c: &&crate::weave::Call| c.body.is_none_or(|b| !prog.probes[b].hidden);
         let call_probes: std::collections::HashSet<u32> = calls
             .iter()
-            .flat_map(|s| s.entry.iter().map(|c| c.probe))
+            .flat_map(|s| s.entry.iter().filter(shown).map(|c| c.probe))
             .collect();
         let probes: usize = specs
             .iter()
-            .map(|s| s.entry.len() + s.ret.len() + usize::from(s.around.is_some()))
+            .map(|s| {
+                s.entry.iter().chain(&s.ret).filter(shown).count() + usize::from(s.around.is_some())
+            })
             .sum::<usize>()
             + call_probes.len();
         let mut call_sites = 0;
         self.site_probes += probes;
         let agent = &self.agent;
+        let modules = maps.modules();
+        let symbols = pointcut::Symbols {
+            prog,
+            modules: &modules,
+            pid: self.pid,
+            lenient,
+        };
+        let resolve = |i: usize, s: &weft_ir::SymbolRef| symbols.address(i, s);
         let mut weaver = Weaver::new(agent, seg, prog, self.shm_base, self.generation);
         weaver.inline = inline;
         weaver.space = self.space;
         weaver.regions = std::mem::take(&mut self.regions);
+        weaver.symbols = Some(&resolve);
         let result = (|| -> Result<()> {
             // Advice: one compiled function per probe body that runs in the target.
             let mut advice_addr = BTreeMap::new();
-            let no_symbols = |_: &str| None;
+            let no_symbols = |_: &weft_ir::SymbolRef| None;
             let env = Env {
                 helpers: &agent.hello.helpers,
                 maps: &seg.maps,
@@ -184,8 +197,10 @@ impl Member {
                         (None, Some(a)) => *a,
                         (usdt, _) => {
                             // USDT arguments differ per site: compile for this site.
+                            let symbol = |sym: &weft_ir::SymbolRef| symbols.address(body, sym);
                             let env = Env {
                                 usdt_args: usdt.as_deref(),
+                                symbol: &symbol,
                                 ..env
                             };
                             let code = weft_jit::compile(&prog.probes[body].body, prog, &env)?;
@@ -317,6 +332,11 @@ impl Member {
                         weft_abi::MAX_PROFILES
                     );
                 }
+                let symbol = |sym: &weft_ir::SymbolRef| symbols.address(pr.body, sym);
+                let env = Env {
+                    symbol: &symbol,
+                    ..env
+                };
                 let code = weft_jit::compile(&prog.probes[pr.body].body, prog, &env)?;
                 let advice = weaver.put_anywhere(&code)?;
                 self.profiles += 1;

@@ -380,6 +380,7 @@ impl<'p> Session<'p> {
         let n = if self.opts.follow_fork {
             let in_target = probes
                 .iter()
+                .filter(|&&i| !self.prog.probes[i].hidden)
                 .flat_map(|&i| &self.prog.probes[i].attach)
                 .filter(|a| a.runs_in_target())
                 .count();

@@ -252,6 +252,34 @@ pub struct Weaver<'a> {
     pub regions: Vec<CodeRegion>,
     /// The site space of the process woven into (recorded in each site).
     pub space: u32,
+    /// Resolves the symbols of probe `i`'s advice (`uaddr`, `cflow_strict`'s code
+    /// ranges) for inline code; without it, advice with symbols is not inlined.
+    pub symbols: Option<&'a SymbolResolver<'a>>,
+}
+
+/// Resolves a symbol of probe `i`'s advice in the process woven into.
+pub type SymbolResolver<'a> = dyn Fn(usize, &weft_ir::SymbolRef) -> Option<u64> + 'a;
+
+/// One body of a site's inline code: its function, probe name index and probe.
+type InlineBody<'a> = (&'a weft_ir::Function, u32, usize);
+
+/// Run `f` with the [`weft_jit::inline::Body`]s of `list`, each resolving its
+/// symbols with `symbols`.
+fn with_bodies<T>(
+    list: &[InlineBody<'_>],
+    symbols: Option<&SymbolResolver<'_>>,
+    f: impl FnOnce(&[weft_jit::inline::Body<'_>]) -> T,
+) -> T {
+    let resolvers: Vec<_> = list
+        .iter()
+        .map(|&(_, _, i)| move |s: &weft_ir::SymbolRef| symbols.and_then(|r| r(i, s)))
+        .collect();
+    let bodies: Vec<weft_jit::inline::Body<'_>> = list
+        .iter()
+        .zip(&resolvers)
+        .map(|(&(f, probe, _), symbol)| weft_jit::inline::Body { f, probe, symbol })
+        .collect();
+    f(&bodies)
 }
 
 const TWO_GIB: u64 = 1 << 31;
@@ -276,34 +304,44 @@ impl<'a> Weaver<'a> {
             inline: true,
             regions: Vec::new(),
             space: 0,
+            symbols: None,
         }
     }
 
-    /// The entry advice body to inline at a site, if the site qualifies: a function
-    /// entry, at most one entry advice, and that one simple enough.
-    #[allow(clippy::option_option)]
-    fn inline_body(
-        &self,
-        spec: &SiteSpec,
-        at_entry: bool,
-    ) -> Option<Option<&'a weft_ir::Function>> {
+    /// The entry advice bodies to inline at a site, in order, if the site
+    /// qualifies: a function entry, and every entry advice simple enough.
+    fn inline_bodies(&self, spec: &SiteSpec, at_entry: bool) -> Option<Vec<InlineBody<'a>>> {
         // Return probes need the entry (the hijack); USDT arguments are not in the
         // ABI registers.
         if !self.inline
             || spec.around.is_some()
             || (!at_entry && !spec.ret.is_empty())
-            || spec.entry.len() > 1
             || spec.usdt_args.is_some()
         {
             return None;
         }
-        match spec.entry.first() {
-            None => Some(None),
-            Some(c) => {
-                let f = &self.prog.probes.get(c.body?)?.body;
-                weft_jit::inline::eligible(f, self.maps).then_some(Some(f))
-            }
-        }
+        self.simple_bodies(&spec.entry, weft_jit::inline::eligible)
+    }
+
+    /// The bodies of `calls` when each is simple enough (`eligible`).
+    fn simple_bodies(
+        &self,
+        calls: &[Call],
+        eligible: fn(&weft_ir::Function, &[weft_jit::MapLayout]) -> bool,
+    ) -> Option<Vec<InlineBody<'a>>> {
+        calls
+            .iter()
+            .map(|c| {
+                let i = c.body?;
+                let f = &self.prog.probes.get(i)?.body;
+                let symbols = f
+                    .code
+                    .iter()
+                    .any(|x| matches!(x, weft_ir::Inst::SymbolAddr { .. }));
+                (eligible(f, self.maps) && (!symbols || self.symbols.is_some()))
+                    .then_some((f, c.probe, i))
+            })
+            .collect()
     }
 
     /// Ask the agent for a region within ±2 GiB of every address in `[lo, hi]`.
@@ -492,7 +530,8 @@ impl<'a> Weaver<'a> {
         tail: &dyn Fn(u64) -> Result<Vec<u8>>,
     ) -> Result<(u64, u64, bool)> {
         let shm_base = self.target_shm_base();
-        let inline = self.inline_body(spec, h.at_entry);
+        let inline = self.inline_bodies(spec, h.at_entry);
+        let symbols = self.symbols;
         let (ret_advice, ret_stub, ret_probe) = h.ret;
         let (prog, maps, thread_agg_off) = (self.prog, self.maps, self.thread_agg_off);
         let hello = &self.agent.hello;
@@ -523,7 +562,7 @@ impl<'a> Weaver<'a> {
             .ok_or_else(|| anyhow!("code region full"))?;
         debug_assert_eq!(at, generic_at);
         // The inline trampoline in front of it, for simple advice.
-        let Some(body) = inline else {
+        let Some(list) = inline else {
             return Ok((generic_at, resume, false));
         };
         let inline_at = region.next_addr();
@@ -531,7 +570,6 @@ impl<'a> Weaver<'a> {
             site_addr: h.reported_ip,
             func: h.func,
             site_index: h.index,
-            probe: h.entry_probe,
             shm_base,
             tls_offset,
             thread_agg_off,
@@ -545,7 +583,9 @@ impl<'a> Weaver<'a> {
             generic: generic_at,
             at_entry: h.at_entry,
         };
-        let mut code = weft_jit::inline::inline_head(body, prog, maps, &site, inline_at)?;
+        let mut code = with_bodies(&list, symbols, |bodies| {
+            weft_jit::inline::inline_head(bodies, prog, maps, &site, inline_at)
+        })?;
         code.extend_from_slice(&tail(inline_at + code.len() as u64)?);
         let at = region
             .put(&code)
@@ -737,27 +777,19 @@ impl<'a> Weaver<'a> {
         })
     }
 
-    /// The inline stub of a site's return advice, when there is exactly one and it
-    /// is simple enough; 0 otherwise.
+    /// The inline stub of a site's return advice (all of it, in order), when each is
+    /// simple enough; 0 otherwise.
     fn return_stub(&mut self, spec: &SiteSpec, index: u32, patch_addr: u64) -> Result<u64> {
-        let [call] = spec.ret.as_slice() else {
-            return Ok(0);
-        };
-        let Some(body) = call
-            .body
-            .and_then(|b| self.prog.probes.get(b))
-            .map(|p| &p.body)
-        else {
-            return Ok(0);
-        };
-        if !self.inline || !weft_jit::inline::eligible_return(body, self.maps) {
+        if !self.inline || spec.ret.is_empty() {
             return Ok(0);
         }
+        let Some(list) = self.simple_bodies(&spec.ret, weft_jit::inline::eligible_return) else {
+            return Ok(0);
+        };
         let site = weft_jit::inline::InlineSite {
             site_addr: patch_addr,
             func: spec.func.addr,
             site_index: index,
-            probe: call.probe,
             shm_base: self.shm_base_in_target,
             tls_offset: self.agent.hello.tls_offset,
             thread_agg_off: self.thread_agg_off,
@@ -765,7 +797,9 @@ impl<'a> Weaver<'a> {
             generic: 0,
             at_entry: true,
         };
-        let code = weft_jit::inline::return_stub(body, self.maps, &site)?;
+        let code = with_bodies(&list, self.symbols, |bodies| {
+            weft_jit::inline::return_stub(bodies, self.maps, &site)
+        })?;
         self.put_anywhere(&code)
     }
 

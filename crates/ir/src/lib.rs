@@ -351,10 +351,15 @@ pub const HIDDEN_MAP_PREFIX: &str = "@__seq_";
 /// A group's members (`@__group_NAME[pid]`): hidden too, and inherited: a forked
 /// child of a member gets its parent's entry inside `fork()`.
 pub const GROUP_MAP_PREFIX: &str = "@__group_";
+/// The maps that keep a control-flow pointcut's per-thread state (`cflow`): hidden
+/// too.
+pub const CFLOW_MAP_PREFIX: &str = "@__cflow_";
 
-/// Maps the front end made for itself (sequences, groups): never printed.
+/// Maps the front end made for itself (sequences, groups, cflow): never printed.
 pub fn is_hidden_map(name: &str) -> bool {
-    name.starts_with(HIDDEN_MAP_PREFIX) || name.starts_with(GROUP_MAP_PREFIX)
+    name.starts_with(HIDDEN_MAP_PREFIX)
+        || name.starts_with(GROUP_MAP_PREFIX)
+        || name.starts_with(CFLOW_MAP_PREFIX)
 }
 
 /// Maps keyed by pid whose entry a forked child copies from its parent.
@@ -541,6 +546,12 @@ impl Format {
 pub struct Probe {
     pub attach: Vec<AttachPoint>,
     pub body: Function,
+    /// Added by the front end to keep an aspect's state (`cflow`'s entry and
+    /// return probes), not written by the user: not counted in "Attached N
+    /// probes", and woven at a function's real entry and return (never at a
+    /// placeholder), so the program's advice at the same function runs after its
+    /// entry and before its return.
+    pub hidden: bool,
     /// Around advice (`around uprobe:BIN:FUNC`): the body runs in place of the
     /// function and decides what happens ([`Inst::AroundEnter`], [`Inst::Proceed`],
     /// [`Inst::AroundReturn`]). Its attach points are function entries.
@@ -839,6 +850,10 @@ pub enum CtxValue {
     FuncAddr,
     /// Address where the probe fired (`reg("ip")`).
     Ip,
+    /// The word at the site's rsp: at a function's entry, the return address the
+    /// call pushed (read directly, not fault-tolerantly: rsp points into the
+    /// thread's stack). For `cflow_strict`'s caller test.
+    ReturnAddress,
     Pid,
     Tid,
     Uid,
@@ -1191,10 +1206,18 @@ pub enum Inst {
         dst: Place,
         depth: u32,
     },
-    /// `uaddr("symbol")`: resolved by the code generator to a constant.
+    /// A symbol's address (`uaddr("symbol")`), or its end (the code range of a
+    /// `cflow_strict` element): resolved by the code generator to a constant.
     SymbolAddr {
         dst: Reg,
-        symbol: String,
+        symbol: SymbolRef,
+    },
+    /// This thread's own accumulator of a `sum()` map without keys, not the merged
+    /// value of every thread that [`Inst::MapLoad`] gives: per-thread state for
+    /// one load (the counters of `cflow`). 0 until the thread adds to it.
+    ThreadSum {
+        dst: Reg,
+        map: MapId,
     },
 
     /// Read a map value: for scalar value types into `dst_reg`; for other plain value
@@ -1271,6 +1294,30 @@ pub enum Inst {
         src: Reg,
         size: u8,
     },
+}
+
+/// A symbol of the target for [`Inst::SymbolAddr`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SymbolRef {
+    pub name: String,
+    /// The binary as an attach point names it (`./app`, `/usr/bin/app`, `libc`);
+    /// `None`: the binary of the probe's own attach point (`uaddr`), else the
+    /// program.
+    pub module: Option<String>,
+    /// The address just past the symbol's last byte (its start plus its size)
+    /// instead of its start.
+    pub end: bool,
+}
+
+impl SymbolRef {
+    /// `uaddr("name")`: the start of `name` in the probe's own binary.
+    pub fn named(name: impl Into<String>) -> SymbolRef {
+        SymbolRef {
+            name: name.into(),
+            module: None,
+            end: false,
+        }
+    }
 }
 
 impl Function {

@@ -26,7 +26,7 @@ use weft_abi::{
 };
 use weft_ir::{
     AggOp, BinOp, CtxValue, EventKind, Function, Inst, MachineReg, MapValue, Place, Program, Reg,
-    Type, UnOp,
+    SymbolRef, Type, UnOp,
 };
 
 use crate::JitError;
@@ -40,8 +40,9 @@ pub struct Env<'a> {
     /// `ShmHeader::agg_off`: offset of the aggregation area in a thread slot.
     pub thread_agg_off: u64,
     /// Offset of `ShmHeader::start_nsecs` etc. are fixed by `weft_abi`.
-    /// Resolves `uaddr("sym")`.
-    pub symbol: &'a dyn Fn(&str) -> Option<u64>,
+    /// Resolves symbols ([`Inst::SymbolAddr`]: `uaddr("sym")`, the code ranges of
+    /// `cflow_strict`): an address, or the end of the symbol's bytes.
+    pub symbol: &'a dyn Fn(&SymbolRef) -> Option<u64>,
     /// How to read USDT argument `n` at this site (None: not a USDT probe).
     pub usdt_args: Option<&'a [UsdtArg]>,
 }
@@ -587,9 +588,29 @@ impl Cx<'_> {
                 self.call(Helper::UStack)?;
             }
             Inst::SymbolAddr { dst, symbol } => {
-                let addr = (self.env.symbol)(symbol)
-                    .ok_or_else(|| JitError::UnknownSymbol(symbol.clone()))?;
+                let addr = (self.env.symbol)(symbol).ok_or_else(|| {
+                    JitError::UnknownSymbol(match &symbol.module {
+                        Some(m) => format!("{m}:{}", symbol.name),
+                        None => symbol.name.clone(),
+                    })
+                })?;
                 self.a.mov(rax, addr)?;
+                self.store(*dst, rax)?;
+            }
+            Inst::ThreadSum { dst, map } => {
+                // This thread's accumulator of the map's single entry: written only
+                // by this thread, there whether or not the entry was created.
+                let layout = self.map_layout(*map)?;
+                if !matches!(layout.kind, MapKind::Sum | MapKind::Count) {
+                    return Err(JitError::BadProgram(format!(
+                        "map {} is not a sum() or count() map",
+                        map.0
+                    )));
+                }
+                let thread = self.frame_field(FRAME_THREAD_OFF);
+                self.a.mov(rcx, thread)?;
+                let acc = (self.env.thread_agg_off + layout.agg_off) as i32;
+                self.a.mov(rax, qword_ptr(rcx + acc))?;
                 self.store(*dst, rax)?;
             }
             Inst::MapLoad {
@@ -843,6 +864,11 @@ impl Cx<'_> {
             CtxValue::Ip => {
                 let m = self.regs_field(MachineReg::Rip);
                 self.a.mov(rax, m)?;
+            }
+            CtxValue::ReturnAddress => {
+                let m = self.regs_field(MachineReg::Rsp);
+                self.a.mov(rax, m)?;
+                self.a.mov(rax, qword_ptr(rax))?;
             }
             CtxValue::FuncAddr => {
                 let m = self.frame_field(FRAME_FUNC_OFF);

@@ -27,7 +27,9 @@
 
 use iced_x86::code_asm::*;
 use weft_abi::*;
-use weft_ir::{AggOp, BinOp, CtxValue, Function, Inst, MachineReg, MapId, Program, Reg, UnOp};
+use weft_ir::{
+    AggOp, BinOp, CtxValue, Function, Inst, MachineReg, MapId, Program, Reg, SymbolRef, UnOp,
+};
 
 use crate::advice::MapLayout;
 use crate::JitError;
@@ -45,14 +47,24 @@ pub struct Hijack {
     pub return_trampoline: u64,
 }
 
+/// One probe's advice in a site's inline code. A site's bodies run one after the
+/// other, in order (as the generic trampoline calls them): a body's `return` ends
+/// that body only.
+#[derive(Clone, Copy)]
+pub struct Body<'a> {
+    pub f: &'a Function,
+    /// Its probe name index (`probe`).
+    pub probe: u32,
+    /// Resolves its symbols ([`Inst::SymbolAddr`]), as [`crate::Env::symbol`].
+    pub symbol: &'a dyn Fn(&SymbolRef) -> Option<u64>,
+}
+
 /// A site whose trampoline gets an inline head.
 #[derive(Clone, Debug)]
 pub struct InlineSite {
     pub site_addr: u64,
     pub func: u64,
     pub site_index: u32,
-    /// Probe name index of the entry advice.
-    pub probe: u32,
     pub shm_base: u64,
     pub tls_offset: i64,
     pub thread_agg_off: u64,
@@ -106,6 +118,11 @@ fn eligible_with(f: &Function, maps: &[MapLayout], ctx_ok: impl Fn(CtxValue) -> 
         Inst::MapAgg { map, key: None, op } => {
             maps.get(map.0 as usize).is_some_and(|m| agg_ok(m, op))
         }
+        Inst::ThreadSum { map, .. } => maps
+            .get(map.0 as usize)
+            .is_some_and(|m| matches!(m.kind, MapKind::Sum | MapKind::Count)),
+        // A constant, resolved when the code is made.
+        Inst::SymbolAddr { .. } => true,
         _ => false,
     })
 }
@@ -113,6 +130,7 @@ fn eligible_with(f: &Function, maps: &[MapLayout], ctx_ok: impl Fn(CtxValue) -> 
 fn ctx_ok(v: CtxValue) -> bool {
     match v {
         CtxValue::Arg(_)
+        | CtxValue::ReturnAddress
         | CtxValue::Tid
         | CtxValue::Pid
         | CtxValue::FuncAddr
@@ -138,9 +156,14 @@ fn agg_ok(m: &MapLayout, op: &AggOp) -> bool {
 /// Maps that must already have their single entry before the inline path may add to
 /// them (all but `count()` maps, whose entry weft creates up front).
 pub fn guarded_maps(f: &Function, maps: &[MapLayout]) -> Vec<MapId> {
-    let mut v: Vec<MapId> = f
-        .code
+    guarded(&[f], maps)
+}
+
+/// [`guarded_maps`] of several bodies.
+fn guarded(bodies: &[&Function], maps: &[MapLayout]) -> Vec<MapId> {
+    let mut v: Vec<MapId> = bodies
         .iter()
+        .flat_map(|f| &f.code)
         .filter_map(|i| match i {
             Inst::MapAgg { map, key: None, .. } if maps[map.0 as usize].kind != MapKind::Count => {
                 Some(*map)
@@ -230,14 +253,18 @@ struct Cx<'a> {
     fr: Frame,
     site: &'a InlineSite,
     maps: &'a [MapLayout],
+    /// The body being compiled: its labels, where its `return` goes, its probe
+    /// name index and its symbols.
     labels: Vec<CodeLabel>,
     epilogue: CodeLabel,
+    probe: u32,
+    symbol: &'a dyn Fn(&SymbolRef) -> Option<u64>,
     last_label_at: Option<usize>,
 }
 
 type R = Result<(), IcedError>;
 
-impl Cx<'_> {
+impl<'a> Cx<'a> {
     fn bind(&mut self, label: &mut CodeLabel) -> R {
         let n = self.a.instructions().len();
         if self.last_label_at == Some(n) {
@@ -348,6 +375,10 @@ impl Cx<'_> {
                 let off = self.site_rsp();
                 self.a.lea(rax, qword_ptr(rsp + off))
             }
+            CtxValue::ReturnAddress => {
+                let off = self.site_rsp();
+                self.a.mov(rax, qword_ptr(rsp + off))
+            }
             CtxValue::Reg(MachineReg::Rip) | CtxValue::Ip => match self.fr.ret_slot {
                 Some(r) => self.a.mov(rax, qword_ptr(rsp + r)),
                 None => self.a.mov(rax, self.site.site_addr),
@@ -361,7 +392,7 @@ impl Cx<'_> {
                 None => self.a.xor(eax, eax),
             },
             CtxValue::FuncAddr => self.a.mov(rax, self.site.func),
-            CtxValue::ProbeId => self.a.mov(eax, self.site.probe),
+            CtxValue::ProbeId => self.a.mov(eax, self.probe),
             CtxValue::Tid | CtxValue::Pid => {
                 let m = self.at(self.fr.tstate());
                 self.a.mov(rax, m)?;
@@ -509,7 +540,21 @@ impl Cx<'_> {
         }
     }
 
-    fn inst(&mut self, i: &Inst) -> R {
+    /// Compile one body (its `return` ends it, not the site's code).
+    fn body(&mut self, b: &Body<'a>) -> Result<(), JitError> {
+        self.labels = (0..b.f.labels).map(|_| self.a.create_label()).collect();
+        self.epilogue = self.a.create_label();
+        self.probe = b.probe;
+        self.symbol = b.symbol;
+        for i in &b.f.code {
+            self.inst(i)?;
+        }
+        let mut ep = self.epilogue;
+        self.bind(&mut ep)?;
+        Ok(())
+    }
+
+    fn inst(&mut self, i: &Inst) -> Result<(), JitError> {
         match i {
             Inst::Label(l) => {
                 let mut lab = self.labels[l.0 as usize];
@@ -577,6 +622,23 @@ impl Cx<'_> {
             }
             Inst::CountError(k) => self.count_error(*k as usize)?,
             Inst::MapAgg { map, key: None, op } => self.agg(*map, *op)?,
+            Inst::ThreadSum { dst, map } => {
+                // The accumulator is there before the map's entry is: no guard.
+                let m = self.maps[map.0 as usize];
+                let acc = (self.site.thread_agg_off + m.agg_off) as i32;
+                self.a.mov(rax, qword_ptr(r11 + acc))?;
+                self.store(*dst, rax)?;
+            }
+            Inst::SymbolAddr { dst, symbol } => {
+                let addr = (self.symbol)(symbol).ok_or_else(|| {
+                    JitError::UnknownSymbol(match &symbol.module {
+                        Some(m) => format!("{m}:{}", symbol.name),
+                        None => symbol.name.clone(),
+                    })
+                })?;
+                self.a.mov(rax, addr)?;
+                self.store(*dst, rax)?;
+            }
             _ => unreachable!("checked by eligible()"),
         }
         Ok(())
@@ -651,10 +713,10 @@ fn needs_tstate(f: &Function) -> bool {
 }
 
 /// Emit the inline head for `site`, assembled at address `at` (its fallback jumps to
-/// `site.generic`). `body` is the entry advice (None: return probes only). The
-/// relocated instructions must follow the head immediately.
+/// `site.generic`). `bodies` are the entry advice, run in order (none: return probes
+/// only). The relocated instructions must follow the head immediately.
 pub fn inline_head(
-    body: Option<&Function>,
+    bodies: &[Body<'_>],
     prog: &Program,
     maps: &[MapLayout],
     site: &InlineSite,
@@ -663,26 +725,26 @@ pub fn inline_head(
     let _ = prog;
     let tls =
         i32::try_from(site.tls_offset).map_err(|_| JitError::BadProgram("TLS offset".into()))?;
-    let regs = body.map_or(0, |f| f.regs);
-    let scratch = site.hijack.is_some() || body.is_some_and(needs_scratch);
+    let regs = bodies.iter().map(|b| b.f.regs).max().unwrap_or(0);
+    let scratch = site.hijack.is_some() || bodies.iter().any(|b| needs_scratch(b.f));
     let fr = Frame::entry(
         ((regs as i32) * 8 + 15) & !15,
         scratch,
-        site.hijack.is_some() || body.is_some_and(needs_tstate),
+        site.hijack.is_some() || bodies.iter().any(|b| needs_tstate(b.f)),
         !site.at_entry,
     );
     let mut a = CodeAssembler::new(64)?;
-    let labels = body.map_or(Vec::new(), |f| {
-        (0..f.labels).map(|_| a.create_label()).collect()
-    });
     let epilogue = a.create_label();
+    let no_symbols = |_: &SymbolRef| None;
     let mut g = Cx {
         a,
         fr,
         site,
         maps,
-        labels,
+        labels: Vec::new(),
         epilogue,
+        probe: 0,
+        symbol: &no_symbols,
         last_label_at: None,
     };
     let mut fallback = g.a.create_label();
@@ -698,13 +760,14 @@ pub fn inline_head(
         g.a.push(rcx)?;
         g.a.push(rdx)?;
     }
-    if let Some(f) = body {
-        for m in guarded_maps(f, maps) {
-            let table = maps[m.0 as usize].table_off;
-            g.a.mov(r11, site.shm_base + table)?;
-            g.a.cmp(dword_ptr(r11), ENTRY_LIVE)?;
-            g.a.jne(fallback)?;
-        }
+    // Every fallback comes before the first body runs: the generic trampoline then
+    // runs them all.
+    let funcs: Vec<&Function> = bodies.iter().map(|b| b.f).collect();
+    for m in guarded(&funcs, maps) {
+        let table = maps[m.0 as usize].table_off;
+        g.a.mov(r11, site.shm_base + table)?;
+        g.a.cmp(dword_ptr(r11), ENTRY_LIVE)?;
+        g.a.jne(fallback)?;
     }
     g.a.mov(r11, qword_ptr(tls).fs())?;
     g.a.test(r11, r11)?;
@@ -730,13 +793,9 @@ pub fn inline_head(
     if fr.cells > 0 {
         g.a.sub(rsp, fr.cells)?;
     }
-    if let Some(f) = body {
-        for i in &f.code {
-            g.inst(i)?;
-        }
+    for b in bodies {
+        g.body(b)?;
     }
-    let mut ep = g.epilogue;
-    g.bind(&mut ep)?;
     if let Some(h) = site.hijack {
         g.hijack(h)?;
     }
@@ -778,33 +837,37 @@ pub fn inline_head(
     Ok(g.a.assemble(at)?)
 }
 
-/// Compile `body` (return advice accepted by [`eligible_return`]) as a stub the
-/// agent's return trampoline calls with rcx = thread state. It returns 0 in eax when
-/// it ran, 1 when a map it uses has no entry yet (then the trampoline runs the full
-/// advice, which creates it). It preserves every register but rax, rcx, rdx and the
-/// flags, which the trampoline restores.
+/// Compile `bodies` (return advice accepted by [`eligible_return`], run in order) as
+/// a stub the agent's return trampoline calls with rcx = thread state. It returns 0
+/// in eax when it ran, 1 when a map they use has no entry yet (then the trampoline
+/// runs the full advice, which creates it). It preserves every register but rax,
+/// rcx, rdx and the flags, which the trampoline restores.
 pub fn return_stub(
-    body: &Function,
+    bodies: &[Body<'_>],
     maps: &[MapLayout],
     site: &InlineSite,
 ) -> Result<Vec<u8>, JitError> {
-    let cells = ((body.regs as i32) * 8 + 15) & !15;
+    let regs = bodies.iter().map(|b| b.f.regs).max().unwrap_or(0);
+    let cells = ((regs as i32) * 8 + 15) & !15;
     let fr = Frame::ret(cells);
     let mut a = CodeAssembler::new(64)?;
-    let labels = (0..body.labels).map(|_| a.create_label()).collect();
     let epilogue = a.create_label();
+    let no_symbols = |_: &SymbolRef| None;
     let mut g = Cx {
         a,
         fr,
         site,
         maps,
-        labels,
+        labels: Vec::new(),
         epilogue,
+        probe: 0,
+        symbol: &no_symbols,
         last_label_at: None,
     };
     let mut fallback = g.a.create_label();
     g.a.push(r11)?;
-    for m in guarded_maps(body, maps) {
+    let funcs: Vec<&Function> = bodies.iter().map(|b| b.f).collect();
+    for m in guarded(&funcs, maps) {
         let table = maps[m.0 as usize].table_off;
         g.a.mov(r11, site.shm_base + table)?;
         g.a.cmp(dword_ptr(r11), ENTRY_LIVE)?;
@@ -818,11 +881,9 @@ pub fn return_stub(
     if cells > 0 {
         g.a.sub(rsp, cells)?;
     }
-    for i in &body.code {
-        g.inst(i)?;
+    for b in bodies {
+        g.body(b)?;
     }
-    let mut ep = g.epilogue;
-    g.bind(&mut ep)?;
     if cells > 0 {
         g.a.add(rsp, cells)?;
     }

@@ -21,7 +21,7 @@ pub enum JitError {
     Asm(#[from] iced_x86::IcedError),
     #[error("advice needs a {0}-byte stack frame; the limit is 1 MiB")]
     FrameTooLarge(u32),
-    #[error("uaddr: symbol `{0}` not found in the target")]
+    #[error("symbol `{0}` not found in the target")]
     UnknownSymbol(String),
     #[error("internal error: {0}")]
     BadProgram(String),

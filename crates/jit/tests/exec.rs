@@ -91,7 +91,7 @@ impl Exec {
 
     /// Compile `f` and run it once with the given argument registers.
     fn run(&mut self, p: &Program, f: &Function, args: [u64; 6]) {
-        let sym = |_: &str| None;
+        let sym = |_: &weft_ir::SymbolRef| None;
         let env = Env {
             helpers: &self.helpers,
             maps: &self.maps,
@@ -708,4 +708,47 @@ fn str_reads_of_a_string_changing_underneath() {
     assert!(rounds > 0);
     assert_eq!(x.error(ErrorKind::ReadFault), 0);
     assert!(lengths.iter().all(|&l| l <= 63), "{lengths:?}");
+}
+
+/// `ThreadSum` reads this thread's own accumulator of a sum map: what this thread
+/// added, not what the map holds over every thread (a retired thread's 100 here).
+#[test]
+fn thread_sum_reads_only_this_threads_accumulator() {
+    let p = program(vec![
+        scalar_map("@s", MapValue::Sum { signed: true }),
+        scalar_map("@mine", MapValue::Plain(Type::I64)),
+    ]);
+    let mut f = Function::default();
+    let (a0, mine) = (f.new_reg(), f.new_reg());
+    f.push(Inst::Ctx {
+        dst: a0,
+        value: CtxValue::Arg(0),
+    });
+    f.push(Inst::MapAgg {
+        map: MapId(0),
+        key: None,
+        op: AggOp::Sum(a0),
+    });
+    f.push(Inst::ThreadSum {
+        dst: mine,
+        map: MapId(0),
+    });
+    f.push(Inst::MapStore {
+        map: MapId(1),
+        key: None,
+        src_reg: Some(mine),
+        src_place: None,
+    });
+    let mut x = Exec::new(&p);
+    x.run(&p, &f, [5, 0, 0, 0, 0, 0]);
+    x.run(&p, &f, [7, 0, 0, 0, 0, 0]);
+    assert_eq!(x.scalar(1), 12);
+    // Another slot's accumulator (the retired threads') counts in the map's value
+    // only.
+    let other = x.shm.agg_area(x.shm.thread_slot(0));
+    // SAFETY: the map's accumulator in slot 0's aggregation area, in our segment.
+    unsafe { (other.add(x.maps[0].agg_off as usize) as *mut u64).write(100) };
+    x.run(&p, &f, [(-2i64) as u64, 0, 0, 0, 0, 0]);
+    assert_eq!(x.scalar(1), 10);
+    assert_eq!(x.scalar(0), 110);
 }

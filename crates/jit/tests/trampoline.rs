@@ -118,7 +118,7 @@ fn patched_function_runs_advice_and_keeps_its_result() {
         })
         .collect();
     let helpers = weft_runtime::helpers::helper_table();
-    let sym = |_: &str| None;
+    let sym = |_: &weft_ir::SymbolRef| None;
     let env = Env {
         helpers: &helpers,
         maps: &maps,

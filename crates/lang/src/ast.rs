@@ -68,8 +68,21 @@ pub enum Item {
     /// `seq NAME[KEY] { step; step*; ...; step }`: a sequence aspect (Arachne's
     /// `seq`); the expand stage turns it into ordinary probes (`crate::seq`).
     Seq(SeqBlock),
+    /// `pointcut NAME = ATTACH, ATTACH, ...;`: a named list of attach points, used
+    /// by its name wherever attach points are (the expand stage replaces it:
+    /// `crate::pointcut`).
+    Pointcut(PointcutDef),
     /// `group NAME [= member, ...];`: a named set of processes (`crate::group`).
     Group(GroupDecl),
+}
+
+/// A named pointcut.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PointcutDef {
+    pub name: String,
+    pub name_span: Span,
+    pub attach: Vec<AttachSpec>,
+    pub span: Span,
 }
 
 /// A group of processes (Arachne's placement): its members are the pids given on
@@ -205,6 +218,9 @@ pub struct Probe {
     pub predicate: Option<Expr>,
     pub body: Block,
     pub span: Span,
+    /// Added by the front end to keep an aspect's state (`cflow`, a group's
+    /// members): see [`weft_ir::Probe::hidden`].
+    pub hidden: bool,
 }
 
 /// One attach point as written: `provider:field:field...`. The provider is already
@@ -488,8 +504,28 @@ pub enum ExprKind {
         ty: TypeExpr,
         field: Vec<String>,
     },
-    /// `cflow(attach)` in a predicate (reserved for the aspect extensions).
-    Cflow(AttachSpec),
+    /// `cflow(P1, ..., Pn)` / `cflow_strict(P1, ..., Pn)`: the thread is inside
+    /// Pn's function, inside P(n-1)'s, ... (Arachne's `controlflow`). The expand
+    /// stage replaces it with reads of per-thread state that probes it adds
+    /// maintain (`crate::cflow`).
+    Cflow(Cflow),
+}
+
+/// A control-flow pointcut as written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cflow {
+    /// `cflow_strict`: each function called directly by the one before.
+    pub strict: bool,
+    /// The functions, outermost first.
+    pub elems: Vec<CflowElem>,
+}
+
+/// One element of a [`Cflow`]: an attach point, or a named pointcut (several).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CflowElem {
+    pub specs: Vec<AttachSpec>,
+    /// As written (the pointcut's name for a named one).
+    pub span: Span,
 }
 
 #[derive(Clone, Debug, PartialEq)]

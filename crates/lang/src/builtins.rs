@@ -196,6 +196,16 @@ pub static TABLE: &[Builtin] = &[
         .action()
         .only(Where::ReturnProbes)
         .hidden(),
+    // `cflow`'s per-thread state (`crate::cflow`): this thread's accumulator of a
+    // `sum()` map without keys, and whether the return address at a function's
+    // entry lies in the function FUNC of BIN.
+    f("__weft_thread", 1, 1)
+        .map_first()
+        .only(Where::UserSpace)
+        .hidden(),
+    f("__weft_caller_in", 2, 2)
+        .only(Where::EntryProbes)
+        .hidden(),
     // Around advice: call the original function (with new first arguments).
     f("proceed", 0, 6).only(Where::EntryProbes),
     // A return probe: replace the function's return value.

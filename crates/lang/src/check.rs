@@ -899,7 +899,7 @@ impl<'a> Checker<'a> {
                         self.err(m.span, format!("unknown map kind `{}`; expected hash, lruhash, percpuhash or percpulruhash", m.kind));
                     }
                 }
-                Item::Macro(_) => {}
+                Item::Macro(_) | Item::Pointcut(_) => {}
             }
         }
     }
@@ -3264,7 +3264,8 @@ impl<'a> Checker<'a> {
                 }
             }
             ExprKind::Cflow(_) => {
-                self.err(span, "cflow(...) is not supported yet");
+                // The expand stage replaces every cflow in a probe.
+                self.err(span, "cflow(...) is only allowed in probes");
                 Type::Void
             }
         }
@@ -4061,6 +4062,30 @@ impl<'a> Checker<'a> {
             "__weft_exit" => {
                 arity(self);
                 Type::Void
+            }
+            "__weft_thread" => {
+                if arity(self) && map_at(self, 0, false) {
+                    if let ExprKind::Map(m) = &a[0].kind {
+                        let sum = self
+                            .map_state(&m.name)
+                            .and_then(|st| st.value)
+                            .is_none_or(|v| matches!(v, MapValue::Sum { .. } | MapValue::Count));
+                        if !sum {
+                            self.err(
+                                a[0].span,
+                                format!("{name}() reads a sum() or count() map: `{}`", m.name),
+                            );
+                        }
+                    }
+                }
+                Type::U64
+            }
+            "__weft_caller_in" => {
+                if arity(self) {
+                    self.literal_string(&name, &a[0]);
+                    self.literal_string(&name, &a[1]);
+                }
+                Type::Bool
             }
             "str" => {
                 if !arity(self) {

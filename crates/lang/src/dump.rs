@@ -105,6 +105,10 @@ impl Dumper {
                     }
                 }
             }
+            Item::Pointcut(pc) => {
+                let names: Vec<String> = pc.attach.iter().map(attach_text).collect();
+                self.line(d, &format!("pointcut {} = {}", pc.name, names.join(", ")));
+            }
             Item::Group(g) => self.line(d, &format!("group {}", g.name)),
             Item::Reserved(r) => {
                 let name = r
@@ -343,7 +347,21 @@ impl Dumper {
             ExprKind::Offsetof { ty: t, field } => {
                 self.line(d, &format!("offsetof({t}, {}){ty}", field.join(".")))
             }
-            ExprKind::Cflow(a) => self.line(d, &format!("cflow: {}{ty}", attach_text(a))),
+            ExprKind::Cflow(c) => {
+                let elems: Vec<String> = c
+                    .elems
+                    .iter()
+                    .map(|e| {
+                        let names: Vec<String> = e.specs.iter().map(attach_text).collect();
+                        match names.as_slice() {
+                            [one] => one.clone(),
+                            _ => format!("({})", names.join(" || ")),
+                        }
+                    })
+                    .collect();
+                let kw = if c.strict { "cflow_strict" } else { "cflow" };
+                self.line(d, &format!("{kw}: {}{ty}", elems.join(", ")))
+            }
         }
     }
 }

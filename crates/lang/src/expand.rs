@@ -23,6 +23,10 @@ pub const MAX_HEIGHT: u32 = 4 * crate::parser::MAX_NESTING;
 pub fn expand(program: &mut Program) -> Vec<Diagnostic> {
     let mut macros = HashMap::new();
     let mut diags = Diags::default();
+    // Named pointcuts are replaced where probes name them (errors in source order).
+    let pointcuts = crate::pointcut::Pointcuts::take(program, &mut diags);
+    crate::pointcut::substitute(program, &pointcuts, &mut diags);
+    diags.list.sort_by_key(|d| d.span.start);
     // Sequence aspects become ordinary probes first (their bodies may call macros).
     crate::seq::desugar(program, &mut diags);
     for item in &program.items {
@@ -87,6 +91,9 @@ pub fn expand(program: &mut Program) -> Vec<Diagnostic> {
             _ => {}
         }
     }
+    // Control-flow pointcuts (also those macros brought in) read state that
+    // probes added here keep.
+    crate::cflow::desugar(program, &pointcuts, &mut ex.diags);
     let mut height = Height {
         depth: 0,
         found: None,

@@ -119,6 +119,8 @@ pub fn desugar(program: &mut Program, cli: &[(String, Vec<i32>)], diags: &mut Di
                     span,
                 },
                 span,
+                // The group's state: it runs whatever --probe-filter picks.
+                hidden: true,
             }),
         );
     }

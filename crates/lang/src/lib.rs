@@ -11,6 +11,7 @@
 
 pub mod ast;
 pub mod builtins;
+pub mod cflow;
 pub mod cheader;
 pub mod check;
 pub mod diag;
@@ -22,6 +23,7 @@ pub mod lexer;
 pub mod lower;
 pub mod parser;
 pub mod passes;
+pub mod pointcut;
 pub mod seq;
 pub mod unsupported;
 

@@ -154,6 +154,7 @@ fn lower_probe(
         prog.probes.push(ir::Probe {
             attach,
             body: f,
+            hidden: p.hidden,
             around: info.around && observing.is_none(),
         });
     }
@@ -1859,6 +1860,42 @@ impl<'a> Fx<'a> {
                 });
                 Val::Unit
             }
+            "__weft_thread" => {
+                let ExprKind::Map(m) = &args[0].kind else {
+                    return Val::Unit;
+                };
+                let map = self.map_id(&m.name);
+                let d = self.reg();
+                self.emit(Inst::ThreadSum { dst: d, map });
+                Val::Reg(d)
+            }
+            "__weft_caller_in" => {
+                let (ExprKind::Str(bin), ExprKind::Str(func)) = (&args[0].kind, &args[1].kind)
+                else {
+                    return Val::Unit;
+                };
+                // return address in [start, end) of the function
+                let Val::Reg(ret) = self.ctx(CtxValue::ReturnAddress) else {
+                    unreachable!("ctx gives a register")
+                };
+                let bound = |fx: &mut Self, end: bool| {
+                    let d = fx.reg();
+                    fx.emit(Inst::SymbolAddr {
+                        dst: d,
+                        symbol: ir::SymbolRef {
+                            name: String::from_utf8_lossy(func).into_owned(),
+                            module: Some(String::from_utf8_lossy(bin).into_owned()),
+                            end,
+                        },
+                    });
+                    d
+                };
+                let lo = bound(self, false);
+                let hi = bound(self, true);
+                let above = self.bin(IrBin::GeU, ret, lo);
+                let below = self.bin(IrBin::LtU, ret, hi);
+                Val::Reg(self.bin(IrBin::And, above, below))
+            }
             "clear" | "zero" => {
                 let ExprKind::Map(m) = &args[0].kind else {
                     return Val::Unit;
@@ -2129,7 +2166,7 @@ impl<'a> Fx<'a> {
                 let d = self.reg();
                 self.emit(Inst::SymbolAddr {
                     dst: d,
-                    symbol: String::from_utf8_lossy(s).into_owned(),
+                    symbol: ir::SymbolRef::named(String::from_utf8_lossy(s)),
                 });
                 Val::Reg(d)
             }

@@ -426,6 +426,9 @@ impl<'a> Parser<'a> {
                 ("enum", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBrace => {
                     return self.enum_def().map(|e| Some(Item::Enum(e)))
                 }
+                ("pointcut", Tok::Ident(_)) if self.peek_tok(2) == Tok::Assign => {
+                    return self.pointcut_def().map(|d| Some(Item::Pointcut(d)))
+                }
                 ("seq", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBracket => {
                     return self.seq_block().map(|b| Some(Item::Seq(b)))
                 }
@@ -534,6 +537,37 @@ impl<'a> Parser<'a> {
             attach,
             predicate,
             body,
+            span: self.span_from(start),
+            hidden: false,
+        })
+    }
+
+    /// `pointcut NAME = ATTACH, ATTACH, ...;`
+    fn pointcut_def(&mut self) -> PResult<PointcutDef> {
+        let start = self.bump().span;
+        let name_tok = self.bump();
+        let Tok::Ident(name) = name_tok.tok else {
+            unreachable!("checked by item()")
+        };
+        self.expect(&Tok::Assign)?;
+        let mut attach = Vec::new();
+        loop {
+            self.reset_lookahead();
+            match self.lx.scan_attach(false) {
+                Some((raw, span)) => attach.push(attach_spec(raw, span)),
+                None => return Err(self.error_here("an attach point")),
+            }
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        if !self.eat(&Tok::Semi) {
+            return Err(self.error_here("`;` or `,` after an attach point"));
+        }
+        Ok(PointcutDef {
+            name,
+            name_span: name_tok.span,
+            attach,
             span: self.span_from(start),
         })
     }
@@ -1666,7 +1700,8 @@ impl<'a> Parser<'a> {
                     return Ok(Expr::new(ExprKind::Ident(name), span));
                 }
                 match name.as_str() {
-                    "cflow" => return self.cflow(span),
+                    "cflow" => return self.cflow(span, false),
+                    "cflow_strict" => return self.cflow(span, true),
                     "sizeof" => return self.sizeof(span),
                     "offsetof" => return self.offsetof(span),
                     _ => {}
@@ -1751,15 +1786,26 @@ impl<'a> Parser<'a> {
         })
     }
 
-    fn cflow(&mut self, start: Span) -> PResult<Expr> {
+    /// `cflow(P1, ..., Pn)`: attach points (or pointcut names), outermost first.
+    fn cflow(&mut self, start: Span, strict: bool) -> PResult<Expr> {
         self.expect(&Tok::LParen)?;
-        self.reset_lookahead();
-        let Some((raw, span)) = self.lx.scan_attach(true) else {
-            return Err(self.error_here("an attach point"));
-        };
+        let mut elems = Vec::new();
+        loop {
+            self.reset_lookahead();
+            let Some((raw, span)) = self.lx.scan_attach(true) else {
+                return Err(self.error_here("an attach point"));
+            };
+            elems.push(CflowElem {
+                specs: vec![attach_spec(raw, span)],
+                span,
+            });
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
         self.expect(&Tok::RParen)?;
         Ok(Expr::new(
-            ExprKind::Cflow(attach_spec(raw, span)),
+            ExprKind::Cflow(Cflow { strict, elems }),
             self.span_from(start),
         ))
     }

@@ -25,6 +25,7 @@
 use std::collections::BTreeSet;
 
 use crate::ast::*;
+use crate::cflow::thread as thread_value;
 use crate::diag::{Diagnostic, Diags};
 
 /// The prefix of the maps sequences keep their instances in (not printed).
@@ -105,6 +106,18 @@ fn steps(s: SeqBlock, diags: &mut Diags) -> Vec<Probe> {
         }
     }
     let span = s.span;
+    // Keyed by the thread without a timeout (nothing iterates the instances): the
+    // state is the thread's own accumulator of a keyless sum, read and set in a load
+    // and an add, not a map keyed by tid (a hash lookup per step).
+    // Kernel steps cannot read a user-space thread's accumulator.
+    let per_thread = matches!(&s.key.kind, ExprKind::Ident(k) if k == "tid")
+        && s.timeout.is_none()
+        && s.steps.iter().all(|st| {
+            st.probe
+                .attach
+                .iter()
+                .all(|a| !matches!(a.provider.as_str(), "tracepoint" | "kernel"))
+        });
     let state = format!("{HIDDEN_PREFIX}{}", s.name);
     let started = format!("{HIDDEN_PREFIX}{}__t", s.name);
     let var_map = |v: &str| format!("{HIDDEN_PREFIX}{}_{v}", s.name);
@@ -136,7 +149,10 @@ fn steps(s: SeqBlock, diags: &mut Diags) -> Vec<Probe> {
             allowed.push(k as u64);
         }
         let key = s.key.clone();
-        let st = |key: &Expr| map_expr(&state, key.clone(), span);
+        let st = |key: &Expr| match per_thread {
+            true => thread_value(&state, span),
+            false => map_expr(&state, key.clone(), span),
+        };
         // The predicate: the instance is where this step may fire.
         let mut cond: Option<Expr> = None;
         for a in &allowed {
@@ -161,9 +177,11 @@ fn steps(s: SeqBlock, diags: &mut Diags) -> Vec<Probe> {
             Some(j as u64 + 1)
         };
         if let Some(v) = next {
-            p.body
-                .stmts
-                .insert(0, assign_map(&state, key.clone(), int(v, span), span));
+            let set = match per_thread {
+                true => set_thread_value(&state, v, span),
+                false => assign_map(&state, key.clone(), int(v, span), span),
+            };
+            p.body.stmts.insert(0, set);
         }
         if j == 0 && s.timeout.is_some() {
             let now = Expr::new(ExprKind::Ident("nsecs".into()), span);
@@ -178,6 +196,7 @@ fn steps(s: SeqBlock, diags: &mut Diags) -> Vec<Probe> {
                 bound: &bound,
                 var_map: &var_map,
                 timed: s.timeout.is_some(),
+                per_thread,
             };
             p.body.stmts.extend(end.stmts(&key, span));
         }
@@ -190,6 +209,7 @@ fn steps(s: SeqBlock, diags: &mut Diags) -> Vec<Probe> {
             bound: &bound,
             var_map: &var_map,
             timed: true,
+            per_thread: false,
         };
         out.push(timeout_probe(ns, body, tspan, &end));
     }
@@ -203,11 +223,16 @@ struct Ending<'a> {
     bound: &'a BTreeSet<String>,
     var_map: &'a dyn Fn(&str) -> String,
     timed: bool,
+    /// The state is the thread's own ([`thread_value`]).
+    per_thread: bool,
 }
 
 impl Ending<'_> {
     fn stmts(&self, key: &Expr, span: Span) -> Vec<Stmt> {
-        let mut out = vec![delete(self.state, key.clone(), span)];
+        let mut out = vec![match self.per_thread {
+            true => set_thread_value(self.state, 0, span),
+            false => delete(self.state, key.clone(), span),
+        }];
         if self.timed {
             out.push(delete(self.started, key.clone(), span));
         }
@@ -302,7 +327,15 @@ fn timeout_probe(ns: u64, mut body: Block, span: Span, end: &Ending) -> Probe {
         predicate: None,
         body: block(vec![each]),
         span,
+        hidden: false,
     }
+}
+
+/// Make this thread's value of the keyless sum map `name` be `v`:
+/// `@name = sum(v - __weft_thread(@name))`.
+fn set_thread_value(name: &str, v: u64, span: Span) -> Stmt {
+    let delta = binary(BinOp::Sub, int(v, span), thread_value(name, span), span);
+    crate::cflow::add(name, delta, span)
 }
 
 pub(crate) fn int(v: u64, span: Span) -> Expr {

@@ -433,38 +433,32 @@ fn unsupported_builtins_and_functions() {
 #[test]
 fn reserved_aspect_syntax_is_not_supported_yet() {
     check(
-        "before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }",
+        "before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main, uprobe:/bin/a:h)/ { }",
         expect![[r#"
             error: around advice changes what the program does: it needs --unsafe
              --> script.bt:1:28
               |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main, uprobe:/bin/a:h)/ { }
               |                            ^^^^^^
               = help: run weft with --unsafe to allow it
 
             error: invalid attach point `kernel:x`: the kernel provider has system calls: kernel:syscall:NAME (entry) and kernel:syscall:NAME:exit
              --> script.bt:1:118
               |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main, uprobe:/bin/a:h)/ { }
               |                                                                                                                      ^^^^^^^^
 
             error: invalid attach point `K:y`: the kernel provider has system calls: kernel:syscall:NAME (entry) and kernel:syscall:NAME:exit
              --> script.bt:1:131
               |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main, uprobe:/bin/a:h)/ { }
               |                                                                                                                                   ^^^
 
             error: `seq` blocks are not supported yet
              --> script.bt:1:139
               |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
+            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main, uprobe:/bin/a:h)/ { }
               |                                                                                                                                           ^^^^^^^^^^^^^^^^^^^^^^^^^^^
-
-            error: cflow(...) is not supported yet
-             --> script.bt:1:184
-              |
-            1 | before uprobe:/bin/a:f { } around uprobe:/bin/a:g { proceed(); } call:/bin/a:f { } get:/bin/a:v { } set:/bin/a:v { } kernel:x { } K:y { } seq { uprobe:/bin/a:f { } } uprobe:/bin/a:h /cflow(uprobe:/bin/a:main)/ { }
-              |                                                                                                                                                                                        ^^^^^^^^^^^^^^^^^^^^^^^^^
 
         "#]],
     );

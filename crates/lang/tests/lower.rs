@@ -610,7 +610,7 @@ fn stacks_symbols_time() {
                 Copy { dst: Place { slot: Slot(3), off: 8 }, src: Place { slot: Slot(2), off: 0 }, len: 16 }
                 Emit { kind: Printf(FmtId(1)), payload: Some(Place { slot: Slot(3), off: 0 }), len: 24 }
                 Emit { kind: Time(FmtId(2)), payload: None, len: 0 }
-                SymbolAddr { dst: Reg(8), symbol: "main" }
+                SymbolAddr { dst: Reg(8), symbol: SymbolRef { name: "main", module: None, end: false } }
                 Mov { dst: Reg(0), src: Reg(8) }
               L0:
                 Return

@@ -138,6 +138,61 @@ pub fn resolve(
     Ok(out)
 }
 
+/// Resolves [`weft_ir::SymbolRef`]s (`uaddr`, the code ranges of `cflow_strict`) in
+/// one process, for the code generator ([`weft_jit::Env::symbol`]).
+pub struct Symbols<'a> {
+    pub prog: &'a Program,
+    pub modules: &'a [Module],
+    pub pid: i32,
+    /// A binary the process does not map is no error (a session over several
+    /// processes): its symbols are at 0, an empty range.
+    pub lenient: bool,
+}
+
+impl Symbols<'_> {
+    /// The address of `s` (or its end) for advice of probe `probe`: in the binary
+    /// `s` names, else in the binary of the probe's first function or USDT attach
+    /// point, else in the program (the first module).
+    pub fn address(&self, probe: usize, s: &weft_ir::SymbolRef) -> Option<u64> {
+        let own = || {
+            self.prog
+                .probes
+                .get(probe)?
+                .attach
+                .iter()
+                .find_map(|a| match a {
+                    AttachPoint::Uprobe { target, .. }
+                    | AttachPoint::Uretprobe { target, .. }
+                    | AttachPoint::Usdt { target, .. } => Some(target.clone()),
+                    _ => None,
+                })
+        };
+        let spec = s.module.clone().or_else(own).unwrap_or_default();
+        let module = if spec.is_empty() {
+            self.modules.first().cloned()
+        } else {
+            let search = weft_symbols::LibrarySearch::system();
+            let cx = TargetContext {
+                process: Some((self.pid as u32, self.modules)),
+                executable: None,
+                search: &search,
+            };
+            weft_symbols::resolve_target(&spec, &cx)
+                .ok()
+                .and_then(|t| t.module)
+        };
+        let Some(module) = module else {
+            return (self.lenient && s.module.is_some()).then_some(0);
+        };
+        let f = weft_symbols::resolve_in_module(&module, &s.name)
+            .ok()?
+            .into_iter()
+            .find(|f| f.runtime_addr.is_some())?;
+        let start = f.runtime_addr?;
+        Some(if s.end { start + f.size } else { start })
+    }
+}
+
 /// The module a probe's target names, in the process of `cx`; `None` if the process
 /// does not map it and `cx` is lenient.
 /// The binary as a probe's name shows it (`probe`, `-v`): a path as the user wrote

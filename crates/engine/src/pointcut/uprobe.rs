@@ -59,8 +59,11 @@ impl PointcutKind for Uprobe {
                 }
                 (elf.filter(|_| !list.is_empty()), list)
             });
-        let around = cx.prog.probes[pi].around;
-        let frame_free = !around && !uses_frame_state(&cx.prog.probes[pi].body);
+        // The front end's own probes (cflow's) stay at the real entry and return:
+        // the program's advice, at either kind of site, then runs inside them.
+        let probe = &cx.prog.probes[pi];
+        let around = probe.around;
+        let frame_free = !around && !uses_frame_state(&probe.body) && !probe.hidden;
         let by_addr = &mut out.sites;
         for f in funcs {
             let Some(addr) = f.runtime_addr else { continue };
@@ -189,7 +192,11 @@ fn uses_frame_state(f: &weft_ir::Function) -> bool {
     f.code.iter().any(|i| match i {
         Inst::Ctx { value, .. } => matches!(
             value,
-            CtxValue::Arg(_) | CtxValue::Retval | CtxValue::Reg(_) | CtxValue::Ip
+            CtxValue::Arg(_)
+                | CtxValue::Retval
+                | CtxValue::Reg(_)
+                | CtxValue::Ip
+                | CtxValue::ReturnAddress
         ),
         Inst::UStack { .. } | Inst::Override { .. } => true,
         _ => false,
