@@ -265,7 +265,7 @@ fn around_refusals_are_located() {
                 "-e",
                 "around uretprobe:BIN:compute { return 1; }",
             ],
-            "around advice goes on a function's entry (`uprobe:BIN:FUNC`), not `uretprobe:",
+            "around advice goes on a function's entry (`uprobe:BIN:FUNC`) or its call sites (`call:BIN:FUNC`), not `uretprobe:",
         ),
         (
             vec![
@@ -315,5 +315,35 @@ fn around_refusals_are_located() {
         let err = text(&o.stderr);
         assert!(!o.status.success(), "{args:?} succeeded");
         assert!(err.contains(want), "{args:?}: want {want:?} in:\n{err}");
+    }
+}
+
+/// Around advice at call sites (`around call:BIN:FUNC [within CALLER]`): the calls
+/// of one caller are replaced, the others run as they are; a library function
+/// called through the PLT too.
+#[test]
+fn around_at_call_sites_replaces_one_callers_calls() {
+    for opt in ["-O0", "-O2"] {
+        let bin = build(
+            "callsite.c",
+            Variant {
+                opt,
+                pie: true,
+                cet: true,
+            },
+            &[],
+        );
+        let b = bin.to_str().unwrap();
+        // work() is called 20 times, 5 of them by beta; strtol 4 times (1+20+300+4000).
+        let prog = format!(
+            "around call:{b}:work within beta {{ @skipped = count(); return 0; }} \
+             around call:{b}:work within alpha {{ $r = proceed(arg0, 1); @r = sum($r); return $r; }} \
+             around call:{b}:strtol {{ return 1; }}"
+        );
+        let out = ok(&weft(&["trace", "--unsafe", "-e", &prog, "-c", b], T));
+        assert!(out.contains("works=15 parsed=4"), "{opt}\n{out}");
+        assert_eq!(map_value(&out, "@skipped"), Some(5), "{opt}\n{out}");
+        // work(i, 1) for i in 0..3.
+        assert_eq!(map_value(&out, "@r"), Some(3), "{opt}\n{out}");
     }
 }

@@ -207,7 +207,7 @@ pub static TABLE: &[Builtin] = &[
         .only(Where::EntryProbes)
         .hidden(),
     // Around advice: call the original function (with new first arguments).
-    f("proceed", 0, 6).only(Where::EntryProbes),
+    f("proceed", 0, 6).only(Where::InTarget),
     // A return probe: replace the function's return value.
     Builtin {
         void: true,

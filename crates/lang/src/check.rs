@@ -1331,11 +1331,14 @@ impl<'a> Checker<'a> {
         }
         if self.around {
             for (a, ap) in p.attach.iter().zip(&self.attach.clone()) {
-                if !matches!(ap, AttachPoint::Uprobe { offset: 0, .. }) {
+                if !matches!(
+                    ap,
+                    AttachPoint::Uprobe { offset: 0, .. } | AttachPoint::Call { .. }
+                ) {
                     self.err(
                         a.span,
                         format!(
-                            "around advice goes on a function's entry (`uprobe:BIN:FUNC`), not `{}`",
+                            "around advice goes on a function's entry (`uprobe:BIN:FUNC`) or its call sites (`call:BIN:FUNC`), not `{}`",
                             a.raw
                         ),
                     );

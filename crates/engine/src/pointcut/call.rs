@@ -119,11 +119,21 @@ impl PointcutKind for CallSites {
                         func: callee.func,
                     }),
                 });
-                spec.entry.push(Call {
+                let call = Call {
                     advice: probe_index as u64,
                     probe,
                     body: Some(probe_index),
-                });
+                };
+                if cx.prog.probes[probe_index].around {
+                    // At the stub the stack is the callee's entry: the around head
+                    // returns to the caller itself; `proceed` runs `jmp FUNC`.
+                    if spec.around.is_some() {
+                        bail!("{}: two around advices on one call site", spec.label);
+                    }
+                    spec.around = Some(call);
+                } else {
+                    spec.entry.push(call);
+                }
                 found += 1;
             }
             total.indirect += scan.indirect;
