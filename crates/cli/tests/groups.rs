@@ -212,3 +212,43 @@ fn a_sequence_starts_in_one_process_and_ends_in_another() {
         assert!(t.child.wait().unwrap().success());
     }
 }
+
+/// A process that advice adds to a group, outside the session until then, is
+/// attached and woven: the group's probes reach it.
+#[test]
+fn a_process_added_from_advice_is_woven() {
+    let bin = build("member.c", Variant::O2_PIE, &[]);
+    let b = bin.to_str().unwrap();
+    let a = Spawned::start(&bin, &["10"]);
+    let c = Spawned::start(&bin, &["300"]);
+    a.wait_line("ready", T);
+    c.wait_line("ready", T);
+    let (pa, pc) = (a.pid(), c.pid());
+    let prog = format!(
+        "group web; \
+         uprobe:{b}:ping /pid == {pa} && @added == 0/ {{ @added = 1; add(web, {pc}); }} \
+         uprobe:{b}:ping /pid == {pc} && @live == 0/ {{ @live = 1; printf(\"live %d\\n\", pid); }} \
+         @web uprobe:{b}:work {{ @w[pid] = count(); @n = count(); }} \
+         interval:ms:20 /@n == 300/ {{ exit(); }}"
+    );
+    let mut w = Background::start(&["-v", "-e", &prog, "-p", &pa.to_string()]);
+    w.wait_line(&format!("live {pc}"), false, T);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pc, libc::SIGUSR1) };
+    let o = w.finish(T);
+    let out = ok(&o);
+    assert_eq!(map_value(&out, &format!("@w[{pc}]")), Some(300), "{out}");
+    assert!(
+        text(&o.stderr).contains(&format!("process {pc} joined: added to a group")),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(
+        code_matches_file(pc, &bin),
+        "the added process was left woven"
+    );
+    for mut t in [a, c] {
+        let _ = t.child.kill();
+        let _ = t.child.wait();
+    }
+}

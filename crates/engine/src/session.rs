@@ -894,6 +894,7 @@ impl<'p> Session<'p> {
             self.rearm_watches();
             if Instant::now() >= next_release {
                 self.release_gone_processes();
+                self.join_group_members();
                 next_release = Instant::now() + Duration::from_millis(100);
             }
             if !self.members.is_empty() && self.reap_members(sink)? && !self.opts.system_wide {
@@ -916,6 +917,67 @@ impl<'p> Session<'p> {
                 // Woken as soon as the kernel catches a process.
                 Some(w) => w.wait(sleep),
                 None => std::thread::sleep(sleep),
+            }
+        }
+    }
+
+    /// Processes a group names that are not members of the session (advice ran
+    /// `add(GROUP, PID)` for them): attached and woven, like a process caught at
+    /// its start, within 100 ms of the add. One that cannot be is left out once,
+    /// said with `-v`.
+    fn join_group_members(&mut self) {
+        let shm = &self.seg.shm;
+        let mut want = Vec::new();
+        for (id, m) in self.prog.maps.iter().enumerate() {
+            if !weft_ir::is_inherited_map(&m.name) {
+                continue;
+            }
+            let d = shm.map(id as u32);
+            if d.flags & weft_abi::MAP_FLAG_INHERIT_PID == 0 {
+                continue;
+            }
+            for i in weft_runtime::map::live_entries(shm, d) {
+                let key = weft_runtime::map::key_bytes(shm, d, i);
+                let Ok(k) = <[u8; 8]>::try_from(key) else {
+                    continue;
+                };
+                let pid = u64::from_le_bytes(k);
+                // SAFETY: a live plain entry's value, at least 8 bytes.
+                let v = unsafe {
+                    core::ptr::read_volatile(
+                        weft_runtime::map::plain_value_ptr(shm, d, i) as *const u64
+                    )
+                };
+                if v != 0 && pid > 0 && pid <= i32::MAX as u64 {
+                    want.push(pid as i32);
+                }
+            }
+        }
+        for pid in want {
+            // A member's forked child joins by itself (it has the agent, and its
+            // membership came with it), as does a process weft is already weaving.
+            let member = |p: i32| self.members.iter().any(|m| m.pid == p && m.alive);
+            if self.refused.contains(&pid)
+                || member(pid)
+                || target::parent_of(pid).is_some_and(member)
+                || pid as u32 == std::process::id()
+                || !target::alive(pid)
+            {
+                continue;
+            }
+            let joined = self.attach(pid).and_then(|()| {
+                let i = self.members.len() - 1;
+                self.weave_late_member(i).map(|_| ())
+            });
+            match joined {
+                Ok(()) => self.verbose(&format!("process {pid} joined: added to a group")),
+                Err(e) => {
+                    if let Some(m) = self.members.iter_mut().find(|m| m.pid == pid && m.alive) {
+                        m.alive = false;
+                    }
+                    self.refused.insert(pid);
+                    self.note(&format!("process {pid} (added to a group) left out: {e:#}"));
+                }
             }
         }
     }
