@@ -35,6 +35,8 @@ pub struct Program {
     pub items: Vec<Item>,
     /// The `#include` lines, in order (they come before the probes).
     pub includes: Vec<Include>,
+    /// The script's `#define NAME INTEGER` lines: constants, as enumerators are.
+    pub defines: Vec<(String, i64)>,
     /// What the included C headers (and `--include` files) define, read by
     /// [`crate::cheader`] before the checker runs.
     pub c_decls: crate::cheader::CDecls,

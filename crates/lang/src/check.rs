@@ -877,6 +877,9 @@ impl<'a> Checker<'a> {
 
     fn preamble(&mut self, program: &Program) {
         self.header_decls(&program.c_decls);
+        for (name, v) in &program.defines {
+            self.enumerators.insert(name.clone(), *v);
+        }
         let mut seen_probe = false;
         for item in &program.items {
             match item {
@@ -2838,7 +2841,16 @@ impl<'a> Checker<'a> {
                 // upstream's builtins are keywords.
                 if builtins::variable(&name).is_none() {
                     if let Some(&v) = self.enumerators.get(&name) {
-                        e.kind = ExprKind::Int(v as u64);
+                        // A negative constant stays a negated literal (as `-3` is
+                        // written), so every pass types it signed.
+                        e.kind = if v < 0 {
+                            ExprKind::Unary {
+                                op: UnOp::Neg,
+                                expr: Box::new(Expr::new(ExprKind::Int(v.unsigned_abs()), span)),
+                            }
+                        } else {
+                            ExprKind::Int(v as u64)
+                        };
                         return Type::I64;
                     }
                 }

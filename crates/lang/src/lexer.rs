@@ -147,6 +147,28 @@ pub struct Lexer<'a> {
     /// The `#include` lines met so far, in text order (each once, however often
     /// the parser re-lexes).
     pub includes: Vec<Include>,
+    /// `#define NAME INTEGER` lines (each once), in text order.
+    pub defines: Vec<(String, i64, Span)>,
+}
+
+/// An integer constant as C writes one: `64`, `-1`, `0x40`, `0100`, `64UL`, `(64)`.
+fn define_value(v: &str) -> Option<i64> {
+    let v = v.trim();
+    if let Some(inner) = v.strip_prefix('(').and_then(|r| r.strip_suffix(')')) {
+        return define_value(inner);
+    }
+    if let Some(neg) = v.strip_prefix('-') {
+        return define_value(neg).map(i64::wrapping_neg);
+    }
+    let digits = v.trim_end_matches(['u', 'U', 'l', 'L']);
+    let (radix, body) = if let Some(h) = digits.strip_prefix("0x").or(digits.strip_prefix("0X")) {
+        (16, h)
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        (8, &digits[1..])
+    } else {
+        (10, digits)
+    };
+    u64::from_str_radix(body, radix).ok().map(|n| n as i64)
 }
 
 fn is_ident_start(c: u8) -> bool {
@@ -164,6 +186,7 @@ impl<'a> Lexer<'a> {
             pos: 0,
             diags: Diags::default(),
             includes: Vec::new(),
+            defines: Vec::new(),
         }
     }
 
@@ -219,6 +242,8 @@ impl<'a> Lexer<'a> {
                 let span = Span::new(start, start + line.len());
                 if word == "include" {
                     self.include_line(directive["include".len()..].trim(), span);
+                } else if word == "define" {
+                    self.define_line(directive["define".len()..].trim(), span);
                 } else if !line.starts_with("#!") {
                     self.diags.error(
                         span,
@@ -241,6 +266,35 @@ impl<'a> Lexer<'a> {
         match self.bytes.get(at..at + 3) {
             Some([b'\\', b'\r', b'\n']) => Some(3),
             _ => (self.bytes.get(at..at + 2) == Some(b"\\\n")).then_some(2),
+        }
+    }
+
+    /// `NAME VALUE` after `#define`: an integer constant (decimal, hex or octal,
+    /// C's `u`/`l` suffixes, a sign, parentheses), usable wherever an enumerator
+    /// is. Other macros are for headers (`#include`), which weft preprocesses.
+    fn define_line(&mut self, rest: &str, span: Span) {
+        if self.defines.iter().any(|d| d.2 == span) {
+            return;
+        }
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let value = rest[name.len()..].trim();
+        let parsed = (!name.is_empty() && !name.starts_with(|c: char| c.is_ascii_digit()))
+            .then(|| define_value(value))
+            .flatten();
+        match parsed {
+            Some(v) => self.defines.push((name, v, span)),
+            None => self.diags.push(
+                Diagnostic::error(
+                    span,
+                    "a script's `#define` takes a name and an integer constant: `#define MAX 64`",
+                )
+                .with_help(
+                    "macros with parameters or other values belong in a header (`#include`)",
+                ),
+            ),
         }
     }
 

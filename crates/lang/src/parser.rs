@@ -34,6 +34,10 @@ pub fn parse_with_types(
     p.types = types.clone();
     let mut program = p.program();
     program.includes = std::mem::take(&mut p.lx.includes);
+    program.defines = std::mem::take(&mut p.lx.defines)
+        .into_iter()
+        .map(|(n, v, _)| (n, v))
+        .collect();
     // bpftrace reads C definitions only in the preamble.
     let first_probe = program.items.iter().find_map(|i| match i {
         Item::Probe(p) => Some(p.span),

@@ -2052,3 +2052,26 @@ fn data_pointcuts_at_most_four() {
         "#]],
     );
 }
+
+#[test]
+fn a_script_define_takes_an_integer() {
+    check(
+        "#define F(x) x\n#define G abc\nBEGIN { }",
+        expect![[r#"
+            error: a script's `#define` takes a name and an integer constant: `#define MAX 64`
+             --> script.bt:1:1
+              |
+            1 | #define F(x) x
+              | ^^^^^^^^^^^^^^
+              = help: macros with parameters or other values belong in a header (`#include`)
+
+            error: a script's `#define` takes a name and an integer constant: `#define MAX 64`
+             --> script.bt:2:1
+              |
+            2 | #define G abc
+              | ^^^^^^^^^^^^^
+              = help: macros with parameters or other values belong in a header (`#include`)
+
+        "#]],
+    );
+}

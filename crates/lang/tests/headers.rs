@@ -272,7 +272,8 @@ BEGIN {
                 int: 8 :: int64
                 int: 6 :: int64
                int: 21 :: int64
-               int: -1 :: uint64
+               - :: int64
+                int: 1 :: int64
         "#]],
     );
 }
