@@ -655,19 +655,20 @@ fn bad_assignment_target() {
 }
 
 #[test]
-fn define_is_rejected() {
+fn a_define_that_is_no_integer_is_rejected() {
     check(
-        "#define X 1\nBEGIN { }",
+        "#define X(a) a\nBEGIN { }",
         expect![[r#"
-        Program
-         BEGIN
-        error: preprocessor directive `#define` is not supported; only `#include` lines are accepted
-         --> t.bt:1:1
-          |
-        1 | #define X 1
-          | ^^^^^^^^^^^
+            Program
+             BEGIN
+            error: a script's `#define` takes a name and an integer constant: `#define MAX 64`
+             --> t.bt:1:1
+              |
+            1 | #define X(a) a
+              | ^^^^^^^^^^^^^^
+              = help: macros with parameters or other values belong in a header (`#include`)
 
-    "#]],
+        "#]],
     );
 }
 
@@ -744,11 +745,12 @@ fn continued_define_is_one_directive() {
         expect![[r#"
             Program
              BEGIN
-            error: preprocessor directive `#define` is not supported; only `#include` lines are accepted
+            error: a script's `#define` takes a name and an integer constant: `#define MAX 64`
              --> t.bt:1:1
               |
             1 | #define X 1 + \
               | ^^^^^^^^^^^^^^^
+              = help: macros with parameters or other values belong in a header (`#include`)
 
         "#]],
     );
