@@ -1,14 +1,12 @@
-//! `weft_kernel::tracefs` on the running kernel's tracefs (skipped without one).
+//! `weft_kernel::tracefs` on the running kernel's tracefs (required: every machine
+//! weft's suite runs on has one, and a missing one fails the tests).
 
 use weft_kernel::tracefs::{features, FieldKind, Tracefs};
 
 fn tracefs() -> Option<Tracefs> {
     match Tracefs::find() {
         Ok(t) => Some(t),
-        Err(e) => {
-            eprintln!("skipped: {e}");
-            None
-        }
+        Err(e) => panic!("tracefs is required for these tests: {e}"),
     }
 }
 
