@@ -7,9 +7,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -45,39 +45,21 @@ fn o2() -> std::path::PathBuf {
 
 /// `callsite wait`: started before weft, told to run (and to end) by a line on its
 /// stdin.
-struct Waiting {
-    child: Child,
-    lines: std::sync::mpsc::Receiver<String>,
-}
+struct Waiting(Spawned);
 
 impl Waiting {
     fn start(bin: &Path) -> Waiting {
-        let mut child = Command::new(bin)
-            .arg("wait")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let out = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    break;
-                }
-            }
-        });
-        let w = Waiting { child, lines: rx };
+        let w = Waiting(Spawned::start_piped(bin, &["wait"]));
         w.expect("ready");
         w
     }
 
     fn pid(&self) -> i32 {
-        self.child.id() as i32
+        self.0.pid()
     }
 
     fn go(&mut self) {
-        let stdin = self.child.stdin.as_mut().unwrap();
+        let stdin = self.0.child.stdin.as_mut().unwrap();
         stdin.write_all(b"go\n").unwrap();
         stdin.flush().unwrap();
     }
@@ -85,6 +67,7 @@ impl Waiting {
     /// The next line the target prints; it must be `want`.
     fn expect(&self, want: &str) {
         let l = self
+            .0
             .lines
             .recv_timeout(T)
             .unwrap_or_else(|_| panic!("the target never printed {want:?}"));
@@ -94,15 +77,8 @@ impl Waiting {
     /// Let it end; it must exit 0.
     fn finish(mut self) {
         self.go();
-        let st = self.child.wait().unwrap();
+        let st = self.0.child.wait().unwrap();
         assert!(st.success(), "target: {st}");
-    }
-}
-
-impl Drop for Waiting {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

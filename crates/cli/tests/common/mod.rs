@@ -216,8 +216,18 @@ pub struct Spawned {
 
 impl Spawned {
     pub fn start(bin: &Path, args: &[&str]) -> Spawned {
+        Spawned::start_with(bin, args, Stdio::inherit())
+    }
+
+    /// [`Spawned::start`] with its stdin a pipe (`child.stdin`) the test writes to.
+    pub fn start_piped(bin: &Path, args: &[&str]) -> Spawned {
+        Spawned::start_with(bin, args, Stdio::piped())
+    }
+
+    fn start_with(bin: &Path, args: &[&str], stdin: Stdio) -> Spawned {
         let mut child = Command::new(bin)
             .args(args)
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
