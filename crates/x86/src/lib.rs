@@ -43,12 +43,16 @@ mod decode;
 mod patch;
 mod plan;
 mod relocate;
+mod returns;
 
 pub use callsite::{resume_code, retarget, scan_calls, CallKind, CallScan, CallSite, Slot};
 pub use decode::{branch_targets, decode_len, disassemble};
 pub use patch::{call_rel32, jmp_rel32, patch_bytes, INT3};
 pub use plan::{plan_site, plan_site_among, FunctionCode, Reason, SitePlan, ENDBR64, JUMP_LEN};
 pub use relocate::relocate;
+pub use returns::{
+    ends_with_ret, relocate_before_ret, return_sites, NoReturnSites, ReturnSite, ReturnSites,
+};
 
 /// Errors from encoding patches and relocated code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
