@@ -4,7 +4,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use weft_abi::msg::{Msg, MsgError};
 use weft_abi::{Hello, ProfileDesc, WatchDesc, VERSION};
 use weft_runtime::proto::{self, Received};
@@ -170,7 +170,13 @@ impl Agent {
 
     /// Send `msg` (with `fd`) and wait for the answer; an error answer is an error.
     fn request(&self, msg: Msg<'_>, fd: Option<RawFd>) -> Result<Received> {
-        proto::send(self.raw(), &msg, fd).context("sending to the agent")?;
+        proto::send(self.raw(), &msg, fd).map_err(|e| match e.kind() {
+            // The process's end is gone with it.
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+                anyhow!("the target exited (its agent's connection closed)")
+            }
+            _ => anyhow::Error::new(e).context("sending to the agent"),
+        })?;
         let r = recv_timeout(self.raw(), Duration::from_secs(10))?;
         if let Ok(Msg::Err(e)) = r.msg() {
             bail!("agent: {e}");

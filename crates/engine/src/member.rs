@@ -235,29 +235,55 @@ impl Member {
                 .iter()
                 .chain(&calls)
                 .map(|s| s.site_addr)
-                .chain(self.planned.iter().map(|p| p.addr))
+                .chain(
+                    self.planned
+                        .iter()
+                        .filter(|p| !restored(seg, p))
+                        .map(|p| p.addr),
+                )
                 .collect();
             for s in &specs {
-                let p = if Some(s.site_addr) == redirected {
-                    crate::weave::Planned::refused(
+                // A site inside the bytes another's jump replaced (a return site's
+                // window, a prologue) would write into that jump.
+                let covered = self.planned.iter().find(|p| {
+                    !matches!(p.outcome, Outcome::Skipped(_))
+                        && !restored(seg, p)
+                        && p.addr < s.site_addr
+                        && s.site_addr < p.addr + p.patch.len() as u64
+                });
+                let ps = if let Some(other) = covered {
+                    vec![crate::weave::Planned::refused(
+                        s,
+                        &format!(
+                            "it lies in the bytes {} patches at {:#x}",
+                            other.label, other.addr
+                        ),
+                    )]
+                } else if Some(s.site_addr) == redirected {
+                    vec![crate::weave::Planned::refused(
                         s,
                         &"weft's agent redirects this function to itself while it weaves \
                           (so that weft's signal handlers stay first) and cannot probe it \
                           too; probe its callers (`sigaction`, `signal`) instead",
-                    )
+                    )]
                 } else if let Some(c) = call_site_at(&self.planned, s, &others) {
-                    crate::weave::Planned::refused(
+                    vec![crate::weave::Planned::refused(
                         s,
                         &format!(
                             "its first instruction is the call site {c}, woven before it \
                              (one rewrite per instruction)"
                         ),
-                    )
+                    )]
                 } else {
                     weaver.site(s, agent.hello.thread_attach, &others)?
                 };
-                note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
-                self.planned.push(p);
+                for n in weaver.notes.drain(..) {
+                    note(n);
+                }
+                for p in ps {
+                    note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
+                    self.planned.push(p);
+                }
             }
             // Call sites after the other sites: one inside the bytes another site's
             // patch covers (its jump's displaced instructions, its int3) is not woven
@@ -652,6 +678,17 @@ impl Member {
         weft_inject::die::at("quiescent");
         agent.free()
     }
+}
+
+/// A site taken out since (unwoven): its bytes are the original ones again.
+fn restored(seg: &Segment, p: &Planned) -> bool {
+    p.index != u32::MAX
+        && seg
+            .shm
+            .site(p.index)
+            .state
+            .load(std::sync::atomic::Ordering::Acquire)
+            == weft_abi::SITE_RESTORED
 }
 
 /// The call site among `planned`, woven before, that `s`'s patch would start on

@@ -95,14 +95,6 @@ pub fn apply_stepping_out_of(
     bodies: &[Range<u64>],
     step_guard: u64,
 ) -> Result<PatchReport> {
-    let mut w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
-    w.set_step_guard(step_guard);
-    guard_sharers(&mut w)?;
-    rewind_stale_traps(&mut w, shm, space)?;
-    let mut report = PatchReport {
-        threads: w.threads().len(),
-        ..PatchReport::default()
-    };
     let mut inside: Vec<Range<u64>> = sites
         .iter()
         .filter(|s| !s.patch.is_empty())
@@ -110,6 +102,48 @@ pub fn apply_stepping_out_of(
         .filter(|r| !r.is_empty())
         .collect();
     inside.extend(bodies.iter().cloned());
+    // A signal handler that interrupted a thread inside the bytes to replace would
+    // return into the middle of a jump: let such handlers finish first (the thread
+    // itself can be stepped out; its interrupted pc cannot).
+    let maps = ProcMaps::read(pid as u32).map_err(|e| anyhow!("{e}"))?;
+    let frames = crate::safepoint::SignalFrames::new(&maps, &maps.modules());
+    let start = Instant::now();
+    let mut w = loop {
+        let w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+        let held: Vec<u64> = w
+            .threads()
+            .iter()
+            .flat_map(|t| frames.interrupted(&w, t.regs().rsp))
+            .filter(|pc| inside.iter().any(|r| r.contains(pc)))
+            .collect();
+        if held.is_empty() {
+            break w;
+        }
+        if start.elapsed() > Duration::from_secs(2) {
+            // Still there: those sites wait for another weave.
+            for s in sites.iter_mut() {
+                let r = s.addr + 1..s.addr + s.patch.len() as u64;
+                if held.iter().any(|pc| r.contains(pc)) {
+                    s.outcome = Outcome::Skipped(format!(
+                        "a signal handler interrupted a thread inside the bytes at {:#x} and did not return for 2 s",
+                        s.addr
+                    ));
+                    s.patch.clear();
+                }
+            }
+            inside.retain(|r| !held.iter().any(|pc| r.contains(pc)));
+            break w;
+        }
+        w.resume().map_err(|e| anyhow!("{e}"))?;
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    w.set_step_guard(step_guard);
+    guard_sharers(&mut w)?;
+    rewind_stale_traps(&mut w, shm, space)?;
+    let mut report = PatchReport {
+        threads: w.threads().len(),
+        ..PatchReport::default()
+    };
     let max_steps = if bodies.is_empty() { 64 } else { 1024 };
     for tid in w.threads_in(&inside) {
         w.step_out(tid, &inside, max_steps)

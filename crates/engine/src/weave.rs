@@ -150,6 +150,10 @@ pub enum Outcome {
     CallStub,
     /// The same, with the advice compiled inline into the stub.
     CallStubInline,
+    /// A `ret` (with the instructions before it, or the padding after it) replaced
+    /// by a jump to a trampoline that runs them, the return advice and the `ret`;
+    /// true when the advice is inline.
+    Return(bool),
     Int3(String),
     Skipped(String),
 }
@@ -163,6 +167,8 @@ impl fmt::Display for Outcome {
             Outcome::Placeholder(true) => write!(f, "jump over a NOP placeholder (advice inline)"),
             Outcome::CallStub => write!(f, "branch retargeted to a stub"),
             Outcome::CallStubInline => write!(f, "branch retargeted to a stub (advice inline)"),
+            Outcome::Return(false) => write!(f, "return site: jump to trampoline"),
+            Outcome::Return(true) => write!(f, "return site: jump to trampoline (advice inline)"),
             Outcome::Int3(r) => write!(f, "int3 ({r})"),
             Outcome::Skipped(r) => write!(f, "skipped: {r}"),
         }
@@ -255,6 +261,11 @@ pub struct Weaver<'a> {
     /// Resolves the symbols of probe `i`'s advice (`uaddr`, `cflow_strict`'s code
     /// ranges) for inline code; without it, advice with symbols is not inlined.
     pub symbols: Option<&'a SymbolResolver<'a>>,
+    /// Put return probes on the functions' `ret`s where every exit is one
+    /// (`WEFT_RETURN_SITES=0` keeps the hijack everywhere, for comparison).
+    pub ret_sites: bool,
+    /// Why sites were woven as they were, beyond each site's outcome (`-v`).
+    pub notes: Vec<String>,
 }
 
 /// Resolves a symbol of probe `i`'s advice in the process woven into.
@@ -305,6 +316,8 @@ impl<'a> Weaver<'a> {
             regions: Vec::new(),
             space: 0,
             symbols: None,
+            ret_sites: std::env::var_os("WEFT_RETURN_SITES").is_none_or(|v| v != "0"),
+            notes: Vec::new(),
         }
     }
 
@@ -384,11 +397,18 @@ impl<'a> Weaver<'a> {
     /// Plan and write the code of one site; record it in the site table.
     /// Plans, compiles and publishes one site; `others` are the addresses of the
     /// process's other sites (woven or being woven), which a jump must not cover.
-    pub fn site(&mut self, spec: &SiteSpec, thread_attach: u64, others: &[u64]) -> Result<Planned> {
+    /// Return probes go on the function's `ret`s where every exit is one (see
+    /// [`weft_x86::return_sites`]): those sites come first, then the entry's (none
+    /// when it has no advice of its own and no `ret`).
+    pub fn site(
+        &mut self,
+        spec: &SiteSpec,
+        thread_attach: u64,
+        others: &[u64],
+    ) -> Result<Vec<Planned>> {
         let plan = weft_x86::plan_site_among(&spec.func, spec.site_addr, others);
-        let index = self.next_site_index()?;
         let (patch_addr, skipped_endbr) = match &plan {
-            SitePlan::Refused { reason } => return Ok(Planned::refused(spec, reason)),
+            SitePlan::Refused { reason } => return Ok(vec![Planned::refused(spec, reason)]),
             SitePlan::Jump {
                 patch_addr,
                 skipped_endbr,
@@ -420,6 +440,26 @@ impl<'a> Weaver<'a> {
                 bail!("{}: around advice needs the function's entry", spec.label);
             }
         }
+        let mut planned = Vec::new();
+        let returns = self.return_sites(spec, &plan, at_entry, others);
+        let without_ret;
+        let (spec, in_entry) = match &returns {
+            Some(r) => {
+                for w in &r.sites {
+                    planned.push(self.ret_site(spec, w, thread_attach)?);
+                }
+                if spec.entry.is_empty() && r.in_entry.is_none() {
+                    return Ok(planned);
+                }
+                without_ret = SiteSpec {
+                    ret: Vec::new(),
+                    ..spec.clone()
+                };
+                (&without_ret, r.in_entry.map(|ret| (ret, spec)))
+            }
+            None => (spec, None),
+        };
+        let index = self.next_site_index()?;
         let ri = self.region_for(patch_addr, SITE_CODE_ESTIMATE)?;
         let ret_advice = match spec.ret.len() {
             0 => 0,
@@ -443,11 +483,31 @@ impl<'a> Weaver<'a> {
                     ret: (ret_advice, ret_stub, ret_probe),
                     entry_probe,
                 };
-                let relocated = |at: u64| {
-                    weft_x86::relocate(&plan, at, true)
-                        .with_context(|| format!("{}: relocating the prologue", spec.label))
+                // A whole short function displaced: its `ret` runs in the tail, with
+                // the return advice before it.
+                let ret_parts = match in_entry {
+                    Some((ret, full)) => {
+                        Some(self.ret_parts(ri, full, index, ret, thread_attach)?)
+                    }
+                    None => None,
                 };
-                let (target, resume, inline) = self.heads(ri, spec, &head, &relocated)?;
+                let ctx = self.tail_context();
+                let relocated = |at: u64| match &ret_parts {
+                    Some(parts) => ret_tail(&ctx, &plan, parts, at),
+                    None => weft_x86::relocate(&plan, at, true)
+                        .with_context(|| format!("{}: relocating the prologue", spec.label)),
+                };
+                let (target, resume, inline) = match &ret_parts {
+                    Some(parts) if spec.entry.is_empty() => {
+                        let region = &mut self.regions[ri];
+                        let code = relocated(region.next_addr())?;
+                        let at = region
+                            .put(&code)
+                            .ok_or_else(|| anyhow!("code region full"))?;
+                        (at, at, parts.inline.is_some())
+                    }
+                    _ => self.heads(ri, spec, &head, &relocated)?,
+                };
                 let patch = weft_x86::patch_bytes(&plan, target)?;
                 let outcome = match (plan.is_placeholder(), inline) {
                     (true, inline) => Outcome::Placeholder(inline),
@@ -493,7 +553,7 @@ impl<'a> Weaver<'a> {
             }
             SitePlan::Refused { .. } => unreachable!("handled above"),
         };
-        self.publish(
+        planned.push(self.publish(
             index,
             spec,
             Filled {
@@ -512,7 +572,159 @@ impl<'a> Weaver<'a> {
                 semaphore: spec.semaphore,
             },
             outcome,
-        )
+        )?);
+        Ok(planned)
+    }
+
+    /// The return sites of `spec`'s function, when its return probes may use them
+    /// instead of the hijack (`-v` says why not, when not).
+    fn return_sites(
+        &mut self,
+        spec: &SiteSpec,
+        plan: &SitePlan,
+        at_entry: bool,
+        others: &[u64],
+    ) -> Option<weft_x86::ReturnSites> {
+        if spec.ret.is_empty()
+            || !at_entry
+            || !self.ret_sites
+            || spec.around.is_some()
+            || spec.usdt_args.is_some()
+            || is_internal(&spec.label)
+        {
+            return None;
+        }
+        // `override` writes the frame's rax, which the agent's return trampoline
+        // puts back and a return site's head does not.
+        let overrides = spec.ret.iter().any(|c| {
+            c.body
+                .and_then(|i| self.prog.probes.get(i))
+                .is_none_or(|p| {
+                    p.body
+                        .code
+                        .iter()
+                        .any(|x| matches!(x, weft_ir::Inst::Override { .. }))
+                })
+        });
+        if overrides {
+            return None;
+        }
+        match weft_x86::return_sites(&spec.func, plan, others) {
+            Ok(r) => Some(r),
+            Err(why) => {
+                self.notes
+                    .push(format!("{}: return-address hijack ({why})", spec.label));
+                None
+            }
+        }
+    }
+
+    /// Weave one `ret`'s window: a jump to the relocated instructions before the
+    /// `ret`, the return advice (inline when simple, with the generic head as its
+    /// fallback) and the `ret`.
+    fn ret_site(
+        &mut self,
+        spec: &SiteSpec,
+        w: &weft_x86::ReturnSite,
+        thread_attach: u64,
+    ) -> Result<Planned> {
+        let index = self.next_site_index()?;
+        let patch_addr = w.plan.patch_addr().unwrap_or(w.ret);
+        let ri = self.region_for(patch_addr, SITE_CODE_ESTIMATE)?;
+        let parts = self.ret_parts(ri, spec, index, w.ret, thread_attach)?;
+        let ctx = self.tail_context();
+        let region = &mut self.regions[ri];
+        let code = ret_tail(&ctx, &w.plan, &parts, region.next_addr())?;
+        let target = region
+            .put(&code)
+            .ok_or_else(|| anyhow!("code region full"))?;
+        // What a thread meeting the transient int3 of a restore runs: the window
+        // as it was, without advice.
+        let (mut plain, ret) = weft_x86::relocate_before_ret(&w.plan, region.next_addr())?;
+        plain.extend_from_slice(&ret);
+        let resume = region
+            .put(&plain)
+            .ok_or_else(|| anyhow!("code region full"))?;
+        let patch = weft_x86::patch_bytes(&w.plan, target)?;
+        let label = format!("{} (ret at {:#x})", spec.label, w.ret);
+        let mut planned = self.publish(
+            index,
+            spec,
+            Filled {
+                kind: SiteKind::Jump,
+                patch_addr,
+                func: spec.func.addr,
+                atomic: w.plan.single_instruction(),
+                orig: w.plan.original_bytes().to_vec(),
+                patch,
+                entry_advice: 0,
+                return_advice: 0,
+                return_stub: 0,
+                resume,
+                entry_probe: spec.ret.first().map_or(0, |c| c.probe),
+                return_probe: 0,
+                semaphore: None,
+            },
+            Outcome::Return(parts.inline.is_some()),
+        )?;
+        planned.label = label;
+        Ok(planned)
+    }
+
+    /// The generic return head of a return site (a full frame, every return advice,
+    /// then the `ret`), placed in region `ri`, and the inline bodies when simple.
+    fn ret_parts(
+        &mut self,
+        ri: usize,
+        spec: &SiteSpec,
+        index: u32,
+        ret: u64,
+        thread_attach: u64,
+    ) -> Result<RetParts<'a>> {
+        let ret_bytes = ret_bytes_at(&spec.func, ret)?;
+        let head = entry_head(&EntryTrampoline {
+            site_addr: ret,
+            func: spec.func.addr,
+            site_index: index,
+            calls: spec.ret.iter().map(|c| (c.advice, c.probe)).collect(),
+            hijack: None,
+            around: None,
+            at_entry: false,
+            shm_base: self.target_shm_base(),
+            tls_offset: self.agent.hello.tls_offset,
+            thread_attach,
+            unconditional: false,
+            return_site: true,
+        })?;
+        let mut code = head;
+        code.extend_from_slice(&ret_bytes);
+        let generic = self.regions[ri]
+            .put(&code)
+            .ok_or_else(|| anyhow!("code region full"))?;
+        let inline = if self.inline {
+            self.simple_bodies(&spec.ret, weft_jit::inline::eligible_return)
+        } else {
+            None
+        };
+        Ok(RetParts {
+            generic,
+            inline,
+            index,
+            ret,
+            func: spec.func.addr,
+        })
+    }
+
+    /// What [`ret_tail`] needs of the weaver.
+    fn tail_context(&self) -> TailContext<'a> {
+        TailContext {
+            prog: self.prog,
+            maps: self.maps,
+            symbols: self.symbols,
+            shm_base: self.target_shm_base(),
+            tls_offset: self.agent.hello.tls_offset,
+            thread_agg_off: self.thread_agg_off,
+        }
     }
 
     /// Write a site's trampolines into region `ri`: the generic head (a full frame,
@@ -553,6 +765,7 @@ impl<'a> Weaver<'a> {
             tls_offset,
             thread_attach: h.thread_attach,
             unconditional: is_internal(&spec.label),
+            return_site: false,
         })?;
         let resume = generic_at + head.len() as u64;
         let mut code = head;
@@ -582,6 +795,7 @@ impl<'a> Weaver<'a> {
             }),
             generic: generic_at,
             at_entry: h.at_entry,
+            at_return: false,
         };
         let mut code = with_bodies(&list, symbols, |bodies| {
             weft_jit::inline::inline_head(bodies, prog, maps, &site, inline_at)
@@ -796,6 +1010,7 @@ impl<'a> Weaver<'a> {
             hijack: None,
             generic: 0,
             at_entry: true,
+            at_return: false,
         };
         let code = with_bodies(&list, self.symbols, |bodies| {
             weft_jit::inline::return_stub(bodies, self.maps, &site)
@@ -808,4 +1023,72 @@ impl<'a> Weaver<'a> {
     fn target_shm_base(&self) -> u64 {
         self.shm_base_in_target
     }
+}
+
+/// A return site's advice code: the generic head (then the `ret`) and the bodies to
+/// inline, when simple.
+struct RetParts<'a> {
+    generic: u64,
+    inline: Option<Vec<InlineBody<'a>>>,
+    index: u32,
+    ret: u64,
+    func: u64,
+}
+
+/// What a return site's tail is compiled with.
+struct TailContext<'a> {
+    prog: &'a weft_ir::Program,
+    maps: &'a [weft_jit::MapLayout],
+    symbols: Option<&'a SymbolResolver<'a>>,
+    shm_base: u64,
+    tls_offset: i64,
+    thread_agg_off: u64,
+}
+
+/// The code at `at` for a plan whose relocated instructions end with a `ret`: those
+/// before it, relocated; the inline return advice (falling back to the generic head,
+/// which has its own `ret`) and the `ret`; or a jump to the generic head.
+fn ret_tail(
+    cx: &TailContext<'_>,
+    plan: &SitePlan,
+    parts: &RetParts<'_>,
+    at: u64,
+) -> Result<Vec<u8>> {
+    let (mut code, ret) = weft_x86::relocate_before_ret(plan, at)?;
+    let head_at = at + code.len() as u64;
+    match &parts.inline {
+        Some(list) => {
+            let site = weft_jit::inline::InlineSite {
+                site_addr: parts.ret,
+                func: parts.func,
+                site_index: parts.index,
+                shm_base: cx.shm_base,
+                tls_offset: cx.tls_offset,
+                thread_agg_off: cx.thread_agg_off,
+                hijack: None,
+                generic: parts.generic,
+                at_entry: false,
+                at_return: true,
+            };
+            let head = with_bodies(list, cx.symbols, |bodies| {
+                weft_jit::inline::inline_head(bodies, cx.prog, cx.maps, &site, head_at)
+            })?;
+            code.extend_from_slice(&head);
+            code.extend_from_slice(&ret);
+        }
+        None => code.extend_from_slice(&weft_x86::jmp_rel32(head_at, parts.generic)?),
+    }
+    Ok(code)
+}
+
+/// The bytes of the `ret` at `ret` in `func` (`ret`, `ret imm16`, `rep ret`).
+fn ret_bytes_at(func: &FunctionCode, ret: u64) -> Result<Vec<u8>> {
+    let off = ret
+        .checked_sub(func.addr)
+        .map(|o| o as usize)
+        .filter(|&o| o < func.bytes.len())
+        .ok_or_else(|| anyhow!("ret at {ret:#x} outside its function"))?;
+    let len = weft_x86::decode_len(&func.bytes[off..], ret)
+        .ok_or_else(|| anyhow!("cannot decode the ret at {ret:#x}"))?;
+    Ok(func.bytes[off..off + len].to_vec())
 }

@@ -75,6 +75,9 @@ pub struct InlineSite {
     /// zone (the function may keep data below rsp), and argN are whatever the
     /// registers hold, as for any probe off an entry.
     pub at_entry: bool,
+    /// A return site (the head runs just before a `ret`): `ip` is the return
+    /// address, where the thread goes next, as a return probe reports it.
+    pub at_return: bool,
 }
 
 /// Whether `f` can be compiled inline at a function's entry.
@@ -381,6 +384,10 @@ impl<'a> Cx<'a> {
             }
             CtxValue::Reg(MachineReg::Rip) | CtxValue::Ip => match self.fr.ret_slot {
                 Some(r) => self.a.mov(rax, qword_ptr(rsp + r)),
+                None if self.site.at_return => {
+                    let off = self.site_rsp();
+                    self.a.mov(rax, qword_ptr(rsp + off))
+                }
                 None => self.a.mov(rax, self.site.site_addr),
             },
             CtxValue::Retval => {

@@ -68,6 +68,9 @@ pub struct EntryTrampoline {
     /// and without raising `nest` (the agent's internal unwinder hooks, which must
     /// work until the last hijacked frame is gone; the callee guards itself).
     pub unconditional: bool,
+    /// A return site (the head runs just before a `ret`): `regs.rip` is the return
+    /// address, where the thread goes next, as a return probe reports it.
+    pub return_site: bool,
 }
 
 const OFF_P: i32 = FRAME_SIZE as i32;
@@ -134,6 +137,7 @@ pub fn entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
         tls_offset: t.tls_offset,
         thread_attach: t.thread_attach,
         unconditional: t.unconditional,
+        return_site: t.return_site,
     };
     let cached = TEMPLATES.with(|c| c.borrow().get(&shape).cloned());
     let template = match cached {
@@ -160,6 +164,7 @@ struct Shape {
     tls_offset: i64,
     thread_attach: u64,
     unconditional: bool,
+    return_site: bool,
 }
 
 /// Byte offsets of the per-site constants in an assembled head.
@@ -214,6 +219,7 @@ impl Template {
             tls_offset: shape.tls_offset,
             thread_attach: shape.thread_attach,
             unconditional: shape.unconditional,
+            return_site: shape.return_site,
         };
         let bytes = assemble_entry_head(&spec)?;
         let q = |v: u64| find_once(&bytes, &v.to_le_bytes());
@@ -309,6 +315,11 @@ pub fn assemble_entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
     }
     a.mov(rax, t.site_addr)?;
     a.mov(qword_ptr(rsp + reg_off(RIP)), rax)?;
+    if t.return_site {
+        a.mov(rax, qword_ptr(rsp + reg_off(RSP)))?;
+        a.mov(rax, qword_ptr(rax))?;
+        a.mov(qword_ptr(rsp + reg_off(RIP)), rax)?;
+    }
     if t.unconditional {
         for &(advice, probe) in &t.calls {
             a.mov(qword_ptr(rsp + FRAME_PROBE_OFF as i32), probe as i32)?;

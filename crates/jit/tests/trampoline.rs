@@ -164,6 +164,7 @@ fn patched_function_runs_advice_and_keeps_its_result() {
         tls_offset: tls_offset(),
         thread_attach: attach as *const () as u64,
         unconditional: false,
+        return_site: false,
     })
     .unwrap();
     let reloc = weft_x86::relocate(&plan, tramp_addr + head.len() as u64, true).unwrap();
@@ -244,6 +245,7 @@ fn templated_heads_equal_directly_assembled_ones() {
                         tls_offset: -200,
                         thread_attach: 0x7f55_0000_0000,
                         unconditional: false,
+                        return_site: false,
                     };
                     let a = entry_head(&t).unwrap();
                     let b = weft_jit::trampoline::assemble_entry_head(&t).unwrap();
