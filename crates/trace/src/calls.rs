@@ -269,8 +269,8 @@ impl Tree {
                 args,
                 ..
             } => {
-                if !self.done.contains_key(&thread) {
-                    self.done.insert(thread, Vec::new());
+                if let std::collections::hash_map::Entry::Vacant(e) = self.done.entry(thread) {
+                    e.insert(Vec::new());
                     self.order.push(thread);
                 }
                 self.open.entry(thread).or_default().push(Call {
@@ -428,16 +428,16 @@ impl Totals {
 pub fn duration(ns: u64) -> String {
     const UNITS: [&str; 5] = ["us", "ms", " s", " m", " h"];
     const LIMIT: [u64; 6] = [1000, 1000, 1000, 60, 24, u64::MAX];
-    let (mut whole, mut small) = (ns, 0);
+    let mut whole = ns;
     let mut idx = 0;
-    loop {
-        small = whole % LIMIT[idx];
+    let small = loop {
+        let small = whole % LIMIT[idx];
         whole /= LIMIT[idx];
         if whole < LIMIT[idx + 1] || idx == UNITS.len() - 1 {
-            break;
+            break small;
         }
         idx += 1;
-    }
+    };
     format!("{whole:3}.{small:03} {}", UNITS[idx])
 }
 
