@@ -47,6 +47,8 @@ struct ThreadState {
 pub enum Step<'a> {
     /// A call began.
     Entry {
+        /// The walker's names so far (see `name`).
+        names: &'a [String],
         thread: ThreadId,
         /// Callers on the stack (0: outermost).
         depth: usize,
@@ -57,6 +59,7 @@ pub enum Step<'a> {
     },
     /// A call ended.
     Exit {
+        names: &'a [String],
         thread: ThreadId,
         depth: usize,
         name: usize,
@@ -71,6 +74,21 @@ pub enum Step<'a> {
         /// the records end).
         retval: Option<u64>,
     },
+}
+
+impl Step<'_> {
+    /// The name of the call's function.
+    pub fn name(&self) -> &str {
+        match self {
+            Step::Entry { names, name, .. } | Step::Exit { names, name, .. } => &names[*name],
+        }
+    }
+
+    pub fn thread(&self) -> ThreadId {
+        match self {
+            Step::Entry { thread, .. } | Step::Exit { thread, .. } => *thread,
+        }
+    }
 }
 
 /// Pairs entries with exits, per thread. See the module's documentation.
@@ -131,7 +149,16 @@ impl Walker {
             Event::Lost { events } => self.lost += events,
             Event::FunctionEntry { func, args } => {
                 let name = self.name_of(r.pid, *func);
-                let t = self.thread(thread);
+                let Walker {
+                    names,
+                    threads,
+                    order,
+                    ..
+                } = self;
+                let t = threads.entry(thread).or_insert_with(|| {
+                    order.push(thread);
+                    ThreadState::default()
+                });
                 t.last = t.last.max(r.nsecs);
                 let depth = t.stack.len();
                 t.stack.push(Open {
@@ -143,6 +170,7 @@ impl Walker {
                 });
                 t.path.push(name);
                 step(Step::Entry {
+                    names,
                     thread,
                     depth,
                     name,
@@ -162,20 +190,12 @@ impl Walker {
                 };
                 while t.stack.len() > at + 1 {
                     self.unfinished += 1;
-                    close(thread, t, r.nsecs, None, step);
+                    close(&self.names, thread, t, r.nsecs, None, step);
                 }
-                close(thread, t, r.nsecs, Some(*retval), step);
+                close(&self.names, thread, t, r.nsecs, Some(*retval), step);
             }
             _ => {}
         }
-    }
-
-    fn thread(&mut self, id: ThreadId) -> &mut ThreadState {
-        let order = &mut self.order;
-        self.threads.entry(id).or_insert_with(|| {
-            order.push(id);
-            ThreadState::default()
-        })
     }
 
     /// The records ended: calls still open close at their thread's last time.
@@ -185,7 +205,7 @@ impl Walker {
             while !t.stack.is_empty() {
                 self.unfinished += 1;
                 let last = t.last;
-                close(*id, t, last, None, step);
+                close(&self.names, *id, t, last, None, step);
             }
         }
     }
@@ -193,6 +213,7 @@ impl Walker {
 
 /// Ends the thread's innermost call at `end`.
 fn close(
+    names: &[String],
     thread: ThreadId,
     t: &mut ThreadState,
     end: u64,
@@ -206,6 +227,7 @@ fn close(
         parent.callees += dur;
     }
     step(Step::Exit {
+        names,
         thread,
         depth: t.stack.len(),
         name: o.name,

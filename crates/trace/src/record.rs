@@ -118,8 +118,18 @@ pub struct Writer<W: Write> {
 
 impl<W: Write> Writer<W> {
     /// A file for the records of `prog`: its header is written at once.
-    pub fn new(mut out: W, prog: &Program) -> io::Result<Writer<W>> {
-        let meta = serde_json::to_vec(&metadata(prog)).map_err(io::Error::other)?;
+    pub fn new(out: W, prog: &Program) -> io::Result<Writer<W>> {
+        Writer::with_note(out, prog, None)
+    }
+
+    /// [`Writer::new`], with `note` as the metadata's `record` (what `weft
+    /// record` was asked: `{"args": N, "retval": true}`).
+    pub fn with_note(mut out: W, prog: &Program, note: Option<&Json>) -> io::Result<Writer<W>> {
+        let mut meta = metadata(prog);
+        if let Some(n) = note {
+            meta["record"] = n.clone();
+        }
+        let meta = serde_json::to_vec(&meta).map_err(io::Error::other)?;
         out.write_all(MAGIC)?;
         out.write_all(&VERSION.to_le_bytes())?;
         out.write_all(&(meta.len() as u32).to_le_bytes())?;
@@ -591,6 +601,7 @@ mod tests {
         let bytes = w.close().unwrap();
         let mut r = Reader::new(&bytes[..]).unwrap();
         assert_eq!(r.metadata["probes"], json!([]));
+        assert_eq!(r.metadata.get("record"), None);
         for want in events {
             assert_eq!(r.next_frame().unwrap(), Some(Frame::Record(want)));
         }
