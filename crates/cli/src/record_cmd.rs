@@ -225,6 +225,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_directory_holds_the_record_as_weft_rec() {
+        let base = std::env::temp_dir().join(format!("weft-record-out-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        // A directory that exists, with or without the slash.
+        assert_eq!(output_file(&base).unwrap(), base.join("weft.rec"));
+        // A path ending in `/` is made.
+        let new = base.join("a/b/");
+        assert_eq!(output_file(&new).unwrap(), base.join("a/b/weft.rec"));
+        assert!(base.join("a/b").is_dir());
+        // Anything else is the file.
+        let file = base.join("x.rec");
+        assert_eq!(output_file(&file).unwrap(), file);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
     fn patterns_name_a_binary_or_the_program() {
         let prog = Path::new("/bin/app");
         assert_eq!(

@@ -389,6 +389,64 @@ fn corrupt_and_cut_records_are_located() {
     assert!(text(&o.stderr).contains("none"), "{}", text(&o.stderr));
 }
 
+/// A record whose end came while main was still running (weft stopped before
+/// main returned): replay shows main unfinished, and the Chrome trace still gives
+/// it its `E`, at the thread's last time, saying so.
+#[test]
+fn calls_still_open_at_the_end_are_closed_and_marked() {
+    use weft_trace::record::{Frame, Reader};
+    use weft_trace::Event;
+    let whole = std::fs::read(recorded().join("weft.rec")).unwrap();
+    let mut r = Reader::new(&whole[..]).unwrap();
+    let mut main = None;
+    let cut = loop {
+        let at = r.offset() as usize;
+        match r
+            .next_frame()
+            .unwrap()
+            .expect("main's exit is in the record")
+        {
+            Frame::Record(rec) => match rec.event {
+                Event::Function { func, name } if name == "main" => main = Some(func),
+                Event::FunctionExit { func, .. } if Some(func) == main => break at,
+                _ => {}
+            },
+            _ => {}
+        }
+    };
+    let dir = tempdir();
+    let file = dir.join("open.rec");
+    std::fs::write(&file, &whole[..cut]).unwrap();
+    let f = file.to_str().unwrap();
+    let out = ok(&weft(&["replay", f], T));
+    let (tree, _) = normalized(&out);
+    let main_tree = &TREE[..TREE.find("D [t0] | } = 0; /* main */").unwrap()];
+    assert!(
+        tree.starts_with(&format!("{main_tree}D [t0] | }} /* main, unfinished */\n")),
+        "{out}"
+    );
+    let json = ok(&weft(&["dump", "--chrome", f], T));
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["otherData"]["unfinished_calls"], 1);
+    let events = json["traceEvents"].as_array().unwrap();
+    let main_end: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["name"] == "main" && e["ph"] == "E")
+        .collect();
+    assert_eq!(main_end.len(), 1);
+    assert_eq!(main_end[0]["args"]["unfinished"], true);
+    // At the main thread's last time: its last event before it is c's end.
+    let tid = &main_end[0]["tid"];
+    let last_before = events
+        .iter()
+        .filter(|e| &e["tid"] == tid && e["ph"] != "M")
+        .take_while(|e| e["name"] != "main" || e["ph"] != "E")
+        .last()
+        .unwrap();
+    assert_eq!(last_before["name"], "c");
+    assert_eq!(last_before["ts"], main_end[0]["ts"]);
+}
+
 /// A fresh directory under the target dir (removed with it).
 fn tempdir() -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
