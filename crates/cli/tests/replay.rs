@@ -401,17 +401,15 @@ fn calls_still_open_at_the_end_are_closed_and_marked() {
     let mut main = None;
     let cut = loop {
         let at = r.offset() as usize;
-        match r
-            .next_frame()
-            .unwrap()
-            .expect("main's exit is in the record")
-        {
-            Frame::Record(rec) => match rec.event {
+        let frame = r.next_frame().unwrap();
+        if let Some(Frame::Record(rec)) = frame {
+            match rec.event {
                 Event::Function { func, name } if name == "main" => main = Some(func),
                 Event::FunctionExit { func, .. } if Some(func) == main => break at,
                 _ => {}
-            },
-            _ => {}
+            }
+        } else {
+            assert!(frame.is_some(), "main's exit is not in the record");
         }
     };
     let dir = tempdir();
