@@ -190,6 +190,10 @@ fn flame(path: &Path, svg: bool, out: &mut impl Write) -> Result<()> {
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = format!("weft record {}", read.file.display());
     opts.count_name = "ns".to_string();
+    // Every stack is drawn, however short (inferno leaves out frames under 0.1
+    // pixel by default): the SVG's size grows with the distinct stacks, not the
+    // calls.
+    opts.min_width = 0.0;
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out)
         .map_err(|e| anyhow::anyhow!("drawing the flame graph: {e}"))?;
     Ok(())
