@@ -30,6 +30,15 @@ pub enum Command {
     /// Record every entry and exit of functions (per thread, timestamped, with
     /// arguments and return values) to a record file, as `uftrace record` does.
     Record(crate::record_cmd::RecordArgs),
+    /// Print a record's calls as trees with their durations, per thread, as
+    /// `uftrace replay` does.
+    Replay(ReplayArgs),
+    /// Per-function totals of a record: calls, total and self time, average,
+    /// minimum, maximum (`uftrace report`).
+    Report(ReportArgs),
+    /// Export a record: Chrome trace event JSON (`--chrome`, for Perfetto UI and
+    /// chrome://tracing), folded stacks or an SVG flame graph (`--flame`).
+    Dump(DumpArgs),
     /// Turn the -finstrument-functions calls of a binary into NOP placeholders and
     /// record the probe list in it (iProbe's ColdPatch).
     Coldpatch(crate::coldpatch_cmd::ColdpatchArgs),
@@ -291,6 +300,109 @@ impl ListArgs {
     }
 }
 
+/// The record `weft record` wrote: a record file, or the directory holding it
+/// as `weft.rec`.
+const RECORD_HELP: &str = "The record: a file, or a directory holding weft.rec";
+
+/// `weft replay`.
+#[derive(Args, Debug, Clone)]
+pub struct ReplayArgs {
+    #[arg(value_name = "PATH", default_value = "weft.data", help = RECORD_HELP)]
+    pub path: PathBuf,
+    /// Show calls at most N deep (1: each thread's outermost calls).
+    #[arg(short = 'D', long = "depth", value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub depth: Option<u32>,
+    /// Only these threads (repeat it, or a comma list).
+    #[arg(long = "tid", value_name = "TID", value_delimiter = ',')]
+    pub tids: Vec<u32>,
+    /// Only the calls of functions matching FUNC (a wildcard pattern), with their
+    /// callees; repeat it for several.
+    #[arg(short = 'F', long = "filter", value_name = "FUNC")]
+    pub filter: Vec<String>,
+    /// Hide the calls of functions matching FUNC, with their callees.
+    #[arg(short = 'N', long = "notrace", value_name = "FUNC")]
+    pub notrace: Vec<String>,
+    /// Hide calls shorter than DUR (`500ns`, `1us`, `2ms`, `1s`, `1m`, `1h`; ns
+    /// without a unit).
+    #[arg(short = 't', long = "time-filter", value_name = "DUR",
+          value_parser = parse_duration)]
+    pub time_filter: Option<u64>,
+}
+
+/// `weft report`.
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    #[arg(value_name = "PATH", default_value = "weft.data", help = RECORD_HELP)]
+    pub path: PathBuf,
+    /// The column to sort by (largest first; names in order).
+    #[arg(short = 's', long = "sort", value_name = "KEY", value_enum, default_value_t = SortKey::Total)]
+    pub sort: SortKey,
+    /// Only these threads (repeat it, or a comma list).
+    #[arg(long = "tid", value_name = "TID", value_delimiter = ',')]
+    pub tids: Vec<u32>,
+}
+
+/// What `weft report` sorts by.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    Total,
+    #[value(name = "self")]
+    SelfTime,
+    Calls,
+    Avg,
+    Min,
+    Max,
+    Name,
+}
+
+/// `weft dump`.
+#[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("format").required(true).args(["chrome", "flame"])))]
+pub struct DumpArgs {
+    #[arg(value_name = "PATH", default_value = "weft.data", help = RECORD_HELP)]
+    pub path: PathBuf,
+    /// Chrome trace event JSON (opens in Perfetto UI and chrome://tracing).
+    #[arg(long = "chrome")]
+    pub chrome: bool,
+    /// Folded stacks (`main;parse;lex 1234`, self time in ns), for flame graphs.
+    #[arg(long = "flame")]
+    pub flame: bool,
+    /// With --flame: an SVG flame graph instead (also when -o ends in .svg).
+    #[arg(long = "svg", requires = "flame")]
+    pub svg: bool,
+    /// Write to FILE instead of the standard output.
+    #[arg(short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// A duration: a number with `ns`, `us`, `ms`, `s`, `m` or `h` after it (ns
+/// without).
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let digits = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let scale = match unit.trim() {
+        "" | "ns" => 1.0,
+        "us" => 1e3,
+        "ms" => 1e6,
+        "s" | "sec" => 1e9,
+        "m" | "min" => 60e9,
+        "h" => 3600e9,
+        _ => {
+            return Err(format!(
+                "`{s}`: not a duration (a number and ns, us, ms, s, m or h)"
+            ))
+        }
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: not a duration (a number and ns, us, ms, s, m or h)"))?;
+    Ok((v * scale).round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,5 +468,15 @@ mod tests {
                 assert!(pid(args).is_err(), "{args:?} accepted");
             }
         }
+    }
+
+    #[test]
+    fn durations_take_a_unit() {
+        assert_eq!(parse_duration("1us"), Ok(1_000));
+        assert_eq!(parse_duration("1.5ms"), Ok(1_500_000));
+        assert_eq!(parse_duration("250"), Ok(250));
+        assert_eq!(parse_duration("2s"), Ok(2_000_000_000));
+        assert!(parse_duration("1 fortnight").is_err());
+        assert!(parse_duration("us").is_err());
     }
 }

@@ -6,17 +6,21 @@
 //! * [`trace`](mod@trace): one `weft trace` run.
 //! * [`printer`]: records and maps as bpftrace prints them (a `weft_trace::Sink`).
 //! * [`record_cmd`]: `weft record`, function entries and exits to a record file.
+//! * [`replay_cmd`], [`dump_cmd`]: `weft replay`/`report`/`dump`, a record file's
+//!   calls as trees, totals, Chrome trace JSON and flame graphs.
 //! * [`events`]: the kernel's tracepoints (tracefs) for the front end.
 //! * [`demo`], [`coldpatch_cmd`]: the other subcommands.
 
 pub mod args;
 pub mod coldpatch_cmd;
 pub mod demo;
+pub mod dump_cmd;
 pub mod events;
 pub mod headers;
 pub mod list_cmd;
 pub mod printer;
 pub mod record_cmd;
+pub mod replay_cmd;
 pub mod trace;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -46,6 +50,9 @@ pub fn main() -> Result<i32> {
         Some(Command::Demo { requests }) => demo::run(requests),
         Some(Command::Coldpatch(c)) => coldpatch_cmd::run(c),
         Some(Command::Record(r)) => record_cmd::run(r),
+        Some(Command::Replay(r)) => replay_cmd::replay(r),
+        Some(Command::Report(r)) => replay_cmd::report(r),
+        Some(Command::Dump(d)) => dump_cmd::run(d),
         None => {
             if cli.trace.list {
                 if cli.trace.pids().len() > 1 {
@@ -186,6 +193,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         target,
         output: t.output.clone(),
         record: t.record.clone(),
+        record_note: None,
         format: match t.format.as_deref() {
             None | Some("text") => OutputFormat::Text,
             Some("json") => OutputFormat::Json,

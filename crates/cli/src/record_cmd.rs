@@ -1,7 +1,7 @@
-//! `weft record [-F PATTERN]... [--args N] [-o FILE] (-c CMD | -p PID | -- CMD ARGS)`:
+//! `weft record [-F PATTERN]... [--args N] [--retval] [-o FILE|DIR] (-c CMD | -p PID | -- CMD ARGS)`:
 //! every entry and exit of the functions matching the patterns, per thread and
 //! timestamped, written to a record file (docs/record-format.md) as uftrace's
-//! `record` does. The session is `weft trace`'s, with a program written here: a
+//! `record` does; `weft replay`, `report` and `dump` read it. The session is `weft trace`'s, with a program written here: a
 //! uprobe and a uretprobe per pattern, whose advice emits the function events.
 
 use std::collections::HashSet;
@@ -26,8 +26,13 @@ pub struct RecordArgs {
     #[arg(long = "args", value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u8).range(0..=6))]
     pub args: u8,
-    /// The record file to write.
-    #[arg(short = 'o', value_name = "FILE", default_value = "weft.rec")]
+    /// Show return values in `weft replay` and `dump` (every exit records the
+    /// return value register; this says the functions return something).
+    #[arg(short = 'r', long = "retval")]
+    pub retval: bool,
+    /// The record file to write; a directory (one that exists, or a path ending
+    /// in `/`) holds it as `weft.rec`, as uftrace's `uftrace.data`.
+    #[arg(short = 'o', value_name = "FILE|DIR", default_value = "weft.data/")]
     pub output: PathBuf,
     /// Launch this command (split like a shell would) and record it from its start.
     #[arg(short = 'c', value_name = "CMD")]
@@ -93,6 +98,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
     } else {
         a.functions.clone()
     };
+    let output = output_file(&a.output)?;
     let text = program_text(&program, &patterns, a.args)?;
     let out = crate::front_end(&text, "weft record", &weft_lang::Options::default())?;
     if !out.diagnostics.is_empty() {
@@ -107,7 +113,8 @@ pub fn run(a: RecordArgs) -> Result<i32> {
     let opts = TraceOptions {
         target,
         output: None,
-        record: Some(a.output.clone()),
+        record: Some(output.clone()),
+        record_note: Some(serde_json::json!({ "args": a.args, "retval": a.retval })),
         format: OutputFormat::Text,
         quiet: true,
         verbose: a.verbose,
@@ -137,10 +144,23 @@ pub fn run(a: RecordArgs) -> Result<i32> {
             tally.exits,
             tally.functions.len(),
             tally.threads.len(),
-            a.output.display()
+            output.display()
         );
     }
     Ok(code)
+}
+
+/// The file `-o PATH` names: PATH, or `PATH/weft.rec` when PATH is a directory
+/// or ends in `/` (made if missing).
+fn output_file(path: &Path) -> Result<PathBuf> {
+    if path.is_dir() {
+        return Ok(path.join("weft.rec"));
+    }
+    if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        std::fs::create_dir_all(path).with_context(|| format!("creating {}", path.display()))?;
+        return Ok(path.join("weft.rec"));
+    }
+    Ok(path.to_path_buf())
 }
 
 /// The program `weft record` runs: for each pattern, advice at the entry and the
@@ -203,6 +223,23 @@ impl Sink for Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_holds_the_record_as_weft_rec() {
+        let base = std::env::temp_dir().join(format!("weft-record-out-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        // A directory that exists, with or without the slash.
+        assert_eq!(output_file(&base).unwrap(), base.join("weft.rec"));
+        // A path ending in `/` is made.
+        let new = base.join("a/b/");
+        assert_eq!(output_file(&new).unwrap(), base.join("a/b/weft.rec"));
+        assert!(base.join("a/b").is_dir());
+        // Anything else is the file.
+        let file = base.join("x.rec");
+        assert_eq!(output_file(&file).unwrap(), file);
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn patterns_name_a_binary_or_the_program() {

@@ -28,6 +28,8 @@ pub struct TraceOptions {
     pub output: Option<PathBuf>,
     /// Where to write the record file, if anywhere.
     pub record: Option<PathBuf>,
+    /// The record file's metadata `record` (`weft record`'s request).
+    pub record_note: Option<serde_json::Value>,
     pub format: OutputFormat,
     pub quiet: bool,
     pub verbose: bool,
@@ -195,8 +197,12 @@ pub fn run_with(
             let f =
                 std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
             Some(
-                weft_trace::record::Writer::new(std::io::BufWriter::new(f), prog)
-                    .with_context(|| format!("writing {}", p.display()))?,
+                weft_trace::record::Writer::with_note(
+                    std::io::BufWriter::new(f),
+                    prog,
+                    opts.record_note.as_ref(),
+                )
+                .with_context(|| format!("writing {}", p.display()))?,
             )
         }
         None => None,

@@ -11,6 +11,7 @@
 //! Pure: nothing here touches another process; the segment is read through
 //! `weft_runtime::shm`.
 
+pub mod calls;
 pub mod decode;
 pub mod event;
 pub mod losses;

@@ -118,8 +118,18 @@ pub struct Writer<W: Write> {
 
 impl<W: Write> Writer<W> {
     /// A file for the records of `prog`: its header is written at once.
-    pub fn new(mut out: W, prog: &Program) -> io::Result<Writer<W>> {
-        let meta = serde_json::to_vec(&metadata(prog)).map_err(io::Error::other)?;
+    pub fn new(out: W, prog: &Program) -> io::Result<Writer<W>> {
+        Writer::with_note(out, prog, None)
+    }
+
+    /// [`Writer::new`], with `note` as the metadata's `record` (what `weft
+    /// record` was asked: `{"args": N, "retval": true}`).
+    pub fn with_note(mut out: W, prog: &Program, note: Option<&Json>) -> io::Result<Writer<W>> {
+        let mut meta = metadata(prog);
+        if let Some(n) = note {
+            meta["record"] = n.clone();
+        }
+        let meta = serde_json::to_vec(&meta).map_err(io::Error::other)?;
         out.write_all(MAGIC)?;
         out.write_all(&VERSION.to_le_bytes())?;
         out.write_all(&(meta.len() as u32).to_le_bytes())?;
@@ -255,7 +265,16 @@ pub enum ReadError {
     Io(io::Error),
     NotARecord,
     Version(u32),
-    Corrupt(&'static str),
+    /// What is wrong, and the offset in the file of the frame (or header) where.
+    Corrupt {
+        what: &'static str,
+        offset: u64,
+    },
+    /// The file ends inside the frame at this offset (the writer was stopped while
+    /// writing it): the frames before it are whole.
+    Truncated {
+        offset: u64,
+    },
 }
 
 impl std::fmt::Display for ReadError {
@@ -269,7 +288,13 @@ impl std::fmt::Display for ReadError {
                     "record file version {v}; this weft reads version {VERSION}"
                 )
             }
-            ReadError::Corrupt(what) => write!(f, "corrupt record file: {what}"),
+            ReadError::Corrupt { what, offset } => {
+                write!(f, "corrupt record file at byte {offset}: {what}")
+            }
+            ReadError::Truncated { offset } => write!(
+                f,
+                "the record file ends inside the frame at byte {offset} (cut short while it was written)"
+            ),
         }
     }
 }
@@ -287,6 +312,8 @@ pub struct Reader<R: Read> {
     input: R,
     /// The file's metadata (see [`metadata`]).
     pub metadata: Json,
+    /// Bytes read so far: the offset of the next frame.
+    offset: u64,
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -307,36 +334,72 @@ impl<R: Read> Reader<R> {
             return Err(ReadError::Version(version));
         }
         let len = u32_at(&head, 12).unwrap_or(0) as usize;
+        let corrupt = |what| ReadError::Corrupt { what, offset: 12 };
         if len > 1 << 30 {
-            return Err(ReadError::Corrupt("metadata length"));
+            return Err(corrupt("metadata length"));
         }
         let mut meta = vec![0u8; len];
-        input.read_exact(&mut meta)?;
-        let metadata = serde_json::from_slice(&meta).map_err(|_| ReadError::Corrupt("metadata"))?;
-        Ok(Reader { input, metadata })
+        input
+            .read_exact(&mut meta)
+            .map_err(|_| corrupt("the metadata is cut short"))?;
+        let metadata = serde_json::from_slice(&meta).map_err(|_| corrupt("metadata"))?;
+        Ok(Reader {
+            input,
+            metadata,
+            offset: 16 + len as u64,
+        })
+    }
+
+    /// The offset in the file of the next frame.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Reads all of `buf`, or as much as there is: the bytes read.
+    fn fill(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.input.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
     }
 
     /// The next frame; `None` at the end of the file.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, ReadError> {
+        let offset = self.offset;
         let mut len = [0u8; 4];
-        match self.input.read_exact(&mut len) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(e.into()),
+        match self.fill(&mut len)? {
+            0 => return Ok(None),
+            4 => {}
+            _ => return Err(ReadError::Truncated { offset }),
         }
         let len = u32::from_le_bytes(len) as usize;
         if !(FRAME_HEAD..1 << 30).contains(&len) {
-            return Err(ReadError::Corrupt("frame length"));
+            return Err(ReadError::Corrupt {
+                what: "frame length",
+                offset,
+            });
         }
         let mut f = vec![0u8; len];
-        self.input.read_exact(&mut f)?;
+        if self.fill(&mut f)? < len {
+            return Err(ReadError::Truncated { offset });
+        }
+        self.offset += 4 + len as u64;
         let kind = u16::from_le_bytes([f[0], f[1]]);
         let nsecs = u64::from_le_bytes(f[4..12].try_into().unwrap());
         let pid = u32_at(&f, 12).unwrap_or(0);
         let tid = u32_at(&f, 16).unwrap_or(0);
         let p = &f[FRAME_HEAD..];
-        let bad = ReadError::Corrupt("frame payload");
-        let id = || u32_at(p, 0).ok_or(ReadError::Corrupt("frame payload"));
+        let bad = || ReadError::Corrupt {
+            what: "frame payload",
+            offset,
+        };
+        let id = || u32_at(p, 0).ok_or_else(bad);
         let rest = || p.get(4..).unwrap_or(&[]).to_vec();
         let event = match kind {
             kind::PRINTF => Event::Printf {
@@ -360,7 +423,7 @@ impl<R: Read> Reader<R> {
                 format: id()?,
                 value: rest(),
             },
-            kind::MAP => Event::Map(read_map(p).ok_or(bad)?),
+            kind::MAP => Event::Map(read_map(p).ok_or_else(bad)?),
             kind::EXIT => Event::Exit,
             kind::PROCESS_JOINED => Event::ProcessJoined {
                 pid: id()?,
@@ -371,16 +434,12 @@ impl<R: Read> Reader<R> {
             kind::THREAD_ENDED => Event::ThreadEnded,
             kind::LOST => Event::Lost {
                 events: u64::from_le_bytes(
-                    p.get(..8)
-                        .and_then(|b| b.try_into().ok())
-                        .ok_or(ReadError::Corrupt("frame payload"))?,
+                    p.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(bad)?,
                 ),
             },
             kind::FUNCTION_ENTRY => {
-                let words = u64s(p).ok_or(ReadError::Corrupt("frame payload"))?;
-                let (&func, args) = words
-                    .split_first()
-                    .ok_or(ReadError::Corrupt("frame payload"))?;
+                let words = u64s(p).ok_or_else(bad)?;
+                let (&func, args) = words.split_first().ok_or_else(bad)?;
                 Event::FunctionEntry {
                     func,
                     args: args.to_vec(),
@@ -388,15 +447,15 @@ impl<R: Read> Reader<R> {
             }
             kind::FUNCTION_EXIT => match u64s(p).as_deref() {
                 Some(&[func, retval]) => Event::FunctionExit { func, retval },
-                _ => return Err(ReadError::Corrupt("frame payload")),
+                _ => return Err(bad()),
             },
             kind::FUNCTION => Event::Function {
                 func: u64s(p.get(..8).unwrap_or(&[]))
                     .and_then(|w| w.first().copied())
-                    .ok_or(ReadError::Corrupt("frame payload"))?,
-                name: String::from_utf8_lossy(&p[8..]).into_owned(),
+                    .ok_or_else(bad)?,
+                name: String::from_utf8_lossy(p.get(8..).unwrap_or(&[])).into_owned(),
             },
-            kind::FINAL_MAP => return Ok(Some(Frame::Final(read_map(p).ok_or(bad)?))),
+            kind::FINAL_MAP => return Ok(Some(Frame::Final(read_map(p).ok_or_else(bad)?))),
             other => return Ok(Some(Frame::Unknown(other))),
         };
         Ok(Some(Frame::Record(Record {
@@ -542,6 +601,7 @@ mod tests {
         let bytes = w.close().unwrap();
         let mut r = Reader::new(&bytes[..]).unwrap();
         assert_eq!(r.metadata["probes"], json!([]));
+        assert_eq!(r.metadata.get("record"), None);
         for want in events {
             assert_eq!(r.next_frame().unwrap(), Some(Frame::Record(want)));
         }
@@ -568,8 +628,31 @@ mod tests {
         };
         w.record(&every_event()[0], &cx);
         let mut bytes = w.close().unwrap();
+        // Two frames, the second cut short.
+        let whole = bytes.len() as u64;
+        let first = Reader::new(&bytes[..]).unwrap().offset();
+        bytes.extend_from_slice(&bytes.clone()[first as usize..]);
         bytes.truncate(bytes.len() - 3);
         let mut r = Reader::new(&bytes[..]).unwrap();
-        assert!(r.next_frame().is_err());
+        assert!(matches!(r.next_frame(), Ok(Some(Frame::Record(_)))));
+        assert_eq!(r.offset(), whole);
+        assert!(matches!(
+            r.next_frame(),
+            Err(ReadError::Truncated { offset }) if offset == whole
+        ));
+        // A length field cut short is a cut too; a frame length out of range is
+        // corrupt, at its offset.
+        let mut r = Reader::new(&bytes[..whole as usize + 2]).unwrap();
+        r.next_frame().unwrap();
+        assert!(matches!(r.next_frame(), Err(ReadError::Truncated { .. })));
+        let mut bad = bytes[..whole as usize].to_vec();
+        bad.extend_from_slice(&3u32.to_le_bytes());
+        let mut r = Reader::new(&bad[..]).unwrap();
+        r.next_frame().unwrap();
+        let e = r.next_frame().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("corrupt record file at byte {whole}: frame length")
+        );
     }
 }
