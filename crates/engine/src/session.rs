@@ -885,6 +885,9 @@ impl<'p> Session<'p> {
             } else {
                 idle = 0;
             }
+            if sink.wants_maps() {
+                self.live_maps(sink);
+            }
             if self.opts.follow_fork {
                 self.accept_joiners(sink)?;
             }
@@ -1151,6 +1154,19 @@ impl<'p> Session<'p> {
                 let _ = c.wait();
             }
         }
+    }
+
+    /// Every map as it is now, to a sink that asked for them (an exporter): the
+    /// kernel probes' maps are mirrored first. Read in the run loop, the one thread
+    /// that reads the segment, between drains.
+    fn live_maps(&mut self, sink: &mut dyn Sink) {
+        if let Some(k) = self.kernel.as_mut() {
+            if let Err(e) = k.sync(&self.seg.shm) {
+                (self.opts.note)(&format!("weft: reading the kernel probes' maps: {e:#}"));
+            }
+        }
+        let maps = decode::all_maps(&self.seg.shm, self.prog);
+        sink.maps(&maps, &self.context());
     }
 
     /// Map `id`'s merged entries now (every member's threads, ended ones too).
