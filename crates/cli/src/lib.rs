@@ -17,6 +17,7 @@ pub mod export;
 pub mod headers;
 pub mod list_cmd;
 pub mod printer;
+pub mod progress;
 pub mod record_cmd;
 pub mod trace;
 

@@ -57,6 +57,8 @@ pub struct Options {
     /// Kernel probes run their advice for every process (no `-p`, no `-c`, or
     /// `--system`), not only for the session's processes and their children.
     pub kernel_all: bool,
+    /// Told the long steps (symbols, weaving) for a progress line; `None`: silent.
+    pub progress: Option<crate::ProgressHook>,
 }
 
 impl Default for Options {
@@ -71,6 +73,7 @@ impl Default for Options {
             system_wide: false,
             only_probes: None,
             kernel_all: false,
+            progress: None,
         }
     }
 }
@@ -475,7 +478,11 @@ impl<'p> Session<'p> {
                 continue;
             }
             let m = &mut self.members[i];
-            let how = crate::member::How { inline, lenient };
+            let how = crate::member::How {
+                inline,
+                lenient,
+                progress: self.opts.progress.as_ref().map(|p| &*p.0),
+            };
             let p = match m.prepare(prog, &self.seg, &mut self.names, how, &mut lines, &select) {
                 Ok(p) => p,
                 Err(e) => {
