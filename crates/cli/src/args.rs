@@ -165,6 +165,20 @@ pub struct TraceArgs {
     /// (docs/record-format.md), for other tools.
     #[arg(long = "record", value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// Export the maps while the session runs: `prometheus=ADDR` serves them on
+    /// http://ADDR/metrics (e.g. prometheus=127.0.0.1:9464; port 0 picks one, said
+    /// on stderr); `otlp=URL` pushes them as OpenTelemetry metrics over OTLP/HTTP
+    /// (e.g. otlp=http://127.0.0.1:4318/v1/metrics) every --export-interval and at
+    /// the end. Repeat it for both.
+    #[arg(long = "export", value_name = "KIND=WHERE")]
+    pub export: Vec<String>,
+    /// How often `--export otlp=URL` pushes: seconds, or with a unit (500ms, 10s).
+    #[arg(
+        long = "export-interval",
+        value_name = "DURATION",
+        default_value = "10"
+    )]
+    pub export_interval: String,
     /// Quiet: no "Attached N probes" line.
     #[arg(short = 'q', long = "quiet")]
     pub quiet: bool,

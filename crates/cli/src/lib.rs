@@ -16,9 +16,11 @@ pub mod coldpatch_cmd;
 pub mod demo;
 pub mod dump_cmd;
 pub mod events;
+pub mod export;
 pub mod headers;
 pub mod list_cmd;
 pub mod printer;
+pub mod progress;
 pub mod record_cmd;
 pub mod replay_cmd;
 pub mod trace;
@@ -111,6 +113,13 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
             .ok()
             .and_then(|v| target::which(&v[0]))
     });
+    // Checked before anything runs: a bad --export is a one-line error.
+    let exports = t
+        .export
+        .iter()
+        .map(|s| export::Spec::parse(s))
+        .collect::<Result<Vec<_>>>()?;
+    let export_interval = export::parse_interval(&t.export_interval)?;
     if let Some(m) = &t.data_mechanism {
         weft_engine::data::Mechanism::parse(m).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
@@ -237,7 +246,11 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         },
         print: true,
     };
-    trace::run(&prog, &opts)
+    if t.export.is_empty() {
+        return trace::run(&prog, &opts);
+    }
+    let mut exporter = export::Exporter::start(&exports, export_interval)?;
+    trace::run_with(&prog, &opts, &mut [&mut exporter])
 }
 
 /// The stack the front end runs on. Its stages recurse over the program's tree,

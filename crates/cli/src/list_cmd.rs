@@ -152,7 +152,9 @@ pub fn run(l: ListArgs) -> Result<i32> {
         _ => {}
     }
     let files = files(&pat, binary.as_deref(), l.pid, &text)?;
-    let name_glob = Glob::new(if pat.name.is_empty() { "*" } else { &pat.name });
+    // A C++ name may be quoted, as in a probe (`"ns::over(int)"`).
+    let unquoted = pat.name.replace('"', "");
+    let name_glob = Glob::new(if unquoted.is_empty() { "*" } else { &unquoted });
     let mut lines: Vec<(String, Option<(PathBuf, String)>)> = Vec::new();
     for f in &files {
         let elf = match ElfFile::open(&f.open) {
@@ -175,9 +177,15 @@ pub fn run(l: ListArgs) -> Result<i32> {
                 "uprobe"
             };
             for n in elf.functions().iter().flat_map(|f| &f.names) {
-                if name_glob.matches(&n.raw) {
+                if n.forms().any(|form| name_glob.matches(form)) {
+                    // C++ and Rust names demangled (an overload with its parameter
+                    // list), quoted as a probe takes them.
+                    let shown = match &n.demangled {
+                        Some(d) => format!("\"{d}\""),
+                        None => n.raw.clone(),
+                    };
                     lines.push((
-                        format!("{kind}:{path}:{}", n.raw),
+                        format!("{kind}:{path}:{shown}"),
                         Some((f.open.clone(), n.raw.clone())),
                     ));
                 }

@@ -225,6 +225,7 @@ pub fn run_with(
         system_wide,
         only_probes: only.clone(),
         kernel_all: opts.kernel_system || matches!(opts.target, Target::None),
+        progress: crate::progress::TermProgress::hook(opts.quiet),
         ..Options::default()
     };
     let attaching = matches!(opts.target, Target::Attach(_)) || system_wide;

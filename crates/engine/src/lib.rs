@@ -26,6 +26,7 @@ pub mod local;
 pub mod member;
 pub mod patch;
 pub mod pointcut;
+pub mod progress;
 pub mod safepoint;
 pub mod segment;
 pub mod session;
@@ -33,4 +34,5 @@ pub mod target;
 pub mod watch;
 pub mod weave;
 
+pub use progress::{Progress, ProgressHook};
 pub use session::{Finished, Options, RunEnd, Session, Weaving};

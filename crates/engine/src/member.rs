@@ -14,6 +14,7 @@ use weft_symbols::{ProcMaps, Symbolizer};
 use crate::conn::Agent;
 use crate::patch::{self, PatchReport};
 use crate::pointcut::{self, ProbeNames};
+use crate::progress::Step;
 use crate::segment::Segment;
 use crate::weave::{CodeRegion, Outcome, Planned, Weaver};
 
@@ -57,13 +58,15 @@ pub struct Member {
 }
 
 /// How [`Member::prepare`] plans.
-#[derive(Clone, Copy, Debug)]
-pub struct How {
+#[derive(Clone, Copy)]
+pub struct How<'a> {
     /// Compile simple advice into trampolines.
     pub inline: bool,
     /// A probe on a file this process does not map is no error (another process
     /// of the session may map it).
     pub lenient: bool,
+    /// Told the long steps: reading symbols, compiling and weaving the sites.
+    pub progress: Option<&'a dyn crate::Progress>,
 }
 
 /// What [`Member::prepare`] planned.
@@ -136,15 +139,25 @@ impl Member {
         prog: &Program,
         seg: &Segment,
         names: &mut ProbeNames,
-        how: How,
+        how: How<'_>,
         note: &mut dyn FnMut(String),
         select: &dyn Fn(usize) -> bool,
     ) -> Result<Prepared> {
-        let How { inline, lenient } = how;
+        let How {
+            inline,
+            lenient,
+            progress,
+        } = how;
         let t = std::time::Instant::now();
         let maps = ProcMaps::read(self.pid as u32).map_err(|e| anyhow!("{e}"))?;
         self.symbolizer = Some(Symbolizer::new(maps.modules()));
+        let step = Step::begin(
+            progress,
+            &format!("reading symbols (process {})", self.pid),
+            0,
+        );
         let resolved = pointcut::resolve(prog, &maps, self.pid, names, select, lenient)?;
+        drop(step);
         let mut specs: Vec<_> = resolved.sites.into_values().collect();
         let mut calls: Vec<_> = resolved.calls.into_values().collect();
         let first_new = self.planned.len();
@@ -179,6 +192,12 @@ impl Member {
         weaver.space = self.space;
         weaver.regions = std::mem::take(&mut self.regions);
         weaver.symbols = Some(&resolve);
+        // Each site is compiled for, then planned: two units.
+        let step = Step::begin(
+            progress,
+            &format!("weaving (process {})", self.pid),
+            2 * (specs.len() + calls.len()) as u64,
+        );
         let result = (|| -> Result<()> {
             // Advice: one compiled function per probe body that runs in the target.
             let mut advice_addr = BTreeMap::new();
@@ -213,6 +232,7 @@ impl Member {
                     };
                     c.advice = addr;
                 }
+                step.advance(1);
             }
             // Exceptions must not unwind through hijacked return addresses.
             if !self.unwind_hooked
@@ -284,6 +304,7 @@ impl Member {
                     note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
                     self.planned.push(p);
                 }
+                step.advance(1);
             }
             // Call sites after the other sites: one inside the bytes another site's
             // patch covers (its jump's displaced instructions, its int3) is not woven
@@ -311,7 +332,9 @@ impl Member {
                 }
                 note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
                 self.planned.push(p);
+                step.advance(1);
             }
+            drop(step);
             for f in &resolved.calls_found {
                 let woven = |probe: u32| {
                     calls

@@ -57,6 +57,8 @@ pub struct Options {
     /// Kernel probes run their advice for every process (no `-p`, no `-c`, or
     /// `--system`), not only for the session's processes and their children.
     pub kernel_all: bool,
+    /// Told the long steps (symbols, weaving) for a progress line; `None`: silent.
+    pub progress: Option<crate::ProgressHook>,
 }
 
 impl Default for Options {
@@ -71,6 +73,7 @@ impl Default for Options {
             system_wide: false,
             only_probes: None,
             kernel_all: false,
+            progress: None,
         }
     }
 }
@@ -475,7 +478,11 @@ impl<'p> Session<'p> {
                 continue;
             }
             let m = &mut self.members[i];
-            let how = crate::member::How { inline, lenient };
+            let how = crate::member::How {
+                inline,
+                lenient,
+                progress: self.opts.progress.as_ref().map(|p| &*p.0),
+            };
             let p = match m.prepare(prog, &self.seg, &mut self.names, how, &mut lines, &select) {
                 Ok(p) => p,
                 Err(e) => {
@@ -885,6 +892,9 @@ impl<'p> Session<'p> {
             } else {
                 idle = 0;
             }
+            if sink.wants_maps() {
+                self.live_maps(sink);
+            }
             if self.opts.follow_fork {
                 self.accept_joiners(sink)?;
             }
@@ -1151,6 +1161,19 @@ impl<'p> Session<'p> {
                 let _ = c.wait();
             }
         }
+    }
+
+    /// Every map as it is now, to a sink that asked for them (an exporter): the
+    /// kernel probes' maps are mirrored first. Read in the run loop, the one thread
+    /// that reads the segment, between drains.
+    fn live_maps(&mut self, sink: &mut dyn Sink) {
+        if let Some(k) = self.kernel.as_mut() {
+            if let Err(e) = k.sync(&self.seg.shm) {
+                (self.opts.note)(&format!("weft: reading the kernel probes' maps: {e:#}"));
+            }
+        }
+        let maps = decode::all_maps(&self.seg.shm, self.prog);
+        sink.maps(&maps, &self.context());
     }
 
     /// Map `id`'s merged entries now (every member's threads, ended ones too).

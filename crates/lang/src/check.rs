@@ -1582,8 +1582,16 @@ impl<'a> Checker<'a> {
     }
 
     fn attach_inner(&mut self, a: &AttachSpec) -> Result<(Kind, Option<AttachPoint>), String> {
-        let f = &a.fields;
         let prov = a.provider.as_str();
+        // C++ and Rust paths unquoted (`uprobe:./app:ns::Class::method*`): the
+        // `::` splits into an empty field, joined back into the function's name.
+        let joined;
+        let f = if matches!(prov, "uprobe" | "uretprobe" | "call") {
+            joined = join_scopes(&a.fields);
+            &joined
+        } else {
+            &a.fields
+        };
         let kernel = match prov {
             "kprobe" | "kretprobe" | "kfunc" | "kretfunc" | "fentry" | "fexit" => {
                 self.kernel_offers()
@@ -4849,6 +4857,26 @@ pub fn machine_reg(name: &str) -> Option<RegSource> {
         "orig_rax" | "orig_ax" => return Some(RegSource::Constant(-1)),
         _ => return None,
     }))
+}
+
+/// Fields split at every `:`, with the `::` of a C++ or Rust path put back: an
+/// empty field between two others joins them (`ns`, ``, `f` is `ns::f`).
+fn join_scopes(fields: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(fields.len());
+    let mut i = 0;
+    while i < fields.len() {
+        if fields[i].is_empty() && i + 1 < fields.len() {
+            if let Some(last) = out.last_mut().filter(|l| !l.is_empty()) {
+                last.push_str("::");
+                last.push_str(&fields[i + 1]);
+                i += 2;
+                continue;
+            }
+        }
+        out.push(fields[i].clone());
+        i += 1;
+    }
+    out
 }
 
 #[cfg(test)]

@@ -44,6 +44,16 @@ mod value;
 pub use maps::{exit_header, exit_order, print_map, print_map_json};
 pub use printf::{format_printf, format_text, validate_format, validate_printf};
 pub use render::print_value;
+
+/// A map entry's key as one text per field (one for a single key, one per
+/// element of a tuple key), each as bpftrace prints it inside `@m[...]`: for
+/// exporters that label a value with its key.
+pub fn key_strings(key_ty: &weft_ir::Type, key_bytes: &[u8], r: &dyn Resolver) -> Vec<String> {
+    render::key_fields(key_ty, key_bytes, r)
+        .into_iter()
+        .map(|f| String::from_utf8_lossy(&f).into_owned())
+        .collect()
+}
 pub use value::{decode, Value};
 
 use weft_ir::{FmtId, Format};

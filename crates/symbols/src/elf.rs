@@ -604,8 +604,16 @@ pub(crate) fn read_segments(path: &Path) -> Result<Vec<Segment>> {
         .collect())
 }
 
-/// Demangles a C++ (Itanium) name: `(full, without parameters)`.
+/// Demangles a C++ (Itanium) or Rust (legacy or v0) name: `(full, without
+/// parameters)`. A Rust name has no parameters (both are the path, without the
+/// legacy hash: `rsapp::worker::step`).
 pub fn demangle(name: &str) -> Option<(String, String)> {
+    if let Ok(d) = rustc_demangle::try_demangle(name) {
+        // Legacy Rust names are Itanium-shaped (`_ZN...17h<hash>E`): rustc-demangle
+        // takes only those with the hash; v0 names start with `_R`.
+        let path = format!("{d:#}");
+        return Some((path.clone(), path));
+    }
     if !name.starts_with("_Z") {
         return None;
     }
@@ -1283,6 +1291,19 @@ mod tests {
         assert_eq!(base, "foo::bar");
         assert!(demangle("main").is_none());
         assert!(demangle("_Zgarbage").is_none());
+        // Rust, legacy and v0: the path, without the hash.
+        let legacy = "_ZN5rsapp6worker4step17h0123456789abcdefE";
+        assert_eq!(
+            demangle(legacy).unwrap(),
+            (
+                "rsapp::worker::step".to_string(),
+                "rsapp::worker::step".to_string()
+            )
+        );
+        assert_eq!(
+            demangle("_RNvNtCs1234_5rsapp6worker4step").unwrap().0,
+            "rsapp::worker::step"
+        );
     }
 
     #[test]

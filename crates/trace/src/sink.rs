@@ -28,6 +28,16 @@ pub trait Sink {
     /// Of the probes' sites, `sites` are call sites (`call:` probes), each a call
     /// rewritten to reach its stub.
     fn call_sites(&mut self, _sites: usize) {}
+    /// Whether the sink wants the maps as they are now (an exporter whose scrape
+    /// or push is due). The session asks from its run loop, after each drain, and
+    /// answers with [`Sink::maps`]; the default never wants them.
+    fn wants_maps(&self) -> bool {
+        false
+    }
+    /// Every map of the program (in the program's order) while the session runs,
+    /// because [`Sink::wants_maps`] said so. Not called at the end: that is
+    /// [`Sink::finish`].
+    fn maps(&mut self, _maps: &[MapSnapshot], _cx: &Context<'_>) {}
 }
 
 /// Many sinks as one (text on stdout and a recording, say).
@@ -57,6 +67,16 @@ impl Sink for Tee<'_> {
     fn call_sites(&mut self, sites: usize) {
         for s in &mut self.0 {
             s.call_sites(sites);
+        }
+    }
+    fn wants_maps(&self) -> bool {
+        self.0.iter().any(|s| s.wants_maps())
+    }
+    fn maps(&mut self, maps: &[MapSnapshot], cx: &Context<'_>) {
+        for s in &mut self.0 {
+            if s.wants_maps() {
+                s.maps(maps, cx);
+            }
         }
     }
 }

@@ -601,6 +601,11 @@ impl Background {
         }
     }
 
+    /// What weft printed on stderr so far (as far as `wait_line` read).
+    pub fn stderr_text(&self) -> String {
+        self.stderr.clone()
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: signalling the weft we started (not reaped before `finish`).
         unsafe { libc::kill(self.pid(), sig) };

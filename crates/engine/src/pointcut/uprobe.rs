@@ -72,10 +72,13 @@ impl PointcutKind for Uprobe {
             }
             let kind = if is_ret { "uretprobe" } else { "uprobe" };
             let shown = super::shown_binary(target_spec, &module);
+            // C++ and Rust names demangled (`probe`, `-v`), an overload with its
+            // parameter list.
+            let name = f.demangled.as_deref().unwrap_or(&f.name);
             let label = if offset != 0 {
-                format!("{kind}:{shown}:{}+{offset}", f.name)
+                format!("{kind}:{shown}:{name}+{offset}")
             } else {
-                format!("{kind}:{shown}:{}", f.name)
+                format!("{kind}:{shown}:{name}")
             };
             let probe = cx.names.intern(label.clone());
             // HotPatch: advice that needs nothing of the machine state at the
