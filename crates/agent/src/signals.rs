@@ -150,6 +150,8 @@ fn locked<R>(f: impl FnOnce() -> R) -> R {
 fn our_handler(sig: i32) -> usize {
     if sig == libc::SIGTRAP {
         trap::on_trap as *const () as usize
+    } else if sig == libc::SIGSEGV {
+        crate::page::on_segv as *const () as usize
     } else {
         weft_runtime::safe::on_fault as *const () as usize
     }

@@ -348,7 +348,7 @@ fn errors_are_located() {
         )) && e.contains(" --> -e:1:1"),
         "{e}"
     );
-    let e = run(&format!("set:{b}:pair {{ }}"), &[]);
+    let e = run(&format!("set:{b}:pair {{ }}"), &["--data-mechanism", "hw"]);
     assert!(
         e.contains("`pair` is 16 bytes: a hardware watchpoint watches 1, 2, 4 or 8"),
         "{e}"
@@ -375,6 +375,9 @@ fn errors_are_located() {
         e.contains("--data-mechanism rewrite (instruction rewriting) is not implemented yet"),
         "{e}"
     );
-    let e = run(&format!("set:{b}:seq {{ }}"), &["--data-mechanism", "page"]);
-    assert!(e.contains("not implemented yet"), "{e}");
+    let e = run(
+        &format!("set:{b}:seq {{ }}"),
+        &["--data-mechanism", "pages"],
+    );
+    assert!(e.contains("expected auto, hw or page"), "{e}");
 }

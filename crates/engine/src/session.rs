@@ -57,6 +57,8 @@ pub struct Options {
     /// Kernel probes run their advice for every process (no `-p`, no `-c`, or
     /// `--system`), not only for the session's processes and their children.
     pub kernel_all: bool,
+    /// How data pointcuts catch accesses (`--data-mechanism`).
+    pub data_mechanism: crate::data::Mechanism,
 }
 
 impl Default for Options {
@@ -71,6 +73,7 @@ impl Default for Options {
             system_wide: false,
             only_probes: None,
             kernel_all: false,
+            data_mechanism: crate::data::Mechanism::Auto,
         }
     }
 }
@@ -475,7 +478,11 @@ impl<'p> Session<'p> {
                 continue;
             }
             let m = &mut self.members[i];
-            let how = crate::member::How { inline, lenient };
+            let how = crate::member::How {
+                inline,
+                lenient,
+                data: self.opts.data_mechanism,
+            };
             let p = match m.prepare(prog, &self.seg, &mut self.names, how, &mut lines, &select) {
                 Ok(p) => p,
                 Err(e) => {
@@ -1012,14 +1019,24 @@ impl<'p> Session<'p> {
                     continue;
                 }
                 *last = addr;
-                if !addr.is_multiple_of(u64::from(w.len.max(1))) {
+                let mut desc = crate::member::watch_desc(w, addr, *advice);
+                if w.access & weft_abi::WATCH_PAGE == 0
+                    && !addr.is_multiple_of(u64::from(w.len.max(1)))
+                {
+                    if self.opts.data_mechanism == crate::data::Mechanism::Hardware {
+                        notes.push(format!(
+                            "{}: {addr:#x} is not aligned to {} bytes; not watched",
+                            w.label, w.len
+                        ));
+                        continue;
+                    }
                     notes.push(format!(
-                        "{}: {addr:#x} is not aligned to {} bytes; not watched",
+                        "{}: {addr:#x} is not aligned to {} bytes: falls back to page \
+                         protection",
                         w.label, w.len
                     ));
-                    continue;
+                    desc.access |= weft_abi::WATCH_PAGE;
                 }
-                let desc = crate::member::watch_desc(w, addr, *advice);
                 match m.agent.set_watch(*index, desc) {
                     Ok(()) => notes.push(format!(
                         "{}: watching {} bytes at {addr:#x} in process {}",
