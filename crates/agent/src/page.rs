@@ -278,6 +278,11 @@ fn original_prot(page: u64) -> Option<u32> {
     None
 }
 
+/// Whether pages are protected (or were, in this process).
+pub fn active() -> bool {
+    USED.load(Ordering::Acquire) != 0
+}
+
 fn find(page: u64) -> Option<usize> {
     let n = USED.load(Ordering::Acquire).min(MAX_PAGES);
     (0..n).find(|&i| PAGES[i].addr.load(Ordering::Acquire) == page)
@@ -606,8 +611,10 @@ fn on_fault(addr: u64, uc: &mut libc::ucontext_t) -> bool {
     // The watches the access overlaps, and their values before it.
     if let Some(s) = session::current() {
         for (wi, w) in s.watches.iter().enumerate() {
+            // Hardware watches too: the emulated access is the kernel's write
+            // through /proc/self/mem, which no debug register sees.
             let len = u64::from(w.len.load(Ordering::Acquire));
-            if len == 0 || w.access.load(Ordering::Acquire) & WATCH_PAGE == 0 {
+            if len == 0 {
                 continue;
             }
             let wa = w.addr.load(Ordering::Acquire);
@@ -834,7 +841,7 @@ pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
             changed |= *v != p.old[wi];
         }
     }
-    let (old, ip) = (p.old, p.ip);
+    let (old, ip, stepped) = (p.old, p.ip, p.mode == Mode::Step);
     let wrote = p.wrote || changed;
     for &pi in &p.pages[..p.npages] {
         PAGES[pi].lock.store(0, Ordering::Release);
@@ -856,8 +863,15 @@ pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
             w.access.load(Ordering::Acquire),
             w.advice.load(Ordering::Acquire),
         );
-        if len == 0 || advice == 0 || access & WATCH_PAGE == 0 {
+        if len == 0 || advice == 0 {
             continue;
+        }
+        if access & WATCH_PAGE == 0 {
+            // A hardware watch: a step in place trapped it already.
+            if stepped {
+                continue;
+            }
+            w.last.store(new[wi], Ordering::Release);
         }
         let fire = if access & WATCH_UNCHANGED_ONLY != 0 {
             !wrote

@@ -417,6 +417,11 @@ pub fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_voi
     if a.flags & libc::SA_NODEFER as u64 == 0 {
         mask |= 1u64 << (sig - 1);
     }
+    // With pages protected for data watches, the handler's own accesses to them
+    // fault and trap (weft's, emulated): those two signals must reach the agent.
+    if crate::page::active() {
+        mask &= !((1u64 << (libc::SIGSEGV - 1)) | (1u64 << (libc::SIGTRAP - 1)));
+    }
     raw_sigprocmask(libc::SIG_BLOCK, mask);
     if a.flags & libc::SA_SIGINFO as u64 != 0 {
         // SAFETY: the target installed this handler with SA_SIGINFO.
