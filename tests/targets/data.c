@@ -16,6 +16,11 @@
  *                    (attach tests: the threads exist before weft)
  *   data ownsig N    its own SIGTRAP handler; `seq` = 1..N with a raise(SIGTRAP)
  *                    after each write: prints "own traps N"
+ *   data hot N       `shared.hot` += 1 N times, `shared.watched` = i every 100th
+ *                    (the two on one page): prints "done HOT WATCHED"
+ *   data ownsegv N   its own SIGSEGV handler; `seq` = 1..N with a fault of its own
+ *                    (a write through a bad pointer, recovered by siglongjmp)
+ *                    after each write: prints "own faults N"
  *   data plain N     `counter` += N plain writes (the bench's baseline and its
  *                    watched run), timed: prints "ns_per_write X"
  *
@@ -24,7 +29,9 @@
  * file.
  */
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +47,12 @@ struct pair {
 volatile struct pair pair;
 volatile long source = 3;
 volatile int table[4];
+/* Two words on one page (64-aligned, 16 bytes): one watched, one hot. */
+struct shared {
+    long watched;
+    long hot;
+} __attribute__((aligned(64)));
+volatile struct shared shared;
 
 static long per_thread;
 static pthread_barrier_t start_round, end_round;
@@ -71,6 +84,15 @@ static volatile int own_traps;
 static void on_own_trap(int sig) {
     (void)sig;
     own_traps++;
+}
+
+static sigjmp_buf own_jmp;
+static volatile int own_faults;
+
+static void on_own_segv(int sig) {
+    (void)sig;
+    own_faults++;
+    siglongjmp(own_jmp, 1);
 }
 
 static long now_ns(void) {
@@ -169,6 +191,21 @@ int main(int argc, char **argv) {
             raise(SIGTRAP);
         }
         printf("done %ld\nown traps %d\n", seq, own_traps);
+    } else if (!strcmp(mode, "hot")) {
+        for (long i = 1; i <= n; i++) {
+            shared.hot = shared.hot + 1;
+            if (i % 100 == 0)
+                shared.watched = i;
+        }
+        printf("done %ld %ld\n", shared.hot, shared.watched);
+    } else if (!strcmp(mode, "ownsegv")) {
+        signal(SIGSEGV, on_own_segv);
+        for (long i = 1; i <= n; i++) {
+            seq = i;
+            if (!sigsetjmp(own_jmp, 1))
+                *(volatile long *)(uintptr_t)(16 + (i & 1)) = i;
+        }
+        printf("done %ld\nown faults %d\n", seq, own_faults);
     } else if (!strcmp(mode, "plain")) {
         long t0 = now_ns();
         for (long i = 0; i < n; i++)

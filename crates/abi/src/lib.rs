@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 12;
+pub const VERSION: u32 = 13;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -121,9 +121,12 @@ pub struct ProfileDesc {
     pub advice: u64,
 }
 
-/// Most data watches (hardware watchpoints) in one program: x86-64 has four debug
-/// registers per thread.
-pub const MAX_WATCHES: usize = 4;
+/// Most data watches in one program (hardware watchpoints and page-protection
+/// watches together).
+pub const MAX_WATCHES: usize = 32;
+/// Most hardware watchpoints in one program: x86-64 has four debug registers per
+/// thread; more watches fall back to page protection.
+pub const MAX_HW_WATCHES: usize = 4;
 
 /// [`WatchDesc::access`]: writes (`HW_BREAKPOINT_W`).
 pub const WATCH_W: u32 = 2;
@@ -132,9 +135,14 @@ pub const WATCH_RW: u32 = 3;
 /// [`WatchDesc::access`] flag: run the advice only when the value did not change
 /// (`get`: x86 cannot watch reads alone).
 pub const WATCH_UNCHANGED_ONLY: u32 = 0x100;
+/// [`WatchDesc::access`] flag: watch by page protection (the agent's `page`), not
+/// a hardware watchpoint; any length, any alignment. `get` (with
+/// [`WATCH_UNCHANGED_ONLY`]) then runs its advice on the accesses that read
+/// without writing.
+pub const WATCH_PAGE: u32 = 0x200;
 
-/// One data watch (`len == 0`: unused): `len` (1, 2, 4 or 8) bytes at `addr`,
-/// aligned to `len`.
+/// One data watch (`len == 0`: unused): `len` bytes at `addr`; for a hardware
+/// watchpoint 1, 2, 4 or 8, aligned to `len`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WatchDesc {

@@ -195,6 +195,14 @@ fn mark_control_thread() {
         let mut all: libc::sigset_t = core::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
+        // But not the faults and traps of its own instructions: its allocations
+        // may touch a heap page protected for a data watch (`page`), whose fault and
+        // emulation trap must reach the agent's handlers (blocked, they kill).
+        let mut sync: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut sync);
+        libc::sigaddset(&mut sync, libc::SIGSEGV);
+        libc::sigaddset(&mut sync, libc::SIGTRAP);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &sync, core::ptr::null_mut());
         libc::prctl(
             libc::PR_SET_NAME,
             c"weft-agent".as_ptr() as libc::c_ulong,

@@ -21,6 +21,7 @@
 
 mod control;
 mod fds;
+mod page;
 mod patch;
 mod profile;
 mod reap;
@@ -163,6 +164,7 @@ unsafe fn shorten_in_place(name: &str, value: &str) {
 extern "C" fn after_fork_child() {
     control::after_fork_child();
     watch::after_fork_child();
+    page::after_fork_child();
     threads::after_fork_child();
     patch::after_fork_child();
     if let Some(s) = session::current() {

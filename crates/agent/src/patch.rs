@@ -47,6 +47,11 @@ pub fn open_mem() {
     MEM_FD.store(crate::fds::high_raw(fd), Ordering::Release);
 }
 
+/// The `/proc/self/mem` descriptor (-1 when no session is served).
+pub fn mem_fd() -> i32 {
+    MEM_FD.load(Ordering::Acquire)
+}
+
 /// Closes `/proc/self/mem` once no session is served: between sessions the agent
 /// holds no descriptor.
 pub fn close_mem() {

@@ -150,6 +150,8 @@ fn locked<R>(f: impl FnOnce() -> R) -> R {
 fn our_handler(sig: i32) -> usize {
     if sig == libc::SIGTRAP {
         trap::on_trap as *const () as usize
+    } else if sig == libc::SIGSEGV {
+        crate::page::on_segv as *const () as usize
     } else {
         weft_runtime::safe::on_fault as *const () as usize
     }
@@ -414,6 +416,11 @@ pub fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_voi
     let mut mask = a.mask;
     if a.flags & libc::SA_NODEFER as u64 == 0 {
         mask |= 1u64 << (sig - 1);
+    }
+    // With pages protected for data watches, the handler's own accesses to them
+    // fault and trap (weft's, emulated): those two signals must reach the agent.
+    if crate::page::active() {
+        mask &= !((1u64 << (libc::SIGSEGV - 1)) | (1u64 << (libc::SIGTRAP - 1)));
     }
     raw_sigprocmask(libc::SIG_BLOCK, mask);
     if a.flags & libc::SA_SIGINFO as u64 != 0 {

@@ -83,6 +83,9 @@ pub(crate) extern "C" fn on_trap(
     if si.si_code == crate::watch::TRAP_PERF && crate::watch::on_trap(si, uc) {
         return;
     }
+    if crate::page::on_trap(si, uc) {
+        return;
+    }
     if si.si_code != SI_KERNEL && weft_stray_trap(si.si_code, uc) {
         return;
     }

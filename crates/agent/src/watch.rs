@@ -24,7 +24,7 @@
 use core::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::os::fd::{FromRawFd, OwnedFd};
 use weft_abi::{
-    Frame, WatchDesc, MAX_WATCHES, THREAD_FLAG_IGNORE, WATCH_RW, WATCH_SIG_MAGIC,
+    Frame, WatchDesc, MAX_WATCHES, THREAD_FLAG_IGNORE, WATCH_PAGE, WATCH_RW, WATCH_SIG_MAGIC,
     WATCH_UNCHANGED_ONLY, WATCH_W,
 };
 
@@ -149,9 +149,26 @@ impl Events {
         };
         // Close first: no trap of the old address runs the new advice.
         self.close(i);
+        let was_page = w.access.load(Ordering::Acquire) & WATCH_PAGE != 0;
         w.len.store(0, Ordering::Release);
+        if was_page {
+            crate::page::protect(s)?;
+        }
         if desc.len == 0 || desc.addr == 0 {
             return Ok(());
+        }
+        if desc.access & WATCH_PAGE != 0 {
+            let last = weft_runtime::safe::load(desc.addr, desc.len.min(8) as u8).unwrap_or(0);
+            w.addr.store(desc.addr, Ordering::Release);
+            w.access.store(desc.access, Ordering::Release);
+            w.probe.store(desc.probe, Ordering::Release);
+            w.advice.store(desc.advice, Ordering::Release);
+            w.last.store(last, Ordering::Release);
+            w.len.store(desc.len, Ordering::Release);
+            return crate::page::protect(s).inspect_err(|_| {
+                w.len.store(0, Ordering::Release);
+                let _ = crate::page::protect(s);
+            });
         }
         if !matches!(desc.len, 1 | 2 | 4 | 8) || !desc.addr.is_multiple_of(u64::from(desc.len)) {
             return Err(format!(
@@ -219,6 +236,7 @@ impl Events {
                 w.len.store(0, Ordering::Release);
             }
         }
+        crate::page::restore_all();
     }
 }
 
@@ -340,7 +358,7 @@ pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
     }
     let t = threads::get_or_create();
     // SAFETY: this thread's own AgentThread.
-    let Some(th) = (unsafe { t.as_mut() }) else {
+    let Some(th) = (unsafe { t.as_ref() }) else {
         threads::note_pool_miss();
         return true;
     };
@@ -359,20 +377,46 @@ pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
     if access & WATCH_UNCHANGED_ONLY != 0 && old != new {
         return true;
     }
-    let slot = threads::attach_slot(th);
-    if slot.is_null() {
-        return true;
-    }
     // The trap comes after the access: `ip` is the next instruction; the accessing
     // one ends there, so its last byte (ip - 1) is in the accessing function.
     let ip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
+    run_advice(uc, s, w, advice, ip, ip.wrapping_sub(1), old, new);
+    true
+}
+
+/// Run watch `w`'s advice on this thread (from a signal handler, the session held)
+/// with the frame's `ip` and `func` and the values before and after the access.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_advice(
+    uc: &libc::ucontext_t,
+    s: &session::Session,
+    w: &Watch,
+    advice: u64,
+    ip: u64,
+    func: u64,
+    old: u64,
+    new: u64,
+) {
+    let t = threads::get_or_create();
+    // SAFETY: this thread's own AgentThread.
+    let Some(th) = (unsafe { t.as_mut() }) else {
+        threads::note_pool_miss();
+        return;
+    };
+    if th.flags & THREAD_FLAG_IGNORE != 0 || th.nest != 0 {
+        return;
+    }
+    let slot = threads::attach_slot(th);
+    if slot.is_null() {
+        return;
+    }
     let mut df = DataFrame {
         frame: trap::frame_from(uc, ip, s, slot, t),
         old,
         new,
     };
     df.frame.site = u64::MAX;
-    df.frame.func = ip.wrapping_sub(1);
+    df.frame.func = func;
     df.frame.probe = u64::from(w.probe.load(Ordering::Acquire));
     th.nest += 1;
     // SAFETY: compiled advice in a code region of this session; it reads the frame
@@ -380,5 +424,4 @@ pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
     let f: extern "C" fn(*mut Frame) = unsafe { core::mem::transmute(advice) };
     f(&mut df as *mut DataFrame as *mut Frame);
     th.nest -= 1;
-    true
 }

@@ -225,9 +225,10 @@ pub struct TraceArgs {
     /// are counted.
     #[arg(long = "max-threads", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub max_threads: Option<u32>,
-    /// How data pointcuts (`set:`, `get:`, `watchpoint:`) catch accesses: `hw`
-    /// (hardware watchpoints, the default). `rewrite` (instruction rewriting) and
-    /// `page` (page protection) are not implemented yet.
+    /// How data pointcuts (`set:`, `get:`, `watchpoint:`) catch accesses: `auto`
+    /// (the default: a hardware watchpoint when one can take the bytes, at most 4,
+    /// else page protection), `hw` (hardware watchpoints only) or `page` (page
+    /// protection: any size, any number). `rewrite` is not implemented yet.
     #[arg(long = "data-mechanism", value_name = "MECHANISM")]
     pub data_mechanism: Option<String>,
     /// Always use the general trampoline (for comparisons and debugging).

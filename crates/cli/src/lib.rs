@@ -120,10 +120,12 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         .map(|s| export::Spec::parse(s))
         .collect::<Result<Vec<_>>>()?;
     let export_interval = export::parse_interval(&t.export_interval)?;
-    if let Some(m) = &t.data_mechanism {
-        weft_engine::data::Mechanism::parse(m).map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
+    let mechanism = match &t.data_mechanism {
+        Some(m) => weft_engine::data::Mechanism::parse(m).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => weft_engine::data::Mechanism::Auto,
+    };
     let data = weft_engine::data::DwarfData {
+        mechanism,
         pid: t.pids().first().copied(),
         executable: executable.clone(),
     };
@@ -220,6 +222,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         },
         inline: !t.no_inline,
         all_or_nothing: t.all_or_nothing,
+        data_mechanism: mechanism,
         follow_fork: t.follow_fork,
         max_processes: t.max_processes,
         kernel_system: t.system,

@@ -128,6 +128,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         },
         inline: true,
         all_or_nothing: false,
+        data_mechanism: Default::default(),
         follow_fork: a.follow_fork,
         max_processes: 0,
         kernel_system: false,

@@ -41,6 +41,8 @@ pub struct TraceOptions {
     pub inline: bool,
     /// Several processes: refuse the session if one cannot be attached to.
     pub all_or_nothing: bool,
+    /// `--data-mechanism`.
+    pub data_mechanism: weft_engine::data::Mechanism,
     /// Children join the session.
     pub follow_fork: bool,
     /// System-wide: the most processes that may map the probed files at the start.
@@ -226,6 +228,7 @@ pub fn run_with(
         only_probes: only.clone(),
         kernel_all: opts.kernel_system || matches!(opts.target, Target::None),
         progress: crate::progress::TermProgress::hook(opts.quiet),
+        data_mechanism: opts.data_mechanism,
         ..Options::default()
     };
     let attaching = matches!(opts.target, Target::Attach(_)) || system_wide;

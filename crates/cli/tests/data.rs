@@ -14,6 +14,9 @@ use common::*;
 
 const T: Duration = Duration::from_secs(120);
 
+/// The mechanisms each test forces in turn.
+const MECHS: [&str; 2] = ["hw", "page"];
+
 fn data(variant: Variant) -> PathBuf {
     build("data.c", variant, &[])
 }
@@ -33,12 +36,15 @@ fn variants() -> [Variant; 2] {
 /// events are inherited), counted exactly, per thread too.
 #[test]
 fn writes_from_four_threads_counted_exactly() {
-    for v in variants() {
+    for (v, m) in variants().into_iter().flat_map(|v| MECHS.map(|m| (v, m))) {
         let bin = data(v);
         let b = bin.display();
         let prog = format!("set:{b}:counter {{ @w = count(); @t[tid] = count(); }}");
         let cmd = format!("{b} threads 20000");
-        let out = weft(&["trace", "-e", &prog, "-c", &cmd], T);
+        let out = weft(
+            &["trace", "--data-mechanism", m, "-e", &prog, "-c", &cmd],
+            T,
+        );
         let stdout = ok(&out);
         assert!(stdout.contains("done 80000"), "{}: {stdout}", v.name());
         assert_eq!(
@@ -55,12 +61,15 @@ fn writes_from_four_threads_counted_exactly() {
 /// `old` and `new` along `seq = 1, 2, ..., 5`; `func` is the writing function.
 #[test]
 fn old_and_new_along_a_sequence() {
-    for v in variants() {
+    for (v, m) in variants().into_iter().flat_map(|v| MECHS.map(|m| (v, m))) {
         let bin = data(v);
         let b = bin.display();
         let prog = format!("set:{b}:seq {{ printf(\"%d -> %d in %s\\n\", old, new, func); }}");
         let cmd = format!("{b} seq 5");
-        let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+        let stdout = ok(&weft(
+            &["trace", "--data-mechanism", m, "-e", &prog, "-c", &cmd],
+            T,
+        ));
         let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("->")).collect();
         assert_eq!(
             lines,
@@ -71,7 +80,7 @@ fn old_and_new_along_a_sequence() {
                 "3 -> 4 in main",
                 "4 -> 5 in main"
             ],
-            "{}: {stdout}",
+            "{} {m}: {stdout}",
             v.name()
         );
     }
@@ -82,6 +91,12 @@ fn old_and_new_along_a_sequence() {
 /// likewise.
 #[test]
 fn a_field_watched_while_its_neighbour_is_written() {
+    for m in MECHS {
+        field_watched(m);
+    }
+}
+
+fn field_watched(m: &str) {
     let bin = data(Variant::O2_PIE);
     let b = bin.display();
     let prog = format!(
@@ -89,7 +104,10 @@ fn a_field_watched_while_its_neighbour_is_written() {
          set:{b}:table[2] {{ printf(\"t2 %d\\n\", new); @t = count(); }}"
     );
     let cmd = format!("{b} field 1000");
-    let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+    let stdout = ok(&weft(
+        &["trace", "--data-mechanism", m, "-e", &prog, "-c", &cmd],
+        T,
+    ));
     assert!(stdout.contains("done 5 1000"), "{stdout}");
     assert!(stdout.contains("a 0 -> 5\n"), "{stdout}");
     assert!(stdout.contains("t2 9\n"), "{stdout}");
@@ -101,18 +119,33 @@ fn a_field_watched_while_its_neighbour_is_written() {
 /// sees `@p` change (-v says so), then the target writes it 1000 times.
 #[test]
 fn a_heap_object_watched_at_an_address_a_uprobe_learned() {
+    // Not yet with page protection: a heap page also holds malloc's and stdio's
+    // data, and the target dies (see the report of the data2 branch).
+    heap_object("hw", "hardware watchpoint");
+}
+
+fn heap_object(m: &str, describe: &str) {
     let bin = data(Variant::O2_PIE);
     let b = bin.display();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("data-heap");
     std::fs::create_dir_all(&dir).unwrap();
-    let go = dir.join(format!("go-{}", std::process::id()));
+    let go = dir.join(format!("go-{}-{m}", std::process::id()));
     let _ = std::fs::remove_file(&go);
     let prog = format!(
         "uprobe:{b}:got_object {{ @p = arg0; }} \
          set:addr(@p, 8) {{ @n = count(); @last = new; }}"
     );
     let cmd = format!("{b} heap 1000 {}", go.display());
-    let mut w = Background::start(&["trace", "-v", "-e", &prog, "-c", &cmd]);
+    let mut w = Background::start(&[
+        "trace",
+        "-v",
+        "--data-mechanism",
+        m,
+        "-e",
+        &prog,
+        "-c",
+        &cmd,
+    ]);
     w.wait_line("set:addr(@p, 8): watching 8 bytes at", true, T);
     std::fs::write(&go, b"").unwrap();
     let out = w.finish(T);
@@ -123,7 +156,9 @@ fn a_heap_object_watched_at_an_address_a_uprobe_learned() {
     assert_eq!(map_value(&stdout, "@last"), Some(1000), "{stdout}");
     let stderr = text(&out.stderr);
     assert!(
-        stderr.contains("set:addr(@p, 8): data mechanism hw (hardware watchpoint) on writes"),
+        stderr.contains(&format!(
+            "set:addr(@p, 8): data mechanism {m} ({describe}) on writes"
+        )),
         "{stderr}"
     );
 }
@@ -145,12 +180,15 @@ fn the_targets_own_sigtrap_is_unaffected() {
 /// `val` is the value read.
 #[test]
 fn reads_counted_by_a_get_pointcut() {
-    for v in variants() {
+    for (v, m) in variants().into_iter().flat_map(|v| MECHS.map(|m| (v, m))) {
         let bin = data(v);
         let b = bin.display();
         let prog = format!("get:{b}:source {{ @r = count(); @v = sum(val); }}");
         let cmd = format!("{b} reads 1000");
-        let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+        let stdout = ok(&weft(
+            &["trace", "--data-mechanism", m, "-e", &prog, "-c", &cmd],
+            T,
+        ));
         assert!(stdout.contains("done 3000"), "{}: {stdout}", v.name());
         assert_eq!(
             map_value(&stdout, "@r"),
@@ -348,7 +386,7 @@ fn errors_are_located() {
         )) && e.contains(" --> -e:1:1"),
         "{e}"
     );
-    let e = run(&format!("set:{b}:pair {{ }}"), &[]);
+    let e = run(&format!("set:{b}:pair {{ }}"), &["--data-mechanism", "hw"]);
     assert!(
         e.contains("`pair` is 16 bytes: a hardware watchpoint watches 1, 2, 4 or 8"),
         "{e}"
@@ -375,6 +413,152 @@ fn errors_are_located() {
         e.contains("--data-mechanism rewrite (instruction rewriting) is not implemented yet"),
         "{e}"
     );
-    let e = run(&format!("set:{b}:seq {{ }}"), &["--data-mechanism", "page"]);
-    assert!(e.contains("not implemented yet"), "{e}");
+    let e = run(
+        &format!("set:{b}:seq {{ }}"),
+        &["--data-mechanism", "pages"],
+    );
+    assert!(e.contains("expected auto, hw or page"), "{e}");
+}
+
+/// Page protection: a watched word on a page with a hot one (written 100000
+/// times): the hot writes are stepped over without advice, both end right, and
+/// exactly the 1000 writes of the watched word are seen.
+#[test]
+fn a_watched_page_with_unrelated_hot_data() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let prog = format!("set:{b}:shared.watched {{ @n = count(); @last = new; }}");
+    let cmd = format!("{b} hot 100000");
+    let stdout = ok(&weft(
+        &["trace", "--data-mechanism", "page", "-e", &prog, "-c", &cmd],
+        T,
+    ));
+    assert!(stdout.contains("done 100000 100000"), "{stdout}");
+    assert_eq!(map_value(&stdout, "@n"), Some(1000), "{stdout}");
+    assert_eq!(map_value(&stdout, "@last"), Some(100000), "{stdout}");
+}
+
+/// Page protection: the target's own SIGSEGV handler gets its own faults (and
+/// writes a global on the watched page from inside it), while weft's faults go to
+/// the advice.
+#[test]
+fn the_targets_own_sigsegv_is_unaffected_by_a_page_watch() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let prog = format!("set:{b}:seq {{ @n = count(); }}");
+    let cmd = format!("{b} ownsegv 50");
+    let stdout = ok(&weft(
+        &["trace", "--data-mechanism", "page", "-e", &prog, "-c", &cmd],
+        T,
+    ));
+    assert!(stdout.contains("done 50\nown faults 50\n"), "{stdout}");
+    assert_eq!(map_value(&stdout, "@n"), Some(50), "{stdout}");
+}
+
+/// Five data pointcuts: the hardware takes four, the fifth falls back to page
+/// protection (-v says so); a 16-byte struct (too wide for a hardware watchpoint)
+/// too. Every count is exact.
+#[test]
+fn a_fifth_watch_and_a_wide_one_fall_back_to_page_protection() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let prog = format!(
+        "set:{b}:table[0], set:{b}:table[1], set:{b}:table[2], set:{b}:table[3] {{ @t = count(); }} \
+         set:{b}:pair.b {{ @b = count(); }} set:{b}:pair {{ @p = count(); }}"
+    );
+    let cmd = format!("{b} field 1000");
+    let out = weft(&["trace", "-v", "-e", &prog, "-c", &cmd], T);
+    let stdout = ok(&out);
+    let stderr = text(&out.stderr);
+    assert!(stdout.contains("done 5 1000"), "{stdout}");
+    assert_eq!(map_value(&stdout, "@t"), Some(2), "{stdout}");
+    assert_eq!(map_value(&stdout, "@b"), Some(1000), "{stdout}");
+    assert_eq!(map_value(&stdout, "@p"), Some(1001), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "set:{b}:pair.b: falls back to page protection: the 4 hardware watchpoints are taken"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "set:{b}:pair: falls back to page protection: `pair` is 16 bytes"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "set:{b}:table[0]: data mechanism hw (hardware watchpoint)"
+        )),
+        "{stderr}"
+    );
+}
+
+/// The permissions of the mapping holding `addr` in `pid`.
+fn perms_at(pid: i32, addr: u64) -> String {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    for l in maps.lines() {
+        let mut f = l.split_whitespace();
+        let (range, perms) = (f.next().unwrap(), f.next().unwrap());
+        let (a, e) = range.split_once('-').unwrap();
+        let (a, e) = (
+            u64::from_str_radix(a, 16).unwrap(),
+            u64::from_str_radix(e, 16).unwrap(),
+        );
+        if a <= addr && addr < e {
+            return perms.to_string();
+        }
+    }
+    panic!("{addr:#x} not mapped in {pid}");
+}
+
+/// `-p` with a page watch: the page is read-only while woven (in a child forked
+/// meanwhile too, until its agent gives it back), read-write again after weft
+/// detached, and the target writes it on without faulting.
+#[test]
+fn detach_restores_the_pages_protection() {
+    let bin = data(Variant {
+        opt: "-O0",
+        pie: false,
+        cet: false,
+    });
+    let counter = weft_symbol_addr(&bin, "counter");
+    let mut target = Command::new(&bin)
+        .args(["wait", "1000", "fork"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = target.stdin.take().unwrap();
+    let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().unwrap().unwrap();
+    assert_eq!(next(), "ready");
+    let pid = target.id() as i32;
+    assert_eq!(perms_at(pid, counter), "rw-p");
+    let prog = format!("set:{}:counter {{ @w = count(); }}", bin.display());
+    let mut w = Background::start(&[
+        "trace",
+        "--data-mechanism",
+        "page",
+        "-e",
+        &prog,
+        "-p",
+        &pid.to_string(),
+    ]);
+    w.wait_line("Attached 1 probe", true, T);
+    assert_eq!(perms_at(pid, counter), "r--p");
+    writeln!(stdin, "go").unwrap();
+    assert_eq!(next(), "done 1000");
+    let child: i32 = next().strip_prefix("child ").unwrap().parse().unwrap();
+    assert_eq!(perms_at(child, counter), "rw-p", "the forked child's page");
+    w.signal(libc::SIGINT);
+    let stdout = ok(&w.finish(T));
+    assert_eq!(map_value(&stdout, "@w"), Some(1000), "{stdout}");
+    assert_eq!(perms_at(pid, counter), "rw-p");
+    writeln!(stdin, "again").unwrap();
+    assert_eq!(next(), "done 2000");
+    assert!(target.try_wait().unwrap().is_none(), "the target died");
+    drop(stdin);
+    let st = target.wait().unwrap();
+    assert!(st.success(), "target ended with {st}");
 }

@@ -3,9 +3,10 @@
 //! steps), for the front end (before anything is woven: located errors, the type
 //! of `old`/`new`/`val`) and for the resolver (`pointcut::data`).
 //!
-//! The mechanism: hardware watchpoints only, for now (`--data-mechanism hw`); the
-//! issue's instruction rewriting and page protection will be other values of
-//! [`Mechanism`], picked per pointcut by the resolver.
+//! The mechanism ([`Mechanism`], `--data-mechanism`): hardware watchpoints, page
+//! protection, or (the default) per pointcut a hardware watchpoint when one can
+//! take it and page protection otherwise (`Member::prepare`). Instruction
+//! rewriting is not implemented yet.
 
 use std::path::PathBuf;
 
@@ -13,31 +14,36 @@ use weft_ir::{CStruct, Type};
 use weft_lang::DataVar;
 use weft_symbols::{ElfFile, LibrarySearch, ProcMaps, TargetContext};
 
-/// How a data pointcut's accesses are caught.
+/// How a data pointcut's accesses are caught (`--data-mechanism`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Mechanism {
+    /// Per pointcut: a hardware watchpoint when one can take it (1, 2, 4 or 8
+    /// aligned bytes, at most 4), else page protection (said by `-v`).
+    #[default]
+    Auto,
     /// Hardware watchpoints: perf breakpoint events with a synchronous SIGTRAP in
     /// the accessing thread (the agent's `watch`). At most 4 per thread.
-    #[default]
     Hardware,
+    /// Page protection: the watched bytes' pages are protected and the faulting
+    /// accesses emulated out of line (the agent's `page`). Any size, any number.
+    Page,
 }
 
 impl Mechanism {
-    /// From `--data-mechanism`: `hw` works; `rewrite` and `page` are refused with
-    /// the reason.
+    /// From `--data-mechanism`: `auto`, `hw`, `page`; `rewrite` is refused with the
+    /// reason.
     pub fn parse(s: &str) -> Result<Mechanism, String> {
         match s {
-            "hw" | "auto" => Ok(Mechanism::Hardware),
-            "rewrite" => Err("--data-mechanism rewrite (instruction rewriting) is not \
-                 implemented yet; use hw (hardware watchpoints)"
-                .into()),
-            "page" => Err(
-                "--data-mechanism page (page protection) is not implemented \
-                 yet; use hw (hardware watchpoints)"
-                    .into(),
-            ),
+            "auto" => Ok(Mechanism::Auto),
+            "hw" => Ok(Mechanism::Hardware),
+            "page" => Ok(Mechanism::Page),
+            "rewrite" | "direct" => Err(format!(
+                "--data-mechanism {s} (instruction rewriting) is not implemented yet; use \
+                 hw (hardware watchpoints) or page (page protection)"
+            )),
             _ => Err(format!(
-                "--data-mechanism `{s}`: expected hw (rewrite and page are not implemented yet)"
+                "--data-mechanism `{s}`: expected auto, hw or page (rewrite is not \
+                 implemented yet)"
             )),
         }
     }
@@ -45,14 +51,18 @@ impl Mechanism {
     /// As `--data-mechanism` names it.
     pub fn name(self) -> &'static str {
         match self {
+            Mechanism::Auto => "auto",
             Mechanism::Hardware => "hw",
+            Mechanism::Page => "page",
         }
     }
 
     /// As `-v` describes it.
     pub fn describe(self) -> &'static str {
         match self {
+            Mechanism::Auto => "hardware watchpoint or page protection",
             Mechanism::Hardware => "hardware watchpoint",
+            Mechanism::Page => "page protection",
         }
     }
 }
@@ -178,6 +188,8 @@ pub fn find_variable(elf: &ElfFile, var: &str, path: &str) -> Result<Found, Stri
 pub struct DwarfData {
     pub pid: Option<i32>,
     pub executable: Option<PathBuf>,
+    /// `--data-mechanism`: only hardware watchpoints limit the size.
+    pub mechanism: Mechanism,
 }
 
 impl DwarfData {
@@ -215,7 +227,9 @@ impl weft_lang::DataResolver for DwarfData {
         let file = self.file(target)?;
         let elf = ElfFile::open(&file).map_err(|e| e.to_string())?;
         let f = find_variable(&elf, var, path)?;
-        check_size(f.vaddr, f.size, var, path)?;
+        if self.mechanism == Mechanism::Hardware {
+            check_size(f.vaddr, f.size, var, path)?;
+        }
         Ok(DataVar {
             size: f.size,
             ty: f.ty,

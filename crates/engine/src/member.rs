@@ -67,6 +67,8 @@ pub struct How<'a> {
     pub lenient: bool,
     /// Told the long steps: reading symbols, compiling and weaving the sites.
     pub progress: Option<&'a dyn crate::Progress>,
+    /// `--data-mechanism`.
+    pub data: crate::data::Mechanism,
 }
 
 /// What [`Member::prepare`] planned.
@@ -147,6 +149,7 @@ impl Member {
             inline,
             lenient,
             progress,
+            data,
         } = how;
         let t = std::time::Instant::now();
         let maps = ProcMaps::read(self.pid as u32).map_err(|e| anyhow!("{e}"))?;
@@ -409,6 +412,51 @@ impl Member {
                         weft_abi::MAX_WATCHES
                     );
                 }
+                let mut w = w.clone();
+                let hw_used = self
+                    .watches
+                    .iter()
+                    .filter(|(_, w, _)| w.access & weft_abi::WATCH_PAGE == 0)
+                    .count();
+                let mech = match data {
+                    crate::data::Mechanism::Hardware => {
+                        if let Some(why) = &w.fits_hw {
+                            anyhow::bail!("{}: {why}", w.label);
+                        }
+                        if hw_used >= weft_abi::MAX_HW_WATCHES {
+                            anyhow::bail!(
+                                "{}: at most {} hardware watchpoints (x86-64 has {} debug \
+                                 registers per thread); use --data-mechanism page or auto",
+                                w.label,
+                                weft_abi::MAX_HW_WATCHES,
+                                weft_abi::MAX_HW_WATCHES
+                            );
+                        }
+                        crate::data::Mechanism::Hardware
+                    }
+                    crate::data::Mechanism::Page => crate::data::Mechanism::Page,
+                    crate::data::Mechanism::Auto => {
+                        let why = w.fits_hw.clone().or_else(|| {
+                            (hw_used >= weft_abi::MAX_HW_WATCHES).then(|| {
+                                format!(
+                                    "the {} hardware watchpoints are taken",
+                                    weft_abi::MAX_HW_WATCHES
+                                )
+                            })
+                        });
+                        match why {
+                            Some(why) => {
+                                note(format!("{}: falls back to page protection: {why}", w.label));
+                                crate::data::Mechanism::Page
+                            }
+                            None => crate::data::Mechanism::Hardware,
+                        }
+                    }
+                };
+                if mech == crate::data::Mechanism::Page {
+                    w.access |= weft_abi::WATCH_PAGE;
+                }
+                let w = &w;
                 let code = weft_jit::compile(&prog.probes[w.body].body, prog, &env)?;
                 let advice = weaver.put_anywhere(&code)?;
                 let index = self.watches.len() as u32;
@@ -419,8 +467,8 @@ impl Member {
                 note(format!(
                     "{}: data mechanism {} ({}) on {}, {at}",
                     w.label,
-                    crate::data::Mechanism::Hardware.name(),
-                    crate::data::Mechanism::Hardware.describe(),
+                    mech.name(),
+                    mech.describe(),
                     if w.access & weft_abi::WATCH_UNCHANGED_ONLY != 0 {
                         "reads (accesses that leave the value unchanged)"
                     } else if w.access & 0xff == weft_abi::WATCH_RW {

@@ -59,6 +59,8 @@ pub struct Options {
     pub kernel_all: bool,
     /// Told the long steps (symbols, weaving) for a progress line; `None`: silent.
     pub progress: Option<crate::ProgressHook>,
+    /// How data pointcuts catch accesses (`--data-mechanism`).
+    pub data_mechanism: crate::data::Mechanism,
 }
 
 impl Default for Options {
@@ -74,6 +76,7 @@ impl Default for Options {
             only_probes: None,
             kernel_all: false,
             progress: None,
+            data_mechanism: crate::data::Mechanism::Auto,
         }
     }
 }
@@ -482,6 +485,7 @@ impl<'p> Session<'p> {
                 inline,
                 lenient,
                 progress: self.opts.progress.as_ref().map(|p| &*p.0),
+                data: self.opts.data_mechanism,
             };
             let p = match m.prepare(prog, &self.seg, &mut self.names, how, &mut lines, &select) {
                 Ok(p) => p,
@@ -1022,14 +1026,24 @@ impl<'p> Session<'p> {
                     continue;
                 }
                 *last = addr;
-                if !addr.is_multiple_of(u64::from(w.len.max(1))) {
+                let mut desc = crate::member::watch_desc(w, addr, *advice);
+                if w.access & weft_abi::WATCH_PAGE == 0
+                    && !addr.is_multiple_of(u64::from(w.len.max(1)))
+                {
+                    if self.opts.data_mechanism == crate::data::Mechanism::Hardware {
+                        notes.push(format!(
+                            "{}: {addr:#x} is not aligned to {} bytes; not watched",
+                            w.label, w.len
+                        ));
+                        continue;
+                    }
                     notes.push(format!(
-                        "{}: {addr:#x} is not aligned to {} bytes; not watched",
+                        "{}: {addr:#x} is not aligned to {} bytes: falls back to page \
+                         protection",
                         w.label, w.len
                     ));
-                    continue;
+                    desc.access |= weft_abi::WATCH_PAGE;
                 }
-                let desc = crate::member::watch_desc(w, addr, *advice);
                 match m.agent.set_watch(*index, desc) {
                     Ok(()) => notes.push(format!(
                         "{}: watching {} bytes at {addr:#x} in process {}",

@@ -705,7 +705,7 @@ pub const MAX_CAT_BYTES: u64 = 1 << 20;
 pub const MAX_PROFILE_HZ: u64 = 10_000;
 
 /// Most data attach points in one program (`weft_abi::MAX_WATCHES`).
-pub const MAX_DATA_POINTS: usize = 4;
+pub const MAX_DATA_POINTS: usize = 32;
 
 /// `@MAP, SIZE)` of `set:addr(@MAP, SIZE)`: the map's name and the size.
 fn data_addr(inner: &str) -> Option<(String, u8)> {
@@ -1428,8 +1428,7 @@ impl<'a> Checker<'a> {
                 self.err(
                     a.span,
                     format!(
-                        "at most {MAX_DATA_POINTS} data pointcuts (hardware watchpoints: \
-                         x86-64 has {MAX_DATA_POINTS} debug registers per thread); this is \
+                        "at most {MAX_DATA_POINTS} data pointcuts in a program; this is \
                          number {}",
                         self.data_points
                     ),

@@ -1,5 +1,6 @@
 //! Data pointcuts (`set:`, `get:`, `watchpoint:`): the watched bytes in one
-//! process, for the agent's hardware watchpoints (see `crate::data`).
+//! process, for the agent's hardware watchpoints or page protection (see
+//! `crate::data`; `Member::prepare` picks the mechanism).
 //!
 //! `get` is a read-write watchpoint whose advice runs only when the value did not
 //! change (x86 debug registers watch writes, or reads and writes, never reads
@@ -30,6 +31,9 @@ pub struct WatchSpec {
     pub body: usize,
     /// The attach point, for `-v`.
     pub label: String,
+    /// Why a hardware watchpoint cannot take it (`None`: it can, or not known
+    /// before the address is).
+    pub fits_hw: Option<String>,
 }
 
 pub struct Data;
@@ -63,6 +67,7 @@ impl PointcutKind for Data {
             probe: name,
             body: probe_index,
             label: a.to_string(),
+            fits_hw: None,
         };
         match place {
             DataPlace::Var { target, var, path } => {
@@ -70,24 +75,32 @@ impl PointcutKind for Data {
                     return Ok(());
                 };
                 let elf = module.open().map_err(|e| anyhow!("{e}"))?;
-                let f = crate::data::find_variable(&elf, var, path)
-                    .and_then(|f| crate::data::check_size(f.vaddr, f.size, var, path).map(|_| f))
-                    .map_err(|e| anyhow!("{a}: {e}"))?;
+                let f =
+                    crate::data::find_variable(&elf, var, path).map_err(|e| anyhow!("{a}: {e}"))?;
+                spec.fits_hw = crate::data::check_size(f.vaddr, f.size, var, path).err();
                 spec.addr = module.runtime_addr(f.vaddr);
                 spec.len = f.size;
             }
             DataPlace::Map { map, size } => {
                 spec.len = u32::from(*size);
                 spec.map = Some(map.clone());
+                if !matches!(spec.len, 1 | 2 | 4 | 8) {
+                    spec.fits_hw = Some(format!(
+                        "{} bytes: a hardware watchpoint watches 1, 2, 4 or 8",
+                        spec.len
+                    ));
+                }
             }
             DataPlace::Addr { addr, len } => {
                 spec.addr = *addr;
                 spec.len = u32::from(*len);
+                spec.fits_hw =
+                    crate::data::check_size(*addr, spec.len, &format!("{addr:#x}"), "").err();
             }
         }
         if out.watches.len() == weft_abi::MAX_WATCHES {
             anyhow::bail!(
-                "{a}: at most {} data pointcuts (hardware watchpoints) per program",
+                "{a}: at most {} data pointcuts per program",
                 weft_abi::MAX_WATCHES
             );
         }
