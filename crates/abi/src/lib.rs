@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 13;
+pub const VERSION: u32 = 14;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -648,9 +648,12 @@ pub enum Helper {
     Tid,
     Pid,
     PComm,
+    /// `(shm, map, key, slot) -> index or -1`: inline advice's key not found in
+    /// the slots it looked at (a first insert), frameless.
+    MapIndex,
 }
 
-pub const HELPER_COUNT: usize = Helper::PComm as usize + 1;
+pub const HELPER_COUNT: usize = Helper::MapIndex as usize + 1;
 
 // ---------------------------------------------------------------------------------
 // Control messages
@@ -713,7 +716,9 @@ pub const ENV_FOLLOW: &str = "WEFT_FOLLOW";
 /// Per-thread state of the agent, found through the agent's initial-exec TLS slot
 /// (`fs:[Hello::tls_offset]`). Lives in the agent's own memory, not in the shared
 /// segment, so it survives sessions (pending return addresses outlive a session).
-#[repr(C)]
+/// Cache-line aligned: the agent keeps them in one pool, and each is written by its
+/// own thread on every advice call (`nest`), so two must never share a line.
+#[repr(C, align(64))]
 pub struct AgentThread {
     /// This thread's slot in the current session's segment; null when there is no
     /// session or the thread has not been seen in it yet (→ slow path).
@@ -963,5 +968,22 @@ mod hist_tests {
         assert_eq!(lhist_index(m, 0, m, m), 2);
         assert_eq!(lhist_index(m, 0, m - 1, m - 1000), 3);
         assert_eq!(lhist_index(m, 0, m, 1), (m as usize) + 1);
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    /// What threads write on the hot path never shares a cache line with another
+    /// thread's: agent thread states are whole lines, and a thread slot's header
+    /// (hits, ring head) is whole lines before its ring and accumulators (slots
+    /// themselves are page-aligned, see `weft_runtime::layout`).
+    #[test]
+    fn per_thread_state_is_cache_line_separated() {
+        assert_eq!(core::mem::align_of::<AgentThread>() % 64, 0);
+        assert_eq!(core::mem::size_of::<AgentThread>() % 64, 0);
+        assert!(core::mem::size_of::<ThreadSlot>() as u64 <= THREAD_HEADER_SIZE);
+        assert_eq!(THREAD_HEADER_SIZE % 64, 0);
     }
 }

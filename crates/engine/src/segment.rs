@@ -145,8 +145,10 @@ impl Segment {
         let maps = layout
             .maps
             .iter()
-            .map(|(s, t, a, _)| MapLayout {
+            .map(|(s, t, a, e)| MapLayout {
                 kind: s.kind,
+                capacity: s.capacity(),
+                entry_size: *e,
                 key_size: s.key_size,
                 value_size: s.value_size,
                 table_off: *t,

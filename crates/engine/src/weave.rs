@@ -724,6 +724,7 @@ impl<'a> Weaver<'a> {
             shm_base: self.target_shm_base(),
             tls_offset: self.agent.hello.tls_offset,
             thread_agg_off: self.thread_agg_off,
+            map_index: self.agent.hello.helpers[weft_abi::Helper::MapIndex as usize],
         }
     }
 
@@ -796,6 +797,7 @@ impl<'a> Weaver<'a> {
             generic: generic_at,
             at_entry: h.at_entry,
             at_return: false,
+            map_index: self.agent.hello.helpers[weft_abi::Helper::MapIndex as usize],
         };
         let mut code = with_bodies(&list, symbols, |bodies| {
             weft_jit::inline::inline_head(bodies, prog, maps, &site, inline_at)
@@ -1011,6 +1013,7 @@ impl<'a> Weaver<'a> {
             generic: 0,
             at_entry: true,
             at_return: false,
+            map_index: self.agent.hello.helpers[weft_abi::Helper::MapIndex as usize],
         };
         let code = with_bodies(&list, self.symbols, |bodies| {
             weft_jit::inline::return_stub(bodies, self.maps, &site)
@@ -1043,6 +1046,7 @@ struct TailContext<'a> {
     shm_base: u64,
     tls_offset: i64,
     thread_agg_off: u64,
+    map_index: u64,
 }
 
 /// The code at `at` for a plan whose relocated instructions end with a `ret`: those
@@ -1069,6 +1073,7 @@ fn ret_tail(
                 generic: parts.generic,
                 at_entry: false,
                 at_return: true,
+                map_index: cx.map_index,
             };
             let head = with_bodies(list, cx.symbols, |bodies| {
                 weft_jit::inline::inline_head(bodies, cx.prog, cx.maps, &site, head_at)

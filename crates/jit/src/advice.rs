@@ -59,6 +59,10 @@ pub struct MapLayout {
     pub hist_k: u32,
     /// Signed min/max/sum/avg/stats.
     pub signed: bool,
+    /// Key-table slots (a power of two) and bytes per slot: inline code probes the
+    /// table itself.
+    pub capacity: u32,
+    pub entry_size: u32,
 }
 
 /// Location of a USDT argument, as the note's argument string says.

@@ -78,6 +78,8 @@ pub struct InlineSite {
     /// A return site (the head runs just before a `ret`): `ip` is the return
     /// address, where the thread goes next, as a return probe reports it.
     pub at_return: bool,
+    /// The agent's `MapIndex` helper (keyed aggregations' first inserts).
+    pub map_index: u64,
 }
 
 /// Whether `f` can be compiled inline at a function's entry.
@@ -102,8 +104,11 @@ pub fn eligible_return(f: &Function, maps: &[MapLayout]) -> bool {
     })
 }
 
+/// Bytes of stack slots inline code keeps (a key or two).
+const SLOT_BYTES: u32 = 64;
+
 fn eligible_with(f: &Function, maps: &[MapLayout], ctx_ok: impl Fn(CtxValue) -> bool) -> bool {
-    if !f.slots.is_empty() || f.regs > 64 {
+    if f.slots.iter().sum::<u32>() > SLOT_BYTES || f.regs > 64 {
         return false;
     }
     f.code.iter().all(|i| match i {
@@ -121,6 +126,13 @@ fn eligible_with(f: &Function, maps: &[MapLayout], ctx_ok: impl Fn(CtxValue) -> 
         Inst::MapAgg { map, key: None, op } => {
             maps.get(map.0 as usize).is_some_and(|m| agg_ok(m, op))
         }
+        Inst::MapAgg {
+            map,
+            key: Some(_),
+            op,
+        } => maps.get(map.0 as usize).is_some_and(|m| keyed_ok(m, op)),
+        Inst::Zero { len, .. } => *len <= SLOT_BYTES,
+        Inst::Store { size, .. } => matches!(size, 1 | 2 | 4 | 8),
         Inst::ThreadSum { map, .. } => maps
             .get(map.0 as usize)
             .is_some_and(|m| matches!(m.kind, MapKind::Sum | MapKind::Count)),
@@ -154,6 +166,18 @@ fn agg_ok(m: &MapLayout, op: &AggOp) -> bool {
         (AggOp::Hist(_), MapKind::Hist) => m.hist_k == 0,
         _ => false,
     }
+}
+
+/// A keyed aggregation inline: an 8-byte key (integers: `@[tid]`, `@[arg0]`), a
+/// count or a sum. The table is probed in the head; a key not found there (not yet
+/// inserted, or displaced far) is inserted by a helper call.
+fn keyed_ok(m: &MapLayout, op: &AggOp) -> bool {
+    m.key_size == 8
+        && m.capacity.is_power_of_two()
+        && matches!(
+            (op, m.kind),
+            (AggOp::Count, MapKind::Count) | (AggOp::Sum(_), MapKind::Sum)
+        )
 }
 
 /// Maps that must already have their single entry before the inline path may add to
@@ -263,6 +287,10 @@ struct Cx<'a> {
     probe: u32,
     symbol: &'a dyn Fn(&SymbolRef) -> Option<u64>,
     last_label_at: Option<usize>,
+    /// The body's slots: offset of each from rsp.
+    slots: Vec<i32>,
+    /// Each map's key-table address, as a constant after the code.
+    tables: Vec<(MapId, CodeLabel)>,
 }
 
 type R = Result<(), IcedError>;
@@ -279,6 +307,120 @@ impl<'a> Cx<'a> {
 
     fn cell(&self, r: Reg) -> AsmMemoryOperand {
         qword_ptr(rsp + (r.0 as i32) * 8)
+    }
+    fn place(&self, p: weft_ir::Place) -> i32 {
+        self.slots[p.slot.0 as usize] + p.off as i32
+    }
+
+    /// `@m[key] = count()` / `sum(v)` with an 8-byte key: hash it as
+    /// `weft_abi::key_hash` does, look at up to four slots from its place, and add
+    /// to this thread's accumulator of the entry found. A key not found there (its
+    /// first use, or displaced far) is looked up and inserted by the `MapIndex`
+    /// helper, called with every register the head did not save saved around it.
+    fn keyed_agg(&mut self, map: MapId, key: weft_ir::Place, op: AggOp) -> Result<(), JitError> {
+        const PROBES: u32 = 4;
+        let m = self.maps[map.0 as usize];
+        let table = match self.tables.iter().find(|(id, _)| *id == map) {
+            Some((_, l)) => *l,
+            None => {
+                let l = self.a.create_label();
+                self.tables.push((map, l));
+                l
+            }
+        };
+        let (c0, cmix) = key8_hash_constants();
+        let mask = m.capacity - 1;
+        let acc = (self.site.thread_agg_off + m.agg_off) as i32;
+        let koff = self.place(key);
+        self.a.mov(rax, qword_ptr(rsp + koff))?;
+        self.a.mov(rcx, c0)?;
+        self.a.xor(rcx, rax)?;
+        self.a.mov(rdx, 0x9E37_79B9_7F4A_7C15u64)?;
+        self.a.imul_2(rcx, rdx)?;
+        self.a.mov(rdx, cmix)?;
+        self.a.xor(rcx, rdx)?;
+        self.a.mov(rdx, rcx)?;
+        self.a.shr(rdx, 33)?;
+        self.a.xor(rcx, rdx)?;
+        self.a.mov(rdx, 0xff51_afd7_ed55_8ccdu64)?;
+        self.a.imul_2(rcx, rdx)?;
+        self.a.mov(rdx, rcx)?;
+        self.a.shr(rdx, 33)?;
+        self.a.xor(rcx, rdx)?;
+        self.a.or(ecx, 2)?;
+        let mut found = self.a.create_label();
+        let mut insert = self.a.create_label();
+        let mut skip = self.a.create_label();
+        for j in 0..PROBES.min(m.capacity) {
+            let mut next = self.a.create_label();
+            let mut not_live = self.a.create_label();
+            self.a.lea(edx, dword_ptr(rcx + j as i32))?;
+            self.a.and(edx, mask as i32)?;
+            self.a.imul_3(edx, edx, m.entry_size as i32)?;
+            self.a.add(rdx, qword_ptr(table))?;
+            self.a.cmp(dword_ptr(rdx), ENTRY_LIVE as i32)?;
+            self.a.jne(not_live)?;
+            self.a.cmp(dword_ptr(rdx + 4), ecx)?;
+            self.a.jne(next)?;
+            self.a.cmp(qword_ptr(rdx + 8), rax)?;
+            self.a.jne(next)?;
+            self.a.lea(edx, dword_ptr(rcx + j as i32))?;
+            self.a.and(edx, mask as i32)?;
+            self.a.jmp(found)?;
+            self.bind(&mut not_live)?;
+            // A tombstone keeps the chain going; an empty slot (never inserted) or
+            // one being inserted goes to the helper.
+            self.a.cmp(dword_ptr(rdx), ENTRY_DELETED as i32)?;
+            self.a.jne(insert)?;
+            self.bind(&mut next)?;
+        }
+        self.bind(&mut insert)?;
+        self.call_map_index(map, koff)?;
+        self.a.test(rax, rax)?;
+        self.a.js(skip)?;
+        self.a.mov(edx, eax)?;
+        self.bind(&mut found)?;
+        self.a.imul_3(edx, edx, m.value_size as i32)?;
+        match op {
+            AggOp::Count => self.a.add(qword_ptr(r11 + rdx + acc), 1)?,
+            AggOp::Sum(r) => {
+                self.load(rax, r)?;
+                self.a.add(qword_ptr(r11 + rdx + acc), rax)?;
+            }
+            _ => return Err(JitError::BadProgram("keyed aggregation inline".into())),
+        }
+        self.bind(&mut skip)?;
+        Ok(())
+    }
+
+    /// rax = `MapIndex(shm, map, &key, slot)`. The head saved rax, rcx, rdx and the
+    /// flags; the other registers a call may change (rsi, rdi, r8-r11, xmm0-15) are
+    /// saved here, on a 16-aligned stack.
+    fn call_map_index(&mut self, map: MapId, koff: i32) -> R {
+        const PUSHED: i32 = 7 * 8;
+        for r in [rsi, rdi, r8, r9, r10, r11, rbx] {
+            self.a.push(r)?;
+        }
+        self.a.mov(rbx, rsp)?;
+        self.a.and(rsp, -16)?;
+        self.a.sub(rsp, 256)?;
+        for (i, x) in crate::trampoline::xmms().into_iter().enumerate() {
+            self.a.movdqu(xmmword_ptr(rsp + 16 * i as i32), x)?;
+        }
+        self.a.mov(rdi, self.site.shm_base)?;
+        self.a.mov(esi, map.0)?;
+        self.a.lea(rdx, qword_ptr(rbx + PUSHED + koff))?;
+        self.a.mov(rcx, r11)?;
+        self.a.mov(rax, self.site.map_index)?;
+        self.a.call(rax)?;
+        for (i, x) in crate::trampoline::xmms().into_iter().enumerate() {
+            self.a.movdqu(x, xmmword_ptr(rsp + 16 * i as i32))?;
+        }
+        self.a.mov(rsp, rbx)?;
+        for r in [rbx, r11, r10, r9, r8, rdi, rsi] {
+            self.a.pop(r)?;
+        }
+        Ok(())
     }
     fn at(&self, off: i32) -> AsmMemoryOperand {
         qword_ptr(rsp + off)
@@ -550,6 +692,7 @@ impl<'a> Cx<'a> {
     /// Compile one body (its `return` ends it, not the site's code).
     fn body(&mut self, b: &Body<'a>) -> Result<(), JitError> {
         self.labels = (0..b.f.labels).map(|_| self.a.create_label()).collect();
+        self.slots = slot_offsets(b.f);
         self.epilogue = self.a.create_label();
         self.probe = b.probe;
         self.symbol = b.symbol;
@@ -629,6 +772,33 @@ impl<'a> Cx<'a> {
             }
             Inst::CountError(k) => self.count_error(*k as usize)?,
             Inst::MapAgg { map, key: None, op } => self.agg(*map, *op)?,
+            Inst::MapAgg {
+                map,
+                key: Some(k),
+                op,
+            } => self.keyed_agg(*map, *k, *op)?,
+            Inst::Zero { place, len } => {
+                let at = self.place(*place);
+                let mut o = 0;
+                while o + 8 <= *len as i32 {
+                    self.a.mov(qword_ptr(rsp + at + o), 0)?;
+                    o += 8;
+                }
+                while o < *len as i32 {
+                    self.a.mov(byte_ptr(rsp + at + o), 0)?;
+                    o += 1;
+                }
+            }
+            Inst::Store { place, src, size } => {
+                let at = self.place(*place);
+                self.load(rax, *src)?;
+                match size {
+                    1 => self.a.mov(byte_ptr(rsp + at), al)?,
+                    2 => self.a.mov(word_ptr(rsp + at), ax)?,
+                    4 => self.a.mov(dword_ptr(rsp + at), eax)?,
+                    _ => self.a.mov(qword_ptr(rsp + at), rax)?,
+                }
+            }
             Inst::ThreadSum { dst, map } => {
                 // The accumulator is there before the map's entry is: no guard.
                 let m = self.maps[map.0 as usize];
@@ -691,6 +861,47 @@ impl<'a> Cx<'a> {
     }
 }
 
+/// The constants keyed aggregations read (`Cx::tables`), at the current point.
+fn emit_tables(g: &mut Cx<'_>, maps: &[MapLayout], shm_base: u64) -> R {
+    for (m, mut l) in std::mem::take(&mut g.tables) {
+        g.a.set_label(&mut l)?;
+        g.a.dq(&[shm_base + maps[m.0 as usize].table_off])?;
+    }
+    Ok(())
+}
+
+/// `weft_abi::key_hash` of an 8-byte key `w`, before its final mix, is
+/// `((L0 ^ 8 << 56 ^ w) * K) ^ C`: the two constants.
+fn key8_hash_constants() -> (u64, u64) {
+    const LANES: [u64; 4] = [
+        0x243F_6A88_85A3_08D3,
+        0x1319_8A2E_0370_7344,
+        0xA409_3822_299F_31D0,
+        0x082E_FA98_EC4E_6C89,
+    ];
+    let c0 = LANES[0] ^ (8u64 << 56);
+    let cmix = LANES[1].rotate_left(17) ^ LANES[2].rotate_left(31) ^ LANES[3].rotate_left(47) ^ 8;
+    (c0, cmix)
+}
+
+/// Where a body's slots are, from rsp: after its registers' cells.
+fn slot_offsets(f: &Function) -> Vec<i32> {
+    let mut at = (f.regs * 8) as i32;
+    f.slots
+        .iter()
+        .map(|&n| {
+            let o = at;
+            at += ((n + 7) & !7) as i32;
+            o
+        })
+        .collect()
+}
+
+/// Bytes of cells a body needs: its registers and slots.
+fn cells_of(f: &Function) -> i32 {
+    (f.regs * 8 + f.slots.iter().map(|n| (n + 7) & !7).sum::<u32>()) as i32
+}
+
 /// Whether the body needs rcx/rdx as scratch (anything beyond counting).
 fn needs_scratch(f: &Function) -> bool {
     f.code.iter().any(|i| {
@@ -732,10 +943,10 @@ pub fn inline_head(
     let _ = prog;
     let tls =
         i32::try_from(site.tls_offset).map_err(|_| JitError::BadProgram("TLS offset".into()))?;
-    let regs = bodies.iter().map(|b| b.f.regs).max().unwrap_or(0);
+    let cells = bodies.iter().map(|b| cells_of(b.f)).max().unwrap_or(0);
     let scratch = site.hijack.is_some() || bodies.iter().any(|b| needs_scratch(b.f));
     let fr = Frame::entry(
-        ((regs as i32) * 8 + 15) & !15,
+        (cells + 15) & !15,
         scratch,
         site.hijack.is_some() || bodies.iter().any(|b| needs_tstate(b.f)),
         !site.at_entry,
@@ -753,6 +964,8 @@ pub fn inline_head(
         probe: 0,
         symbol: &no_symbols,
         last_label_at: None,
+        slots: Vec::new(),
+        tables: Vec::new(),
     };
     let mut fallback = g.a.create_label();
     let mut fallback_tstate = g.a.create_label();
@@ -839,6 +1052,9 @@ pub fn inline_head(
     g.bind(&mut fallback)?;
     restore(&mut g)?;
     g.a.jmp(site.generic)?;
+    // The key tables' addresses, read by keyed aggregations: after the fallback's
+    // jump, never run.
+    emit_tables(&mut g, maps, site.shm_base)?;
     g.bind(&mut end)?;
     g.a.nop()?;
     Ok(g.a.assemble(at)?)
@@ -854,8 +1070,7 @@ pub fn return_stub(
     maps: &[MapLayout],
     site: &InlineSite,
 ) -> Result<Vec<u8>, JitError> {
-    let regs = bodies.iter().map(|b| b.f.regs).max().unwrap_or(0);
-    let cells = ((regs as i32) * 8 + 15) & !15;
+    let cells = (bodies.iter().map(|b| cells_of(b.f)).max().unwrap_or(0) + 15) & !15;
     let fr = Frame::ret(cells);
     let mut a = CodeAssembler::new(64)?;
     let epilogue = a.create_label();
@@ -870,6 +1085,8 @@ pub fn return_stub(
         probe: 0,
         symbol: &no_symbols,
         last_label_at: None,
+        slots: Vec::new(),
+        tables: Vec::new(),
     };
     let mut fallback = g.a.create_label();
     g.a.push(r11)?;
@@ -901,5 +1118,6 @@ pub fn return_stub(
     g.a.pop(r11)?;
     g.a.mov(eax, 1)?;
     g.a.ret()?;
+    emit_tables(&mut g, maps, site.shm_base)?;
     Ok(g.a.assemble(0)?)
 }

@@ -112,7 +112,7 @@ fn saved_regs() -> [(usize, AsmRegister64); 14] {
     ]
 }
 
-fn xmms() -> [AsmRegisterXmm; 16] {
+pub(crate) fn xmms() -> [AsmRegisterXmm; 16] {
     [
         xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7, xmm8, xmm9, xmm10, xmm11, xmm12, xmm13,
         xmm14, xmm15,

@@ -107,8 +107,10 @@ fn patched_function_runs_advice_and_keeps_its_result() {
     let maps: Vec<MapLayout> = layout
         .maps
         .iter()
-        .map(|(s, t, a, _)| MapLayout {
+        .map(|(s, t, a, e)| MapLayout {
             kind: s.kind,
+            capacity: s.capacity(),
+            entry_size: *e,
             key_size: s.key_size,
             value_size: s.value_size,
             table_off: *t,

@@ -377,6 +377,28 @@ pub unsafe extern "C" fn weft_h_map_agg(
     map::aggregate(d, acc, op as u32, value);
 }
 
+/// The entry of `key` in map `id` of the segment at `shm`, inserted if new: its
+/// index, or -1 when the map is full (counted in `slot`, this thread's). Called by
+/// inline advice, which has no frame, when the slots it probed did not hold the key.
+pub unsafe extern "C" fn weft_h_map_index(
+    shm_base: *mut u8,
+    id: u64,
+    key: *const u8,
+    slot: *const ThreadSlot,
+) -> i64 {
+    // SAFETY: inline advice passes the live session's segment.
+    let s = unsafe { Shm::from_base(shm_base) };
+    let Some(d) = desc(&s, id) else { return -1 };
+    match map::insert(&s, d, key_slice(d, key)).index() {
+        Some(i) => i64::from(i),
+        None => {
+            // SAFETY: the calling thread's slot.
+            count_error_in(unsafe { &*slot }, ERR_MAP_FULL);
+            -1
+        }
+    }
+}
+
 pub unsafe extern "C" fn weft_h_map_delete(f: *mut Frame, id: u64, key: *const u8) -> u64 {
     let s = shm(frame(f));
     let Some(d) = desc(&s, id) else { return 0 };
@@ -576,6 +598,11 @@ pub fn helper_table() -> [u64; HELPER_COUNT] {
         weft_h_map_store as *const () as usize,
     );
     set(&mut t, Helper::MapAgg, weft_h_map_agg as *const () as usize);
+    set(
+        &mut t,
+        Helper::MapIndex,
+        weft_h_map_index as *const () as usize,
+    );
     set(
         &mut t,
         Helper::MapDelete,

@@ -92,15 +92,14 @@ pub fn build(src: &str, variant: Variant, extra: &[&str]) -> PathBuf {
 }
 
 /// The weft binary under test, with the agent library built beside it (a plain
-/// `cargo test` does not build the agent's cdylib; do it once here).
+/// `cargo test` does not build the agent's cdylib; do it once per test binary).
 pub fn weft_bin() -> PathBuf {
     static AGENT: std::sync::Once = std::sync::Once::new();
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_weft"));
     AGENT.call_once(|| {
         let dir = bin.parent().unwrap();
-        if dir.join("libweft_agent.so").is_file() {
-            return;
-        }
+        // Always (a no-op when it is up to date): an agent left from an older build
+        // would speak another protocol version.
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "-p", "weft-agent"])
