@@ -21,6 +21,15 @@
  *   data ownsegv N   its own SIGSEGV handler; `seq` = 1..N with a fault of its own
  *                    (a write through a bad pointer, recovered by siglongjmp)
  *                    after each write: prints "own faults N"
+ *   data heapmix N   as heap, with one arena for every thread (M_ARENA_MAX 1: their
+ *                    chunks, tcaches and stdio buffers share the watched page);
+ *                    once argv[3] exists, 4 threads each add 1 to the word N times
+ *                    (atomically) amid malloc/free/memset/memcpy (large: rep
+ *                    movs/stos)/snprintf/fprintf traffic: prints "done WORD BAD"
+ *                    (BAD: blocks whose contents came out wrong)
+ *   data bulk N      `big` (8 KiB, `big.mid` in it) filled N times, alternately by memset and by
+ *                    memcpy from a buffer, with byte i in round i (large sizes:
+ *                    string instructions or vector stores): prints "done BAD"
  *   data plain N     `counter` += N plain writes (the bench's baseline and its
  *                    watched run), timed: prints "ns_per_write X"
  *
@@ -28,6 +37,7 @@
  * -c the program starts only once weft is in, and the others wait for a line or a
  * file.
  */
+#include <malloc.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -53,6 +63,13 @@ struct shared {
     long hot;
 } __attribute__((aligned(64)));
 volatile struct shared shared;
+/* 8 KiB over two or three pages; `mid` watched. */
+struct bulk {
+    char head[4800];
+    long mid;
+    char tail[3384];
+} big;
+static unsigned char bulk_src[sizeof big];
 
 static long per_thread;
 static pthread_barrier_t start_round, end_round;
@@ -72,6 +89,34 @@ static void *worker(void *arg) {
     (void)arg;
     for (long i = 0; i < per_thread; i++)
         __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED);
+    return NULL;
+}
+
+static volatile long *mix_word;
+static long mix_bad[4];
+
+static void *heap_worker(void *arg) {
+    long id = (long)arg, bad = 0;
+    FILE *f = fopen("/dev/null", "w");
+    char line[64];
+    for (long i = 0; i < per_thread; i++) {
+        __atomic_fetch_add(mix_word, 1, __ATOMIC_RELAXED);
+        size_t sa = 16 + (size_t)(i % 64) * 8, sb = 2048 + (size_t)(i % 8) * 512;
+        unsigned char *a = malloc(sa), *b = malloc(sb), *c = calloc(1, sb);
+        memset(a, (int)(i & 0xff), sa);
+        memset(b, (int)((i + id) & 0xff), sb);
+        memcpy(c, b, sb);
+        for (size_t j = 0; j < sb; j += 97)
+            bad += c[j] != (unsigned char)((i + id) & 0xff);
+        bad += a[sa - 1] != (unsigned char)(i & 0xff);
+        snprintf(line, sizeof line, "%ld:%ld", id, i);
+        fprintf(f, "%s %zu\n", line, sa);
+        free(c);
+        free(a);
+        free(b);
+    }
+    fclose(f);
+    mix_bad[id] = bad;
     return NULL;
 }
 
@@ -138,6 +183,42 @@ int main(int argc, char **argv) {
         for (long i = 1; i <= n; i++)
             *(volatile long *)p = i;
         printf("done %ld\n", *p);
+    } else if (!strcmp(mode, "heapmix")) {
+        mallopt(M_ARENA_MAX, 1);
+        /* stdout's buffer first: the word is then followed, on its page, by the
+         * top of the heap, where the threads' first blocks go. */
+        printf("heapmix\n");
+        long *p = malloc(sizeof *p);
+        *p = 0;
+        got_object(p);
+        printf("object %p\n", (void *)p);
+        while (argc > 3 && access(argv[3], F_OK) != 0)
+            usleep(1000);
+        pthread_t t[4];
+        per_thread = n;
+        mix_word = p;
+        for (long i = 0; i < 4; i++)
+            pthread_create(&t[i], NULL, heap_worker, (void *)i);
+        long bad = 0;
+        for (int i = 0; i < 4; i++) {
+            pthread_join(t[i], NULL);
+            bad += mix_bad[i];
+        }
+        printf("done %ld %ld\n", *p, bad);
+    } else if (!strcmp(mode, "bulk")) {
+        long bad = 0;
+        for (long i = 1; i <= n; i++) {
+            if (i & 1) {
+                memset(&big, (int)i, sizeof big);
+            } else {
+                memset(bulk_src, (int)i, sizeof bulk_src);
+                memcpy(&big, bulk_src, sizeof big);
+            }
+            __asm__ volatile("" : : "r"(&big) : "memory");
+            for (size_t j = 0; j < sizeof big; j += 97)
+                bad += ((unsigned char *)&big)[j] != (unsigned char)i;
+        }
+        printf("done %ld\n", bad);
     } else if (!strcmp(mode, "reads")) {
         long sum = 0;
         for (long i = 0; i < n; i++)

@@ -28,12 +28,24 @@
 //! that faults on a page takes the page's lock (a spin with `sched_yield`: the
 //! holder is one instruction from releasing it) from the fault to the trap, so
 //! accesses to a protected page are serialized and none is missed or torn by
-//! another's copy. Instructions that cannot be moved that way (string
-//! instructions, pushes and pops, branches through memory, gathers, operands over
-//! 64 bytes) are single-stepped in place instead: the page is opened with its
-//! original protection, the trap flag set, and re-protected at the step's trap; a
-//! thread touching that page during that one instruction is not seen (documented
-//! limit of this fallback).
+//! another's copy. An operand that runs into the next page (memcpy's unaligned
+//! vector stores) takes that page's lock too, without waiting: if another thread
+//! holds it, this one lets its own go and faults again, so two threads never wait
+//! for each other. `stos` and `movs` (`rep` or not: large `memset`/`memcpy`) are
+//! done by the handler itself through `/proc/self/mem`, a page at a time, the
+//! registers advanced as the CPU would, and the instruction resumed for the rest
+//! ([`string_op`]). The handlers allocate nothing: iced's decoder tables, built on
+//! the heap at first use, are built by the control thread before a page is
+//! protected (a `malloc` in the handler touched the protected heap page and killed
+//! the target). Instructions that still cannot be moved (pushes and pops, branches
+//! through memory, other string instructions, backward or overlapping string
+//! copies, gathers and scatters) are single-stepped in place: the page is opened with
+//! its original protection, the trap flag set, and re-protected at the step's trap.
+//! Threads that faulted on the page wait on its lock meanwhile; an access by a
+//! thread that did not fault because the page was open during that one instruction
+//! is not seen (the remaining limit; no such instruction touches a heap or data
+//! page in the tests, which count exactly with 4 threads and malloc/stdio traffic on
+//! the page).
 //!
 //! A fault on a watched page that the emulation cannot complete (the bytes cannot be
 //! read: a truly bad access) goes to the target's disposition as it would have.
@@ -196,6 +208,11 @@ fn pool() -> Result<&'static Pool, String> {
         encoder: UnsafeCell::new(Encoder::try_with_capacity(64, 64).ok()),
     });
     let slots = slots.collect();
+    // iced's decoder builds its tables (on the heap) at its first use: here, not
+    // in the SIGSEGV handler, where that `malloc` may touch a protected heap page
+    // (a fault inside the handler: the target died) or deadlock on an arena lock
+    // the interrupted code holds.
+    let _ = Decoder::with_ip(64, &[0x90], 0, DecoderOptions::NONE).decode();
     let pool = Box::into_raw(Box::new(Pool { slots, code, data }));
     POOL.store(pool, Ordering::Release);
     // SAFETY: just leaked.
@@ -546,6 +563,18 @@ fn on_fault(addr: u64, uc: &mut libc::ucontext_t) -> bool {
         page.lock.store(0, Ordering::Release);
         return true;
     }
+    let ip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
+    let mut bytes = [0u8; 16];
+    let got = weft_runtime::safe::copy(&mut bytes, ip);
+    let mut dec = Decoder::with_ip(64, &bytes[..got], ip, DecoderOptions::NONE);
+    let ins = dec.decode();
+    if ins.is_invalid() {
+        page.lock.store(0, Ordering::Release);
+        return false;
+    }
+    if let Some(r) = string_op(pi, me, &ins, uc) {
+        return r;
+    }
     let Some(si) = claim(pool, me) else {
         // Every slot busy: let another thread finish, and fault again.
         page.lock.store(0, Ordering::Release);
@@ -555,19 +584,10 @@ fn on_fault(addr: u64, uc: &mut libc::ucontext_t) -> bool {
     let slot = &pool.slots[si];
     // SAFETY: our own slot.
     let p = unsafe { &mut *slot.pending.get() };
-    let ip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
-    let mut bytes = [0u8; 16];
-    let got = weft_runtime::safe::copy(&mut bytes, ip);
-    let mut dec = Decoder::with_ip(64, &bytes[..got], ip, DecoderOptions::NONE);
-    let ins = dec.decode();
     let release = |page: &Page| {
         page.lock.store(0, Ordering::Release);
         release(pool, si);
     };
-    if ins.is_invalid() {
-        release(page);
-        return false;
-    }
     // The memory operand: exactly one explicit one emulates.
     let mut mem_op = None;
     let mut others = false;
@@ -640,19 +660,190 @@ fn on_fault(addr: u64, uc: &mut libc::ucontext_t) -> bool {
         && !ins.is_vsib()
         && ins.flow_control() == FlowControl::Next
         && ins.stack_pointer_increment() == 0
-        && (1..=64).contains(&msize)
-        && maddr & !(PAGE - 1) == (maddr + msize as u64 - 1) & !(PAGE - 1);
+        && (1..=64).contains(&msize);
+    // An operand that runs into the next page (an unaligned vector store of
+    // memcpy's): that page's lock too, if it is protected. Taken without waiting
+    // (its holder may be waiting for ours): on failure, back off and fault again.
+    let last = (maddr + msize as u64 - 1) & !(PAGE - 1);
+    if movable && last != maddr & !(PAGE - 1) {
+        if let Some(pj) = find(last).filter(|&pj| pj != pi) {
+            if PAGES[pj]
+                .lock
+                .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                *saved = p.sigmask;
+                release(page);
+                sched_yield();
+                return true;
+            }
+            p.pages[1] = pj;
+            p.npages = 2;
+        }
+    }
     if movable && emulate(pool, si, p, &ins, uc) {
         return true;
     }
-    // Single-step in place, the page open.
+    // Single-step in place, the page(s) open.
     p.mode = Mode::Step;
-    mprotect(
-        page.addr.load(Ordering::Acquire),
-        page.orig.load(Ordering::Acquire),
-    );
+    for &pj in &p.pages[..p.npages] {
+        mprotect(
+            PAGES[pj].addr.load(Ordering::Acquire),
+            PAGES[pj].orig.load(Ordering::Acquire),
+        );
+    }
     uc.uc_mcontext.gregs[libc::REG_EFL as usize] |= EFLAGS_TF;
     true
+}
+
+/// `stos` and `movs` (byte to quad, `rep` or not, forward, 64-bit addresses: what
+/// `memset` and `memcpy` use for large sizes) are done here, through
+/// `/proc/self/mem`, for the part on the faulting page (and on the other
+/// operand's page: at most one page each): the registers advance as the CPU's
+/// would, and the instruction resumes for the rest (faulting again at the next
+/// protected page). The page is never opened. `None`: not such an instruction (or
+/// one this does not take: `std`, overlapping forward copies, a segment prefix);
+/// `Some(true)`: done (or backed off, to fault again); `Some(false)`: the bytes
+/// cannot be read or written (a real fault). Called with page `pi` locked; returns
+/// with it unlocked unless `None`.
+fn string_op(pi: usize, me: i32, ins: &Instruction, uc: &mut libc::ucontext_t) -> Option<bool> {
+    use iced_x86::Code;
+    const EFLAGS_DF: i64 = 1 << 10;
+    let (e, movs) = match ins.code() {
+        Code::Stosb_m8_AL => (1u64, false),
+        Code::Stosw_m16_AX => (2, false),
+        Code::Stosd_m32_EAX => (4, false),
+        Code::Stosq_m64_RAX => (8, false),
+        Code::Movsb_m8_m8 => (1, true),
+        Code::Movsw_m16_m16 => (2, true),
+        Code::Movsd_m32_m32 => (4, true),
+        Code::Movsq_m64_m64 => (8, true),
+        _ => return None,
+    };
+    let g = &uc.uc_mcontext.gregs;
+    if ins.op_kind(0) != OpKind::MemoryESRDI
+        || (movs && ins.op_kind(1) != OpKind::MemorySegRSI)
+        || ins.segment_prefix() != Register::None
+        || g[libc::REG_EFL as usize] & EFLAGS_DF != 0
+    {
+        return None;
+    }
+    let rep = ins.has_rep_prefix() || ins.has_repne_prefix();
+    let count = if rep {
+        g[libc::REG_RCX as usize] as u64
+    } else {
+        1
+    };
+    let (dst, src) = (
+        g[libc::REG_RDI as usize] as u64,
+        g[libc::REG_RSI as usize] as u64,
+    );
+    let room = |a: u64| (PAGE - (a & (PAGE - 1))) / e;
+    let mut k = count.min(room(dst));
+    if movs {
+        k = k.min(room(src));
+        if dst > src && dst - src < k * e {
+            return None;
+        }
+    }
+    if k == 0 {
+        return None;
+    }
+    let n = k * e;
+    // The other protected page the chunk touches, locked without waiting.
+    let page_of = |a: u64| find(a & !(PAGE - 1)).filter(|&i| i != pi);
+    let other = if movs {
+        page_of(dst).or_else(|| page_of(src))
+    } else {
+        page_of(dst)
+    };
+    let unlock = |o: Option<usize>| {
+        if let Some(j) = o {
+            PAGES[j].lock.store(0, Ordering::Release);
+        }
+        PAGES[pi].lock.store(0, Ordering::Release);
+    };
+    if let Some(j) = other {
+        if PAGES[j]
+            .lock
+            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            unlock(None);
+            sched_yield();
+            return Some(true);
+        }
+    }
+    // The watches the chunk writes (dst) or reads (src), and their values before.
+    let mut hits = 0u32;
+    let mut wrote = 0u32;
+    let mut at = [0u64; MAX_WATCHES];
+    let mut len = [0u8; MAX_WATCHES];
+    let mut old = [0u64; MAX_WATCHES];
+    if let Some(s) = session::current() {
+        for (wi, w) in s.watches.iter().enumerate().take(MAX_WATCHES) {
+            let wl = u64::from(w.len.load(Ordering::Acquire));
+            if wl == 0 {
+                continue;
+            }
+            let wa = w.addr.load(Ordering::Acquire);
+            let over = |a: u64| a < wa + wl && wa < a + n;
+            let (d, r) = (over(dst), movs && over(src));
+            if d || r {
+                let a = if d { dst } else { src };
+                let x = if wl <= 8 { wa } else { a.max(wa) };
+                hits |= 1 << wi;
+                wrote |= u32::from(d) << wi;
+                at[wi] = x;
+                len[wi] = (wa + wl - x).min(8) as u8;
+                old[wi] = mem_value(x, len[wi]);
+            }
+        }
+    }
+    // The copy, 256 bytes at a time (a multiple of every element size).
+    let mut buf = [0u8; 256];
+    if !movs {
+        let v = (g[libc::REG_RAX as usize] as u64).to_le_bytes();
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = v[i % e as usize];
+        }
+    }
+    let mut done = 0u64;
+    while done < n {
+        let m = (n - done).min(buf.len() as u64) as usize;
+        if movs && !mem_read(src + done, buf.as_mut_ptr(), m) {
+            break;
+        }
+        if !mem_write(dst + done, buf.as_ptr(), m) {
+            break;
+        }
+        done += m as u64;
+    }
+    unlock(other);
+    if done == 0 {
+        return Some(false);
+    }
+    let g = &mut uc.uc_mcontext.gregs;
+    g[libc::REG_RDI as usize] = (dst + done) as i64;
+    if movs {
+        g[libc::REG_RSI as usize] = (src + done) as i64;
+    }
+    let left = count - done / e;
+    if rep {
+        g[libc::REG_RCX as usize] = left as i64;
+    }
+    let ip = g[libc::REG_RIP as usize] as u64;
+    if left == 0 || !rep {
+        g[libc::REG_RIP as usize] = (ip + ins.len() as u64) as i64;
+    }
+    let mut new = [0u64; MAX_WATCHES];
+    for (wi, v) in new.iter_mut().enumerate() {
+        if hits & (1 << wi) != 0 {
+            *v = mem_value(at[wi], len[wi]);
+        }
+    }
+    run_watches(uc, ip, hits, wrote, &old, &new, false);
+    Some(true)
 }
 
 fn is_implicit_memory(k: OpKind) -> bool {
@@ -842,22 +1033,38 @@ pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
         }
     }
     let (old, ip, stepped) = (p.old, p.ip, p.mode == Mode::Step);
-    let wrote = p.wrote || changed;
+    let wrote = if p.wrote || changed { hits } else { 0 };
     for &pi in &p.pages[..p.npages] {
         PAGES[pi].lock.store(0, Ordering::Release);
     }
     release(pool, i);
+    run_watches(uc, ip, hits, wrote, &old, &new, stepped);
+    true
+}
+
+/// Run the advice of the watches in `hits` (`wrote`: those whose bytes the access
+/// wrote), with their values before and after.
+fn run_watches(
+    uc: &libc::ucontext_t,
+    ip: u64,
+    hits: u32,
+    wrote: u32,
+    old: &[u64; MAX_WATCHES],
+    new: &[u64; MAX_WATCHES],
+    stepped: bool,
+) {
     if hits == 0 {
-        return true;
+        return;
     }
     let _using = threads::using_session(threads::get_or_create());
     let Some(s) = session::current() else {
-        return true;
+        return;
     };
     for (wi, w) in s.watches.iter().enumerate() {
         if hits & (1 << wi) == 0 {
             continue;
         }
+        let wrote = wrote & (1 << wi) != 0;
         let (len, access, advice) = (
             w.len.load(Ordering::Acquire),
             w.access.load(Ordering::Acquire),
@@ -884,5 +1091,4 @@ pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
             watch::run_advice(uc, s, w, advice, ip, ip, old[wi], new[wi]);
         }
     }
-    true
 }
