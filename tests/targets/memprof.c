@@ -35,8 +35,11 @@ NOINLINE void *alloc_h(void) { void *p = malloc(32); KEEP(p); return p; }
 static void *work(void *arg) {
   (void)arg;
   long sum = 0;
-  for (long i = 0; i < 1000 * scale; i++) sum += A[i & 15];
-  for (long i = 0; i < 10 * scale; i++) B[i & 7] = i;
+  /* Interleaved, so that sampled mode sees both at any time. */
+  for (long i = 0; i < 1000 * scale; i++) {
+    sum += A[i & 15];
+    if (i % 100 == 0) B[(i / 100) & 7] = i;
+  }
   return (void *)sum;
 }
 

@@ -301,3 +301,21 @@ fn refuses_static_binary() {
     assert!(err.contains("is statically linked"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+/// Sampled mode on the plain binary (no hooks): A (read 50 million times) ranks
+/// above B (written 500,000 times) above C (never touched, estimated 0).
+#[test]
+fn sampled_ranks_a_above_b_above_c() {
+    let inc = repo_root().join("include");
+    let bin = build("memprof.c", Variant::O2_PIE, &["-I", inc.to_str().unwrap()]);
+    let (out, v) = memprof(&bin, &["--sampled"], &["1", "50000"], "sampled");
+    assert_eq!(v["mode"], "sampled");
+    assert!(v["sample"]["windows"].as_u64().unwrap() > 0, "{out}");
+    let acc = |l: &str| {
+        let o = one(&v, l);
+        o["reads"].as_u64().unwrap() + o["writes"].as_u64().unwrap()
+    };
+    let (a, b, c) = (acc("alloc_a"), acc("alloc_b"), acc("alloc_c"));
+    assert!(a > b && b > c && c == 0, "A {a}, B {b}, C {c}\n{out}");
+    assert!(out.contains("mode: sampled"), "{out}");
+}

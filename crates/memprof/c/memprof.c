@@ -265,7 +265,6 @@ static void track_free(void *p) {
   o->flags |= OBJ_FREED;
 }
 
-#include "sample.h"
 
 /* ---- interposed allocation functions ---- */
 #define RA __builtin_return_address(0)
@@ -373,6 +372,8 @@ slow_set(void *d, int c, size_t n) {
   return d;
 }
 
+#include "sample.h"
+
 V void *memcpy(void *d, const void *s, size_t n) {
   if (counted && n) { count(s, n, 0); count(d, n, 1); }
   return real_memcpy ? real_memcpy(d, s, n) : slow_copy(d, s, n);
@@ -458,6 +459,7 @@ static const char *out_path;
 
 static __attribute__((destructor(101))) void finish(void) {
   if (!active || getpid() != root_pid) return;
+  uint64_t end = now();
   sample_stop();
   active = 0;
   int fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -471,7 +473,7 @@ static __attribute__((destructor(101))) void finish(void) {
   hdr[3] = dropped;
   hdr[4] = (uint64_t)depth;
   hdr[5] = t_start;
-  hdr[6] = now();
+  hdr[6] = end;
   hdr[7] = counted ? 0 : 1;
   hdr[8] = sites_dropped;
   hdr[9] = sample_windows;
@@ -485,7 +487,10 @@ static __attribute__((destructor(101))) void finish(void) {
   }
   for (uint64_t id = 1; id < n; id++) {
     uint64_t t[4];
-    totals((uint32_t)id, t);
+    if (counted)
+      totals((uint32_t)id, t);
+    else
+      sample_estimate(id, end, t);
     objs[id].reads = t[0];
     objs[id].writes = t[1];
     objs[id].rbytes = t[2];
