@@ -238,4 +238,47 @@ template <typename T> struct is_signed_arg<T, true> {
 
 #endif
 
+/* WEFT MEMPROF: a program's own view of its heap objects' access counts (Tracer's
+ * mem_access_count / mem_access_stat), for online memory-management experiments.
+ *
+ *   unsigned long n = weft_mem_access_count(p);   // reads + writes of the object
+ *                                                 // holding address p, so far
+ *   unsigned long r, w; weft_mem_access_counts(p, &r, &w);
+ *   struct weft_mem_stats st; weft_mem_stat(&st);  // returns the objects tracked
+ *
+ * Under `weft memprof` (counted mode) these read the counters libweft_memprof.so
+ * keeps; without weft, or in sampled mode, they return 0 (the weak references are
+ * null) and weft_mem_stat zeroes *st. Calling them is not counted as an access. */
+struct weft_mem_stats {
+    unsigned long objects;      /* allocated since the program started */
+    unsigned long live_objects; /* not freed yet */
+    unsigned long live_bytes;
+    unsigned long reads;        /* over every object */
+    unsigned long writes;
+};
+#ifdef __cplusplus
+extern "C" {
+#endif
+extern unsigned long weft_memprof_access_count(const void *, unsigned long *,
+                                               unsigned long *) __attribute__((weak));
+extern unsigned long weft_memprof_stat(struct weft_mem_stats *) __attribute__((weak));
+#ifdef __cplusplus
+}
+#endif
+static inline unsigned long weft_mem_access_counts(const void *p, unsigned long *reads,
+                                                   unsigned long *writes) {
+    if (weft_memprof_access_count) return weft_memprof_access_count(p, reads, writes);
+    if (reads) *reads = 0;
+    if (writes) *writes = 0;
+    return 0;
+}
+static inline unsigned long weft_mem_access_count(const void *p) {
+    return weft_mem_access_counts(p, (unsigned long *)0, (unsigned long *)0);
+}
+static inline unsigned long weft_mem_stat(struct weft_mem_stats *st) {
+    if (weft_memprof_stat) return weft_memprof_stat(st);
+    if (st) st->objects = st->live_objects = st->live_bytes = st->reads = st->writes = 0;
+    return 0;
+}
+
 #endif /* WEFT_H */

@@ -42,6 +42,10 @@ pub enum Command {
     /// Turn the -finstrument-functions calls of a binary into NOP placeholders and
     /// record the probe list in it (iProbe's ColdPatch).
     Coldpatch(crate::coldpatch_cmd::ColdpatchArgs),
+    /// Reads and writes per heap object and per allocation site: `weft memprof --
+    /// ./app` (a binary built with `weft memprof --cflags`), or `--sampled` for any
+    /// dynamically linked binary.
+    Memprof(crate::memprof_cmd::MemprofArgs),
     /// Build the bundled demo program and weave into it.
     Demo {
         /// Requests the demo program handles.

@@ -19,6 +19,7 @@ pub mod events;
 pub mod export;
 pub mod headers;
 pub mod list_cmd;
+pub mod memprof_cmd;
 pub mod printer;
 pub mod progress;
 pub mod record_cmd;
@@ -51,6 +52,7 @@ pub fn main() -> Result<i32> {
         Some(Command::List(l)) => list_cmd::run(l),
         Some(Command::Demo { requests }) => demo::run(requests),
         Some(Command::Coldpatch(c)) => coldpatch_cmd::run(c),
+        Some(Command::Memprof(m)) => memprof_cmd::run(m),
         Some(Command::Record(r)) => record_cmd::run(r),
         Some(Command::Replay(r)) => replay_cmd::replay(r),
         Some(Command::Report(r)) => replay_cmd::report(r),
