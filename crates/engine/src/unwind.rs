@@ -36,10 +36,11 @@ fn frame_pointers_only() -> bool {
 }
 
 type Key = (PathBuf, Option<(u64, u64)>);
+type Cache = Mutex<HashMap<Key, Option<Arc<Vec<CfiRow>>>>>;
 
 /// Each file's rows (file vaddrs), parsed once per weft process.
-fn cache() -> &'static Mutex<HashMap<Key, Option<Arc<Vec<CfiRow>>>>> {
-    static CACHE: OnceLock<Mutex<HashMap<Key, Option<Arc<Vec<CfiRow>>>>>> = OnceLock::new();
+fn cache() -> &'static Cache {
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
 
