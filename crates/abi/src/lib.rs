@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 14;
+pub const VERSION: u32 = 15;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -105,7 +105,59 @@ pub struct ShmHeader {
     pub pool_dropped: AtomicU64,
     /// Errors counted outside any thread slot.
     pub global_errors: [AtomicU64; ERROR_KINDS],
+    /// Unwind tables for `ustack` (see [`UnwindProc`]): `unwind_size` bytes at
+    /// `unwind_off` (0 when the program takes no stack), starting with
+    /// [`MAX_UNWIND_PROCS`] directory entries; weft alone writes it, bumping
+    /// `unwind_used` (bytes taken, directory included).
+    pub unwind_off: u64,
+    pub unwind_size: u64,
+    pub unwind_used: AtomicU64,
 }
+
+// ---------------------------------------------------------------------------------
+// Unwind tables (`ustack` without frame pointers)
+// ---------------------------------------------------------------------------------
+
+/// Processes with an unwind table in one segment (a directory entry each).
+pub const MAX_UNWIND_PROCS: usize = 64;
+
+/// One process's unwind table: `count` [`UnwindRow`]s at `rows_off` (from the
+/// segment's base), sorted by address. weft writes the rows, then `rows_off` and
+/// `count`, then publishes with a release store of `pid` (0: free entry); the rows
+/// never change once published (a new table takes new rows). Forked children
+/// (same address space) get an entry pointing at their parent's rows.
+#[repr(C)]
+pub struct UnwindProc {
+    /// The process (tgid) the table is for, 0 when the entry is free.
+    pub pid: AtomicU32,
+    pub count: u32,
+    pub rows_off: u64,
+}
+
+/// The CFA (canonical frame address: `rsp` just before the call that made the
+/// frame) is `rsp + cfa_off`.
+pub const UNWIND_CFA_RSP: u16 = 1;
+/// The CFA is `rbp + cfa_off`.
+pub const UNWIND_CFA_RBP: u16 = 2;
+/// No rule weft can follow here (no `.eh_frame` entry, a CFA given by an
+/// expression, as in PLT stubs and signal trampolines): walk frame pointers.
+pub const UNWIND_UNKNOWN: u16 = 0;
+
+/// How to find the caller's frame from anywhere in `[addr, next row's addr)`
+/// (runtime addresses), the kernel's ORC idea built from `.eh_frame`: the return
+/// address is at CFA-8, the caller's `rsp` is the CFA, its `rbp` is at
+/// `CFA + rbp_off` (0: unchanged).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindRow {
+    pub addr: u64,
+    pub cfa_off: i32,
+    /// `UNWIND_*`.
+    pub kind: u16,
+    pub rbp_off: i16,
+}
+
+const _: () = assert!(core::mem::size_of::<UnwindRow>() == 16);
 
 /// Most `profile:hz:N` probes in one program.
 pub const MAX_PROFILES: usize = 4;

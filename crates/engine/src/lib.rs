@@ -31,6 +31,7 @@ pub mod safepoint;
 pub mod segment;
 pub mod session;
 pub mod target;
+pub mod unwind;
 pub mod watch;
 pub mod weave;
 

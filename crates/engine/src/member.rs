@@ -45,6 +45,9 @@ pub struct Member {
     pub site_probes: usize,
     /// The unwinder hooks (needed once a return probe is woven) are planned.
     unwind_hooked: bool,
+    /// The modules (path, bias) the published `ustack` unwind table covers
+    /// (`crate::unwind`): a new table only when they change.
+    ustack_modules: Vec<(std::path::PathBuf, u64)>,
     /// The `sigaction` redirect is patched.
     redirected: bool,
     /// Profile probes given to the agent.
@@ -125,6 +128,7 @@ impl Member {
             redirect_bodies: Vec::new(),
             site_probes: 0,
             unwind_hooked: false,
+            ustack_modules: Vec::new(),
             redirected: false,
             profiles: 0,
             watches: Vec::new(),
@@ -154,6 +158,15 @@ impl Member {
         let t = std::time::Instant::now();
         let maps = ProcMaps::read(self.pid as u32).map_err(|e| anyhow!("{e}"))?;
         self.symbolizer = Some(Symbolizer::new(maps.modules()));
+        let modules_now: Vec<_> = maps
+            .modules()
+            .iter()
+            .map(|m| (m.path.clone(), m.load_bias))
+            .collect();
+        if modules_now != self.ustack_modules {
+            crate::unwind::publish(prog, seg, self.pid as u32, &maps.modules(), note);
+            self.ustack_modules = modules_now;
+        }
         let step = Step::begin(
             progress,
             &format!("reading symbols (process {})", self.pid),
@@ -569,6 +582,8 @@ impl Member {
             .iter()
             .map(copy)
             .collect::<Result<Vec<_>>>()?;
+        // Same address space: the parent's unwind table serves the child.
+        let _ = weft_runtime::unwind::share(&seg.shm, parent.pid as u32, pid as u32);
         agent.adopt(space)?;
         Ok(Member {
             pid,
@@ -585,6 +600,7 @@ impl Member {
             redirect_bodies: parent.redirect_bodies.clone(),
             site_probes: parent.site_probes,
             unwind_hooked: parent.unwind_hooked,
+            ustack_modules: parent.ustack_modules.clone(),
             redirected: parent.redirected,
             profiles: parent.profiles,
             // Hardware watchpoints are not inherited across fork (the agent's

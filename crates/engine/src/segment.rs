@@ -91,6 +91,9 @@ impl Segment {
     pub fn create(prog: &Program, sizes: Sizes, target_pid: u32) -> Result<Segment> {
         let mut b =
             LayoutBuilder::new(sizes.max_threads, sizes.ring_size).max_sites(sizes.max_sites);
+        if crate::unwind::uses_ustack(prog) {
+            b = b.unwind(crate::unwind::AREA_BYTES);
+        }
         for m in &prog.maps {
             let key_size = m.key.as_ref().map_or(0, |k| k.size());
             let mut spec = map_spec(&m.value, key_size, prog.config.max_map_keys);

@@ -232,6 +232,7 @@ impl<'p> Session<'p> {
                 current: Cell::new(0),
                 probe_names: names.names.clone(),
                 formats: prog.formats.clone(),
+                show_debug_info: prog.config.show_debug_info,
             },
             opts,
             seg,
@@ -1272,9 +1273,38 @@ struct SessionResolver {
     current: Cell<u32>,
     probe_names: Vec<String>,
     formats: Vec<Format>,
+    show_debug_info: bool,
 }
 
 impl Resolver for SessionResolver {
+    fn show_debug_info(&self) -> bool {
+        self.show_debug_info
+    }
+
+    fn source_frames(&self, addr: u64) -> Vec<weft_output::SourceFrame> {
+        let mut all = self.symbolizers.borrow_mut();
+        let current = self.current.get();
+        let mut pids: Vec<u32> = all.keys().copied().collect();
+        pids.sort_by_key(|&p| p != current);
+        for pid in pids {
+            let Some(s) = all.get_mut(&pid) else { continue };
+            if s.module_of(addr).is_none() {
+                continue;
+            }
+            return s
+                .source_frames(addr)
+                .into_iter()
+                .map(|f| weft_output::SourceFrame {
+                    function: f.demangled.or(f.function),
+                    file: f.file,
+                    line: f.line,
+                    inlined: f.inlined,
+                })
+                .collect();
+        }
+        Vec::new()
+    }
+
     fn usym(&self, addr: u64) -> Option<Symbol> {
         let mut all = self.symbolizers.borrow_mut();
         let current = self.current.get();

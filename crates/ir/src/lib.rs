@@ -311,6 +311,10 @@ pub struct Config {
     pub unsafe_ok: bool,
     /// Print every map when the session ends (bpftrace's `print_maps_on_exit`).
     pub print_maps_on_exit: bool,
+    /// Stacks in `bpftrace` mode show each frame's source file and line, and the
+    /// functions inlined there (bpftrace's `show_debug_info`; weft's default: off,
+    /// so output stays that of bpftrace without it).
+    pub show_debug_info: bool,
 }
 
 impl Default for Config {
@@ -323,6 +327,7 @@ impl Default for Config {
             max_cat_bytes: 10240,
             unsafe_ok: false,
             print_maps_on_exit: true,
+            show_debug_info: false,
         }
     }
 }

@@ -971,6 +971,20 @@ impl<'a> Checker<'a> {
                     ),
                     None => need_int(self),
                 },
+                "show_debug_info" => {
+                    let on = match value {
+                        ConfigValue::Int(v) => Some(*v != 0),
+                        ConfigValue::Ident(s) | ConfigValue::Str(s) => match s.as_str() {
+                            "true" => Some(true),
+                            "false" => Some(false),
+                            _ => None,
+                        },
+                    };
+                    match on {
+                        Some(on) => self.config.show_debug_info = on,
+                        None => self.err(*span, "show_debug_info takes 0 or 1 (or true or false)"),
+                    }
+                }
                 "print_maps_on_exit" => {
                     let on = match value {
                         ConfigValue::Int(v) => Some(*v != 0),

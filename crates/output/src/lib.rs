@@ -82,6 +82,28 @@ pub trait Resolver {
     fn probe_name(&self, id: u64) -> String;
     /// The format string `id` (`strftime` formats of [`Type::Timestamp`] values).
     fn format(&self, id: FmtId) -> Option<&Format>;
+    /// Stacks show source lines (config `show_debug_info`).
+    fn show_debug_info(&self) -> bool {
+        false
+    }
+    /// The source-level frames at a code address, from its module's DWARF: the
+    /// functions inlined there (innermost first), then the function holding the
+    /// code; empty without DWARF.
+    fn source_frames(&self, _addr: u64) -> Vec<SourceFrame> {
+        Vec::new()
+    }
+}
+
+/// One source-level frame of a code address (see [`Resolver::source_frames`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceFrame {
+    /// The function's name (demangled when it can be).
+    pub function: Option<String>,
+    /// `dir/file:line`, when DWARF has it.
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// Inlined into the next frame.
+    pub inlined: bool,
 }
 
 /// `Attached N probe(s)\n`, upstream bpftrace's line ("probe" for exactly one; on

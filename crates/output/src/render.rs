@@ -284,8 +284,29 @@ pub(crate) fn usym_str(
 /// A stack as bpftrace's `get_stack` prints it: a newline, then one line per frame.
 pub(crate) fn stack_str(mode: StackMode, ips: &[u64], indent: usize, r: &dyn Resolver) -> Vec<u8> {
     let mut out = b"\n".to_vec();
-    for &ip in ips.iter().take_while(|&&ip| ip != 0) {
+    for (i, &ip) in ips.iter().take_while(|&&ip| ip != 0).enumerate() {
         match mode {
+            StackMode::Bpftrace if r.show_debug_info() => {
+                // As bpftrace with blazesym: the inlined functions first, then the
+                // function, each `@file:line`. A caller's line is its call's (the
+                // return address is looked up one byte back).
+                let at = if i == 0 { ip } else { ip.wrapping_sub(1) };
+                let frames = r.source_frames(at);
+                let at_line = |f: &crate::SourceFrame| match (&f.file, f.line) {
+                    (Some(file), Some(line)) => format!("@{file}:{line}"),
+                    _ => String::new(),
+                };
+                for f in frames.iter().filter(|f| f.inlined) {
+                    out.resize(out.len() + indent, b' ');
+                    let name = f.function.as_deref().unwrap_or("??");
+                    out.extend_from_slice(format!("[inlined] {name}{}\n", at_line(f)).as_bytes());
+                }
+                out.resize(out.len() + indent, b' ');
+                out.extend_from_slice(&usym_str(ip, r, true, false));
+                if let Some(f) = frames.iter().find(|f| !f.inlined) {
+                    out.extend_from_slice(at_line(f).as_bytes());
+                }
+            }
             StackMode::Bpftrace => {
                 out.resize(out.len() + indent, b' ');
                 out.extend_from_slice(&usym_str(ip, r, true, false));

@@ -218,46 +218,104 @@ pub unsafe extern "C" fn weft_h_pid(f: *mut Frame) -> u64 {
     tstate(frame(f)).map_or(0, |t| u64::from(t.pid))
 }
 
-/// Walk the stack with frame pointers into `dst` = `{ n: u64, ips: [u64; depth] }`.
-/// The first entry is the probe site; at a function entry the second is the return
-/// address at `[rsp]` (the caller), then the `rbp` chain.
+/// Walk the stack into `dst` = `{ n: u64, ips: [u64; depth] }`, the probe point
+/// first. Each frame's caller comes from the process's unwind table (built by weft
+/// from `.eh_frame`, [`crate::unwind`]) where it covers the pc, else from the frame
+/// pointer chain (at a function entry, where `rbp` is still the caller's, the
+/// return address at `[rsp]`). Memory is read fault-tolerantly; no system calls,
+/// no locks, no allocation.
 pub unsafe extern "C" fn weft_h_ustack(f: *mut Frame, dst: *mut u8, depth: u64) {
     let fr = frame(f);
     let depth = depth as usize;
     // SAFETY: dst is a frame slot of 8 + 8 * depth bytes.
     let out = unsafe { core::slice::from_raw_parts_mut(dst as *mut u64, 1 + depth) };
-    let mut n = 0usize;
-    let mut push = |ip: u64, n: &mut usize| {
-        if *n < depth && ip != 0 {
-            out[1 + *n] = ip;
-            *n += 1;
-        }
+    let s = shm(fr);
+    let rows = tstate(fr).and_then(|t| crate::unwind::table(&s, t.pid));
+    // An entry (or offset) probe reports its site's address (or its function's,
+    // when the patch is after an `endbr64`); a return probe, the return address.
+    let at_site = fr.site < u64::from(s.header().max_sites) && {
+        let site = s.site(fr.site as u32);
+        (site.func.min(site.addr)..=site.addr).contains(&fr.regs.rip)
     };
-    // At a function entry (or just after its endbr64) [rsp] is the return address.
-    let at_entry = fr.regs.rip.wrapping_sub(fr.func) <= 4;
-    push(fr.regs.rip, &mut n);
-    if at_entry {
-        if let Some(ret) = safe::load(fr.regs.rsp, 8) {
-            push(ret, &mut n);
-        }
-    }
-    let mut bp = fr.regs.rbp;
-    let mut prev = 0u64;
-    while n < depth && bp > prev && bp & 7 == 0 {
-        let (Some(next), Some(ret)) = (safe::load(bp, 8), safe::load(bp + 8, 8)) else {
-            break;
-        };
-        if ret == 0 {
-            break;
-        }
-        push(ret, &mut n);
-        prev = bp;
-        bp = next;
-    }
+    let n = walk_stack(fr, at_site, rows, &mut out[1..]);
     out[0] = n as u64;
     for v in &mut out[1 + n..] {
         *v = 0;
     }
+}
+
+/// The walk behind [`weft_h_ustack`]: fills `out` from the start, returns how many.
+/// `at_site`: the frame is an entry or offset probe's (its rip is the site's).
+pub fn walk_stack(
+    fr: &Frame,
+    at_site: bool,
+    rows: Option<&[weft_abi::UnwindRow]>,
+    out: &mut [u64],
+) -> usize {
+    let load = |a: u64| safe::load(a, 8);
+    let mut pc = fr.regs.rip;
+    let mut sp = fr.regs.rsp;
+    let mut bp = fr.regs.rbp;
+    // `pc` is where the thread stands (an entry probe, a sample); a return address
+    // is looked up one byte back, inside its call.
+    let mut exact = true;
+    if at_site {
+        // Where the thread stands; the trampoline's own pushes are below rsp.
+    } else if load(sp) == Some(pc) {
+        // A return probe woven on the `ret`: rsp still holds the return address.
+        sp += 8;
+        exact = false;
+    } else if sp >= 8 && load(sp - 8) == Some(pc) {
+        // A hijacked return: the return trampoline reports rsp after the return.
+        exact = false;
+    }
+    let mut n = 0usize;
+    while n < out.len() && pc != 0 {
+        out[n] = pc;
+        n += 1;
+        if n == out.len() {
+            break;
+        }
+        let at = if exact { pc } else { pc - 1 };
+        let step = match rows.and_then(|r| crate::unwind::lookup(r, at)) {
+            Some(r) => {
+                let base = if r.kind == weft_abi::UNWIND_CFA_RBP {
+                    bp
+                } else {
+                    sp
+                };
+                let cfa = base.wrapping_add(r.cfa_off as i64 as u64);
+                let ra = load(cfa.wrapping_sub(8));
+                let nbp = if r.rbp_off == 0 {
+                    Some(bp)
+                } else {
+                    load(cfa.wrapping_add(r.rbp_off as i64 as u64))
+                };
+                ra.zip(nbp).map(|(ra, nbp)| (ra, cfa, nbp))
+            }
+            // At a function entry `rbp` is still the caller's: the return address is
+            // at [rsp].
+            None if n == 1 && exact && pc.wrapping_sub(fr.func) <= 4 => {
+                load(sp).map(|ra| (ra, sp + 8, bp))
+            }
+            None if bp >= sp && bp & 7 == 0 => match (load(bp), load(bp + 8)) {
+                (Some(next), Some(ra)) => Some((ra, bp + 16, next)),
+                _ => None,
+            },
+            None => None,
+        };
+        let Some((ra, nsp, nbp)) = step else { break };
+        // The stack grows down: a caller's frame is above. Anything else is garbage
+        // (or a loop).
+        if nsp <= sp {
+            break;
+        }
+        pc = ra;
+        sp = nsp;
+        bp = nbp;
+        exact = false;
+    }
+    n
 }
 
 // ---------------------------------------------------------------------------------

@@ -92,6 +92,7 @@ pub struct LayoutBuilder {
     max_live: u32,
     ring_size: u64,
     max_sites: u32,
+    unwind_size: u64,
     maps: Vec<MapSpec>,
 }
 
@@ -119,6 +120,9 @@ pub struct Layout {
     pub ring_off: u64,
     pub ring_size: u64,
     pub agg_off: u64,
+    /// The unwind tables' area (`ustack`), 0 bytes when no stack is taken.
+    pub unwind_off: u64,
+    pub unwind_size: u64,
 }
 
 impl LayoutBuilder {
@@ -130,12 +134,20 @@ impl LayoutBuilder {
             max_live: max_live.max(1),
             ring_size,
             max_sites: 1 << 16,
+            unwind_size: 0,
             maps: Vec::new(),
         }
     }
 
     pub fn max_sites(mut self, n: u32) -> Self {
         self.max_sites = n;
+        self
+    }
+
+    /// Room for unwind tables (`ustack`): `bytes` of address space (the segment is
+    /// sparse: only the pages tables fill are allocated).
+    pub fn unwind(mut self, bytes: u64) -> Self {
+        self.unwind_size = bytes;
         self
     }
 
@@ -180,6 +192,8 @@ impl LayoutBuilder {
         let thread_slot_size = page_up(agg_off + agg_total);
         let threads_off = off;
         off += thread_slot_size * u64::from(slot_count);
+        let unwind_off = off;
+        off = page_up(off + self.unwind_size);
         Layout {
             total_size: off,
             maps_off,
@@ -196,6 +210,8 @@ impl LayoutBuilder {
             ring_off,
             ring_size: self.ring_size,
             agg_off,
+            unwind_off,
+            unwind_size: self.unwind_size,
         }
     }
 }
@@ -226,6 +242,8 @@ impl Layout {
             (*h).sites_off = self.sites_off;
             (*h).site_hash_cap = self.site_hash_cap;
             (*h).site_hash_off = self.site_hash_off;
+            (*h).unwind_off = self.unwind_off;
+            (*h).unwind_size = self.unwind_size;
             for (i, (spec, table_off, agg_off, entry_size)) in self.maps.iter().enumerate() {
                 let d = (shm.at(self.maps_off) as *mut MapDesc).add(i);
                 (*d).kind = spec.kind as u32;

@@ -9,6 +9,7 @@
 //! * [`ring`]: per-thread event rings.
 //! * [`helpers`]: the `extern "C"` functions compiled advice calls.
 //! * [`clock`]: clocks from the vDSO.
+//! * [`unwind`]: per-process unwind tables for `ustack`.
 
 pub mod clock;
 pub mod helpers;
@@ -20,3 +21,4 @@ pub mod ring;
 pub mod safe;
 pub mod shm;
 pub mod slots;
+pub mod unwind;

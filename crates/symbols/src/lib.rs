@@ -59,5 +59,5 @@ pub use target::{
     library_name_matches, parse_ld_so_cache, resolve_target, LibrarySearch, Target, TargetContext,
     STANDARD_LIBRARY_DIRS,
 };
-pub use unwind::{Frame, FrameTable};
+pub use unwind::{CfaBase, CfiRow, Frame, FrameTable};
 pub use usdt::{parse_arg, parse_stapsdt_notes, register, ArgKind, ArgLoc, Register, UsdtProbe};

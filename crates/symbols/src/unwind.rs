@@ -116,3 +116,129 @@ impl FrameTable {
         Some(Frame { pc, sp: cfa, bp })
     }
 }
+
+/// Where a [`CfiRow`]'s CFA comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CfaBase {
+    Rsp,
+    Rbp,
+    /// No rule the ABI's frames use (an expression, another register, a return
+    /// address not at CFA-8), or no entry at all: walk frame pointers.
+    Unknown,
+}
+
+/// One row of a module's compact unwind table (file vaddrs), covering
+/// `[addr, next row's addr)`: the CFA is `base + cfa_off`, the return address at
+/// CFA-8, the caller's `rbp` at `CFA + rbp_off` (`None`: unchanged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CfiRow {
+    pub addr: u64,
+    pub base: CfaBase,
+    pub cfa_off: i32,
+    pub rbp_off: Option<i16>,
+}
+
+impl FrameTable {
+    /// Every row of every FDE as a sorted, compact table (the kernel's ORC idea):
+    /// consecutive rows with the same rule merged, a [`CfaBase::Unknown`] row where
+    /// an FDE ends and no other starts.
+    pub fn compact_rows(&self) -> Vec<CfiRow> {
+        let eh_frame = EhFrame::new(&self.eh_frame, LittleEndian);
+        let mut bases = BaseAddresses::default()
+            .set_eh_frame(self.eh_frame_addr)
+            .set_text(self.text_addr);
+        if let Some((_, hdr_addr)) = &self.hdr {
+            bases = bases.set_eh_frame_hdr(*hdr_addr);
+        }
+        let mut ctx = Box::new(UnwindContext::new());
+        // (start, end, row) per FDE row.
+        let mut spans: Vec<(u64, u64, CfaBase, i32, Option<i16>)> = Vec::new();
+        let mut entries = eh_frame.entries(&bases);
+        while let Ok(Some(entry)) = entries.next() {
+            let gimli::CieOrFde::Fde(partial) = entry else {
+                continue;
+            };
+            let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
+                continue;
+            };
+            let Ok(mut table) = fde.rows(&eh_frame, &bases, &mut ctx) else {
+                continue;
+            };
+            while let Ok(Some(row)) = table.next_row() {
+                let (base, cfa_off) = match row.cfa() {
+                    CfaRule::RegisterAndOffset { register, offset } => {
+                        match (*register, i32::try_from(*offset)) {
+                            (X86_64::RSP, Ok(o)) => (CfaBase::Rsp, o),
+                            (X86_64::RBP, Ok(o)) => (CfaBase::Rbp, o),
+                            _ => (CfaBase::Unknown, 0),
+                        }
+                    }
+                    CfaRule::Expression(_) => (CfaBase::Unknown, 0),
+                };
+                let ra_ok = matches!(row.register(X86_64::RA), RegisterRule::Offset(-8));
+                let rbp = match row.register(X86_64::RBP) {
+                    RegisterRule::Undefined | RegisterRule::SameValue => Some(None),
+                    RegisterRule::Offset(n) => i16::try_from(n).ok().filter(|&n| n != 0).map(Some),
+                    _ => None,
+                };
+                let (base, cfa_off, rbp_off) = match (base, ra_ok, rbp) {
+                    (CfaBase::Unknown, _, _) | (_, false, _) | (_, _, None) => {
+                        (CfaBase::Unknown, 0, None)
+                    }
+                    (b, true, Some(r)) => (b, cfa_off, r),
+                };
+                spans.push((
+                    row.start_address(),
+                    row.end_address(),
+                    base,
+                    cfa_off,
+                    rbp_off,
+                ));
+            }
+        }
+        spans.sort_by_key(|s| s.0);
+        let mut rows: Vec<CfiRow> = Vec::with_capacity(spans.len());
+        let mut end = 0u64;
+        for (i, &(start, stop, base, cfa_off, rbp_off)) in spans.iter().enumerate() {
+            if start >= stop {
+                continue;
+            }
+            // Overlapping FDEs (rare, broken input): the earlier one wins.
+            if start < end {
+                continue;
+            }
+            let row = CfiRow {
+                addr: start,
+                base,
+                cfa_off,
+                rbp_off,
+            };
+            let same = rows.last().is_some_and(|l| {
+                end == start && (l.base, l.cfa_off, l.rbp_off) == (base, cfa_off, rbp_off)
+            });
+            if !same {
+                rows.push(row);
+            }
+            end = stop;
+            let next = spans.get(i + 1).map(|s| s.0);
+            if next != Some(stop) {
+                rows.push(CfiRow {
+                    addr: stop,
+                    base: CfaBase::Unknown,
+                    cfa_off: 0,
+                    rbp_off: None,
+                });
+            }
+        }
+        // Drop unknown rows right before a row at the same address.
+        rows.dedup_by(|b, a| {
+            if a.addr == b.addr {
+                *a = *b;
+                true
+            } else {
+                false
+            }
+        });
+        rows
+    }
+}
