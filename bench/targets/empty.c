@@ -1,7 +1,9 @@
 /* Probe-cost target: calls an empty, non-inlined function N times in a timed loop.
  *
- *   empty [N] [x]   N calls (default 10^7); prints
- *                   "calls=N ns_per_call=F loop_ns=T" on stdout.
+ *   empty [N] [T]   N calls (default 10^7) in each of T threads (default 1); prints
+ *                   "calls=N ns_per_call=F loop_ns=T" on stdout, ns_per_call being the
+ *                   wall time of the loops over N (per call of one thread: with T
+ *                   threads on T cores and no contention it stays the same).
  *
  * The loop is timed inside the process with clock_gettime, so process start, agent
  * load and probe attach are excluded. `empty(i, s)` gets the loop counter in arg0 and a
@@ -12,6 +14,7 @@
  * Built with -DXRAY (clang -fxray-instrument): main installs a counting XRay handler
  * and patches every sled before the timed loop, then prints the handler's count.
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +51,40 @@ NEVER_XRAY static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static long n_calls;
+static pthread_barrier_t start;
+
+NEVER_XRAY static void *loop(void *arg) {
+    (void)arg;
+    pthread_barrier_wait(&start);
+    for (long i = 0; i < n_calls; i++)
+        empty(i, names[i & 3]);
+    return NULL;
+}
+
 NEVER_XRAY int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 10000000L;
+    int threads = argc > 2 ? atoi(argv[2]) : 1;
+    if (threads > 1) {
+        /* Every thread runs the loop; the time is from the common start to the last end. */
+        n_calls = n;
+        pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+        pthread_t th[64];
+        if (threads > 64)
+            threads = 64;
+        for (int t = 0; t < threads; t++)
+            pthread_create(&th[t], NULL, loop, NULL);
+        after_empty();
+        pthread_barrier_wait(&start);
+        uint64_t t0 = now_ns();
+        for (int t = 0; t < threads; t++)
+            pthread_join(th[t], NULL);
+        uint64_t t1 = now_ns();
+        printf("calls=%ld ns_per_call=%.3f loop_ns=%llu\n", n * threads,
+               n ? (double)(t1 - t0) / (double)n : 0.0, (unsigned long long)(t1 - t0));
+        fflush(stdout);
+        return 0;
+    }
 #ifdef XRAY
     __xray_set_handler(count_handler);
     if (__xray_patch() != 1) {
