@@ -30,6 +30,9 @@ pub enum Command {
     /// Record every entry and exit of functions (per thread, timestamped, with
     /// arguments and return values) to a record file, as `uftrace record` does.
     Record(crate::record_cmd::RecordArgs),
+    /// Profile every function (calls, inclusive and exclusive time per call) with
+    /// the probes' overhead held under a budget (FPerf).
+    Fperf(crate::fperf_cmd::FperfArgs),
     /// Print a record's calls as trees with their durations, per thread, as
     /// `uftrace replay` does.
     Replay(ReplayArgs),

@@ -8,6 +8,7 @@
 //! * [`record_cmd`]: `weft record`, function entries and exits to a record file.
 //! * [`replay_cmd`], [`dump_cmd`]: `weft replay`/`report`/`dump`, a record file's
 //!   calls as trees, totals, Chrome trace JSON and flame graphs.
+//! * [`fperf_cmd`]: `weft fperf`, per-function profiles under an overhead budget.
 //! * [`events`]: the kernel's tracepoints (tracefs) for the front end.
 //! * [`demo`], [`coldpatch_cmd`]: the other subcommands.
 
@@ -17,6 +18,7 @@ pub mod demo;
 pub mod dump_cmd;
 pub mod events;
 pub mod export;
+pub mod fperf_cmd;
 pub mod headers;
 pub mod list_cmd;
 pub mod memprof_cmd;
@@ -54,6 +56,7 @@ pub fn main() -> Result<i32> {
         Some(Command::Coldpatch(c)) => coldpatch_cmd::run(c),
         Some(Command::Memprof(m)) => memprof_cmd::run(m),
         Some(Command::Record(r)) => record_cmd::run(r),
+        Some(Command::Fperf(f)) => fperf_cmd::run(f),
         Some(Command::Replay(r)) => replay_cmd::replay(r),
         Some(Command::Report(r)) => replay_cmd::report(r),
         Some(Command::Dump(d)) => dump_cmd::run(d),

@@ -123,6 +123,13 @@ fn install_stop_handlers() {
     }
 }
 
+/// SIGINT and SIGTERM raise the returned flag (for commands with their own run
+/// loop).
+pub(crate) fn stop_flag() -> &'static AtomicBool {
+    install_stop_handlers();
+    &STOP
+}
+
 /// Run a checked program. Returns the exit status.
 pub fn run(prog: &Program, opts: &TraceOptions) -> Result<i32> {
     run_with(prog, opts, &mut [])

@@ -90,6 +90,8 @@ pub enum RunEnd {
     TargetsGone,
     /// The caller's stop flag was raised (SIGINT, SIGTERM).
     Stopped,
+    /// The deadline given to [`Session::run_until`] passed.
+    Deadline,
 }
 
 /// Sites woven together (by one [`Session::weave`]), in every member.
@@ -864,6 +866,18 @@ impl<'p> Session<'p> {
     /// Deliver events, run interval probes, until `exit()`, every target ends, or
     /// `stop` is raised.
     pub fn run(&mut self, sink: &mut dyn Sink, stop: &AtomicBool) -> Result<RunEnd> {
+        self.run_until(sink, stop, None)
+    }
+
+    /// [`Session::run`], returning [`RunEnd::Deadline`] once `until` has passed
+    /// (after a drain), so a caller can act on the session between runs (`weft
+    /// fperf`'s quota control). Interval probes restart their period at each call.
+    pub fn run_until(
+        &mut self,
+        sink: &mut dyn Sink,
+        stop: &AtomicBool,
+        until: Option<Instant>,
+    ) -> Result<RunEnd> {
         let start = Instant::now();
         let mut next_release = start;
         let mut next_tick: Vec<Instant> = self
@@ -922,8 +936,12 @@ impl<'p> Session<'p> {
             if self.decoder.exited {
                 return Ok(RunEnd::Exit);
             }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return Ok(RunEnd::Deadline);
+            }
             let sleep = next_tick
                 .iter()
+                .chain(until.as_ref())
                 .map(|t| t.saturating_duration_since(Instant::now()))
                 .min();
             let poll = Duration::from_millis(5 << idle);

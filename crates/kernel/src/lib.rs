@@ -4,6 +4,7 @@
 //! calls (through aya).
 
 pub mod catch;
+pub mod perf;
 pub mod probes;
 pub mod tracefs;
 
