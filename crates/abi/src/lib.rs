@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 15;
+pub const VERSION: u32 = 16;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -91,7 +91,10 @@ pub struct ShmHeader {
     /// finds the thread gone), and the most there ever were.
     pub threads_live: AtomicU32,
     pub threads_live_peak: AtomicU32,
-    pub _pad_threads: u32,
+    /// Odd while weft folds drained slots into the retired slot: readers and
+    /// deleters of aggregations in advice retry across a fold (a seqlock), so a
+    /// slot's counts are never seen in neither place or missed by a delete.
+    pub retire_seq: AtomicU32,
     /// Free-slot queue (see [`ThreadSlot`]): `slot_count` u32 slot indices at
     /// `free_off`, a ring with one producer (weft, `free_tail`) and many consumers
     /// (the agent's threads, `free_head`, taken by compare-and-swap).

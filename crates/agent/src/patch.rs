@@ -198,11 +198,25 @@ pub fn restore_all(shm: &Shm, space: u32) -> usize {
     };
     let mut n = restore_sites(shm, |s| s.space == space && !redirect(s));
     let start = std::time::Instant::now();
-    while guarded_signal_pending() && start.elapsed() < PENDING_PATIENCE {
+    // A thread still inside advice may yet fault in a fault-tolerant read: that
+    // fault must reach the agent's handler, not one the target installs once the
+    // redirect is gone.
+    while (guarded_signal_pending() || in_advice()) && start.elapsed() < PENDING_PATIENCE {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     n += restore_sites(shm, |s| s.space == space && redirect(s));
     n
+}
+
+/// Whether another thread is inside advice or a helper (`nest`, raised by the
+/// generic trampolines and the trap handler).
+fn in_advice() -> bool {
+    let me = crate::threads::current();
+    crate::threads::all().any(|t| {
+        // SAFETY: pool entries stay mapped; `nest` is read racily, as the
+        // quiescence checks do.
+        t != me && unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*t).nest)) } != 0
+    })
 }
 
 /// How long [`restore_all`] waits for weft's traps and faults to be delivered.

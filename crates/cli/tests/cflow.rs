@@ -22,16 +22,7 @@ fn target(variant: Variant) -> String {
 
 /// The program's own counts (`name=value ...`).
 fn own_counts(stdout: &str) -> BTreeMap<String, i64> {
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("foo="))
-        .unwrap_or_else(|| panic!("no counts from the target:\n{stdout}"));
-    line.split_whitespace()
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
+    key_values(stdout, "foo")
 }
 
 /// Run `prog` with `%T` standing for the target, on `ROUNDS` rounds; stdout, and

@@ -6,8 +6,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -15,15 +13,7 @@ use common::*;
 const T: Duration = Duration::from_secs(120);
 
 fn run(args: &[&str]) -> (String, String) {
-    let mut child = Command::new(weft_bin())
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting weft");
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let o = wait_output(child, T);
+    let o = weft_with_input(args, &[], b"go\n", T);
     let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
     assert!(
         o.status.success() && stdout.contains("done"),

@@ -6,7 +6,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -24,18 +23,7 @@ const SHAPES: [&str; 7] = [
 
 /// Run weft over `returns 1000` with `env`, the target's stdin given one line.
 fn run(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
-    let mut child = Command::new(weft_bin())
-        .args(args)
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting weft");
-    // The target reads its line only once it runs, after the probes are in.
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let o = wait_output(child, T);
+    let o = weft_with_input(args, env, b"go\n", T);
     let (stdout, stderr) = (text(&o.stdout), text(&o.stderr));
     assert!(o.status.success(), "{stdout}\n{stderr}");
     (stdout, stderr)
@@ -43,16 +31,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> (String, String) {
 
 /// The target's own totals: `tiny=N epilogue=N ...`.
 fn own_totals(stdout: &str) -> BTreeMap<String, i64> {
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("tiny="))
-        .unwrap_or_else(|| panic!("no totals line in {stdout}"));
-    line.split_whitespace()
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap();
-            (k.to_string(), v.parse().unwrap())
-        })
-        .collect()
+    key_values(stdout, "tiny")
 }
 
 fn program(bin: &str) -> String {

@@ -610,6 +610,21 @@ impl<'a> Weaver<'a> {
             return None;
         }
         match weft_x86::return_sites(&spec.func, plan, others) {
+            // Return sites take a site per `ret`: past three quarters of the site
+            // table, the rest of the functions keep the hijack (one site each).
+            Ok(r)
+                if {
+                    let h = self.shm.header();
+                    let used = h.site_count.load(Ordering::Acquire) as usize;
+                    (used + r.sites.len() + 1) * 4 > h.max_sites as usize * 3
+                } =>
+            {
+                self.notes.push(format!(
+                    "{}: return-address hijack (the site table is three quarters full)",
+                    spec.label
+                ));
+                None
+            }
             Ok(r) => Some(r),
             Err(why) => {
                 self.notes

@@ -696,8 +696,45 @@ impl<'a> Cx<'a> {
         self.epilogue = self.a.create_label();
         self.probe = b.probe;
         self.symbol = b.symbol;
-        for i in &b.f.code {
-            self.inst(i)?;
+        let code = &b.f.code;
+        let mut k = 0;
+        while k < code.len() {
+            // A comparison whose result a branch tests next: the branch follows the
+            // comparison's flags (the result is still stored, for any other reader).
+            if let (
+                Inst::Binary { op, dst, a, b },
+                Some(Inst::Branch {
+                    cond,
+                    if_true,
+                    if_false,
+                }),
+            ) = (&code[k], code.get(k + 1))
+            {
+                if cond == dst && is_comparison(*op) {
+                    self.binary(*op, *dst, *a, *b)?;
+                    let (t, f) = (
+                        self.labels[if_true.0 as usize],
+                        self.labels[if_false.0 as usize],
+                    );
+                    match op {
+                        BinOp::Eq => self.a.je(t)?,
+                        BinOp::Ne => self.a.jne(t)?,
+                        BinOp::LtS => self.a.jl(t)?,
+                        BinOp::LtU => self.a.jb(t)?,
+                        BinOp::LeS => self.a.jle(t)?,
+                        BinOp::LeU => self.a.jbe(t)?,
+                        BinOp::GtS => self.a.jg(t)?,
+                        BinOp::GtU => self.a.ja(t)?,
+                        BinOp::GeS => self.a.jge(t)?,
+                        _ => self.a.jae(t)?,
+                    }
+                    self.a.jmp(f)?;
+                    k += 2;
+                    continue;
+                }
+            }
+            self.inst(&code[k])?;
+            k += 1;
         }
         let mut ep = self.epilogue;
         self.bind(&mut ep)?;
@@ -882,6 +919,24 @@ fn key8_hash_constants() -> (u64, u64) {
     let c0 = LANES[0] ^ (8u64 << 56);
     let cmix = LANES[1].rotate_left(17) ^ LANES[2].rotate_left(31) ^ LANES[3].rotate_left(47) ^ 8;
     (c0, cmix)
+}
+
+/// A comparison: [`Cx::binary`] ends it with `cmp`, then only `setcc`, `movzx`
+/// and the store, which leave the flags alone.
+fn is_comparison(op: BinOp) -> bool {
+    matches!(
+        op,
+        BinOp::Eq
+            | BinOp::Ne
+            | BinOp::LtS
+            | BinOp::LtU
+            | BinOp::LeS
+            | BinOp::LeU
+            | BinOp::GtS
+            | BinOp::GtU
+            | BinOp::GeS
+            | BinOp::GeU
+    )
 }
 
 /// Where a body's slots are, from rsp: after its registers' cells.

@@ -2604,7 +2604,10 @@ impl<'a> Checker<'a> {
             }
         }
         match st.value {
-            None => Type::Void,
+            // Assigned only from itself (`@u[1] = @u[1] + 1`): an integer, as the map
+            // is declared in the end (`MapInfo`'s default) — not a value of no type,
+            // which compared as zero bytes.
+            None => Type::I64,
             Some(MapValue::Plain(t)) => t,
             Some(MapValue::Count) => Type::U64,
             Some(

@@ -267,10 +267,12 @@ fn zero_entry_values(shm: &Shm, d: &MapDesc, i: u32) {
         unsafe { core::ptr::write_bytes(v, 0, d.value_size as usize) };
         return;
     }
-    for t in 0..shm.slots_used() {
-        let p = accumulator(shm, d, shm.thread_slot(t), i);
-        zero_words(p, d.value_size);
-    }
+    across_folds(shm, || {
+        for t in 0..shm.slots_used() {
+            let p = accumulator(shm, d, shm.thread_slot(t), i);
+            zero_words(p, d.value_size);
+        }
+    });
 }
 
 fn zero_words(p: *mut u8, size: u32) {
@@ -552,11 +554,35 @@ pub fn set_accumulator(shm: &Shm, d: &MapDesc, slot: *mut ThreadSlot, i: u32, wo
     }
 }
 
+/// Sum entry `i`'s accumulators of every thread into `acc` (zeroed first).
 fn merge_words(shm: &Shm, d: &MapDesc, i: u32, acc: &mut [u64]) {
-    for t in 0..shm.slots_used() {
-        let p = accumulator(shm, d, shm.thread_slot(t), i);
-        combine(d, acc, |k| word(p, k).load(Ordering::Relaxed));
+    across_folds(shm, || {
+        acc.fill(0);
+        for t in 0..shm.slots_used() {
+            let p = accumulator(shm, d, shm.thread_slot(t), i);
+            combine(d, acc, |k| word(p, k).load(Ordering::Relaxed));
+        }
+    });
+}
+
+/// Run `f` (a read or a zeroing of every thread's accumulators) so that no fold of
+/// drained slots into the retired slot overlaps it (`ShmHeader::retire_seq`): it
+/// waits out a fold in progress and runs again if one happened meanwhile. Bounded:
+/// weft stopped in the middle of a fold must not hang advice.
+fn across_folds(shm: &Shm, mut f: impl FnMut()) {
+    let seq = &shm.header().retire_seq;
+    for _ in 0..10_000 {
+        let before = seq.load(Ordering::Acquire);
+        if before & 1 == 1 {
+            core::hint::spin_loop();
+            continue;
+        }
+        f();
+        if seq.load(Ordering::Acquire) == before {
+            return;
+        }
     }
+    f();
 }
 
 /// Merge the accumulators of entry `i` over all threads into `out` (value_size

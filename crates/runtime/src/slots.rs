@@ -159,6 +159,13 @@ pub fn retire(shm: &Shm, slots: &[u32]) {
     let h = shm.header();
     // SAFETY: the retired slot exists in every layout; weft alone writes its counters.
     let retired = unsafe { &*shm.thread_slot(RETIRED_SLOT) };
+    h.retire_seq.fetch_add(1, Ordering::AcqRel);
+    retire_each(shm, slots, &plans, retired);
+    h.retire_seq.fetch_add(1, Ordering::Release);
+}
+
+fn retire_each(shm: &Shm, slots: &[u32], plans: &[Option<map::FoldPlan>], retired: &ThreadSlot) {
+    let h = shm.header();
     for &idx in slots {
         let slot = shm.thread_slot(idx);
         // SAFETY: a DEAD slot: its thread is gone, no one else writes it.

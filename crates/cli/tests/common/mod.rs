@@ -115,6 +115,42 @@ pub fn weft_bin() -> PathBuf {
     bin
 }
 
+/// The `name=value name=value ...` line a target prints (the first whose first
+/// name is `first`), as a map.
+pub fn key_values(stdout: &str, first: &str) -> std::collections::BTreeMap<String, i64> {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{first}=")))
+        .unwrap_or_else(|| panic!("no `{first}=...` line from the target:\n{stdout}"));
+    line.split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap();
+            (k.to_string(), v.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Run weft with `env` to completion, its target's stdin given `input` (targets
+/// wait for a line there, so they start once the probes are in).
+pub fn weft_with_input(
+    args: &[&str],
+    env: &[(&str, &str)],
+    input: &[u8],
+    timeout: Duration,
+) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(weft_bin())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting weft");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    wait_output(child, timeout)
+}
+
 /// Run weft to completion (with a timeout that kills it).
 pub fn weft(args: &[&str], timeout: Duration) -> Output {
     let child = Command::new(weft_bin())
