@@ -171,10 +171,7 @@ impl Agent {
     /// Send `msg` (with `fd`) and wait for the answer; an error answer is an error.
     fn request(&self, msg: Msg<'_>, fd: Option<RawFd>) -> Result<Received> {
         proto::send(self.raw(), &msg, fd).map_err(|e| match e.kind() {
-            // The process's end is gone with it.
-            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
-                anyhow!("the target exited (its agent's connection closed)")
-            }
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => gone(e),
             _ => anyhow::Error::new(e).context("sending to the agent"),
         })?;
         let r = recv_timeout(self.raw(), Duration::from_secs(10))?;
@@ -294,8 +291,21 @@ fn recv_timeout(fd: RawFd, timeout: Duration) -> Result<Received> {
     if r == 0 {
         bail!("the agent did not answer within {} s", timeout.as_secs());
     }
-    match proto::recv(fd)? {
+    match proto::recv(fd).map_err(gone)? {
         Some(m) => Ok(m),
-        None => bail!("the agent closed the connection (the target exited?)"),
+        None => bail!("the target exited (its agent closed the connection)"),
+    }
+}
+
+/// A socket error meaning the process's end is gone with it, said so; others as
+/// they are.
+fn gone(e: std::io::Error) -> anyhow::Error {
+    match e.kind() {
+        std::io::ErrorKind::BrokenPipe
+        | std::io::ErrorKind::ConnectionReset
+        | std::io::ErrorKind::UnexpectedEof => {
+            anyhow!("the target exited (its agent's connection closed)")
+        }
+        _ => anyhow::Error::new(e),
     }
 }
