@@ -402,25 +402,7 @@ pub fn run(a: FperfArgs) -> Result<i32> {
 fn program_text(program: &Path, patterns: &[String], quota: u64) -> Result<String> {
     let mut text = format!("BEGIN {{ @fperf_quota = {quota}; }}\n");
     for p in patterns {
-        let (binary, functions) = match p.split_once(':') {
-            Some((bin, rest)) if !bin.is_empty() && !rest.starts_with(':') => {
-                (bin.to_string(), rest)
-            }
-            _ => (program.display().to_string(), p.as_str()),
-        };
-        if functions.is_empty()
-            || !functions
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_*?.$@".contains(&b))
-        {
-            bail!("-F {p}: not a function pattern (names, with * and ? as wildcards)");
-        }
-        if binary.contains(|c: char| c.is_whitespace() || "{}\"".contains(c)) {
-            bail!("-F {p}: the binary's path cannot hold spaces, braces or quotes");
-        }
-        // `$u`: comparing the map read itself (`@fperf_used[func] < ...`, a map
-        // read before any assignment to it) is lowered as a byte comparison,
-        // always true; through a variable it is an integer's.
+        let (binary, functions) = crate::record_cmd::checked_pattern(p, program)?;
         // The bit stack: push 2b+s at entry, pop b>>1 at return (as sums of the
         // thread's accumulator: + (b + s), + ((b >> 1) - b)).
         text.push_str(&format!(

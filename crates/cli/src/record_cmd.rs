@@ -169,23 +169,30 @@ fn output_file(path: &Path) -> Result<PathBuf> {
 fn program_text(program: &Path, patterns: &[String], args: u8) -> Result<String> {
     let mut text = String::new();
     for p in patterns {
-        let (binary, functions) = split_pattern(p, program);
-        if functions.is_empty()
-            || !functions
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_*?.$@".contains(&b))
-        {
-            bail!("-F {p}: not a function pattern (names, with * and ? as wildcards)");
-        }
-        if binary.contains(|c: char| c.is_whitespace() || "{}\"".contains(c)) {
-            bail!("-F {p}: the binary's path cannot hold spaces, braces or quotes");
-        }
+        let (binary, functions) = checked_pattern(p, program)?;
         text.push_str(&format!(
             "uprobe:{binary}:{functions} {{ __weft_entry({args}); }}\n\
              uretprobe:{binary}:{functions} {{ __weft_exit(); }}\n"
         ));
     }
     Ok(text)
+}
+
+/// A `-F` pattern split as [`split_pattern`] does, refused with a one-line error
+/// when it is not a function pattern or its binary's path cannot go in a probe.
+pub(crate) fn checked_pattern<'p>(p: &'p str, program: &Path) -> Result<(String, &'p str)> {
+    let (binary, functions) = split_pattern(p, program);
+    if functions.is_empty()
+        || !functions
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_*?.$@".contains(&b))
+    {
+        bail!("-F {p}: not a function pattern (names, with * and ? as wildcards)");
+    }
+    if binary.contains(|c: char| c.is_whitespace() || "{}\"".contains(c)) {
+        bail!("-F {p}: the binary's path cannot hold spaces, braces or quotes");
+    }
+    Ok((binary, functions))
 }
 
 /// `BINARY:PATTERN` or a pattern over `program`'s functions. A `::` (a C++
