@@ -231,21 +231,7 @@ pub fn run(a: FperfArgs) -> Result<i32> {
         (None, None, true) => bail!("fperf needs a target: -c CMD, -p PID or -- CMD ARGS"),
         _ => bail!("give only one of -c CMD, -p PID and -- CMD ARGS..."),
     };
-    let program = match &target {
-        Target::Launch(argv) => target::which(&argv[0])
-            .and_then(|p| p.canonicalize().ok())
-            .ok_or_else(|| anyhow!("{}: command not found", argv[0]))?,
-        Target::Attach(pids) => {
-            let exe = std::fs::read_link(format!("/proc/{}/exe", pids[0]))
-                .with_context(|| format!("no process with pid {}", pids[0]))?;
-            let s = exe.to_string_lossy();
-            match s.strip_suffix(" (deleted)") {
-                Some(p) => PathBuf::from(p),
-                None => exe,
-            }
-        }
-        Target::None => unreachable!("a target was required above"),
-    };
+    let program = crate::record_cmd::traced_program(&target)?;
     let patterns = if a.functions.is_empty() {
         vec!["*".to_string()]
     } else {

@@ -70,29 +70,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         (None, true, true) => bail!("record needs a target: -c CMD, -p PID or -- CMD ARGS"),
         _ => bail!("give only one of -c CMD, -p PID and -- CMD ARGS..."),
     };
-    let program = match &target {
-        Target::Launch(argv) => target::which(&argv[0])
-            .and_then(|p| p.canonicalize().ok())
-            .ok_or_else(|| anyhow!("{}: command not found", argv[0]))?,
-        // A program replaced on disk while it runs (an upgrade) still names its
-        // path; weft reads the mapped file itself, not the new one.
-        Target::Attach(pids) => {
-            if let Some(name) = target::kernel_thread(pids[0]) {
-                bail!(
-                    "process {} ({name}) is a kernel thread: weft weaves into user-space programs",
-                    pids[0]
-                );
-            }
-            let exe = std::fs::read_link(format!("/proc/{}/exe", pids[0]))
-                .with_context(|| format!("no process with pid {}", pids[0]))?;
-            let s = exe.to_string_lossy();
-            match s.strip_suffix(" (deleted)") {
-                Some(p) => PathBuf::from(p),
-                None => exe,
-            }
-        }
-        Target::None => unreachable!("a target was required above"),
-    };
+    let program = traced_program(&target)?;
     let patterns = if a.functions.is_empty() {
         vec!["*".to_string()]
     } else {
@@ -162,6 +140,34 @@ fn output_file(path: &Path) -> Result<PathBuf> {
         return Ok(path.join("weft.rec"));
     }
     Ok(path.to_path_buf())
+}
+
+/// The executable a target runs: the launched command's file, or a process's
+/// (the file it mapped, even if replaced on disk since).
+pub(crate) fn traced_program(target: &Target) -> Result<PathBuf> {
+    Ok(match target {
+        Target::Launch(argv) => target::which(&argv[0])
+            .and_then(|p| p.canonicalize().ok())
+            .ok_or_else(|| anyhow!("{}: command not found", argv[0]))?,
+        // A program replaced on disk while it runs (an upgrade) still names its
+        // path; weft reads the mapped file itself, not the new one.
+        Target::Attach(pids) => {
+            if let Some(name) = target::kernel_thread(pids[0]) {
+                bail!(
+                    "process {} ({name}) is a kernel thread: weft weaves into user-space programs",
+                    pids[0]
+                );
+            }
+            let exe = std::fs::read_link(format!("/proc/{}/exe", pids[0]))
+                .with_context(|| format!("no process with pid {}", pids[0]))?;
+            let s = exe.to_string_lossy();
+            match s.strip_suffix(" (deleted)") {
+                Some(p) => PathBuf::from(p),
+                None => exe,
+            }
+        }
+        Target::None => bail!("a target is needed: -c CMD, -p PID or -- CMD ARGS"),
+    })
 }
 
 /// The program `weft record` runs: for each pattern, advice at the entry and the
