@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 16;
+pub const VERSION: u32 = 19;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -115,7 +115,32 @@ pub struct ShmHeader {
     pub unwind_off: u64,
     pub unwind_size: u64,
     pub unwind_used: AtomicU64,
+    /// `nsecs` without a system call: see [`TscClock`].
+    pub clock: TscClock,
+    /// Spins a producer waits for weft to free room in a full ring before the event
+    /// is dropped (0: drop at once, as bpftrace does). `weft record` sets it, so
+    /// nothing is lost while weft keeps up; see [`ThreadSlot::ring_stalled`].
+    pub ring_wait_spins: u64,
 }
+
+/// CLOCK_MONOTONIC read from the TSC: `base_ns + ((tsc - base_tsc) * mult) >> 32`,
+/// the product signed and 128 bits wide. weft calibrates it against the vDSO clock
+/// when it creates the segment and again about every second, continuously (the new
+/// line starts where the old one is) and slewed so that it converges on the system
+/// clock: it never goes back. `mult` is 0 when the TSC is not usable (no invariant
+/// TSC): readers then call `clock_gettime`. A seqlock: weft makes `seq` odd, writes
+/// the three words, makes it even again; a reader retries while `seq` is odd or
+/// changed across its reads.
+#[repr(C)]
+pub struct TscClock {
+    pub seq: AtomicU64,
+    pub mult: AtomicU64,
+    pub base_tsc: AtomicU64,
+    pub base_ns: AtomicU64,
+}
+
+/// Fixed point of [`TscClock::mult`]: nanoseconds per tick × 2^32.
+pub const TSC_SHIFT: u32 = 32;
 
 // ---------------------------------------------------------------------------------
 // Unwind tables (`ustack` without frame pointers)
@@ -317,6 +342,11 @@ pub struct MapDesc {
 /// A plain map keyed by pid (8 bytes) whose entry for a process is copied to the
 /// process's forked children, inside `fork()` (a group's members).
 pub const MAP_FLAG_INHERIT_PID: u32 = 1;
+/// A plain map each thread only uses at its own tid (`weft_ir::thread_keyed_maps`):
+/// a thread's entry lives in its own slot, an accumulator of two words `[present,
+/// value]` (`agg_off`), not in the key table; the key table holds only the entries
+/// of threads that ended (weft moves them there when it drains their slot).
+pub const MAP_FLAG_THREAD_KEYED: u32 = 2;
 
 /// Key-table entry states (`EntryHeader::state`).
 pub const ENTRY_EMPTY: u32 = 0;
@@ -346,42 +376,74 @@ pub const fn round8(n: u32) -> u32 {
     (n + 7) & !7
 }
 
-/// The hash used for map keys, by weft and by the agent alike: four independent
-/// multiply-xor lanes over 8-byte words (so a 64-byte string key costs two rounds of
-/// multiply latency, not eight), then a final mix. Never 0 or 1 so it can be told
-/// from an empty slot.
+/// The hash used for map keys, by weft, the agent and the eBPF programs alike: the
+/// key as little-endian 8-byte words (the last one zero-padded), each times its
+/// position's odd factor ([`key_word_factor`]), summed, then the key's length and a
+/// final mix ([`key_hash_finish`]). The multiplies are independent (a 64-byte key
+/// costs one multiply's latency plus one a cycle), and a zero word adds nothing: a
+/// string key, NUL-padded, needs only the words up to its first zero word. Never 0
+/// or 1 so it can be told from an empty slot.
 #[inline]
 pub fn key_hash(key: &[u8]) -> u32 {
-    const K: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut lanes: [u64; 4] = [
-        0x243F_6A88_85A3_08D3,
-        0x1319_8A2E_0370_7344,
-        0xA409_3822_299F_31D0,
-        0x082E_FA98_EC4E_6C89,
-    ];
-    let mut chunks = key.chunks_exact(32);
+    let mut sum = 0u64;
+    let mut chunks = key.chunks_exact(8);
+    let mut i = 0;
     for c in &mut chunks {
-        for (l, w) in lanes.iter_mut().zip(c.chunks_exact(8)) {
-            let w = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
-            *l = (*l ^ w).wrapping_mul(K);
-        }
+        let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+        sum = sum.wrapping_add(w.wrapping_mul(key_word_factor(i)));
+        i += 1;
     }
     let rest = chunks.remainder();
-    let mut words = rest.chunks(8);
-    for l in lanes.iter_mut() {
-        let Some(w) = words.next() else { break };
+    if !rest.is_empty() {
         let mut b = [0u8; 8];
-        b[..w.len()].copy_from_slice(w);
-        *l = (*l ^ u64::from_le_bytes(b) ^ (w.len() as u64) << 56).wrapping_mul(K);
+        b[..rest.len()].copy_from_slice(rest);
+        sum = sum.wrapping_add(u64::from_le_bytes(b).wrapping_mul(key_word_factor(i)));
     }
-    let mut h =
-        lanes[0] ^ lanes[1].rotate_left(17) ^ lanes[2].rotate_left(31) ^ lanes[3].rotate_left(47);
-    h ^= key.len() as u64;
+    key_hash_finish(sum, key.len() as u32)
+}
+
+/// The factor of a key's word `i` in [`key_hash`]: odd (so a word's product tells
+/// the word apart) and unrelated to the others' (splitmix64 of `i + 1`), so words
+/// that differ do not cancel out in the sum.
+#[inline]
+pub const fn key_word_factor(i: usize) -> u64 {
+    if i < KEY_WORD_FACTORS.len() {
+        KEY_WORD_FACTORS[i]
+    } else {
+        splitmix_factor(i)
+    }
+}
+
+const fn splitmix_factor(i: usize) -> u64 {
+    let mut z = (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) | 1
+}
+
+const KEY_WORD_FACTORS: [u64; 64] = {
+    let mut t = [0u64; 64];
+    let mut i = 0;
+    while i < 64 {
+        t[i] = splitmix_factor(i);
+        i += 1;
+    }
+    t
+};
+
+/// [`key_hash`]'s last step, from the sum of its words' products and the key's
+/// length in bytes.
+#[inline]
+pub const fn key_hash_finish(sum: u64, len: u32) -> u32 {
+    let mut h = sum ^ len as u64;
     h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h = h.wrapping_mul(KEY_HASH_MIX);
     h ^= h >> 33;
     (h as u32) | 2
 }
+
+/// The multiplier of [`key_hash_finish`]'s mix.
+pub const KEY_HASH_MIX: u64 = 0xff51_afd7_ed55_8ccd;
 
 #[cfg(test)]
 mod hash_tests {
@@ -405,6 +467,40 @@ mod hash_tests {
         // Same bytes, different lengths hash differently.
         assert_ne!(key_hash(&[0u8; 8]), key_hash(&[0u8; 16]));
         assert_ne!(key_hash(b"alpha\0\0\0"), key_hash(b"beta\0\0\0\0"));
+    }
+
+    /// A string key's zero words add nothing, so the words up to the first zero one
+    /// give the hash of the whole NUL-padded key.
+    #[test]
+    fn zero_words_add_nothing() {
+        let mut k = [0u8; 64];
+        k[..3].copy_from_slice(b"get");
+        let mut sum = 0u64;
+        let w = u64::from_le_bytes(k[..8].try_into().unwrap());
+        sum = sum.wrapping_add(w.wrapping_mul(super::key_word_factor(0)));
+        assert_eq!(super::key_hash_finish(sum, 64), key_hash(&k));
+        // Past the factor table too.
+        let long = vec![0u8; 1024];
+        assert_eq!(key_hash(&long), super::key_hash_finish(0, 1024));
+        assert_eq!(super::key_word_factor(64), super::splitmix_factor(64));
+    }
+
+    /// Keys that differ in two words (small integers in a tuple) do not collide
+    /// more than chance would have them.
+    #[test]
+    fn tuples_of_small_integers_spread() {
+        let mut seen = std::collections::HashSet::new();
+        for a in 0..256u64 {
+            for b in 0..256u64 {
+                let mut k = [0u8; 16];
+                k[..8].copy_from_slice(&a.to_le_bytes());
+                k[8..].copy_from_slice(&b.to_le_bytes());
+                // Bit 1 is always set: the 16 bits above it.
+                seen.insert((key_hash(&k) >> 2) & 0xffff);
+            }
+        }
+        // 65,536 keys into 65,536 buckets: about 1 - 1/e of them hit.
+        assert!(seen.len() > 38_000, "{} buckets used", seen.len());
     }
 }
 
@@ -461,12 +557,22 @@ pub struct ThreadSlot {
     pub hits: AtomicU64,
     /// Process of the thread (a session may span several processes).
     pub pid: u32,
-    pub _pad: u32,
+    /// 1 while the slot counts in `ShmHeader::threads_live`: set when a thread
+    /// claims it, taken back (swapped to 0, so once) by whichever comes first of the
+    /// thread's own exit (its thread-specific data destructor) and the slot's
+    /// release by the agent's reaper. The limit is on threads that have not ended,
+    /// however late the reaper looks.
+    pub counted: AtomicU32,
     /// `pcomm`: the name of the thread's process (its main thread's `comm`),
     /// NUL-padded, as the agent read it when the session reached the process.
     pub pcomm: [u8; 16],
+    /// Set by the producer when it waited `ShmHeader::ring_wait_spins` for room
+    /// and weft did not make any: it then drops events at once instead of waiting
+    /// for each, until weft's next drain clears it (a stopped weft never slows the
+    /// target more than once).
+    pub ring_stalled: AtomicU64,
     /// Reserved.
-    pub _reserved: [u64; 5],
+    pub _reserved: [u64; 4],
 }
 
 /// Size reserved for the [`ThreadSlot`] header before the ring.
@@ -706,9 +812,33 @@ pub enum Helper {
     /// `(shm, map, key, slot) -> index or -1`: inline advice's key not found in
     /// the slots it looked at (a first insert), frameless.
     MapIndex,
+    /// `(shm, map, key, op) -> i64`, frameless: inline advice's plain-map key that
+    /// the slots it looked at did not settle. `op` [`MAP_KEY_FIND`]: the live
+    /// entry's index or -1; [`MAP_KEY_DELETE`]: 1 when an entry was deleted, else 0.
+    MapKey,
+    /// Not a helper but the runtime's fault-tolerant string copy, called by inline
+    /// advice: `rdi` destination, `rsi` source, `rdx` most bytes; copies up to a
+    /// NUL (not written) and returns in `rax` the bytes copied, bit 63 set when a
+    /// fault stopped it. It changes only `rax` and `rcx`.
+    SafeStrcpy,
+    /// `() -> u64`: the calling thread's CPU time in ns (`CLOCK_THREAD_CPUTIME_ID`:
+    /// a system call; only `weft fperf -e cputime`'s sampled calls read it).
+    ThreadCpuTime,
+    /// `(which) -> u64`: one of the calling thread's resource counters
+    /// (`getrusage(RUSAGE_THREAD)`, a system call; only `weft fperf`'s sampled
+    /// calls read it): `which` is a [`RUSAGE_FAULTS`].. constant.
+    ThreadRusage,
 }
 
-pub const HELPER_COUNT: usize = Helper::MapIndex as usize + 1;
+pub const HELPER_COUNT: usize = Helper::ThreadRusage as usize + 1;
+/// [`Helper::ThreadRusage`]'s counters: page faults (minor and major), minor
+/// faults, major faults, context switches (voluntary and involuntary).
+pub const RUSAGE_FAULTS: u64 = 0;
+pub const RUSAGE_MINOR_FAULTS: u64 = 1;
+pub const RUSAGE_MAJOR_FAULTS: u64 = 2;
+pub const RUSAGE_CONTEXT_SWITCHES: u64 = 3;
+pub const MAP_KEY_FIND: u64 = 0;
+pub const MAP_KEY_DELETE: u64 = 1;
 
 // ---------------------------------------------------------------------------------
 // Control messages
@@ -759,10 +889,47 @@ pub mod msg;
 /// Name of the environment variable that tells an `LD_PRELOAD`ed agent which
 /// abstract socket to connect to.
 pub const ENV_SOCKET: &str = "WEFT_SOCKET";
-/// Set (to `1`) in a launched command's environment when the session follows its
-/// children: the agent then leaves `LD_PRELOAD` and [`ENV_SOCKET`] in place, so
-/// that the programs they exec load the agent too and join the session.
+/// Set in a launched command's environment when the session follows its children:
+/// the agent then leaves `LD_PRELOAD` and [`ENV_SOCKET`] in place, so that the
+/// programs they exec load the agent too and join the session. Its value is
+/// [`FOLLOW_ALL`] (`--follow-fork`: every image keeps them) or
+/// `wrappers[:PROGRAM]...` ([`FOLLOW_WRAPPERS`]: weft followed a wrapper on its
+/// own). Then the program the wrapper runs takes them out of its environment, as
+/// an unfollowed launch does, and the images before it keep them: the program is
+/// the first image whose executable is one of the PROGRAMs (the probed programs by
+/// path, canonical), or with none given, the first that is not one of
+/// [`WRAPPERS`] ([`follow_keeps`]).
 pub const ENV_FOLLOW: &str = "WEFT_FOLLOW";
+/// [`ENV_FOLLOW`]'s value for `--follow-fork`.
+pub const FOLLOW_ALL: &str = "1";
+/// [`ENV_FOLLOW`]'s value when weft follows through a wrapper command.
+pub const FOLLOW_WRAPPERS: &str = "wrappers";
+/// File names of the programs that only run another one (shells, `env` and its
+/// kind): `-c` through one of them follows the programs it executes.
+pub const WRAPPERS: &[&str] = &[
+    "sh", "dash", "bash", "zsh", "ksh", "mksh", "busybox", "env", "nice", "nohup", "timeout",
+    "stdbuf", "setsid", "taskset", "chrt", "ionice", "time",
+];
+
+/// `path`'s file name is one of [`WRAPPERS`].
+pub fn is_wrapper(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    WRAPPERS.contains(&name)
+}
+
+/// Whether an image whose executable is `exe` (canonical) keeps `LD_PRELOAD` and
+/// `WEFT_*` for what it runs, given [`ENV_FOLLOW`]'s value `follow`.
+pub fn follow_keeps(follow: &str, exe: &str) -> bool {
+    let Some(rest) = follow.strip_prefix(FOLLOW_WRAPPERS) else {
+        return true;
+    };
+    let mut programs = rest.split(':').filter(|p| !p.is_empty()).peekable();
+    if programs.peek().is_none() {
+        is_wrapper(exe)
+    } else {
+        !programs.any(|p| p == exe)
+    }
+}
 
 // ---------------------------------------------------------------------------------
 // Agent-private thread state (read by trampolines at fixed offsets)
@@ -1040,5 +1207,28 @@ mod layout_tests {
         assert_eq!(core::mem::size_of::<AgentThread>() % 64, 0);
         assert!(core::mem::size_of::<ThreadSlot>() as u64 <= THREAD_HEADER_SIZE);
         assert_eq!(THREAD_HEADER_SIZE % 64, 0);
+    }
+}
+
+#[cfg(test)]
+mod follow_tests {
+    use super::*;
+
+    #[test]
+    fn follow_keeps_until_the_wrapped_program() {
+        // --follow-fork: everyone keeps the variables.
+        assert!(follow_keeps(FOLLOW_ALL, "/usr/bin/app"));
+        // Through wrappers, no program named: the first non-wrapper is the end.
+        assert!(follow_keeps("wrappers", "/usr/bin/dash"));
+        assert!(follow_keeps("wrappers", "/usr/bin/env"));
+        assert!(!follow_keeps("wrappers", "/tmp/app"));
+        assert!(!follow_keeps("wrappers", "/usr/bin/python3.11"));
+        // A probed program by path: everything before it keeps them (a python
+        // script that runs it too), the program itself does not.
+        let v = "wrappers:/tmp/app:/tmp/other";
+        assert!(follow_keeps(v, "/usr/bin/python3.11"));
+        assert!(follow_keeps(v, "/usr/bin/dash"));
+        assert!(!follow_keeps(v, "/tmp/app"));
+        assert!(!follow_keeps(v, "/tmp/other"));
     }
 }

@@ -67,6 +67,7 @@ fn init() {
     if threads::init().is_err() {
         return;
     }
+    threads::init_exit_hook();
     fds::grow_table();
     // Faults that are not weft's go to the target's (virtual) disposition.
     let chain: fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = signals::chain;
@@ -85,17 +86,25 @@ fn init() {
 }
 
 /// For `weft trace -c`: connect to the socket named in `WEFT_SOCKET`, and remove
-/// the variable and the agent from `LD_PRELOAD` so children start clean — unless
+/// the variables and the agent from `LD_PRELOAD` so children start clean — unless
 /// the session follows children (`WEFT_FOLLOW`): then what they exec loads the
-/// agent too and joins the session.
+/// agent too and joins the session. When weft follows only through a wrapper
+/// (`WEFT_FOLLOW=wrappers...`), the images before the program it runs keep them
+/// and that program takes them out (`weft_abi::follow_keeps`).
 fn launch_socket() -> Option<OwnedFd> {
     let name = std::env::var(weft_abi::ENV_SOCKET).ok()?;
-    let follow = std::env::var_os(weft_abi::ENV_FOLLOW).is_some();
+    let follow = match std::env::var(weft_abi::ENV_FOLLOW) {
+        Err(_) => false,
+        Ok(v) => std::fs::read_link("/proc/self/exe").map_or(true, |exe| {
+            weft_abi::follow_keeps(&v, &exe.to_string_lossy())
+        }),
+    };
     // SAFETY: the constructor of a launched program runs before main, with no other
     // thread of the program reading the environment.
     unsafe {
         if !follow {
             std::env::remove_var(weft_abi::ENV_SOCKET);
+            std::env::remove_var(weft_abi::ENV_FOLLOW);
             if let Ok(pre) = std::env::var("LD_PRELOAD") {
                 let rest: Vec<&str> = pre
                     .split([':', ' '])

@@ -498,7 +498,7 @@ fn segment_base(code: u64) -> u64 {
     v
 }
 
-fn register_value(uc: &libc::ucontext_t, r: Register) -> Option<u64> {
+pub(crate) fn register_value(uc: &libc::ucontext_t, r: Register) -> Option<u64> {
     match r {
         Register::ES | Register::CS | Register::SS | Register::DS => return Some(0),
         Register::FS => return Some(segment_base(0x1003)),
@@ -846,7 +846,7 @@ fn string_op(pi: usize, me: i32, ins: &Instruction, uc: &mut libc::ucontext_t) -
     Some(true)
 }
 
-fn is_implicit_memory(k: OpKind) -> bool {
+pub(crate) fn is_implicit_memory(k: OpKind) -> bool {
     matches!(
         k,
         OpKind::MemorySegSI
@@ -1088,7 +1088,13 @@ fn run_watches(
             wrote
         };
         if fire {
-            watch::run_advice(uc, s, w, advice, ip, ip, old[wi], new[wi]);
+            if let Some(v) = watch::run_advice(uc, s, w, advice, ip, ip, old[wi], new[wi]) {
+                // `new = EXPR`: after the access, through /proc/self/mem.
+                watch::write_new(w.addr.load(Ordering::Acquire), len, v);
+                if access & WATCH_PAGE == 0 {
+                    w.last.store(v, Ordering::Release);
+                }
+            }
         }
     }
 }

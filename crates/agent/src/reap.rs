@@ -63,6 +63,9 @@ pub struct Reaper {
     quiet: u32,
     /// Threads found gone so far.
     pub reaped: u64,
+    /// `WEFT_REAP_MS`: a fixed interval between looks, for tests that show what
+    /// does not depend on the reaper's pace (a thread's exit hook).
+    fixed_ms: Option<u64>,
 }
 
 impl Default for Reaper {
@@ -74,6 +77,9 @@ impl Default for Reaper {
             started: 0,
             quiet: 0,
             reaped: 0,
+            fixed_ms: std::env::var("WEFT_REAP_MS")
+                .ok()
+                .and_then(|v| v.parse().ok()),
         }
     }
 }
@@ -199,7 +205,9 @@ impl Reaper {
     /// Milliseconds until the next look: 5 while threads start or end (weft drains
     /// at the same pace), 100 once nothing has changed for a while.
     pub fn interval_ms(&self) -> u64 {
-        if self.quiet < 40 {
+        if let Some(ms) = self.fixed_ms {
+            ms
+        } else if self.quiet < 40 {
             5
         } else {
             100

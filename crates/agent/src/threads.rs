@@ -82,6 +82,13 @@ static FREE: [AtomicU32; POOL_THREADS] = [const { AtomicU32::new(0) }; POOL_THRE
 /// Threads given an `AgentThread` so far (the reaper looks more often while it grows).
 pub static STARTED: AtomicU64 = AtomicU64::new(0);
 static PID: AtomicU32 = AtomicU32::new(0);
+/// The thread-specific data key whose destructor tells the session a thread is
+/// ending ([`thread_ending`]); `u32::MAX` when there is none (see [`init_exit_hook`]).
+static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
+/// glibc keeps the values of the first 32 keys in the thread's own descriptor
+/// (`PTHREAD_KEY_2NDLEVEL_SIZE`); `pthread_setspecific` on a later key may allocate,
+/// which a probe hit must not do.
+const INLINE_KEYS: u32 = 32;
 
 /// What the reaper needs to know about the thread holding a pool entry, written by
 /// that thread when it takes the entry.
@@ -134,6 +141,43 @@ pub fn init() -> std::io::Result<()> {
     // SAFETY: getpid has no preconditions.
     PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
     Ok(())
+}
+
+/// Create the key whose destructor runs [`thread_ending`] in every thread that took
+/// an `AgentThread`, as it exits (`pthread_exit` or a return from its start
+/// routine): the session then stops counting it against `--max-threads` at once,
+/// not when the reaper next looks (which a busy machine can delay by tens of
+/// milliseconds, while hundreds of short threads start). Called once, at load.
+/// Without a key (none left, or not one glibc keeps inline) the reaper alone does it.
+pub fn init_exit_hook() {
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is a valid out pointer; the destructor is a plain C function of
+    // this library, which is never unloaded.
+    if unsafe { libc::pthread_key_create(&mut key, Some(thread_ending)) } != 0 {
+        return;
+    }
+    if key >= INLINE_KEYS {
+        // SAFETY: the key was just created and holds no value anywhere.
+        unsafe { libc::pthread_key_delete(key) };
+        return;
+    }
+    EXIT_KEY.store(key, Ordering::Release);
+}
+
+/// The exit hook: the calling thread (whose `AgentThread` is `arg`) is ending.
+extern "C" fn thread_ending(arg: *mut libc::c_void) {
+    let t = current();
+    if t.is_null() || t as *mut libc::c_void != arg {
+        return;
+    }
+    let _using = using_session(t);
+    // SAFETY: our own AgentThread, used only by this thread.
+    let th = unsafe { &*t };
+    if let Some(s) = session::current() {
+        if th.session == s.generation && !th.slot.is_null() {
+            slots::thread_ending(&s.shm, th.slot);
+        }
+    }
 }
 
 /// The pid the agent's state belongs to (updated in the child of a fork()).
@@ -273,6 +317,12 @@ pub fn get_or_create() -> *mut AgentThread {
     r.state.store(RECORD_IN_USE, Ordering::Release);
     STARTED.fetch_add(1, Ordering::Relaxed);
     set_current(t);
+    let key = EXIT_KEY.load(Ordering::Acquire);
+    if key != u32::MAX {
+        // SAFETY: a key below 32, whose value glibc stores in the thread's own
+        // descriptor (a few stores: no lock, no allocation, no system call).
+        unsafe { libc::pthread_setspecific(key, t as *const libc::c_void) };
+    }
     t
 }
 

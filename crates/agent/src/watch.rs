@@ -28,6 +28,8 @@ use weft_abi::{
     WATCH_UNCHANGED_ONLY, WATCH_W,
 };
 
+use iced_x86::{Decoder, DecoderOptions, OpKind};
+
 use crate::{fds, session, threads, trap};
 
 /// `si_code` of a perf event's SIGTRAP.
@@ -45,6 +47,10 @@ pub struct Watch {
     pub advice: AtomicU64,
     /// The value as of the last hit (or the arming): `old` of the next write.
     pub last: AtomicU64,
+    /// The last hardware trap's `rip` and how many bytes before it the accessing
+    /// instruction starts, `(rip << 4) | k` (0: none), so that a loop's hits decode
+    /// it once ([`accessing_ip`]).
+    pub last_site: AtomicU64,
 }
 
 /// `struct perf_event_attr` up to `sig_data` (PERF_ATTR_SIZE_VER7 and later).
@@ -176,7 +182,11 @@ impl Events {
                 desc.len, desc.addr
             ));
         }
+        // iced's decoder builds its tables (on the heap) at its first use: here,
+        // not in the trap handler, which decodes the accessing instruction.
+        let _ = Decoder::with_ip(64, &[0x90], 0, DecoderOptions::NONE).decode();
         let last = weft_runtime::safe::load(desc.addr, desc.len as u8).unwrap_or(0);
+        w.last_site.store(0, Ordering::Release);
         w.addr.store(desc.addr, Ordering::Release);
         w.access.store(desc.access, Ordering::Release);
         w.probe.store(desc.probe, Ordering::Release);
@@ -377,15 +387,110 @@ pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
     if access & WATCH_UNCHANGED_ONLY != 0 && old != new {
         return true;
     }
-    // The trap comes after the access: `ip` is the next instruction; the accessing
-    // one ends there, so its last byte (ip - 1) is in the accessing function.
-    let ip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
-    run_advice(uc, s, w, advice, ip, ip.wrapping_sub(1), old, new);
+    // The trap comes after the access, at the next instruction: `ip` is the
+    // accessing one, found ending there.
+    let rip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
+    let site = w.last_site.load(Ordering::Acquire);
+    let ip = if site >> 4 == rip && site & 0xf != 0 {
+        rip - (site & 0xf)
+    } else {
+        let ip = accessing_ip(uc, rip, addr, len).unwrap_or(rip);
+        if ip != rip && rip < 1 << 60 {
+            w.last_site
+                .store((rip << 4) | (rip - ip), Ordering::Release);
+        }
+        ip
+    };
+    let func = if ip == rip { rip.wrapping_sub(1) } else { ip };
+    if let Some(v) = run_advice(uc, s, w, advice, ip, func, old, new) {
+        write_new(addr, len, v);
+        w.last.store(v, Ordering::Release);
+    }
     true
+}
+
+/// The instruction whose access of `len` bytes at `addr` trapped with `rip` at the
+/// one after it: of the instructions that decode to end exactly at `rip`, the
+/// longest whose memory operand (computed with the registers now) overlaps the
+/// watched bytes (a `[rip+disp]` or absolute operand always can be), else the only
+/// one that accesses memory at all; `None` when that is still ambiguous (its own base
+/// register changed, as `mov rax, [rax]`, with another candidate), and then the
+/// caller keeps `rip`.
+fn accessing_ip(uc: &libc::ucontext_t, rip: u64, addr: u64, len: u32) -> Option<u64> {
+    const MAX: usize = 15;
+    let mut bytes = [0u8; MAX];
+    // The bytes before `rip`: up to 15, not before the start of its page if the
+    // page before is not readable.
+    let mut back = MAX;
+    if weft_runtime::safe::copy(&mut bytes, rip.wrapping_sub(MAX as u64)) != MAX {
+        back = (rip & 0xfff) as usize;
+        if back == 0 || back > MAX {
+            return None;
+        }
+        bytes = [0u8; MAX];
+        if weft_runtime::safe::copy(&mut bytes[MAX - back..], rip - back as u64) != back {
+            return None;
+        }
+    }
+    let (mut only, mut accessing) = (None, 0);
+    // Longest first: an instruction with a prefix (REX.W) decodes without it too,
+    // to the same operand, ending at the same place.
+    for k in (1..=back).rev() {
+        let at = rip - k as u64;
+        let mut dec = Decoder::with_ip(64, &bytes[MAX - k..], at, DecoderOptions::NONE);
+        let ins = dec.decode();
+        if ins.is_invalid() || ins.len() != k {
+            continue;
+        }
+        let mut memory = false;
+        for op in 0..ins.op_count() {
+            let kind = ins.op_kind(op);
+            if kind == OpKind::Memory {
+                memory = true;
+                let size = ins.memory_size().size().max(1) as u64;
+                let ea = ins.virtual_address(op, 0, |r, _, _| crate::page::register_value(uc, r));
+                if ea.is_some_and(|ea| ea < addr + u64::from(len) && addr < ea + size) {
+                    return Some(at);
+                }
+            } else if crate::page::is_implicit_memory(kind) {
+                memory = true;
+            }
+        }
+        if memory || ins.is_stack_instruction() {
+            accessing += 1;
+            only = Some(at);
+        }
+    }
+    if accessing == 1 {
+        only
+    } else {
+        None
+    }
+}
+
+/// `new = EXPR` (`--unsafe`): the watched bytes take `v` after the access, written
+/// through `/proc/self/mem` (past a page watch's protection, unseen by the debug
+/// registers: no trap of weft's own). At most the first 8 bytes.
+pub(crate) fn write_new(addr: u64, len: u32, v: u64) {
+    let fd = crate::patch::mem_fd();
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: `v` holds 8 readable bytes; at most 8 are written.
+    unsafe {
+        libc::pwrite(
+            fd,
+            &v as *const u64 as *const libc::c_void,
+            len.min(8) as usize,
+            addr as i64,
+        )
+    };
 }
 
 /// Run watch `w`'s advice on this thread (from a signal handler, the session held)
 /// with the frame's `ip` and `func` and the values before and after the access.
+/// The value the advice gave `new` when it changed it (`new = EXPR`), for the
+/// caller to write.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_advice(
     uc: &libc::ucontext_t,
@@ -396,19 +501,19 @@ pub(crate) fn run_advice(
     func: u64,
     old: u64,
     new: u64,
-) {
+) -> Option<u64> {
     let t = threads::get_or_create();
     // SAFETY: this thread's own AgentThread.
     let Some(th) = (unsafe { t.as_mut() }) else {
         threads::note_pool_miss();
-        return;
+        return None;
     };
     if th.flags & THREAD_FLAG_IGNORE != 0 || th.nest != 0 {
-        return;
+        return None;
     }
     let slot = threads::attach_slot(th);
     if slot.is_null() {
-        return;
+        return None;
     }
     let mut df = DataFrame {
         frame: trap::frame_from(uc, ip, s, slot, t),
@@ -424,4 +529,5 @@ pub(crate) fn run_advice(
     let f: extern "C" fn(*mut Frame) = unsafe { core::mem::transmute(advice) };
     f(&mut df as *mut DataFrame as *mut Frame);
     th.nest -= 1;
+    (df.new != new).then_some(df.new)
 }

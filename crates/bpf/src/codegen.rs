@@ -113,7 +113,10 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Code, BpfError
         out,
     };
     g.prologue(f.regs);
-    for inst in &f.code {
+    // Only what can run: the verifier refuses unreachable instructions (the code
+    // after an `exit()`'s return, say).
+    let live = reachable(&f.code);
+    for (inst, _) in f.code.iter().zip(&live).filter(|(_, &l)| l) {
         g.inst(inst)?;
     }
     g.a.bind(g.out);
@@ -125,6 +128,41 @@ pub fn compile(f: &Function, prog: &Program, env: &Env) -> Result<Code, BpfError
         maps,
         scratch: off,
     })
+}
+
+/// Which instructions of `code` some path from its start reaches.
+fn reachable(code: &[Inst]) -> Vec<bool> {
+    let at: std::collections::HashMap<u32, usize> = code
+        .iter()
+        .enumerate()
+        .filter_map(|(i, inst)| match inst {
+            Inst::Label(l) => Some((l.0, i)),
+            _ => None,
+        })
+        .collect();
+    let mut live = vec![false; code.len()];
+    let mut todo = vec![0usize];
+    while let Some(mut i) = todo.pop() {
+        while i < code.len() && !live[i] {
+            live[i] = true;
+            match &code[i] {
+                Inst::Jump(l) => {
+                    todo.extend(at.get(&l.0));
+                    break;
+                }
+                Inst::Branch {
+                    if_true, if_false, ..
+                } => {
+                    todo.extend(at.get(&if_true.0));
+                    todo.extend(at.get(&if_false.0));
+                    break;
+                }
+                Inst::Return => break,
+                _ => i += 1,
+            }
+        }
+    }
+    live
 }
 
 /// The pid filter: leave for `out` unless the current process (tgid, saved at
@@ -376,9 +414,10 @@ impl Gen<'_> {
             Inst::AroundEnter
             | Inst::Proceed { .. }
             | Inst::AroundReturn { .. }
-            | Inst::Override { .. } => {
+            | Inst::Override { .. }
+            | Inst::SetDataNew { .. } => {
                 return Err(unsupported(
-                    "around advice and override (they change a user-space function)",
+                    "around advice, override and `new =` (they change a user-space program)",
                 ))
             }
             Inst::Const { dst, value } => {
@@ -662,6 +701,7 @@ impl Gen<'_> {
             Inst::PComm { .. } => return Err(unsupported("pcomm")),
             Inst::FuncName { .. } => return Err(unsupported("func")),
             Inst::StrContains { dst, a, b, len } => self.str_contains(*dst, *a, *b, *len)?,
+            Inst::StrOrder { .. } => return Err(unsupported("ordering strings")),
             Inst::IntToStr { .. } => return Err(unsupported("an integer as a string")),
             Inst::UStack { dst, depth } => {
                 // The user stack of the thread that made the event.
@@ -848,6 +888,10 @@ impl Gen<'_> {
             CtxValue::Cpid => a.mov_imm(R0, self.env.cpid as i64),
             CtxValue::ProbeId => a.mov_imm(R0, i64::from(self.env.probe_id)),
             CtxValue::Arg(_) => return Err(unsupported("argN")),
+            CtxValue::ThreadCpuTime => return Err(unsupported("a thread's CPU time")),
+            CtxValue::ThreadRusage(_) => {
+                return Err(unsupported("a thread's page faults or context switches"))
+            }
             CtxValue::Retval => return Err(unsupported("retval")),
             CtxValue::Reg(_) => return Err(unsupported("reg()")),
             CtxValue::FuncAddr => return Err(unsupported("func")),
@@ -1060,57 +1104,27 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// `r0 = weft_abi::key_hash(scratch[off .. off + len])` (the key's bytes).
+    /// `r0 = weft_abi::key_hash(scratch[off .. off + len])` (the key's bytes): the
+    /// sum of each 8-byte word (the last one cut to the key's bytes) times its
+    /// factor, then the length and the final mix.
     fn key_hash(&mut self, off: i16, len: u32) {
-        const K: i64 = 0x9E37_79B9_7F4A_7C15u64 as i64;
-        let lanes: [i64; 4] = [
-            0x243F_6A88_85A3_08D3,
-            0x1319_8A2E_0370_7344,
-            0xA409_3822_299F_31D0u64 as i64,
-            0x082E_FA98_EC4E_6C89,
-        ];
-        // Lanes in r1-r4, the word in r5, K in r0.
-        let regs = [R1, R2, R3, R4];
-        for (r, v) in regs.iter().zip(lanes) {
-            self.a.mov_imm(*r, v);
-        }
-        self.a.mov_imm(R0, K);
-        let full = len / 32;
-        for c in 0..full {
-            for (j, r) in regs.iter().enumerate() {
-                self.a
-                    .load(DW, R5, R9, off + (c * 32 + 8 * j as u32) as i16);
-                self.a.alu(XOR, *r, R5);
-                self.a.alu(MUL, *r, R0);
-            }
-        }
-        let mut rest = len % 32;
-        let mut at = full * 32;
-        for r in regs {
-            if rest == 0 {
-                break;
-            }
-            let n = rest.min(8);
+        // The sum in r1, the word in r5, its factor in r0.
+        self.a.mov_imm(R1, 0);
+        let mut at = 0u32;
+        let mut i = 0usize;
+        while at < len {
+            let n = (len - at).min(8);
             self.a.load(DW, R5, R9, off + at as i16);
             if n < 8 {
                 // Only the key's bytes (what follows in the slot is not the key's).
                 self.a.alu_imm(LSH, R5, (64 - 8 * n) as i32);
                 self.a.alu_imm(RSH, R5, (64 - 8 * n) as i32);
             }
-            self.a.alu(XOR, r, R5);
-            self.a.mov_imm(R5, i64::from(n) << 56);
-            self.a.alu(XOR, r, R5);
-            self.a.alu(MUL, r, R0);
-            rest -= n;
+            self.a.mov_imm(R0, weft_abi::key_word_factor(i) as i64);
+            self.a.alu(MUL, R5, R0);
+            self.a.alu(ADD, R1, R5);
             at += n;
-        }
-        // h = l0 ^ rotl(l1, 17) ^ rotl(l2, 31) ^ rotl(l3, 47)
-        for (r, k) in [(R2, 17), (R3, 31), (R4, 47)] {
-            self.a.mov(R5, r);
-            self.a.alu_imm(LSH, r, k);
-            self.a.alu_imm(RSH, R5, 64 - k);
-            self.a.alu(OR, r, R5);
-            self.a.alu(XOR, R1, r);
+            i += 1;
         }
         self.a.alu_imm(XOR, R1, len as i32);
         for step in 0..2 {
@@ -1118,7 +1132,7 @@ impl Gen<'_> {
             self.a.alu_imm(RSH, R5, 33);
             self.a.alu(XOR, R1, R5);
             if step == 0 {
-                self.a.mov_imm(R5, 0xff51_afd7_ed55_8ccdu64 as i64);
+                self.a.mov_imm(R5, weft_abi::KEY_HASH_MIX as i64);
                 self.a.alu(MUL, R1, R5);
             }
         }

@@ -150,6 +150,8 @@ pub struct KernelProbe<'a> {
     /// For a `syscalls:` tracepoint whose number is known: try the raw tracepoint
     /// first (the perf tracepoint when the advice needs what only the record has).
     pub raw: Option<RawSyscall>,
+    /// Runs for every process, whatever `Options::filter_pids` says.
+    pub system: bool,
 }
 
 /// The session-wide inputs of [`build`].
@@ -321,7 +323,7 @@ pub fn check(prog: &Program, probe: usize, user: &BTreeSet<u32>) -> Result<(), B
 pub fn map_spec(prog: &Program, id: u32) -> MapSpec {
     let decl = &prog.maps[id as usize];
     let value_size = decl.value.value_size();
-    let max_entries = prog.config.max_map_keys.max(1);
+    let max_entries = prog.config.max_keys_of(&decl.name).max(1);
     match (&decl.key, decl.value.is_aggregation()) {
         (Some(k), true) => MapSpec {
             map_type: MAP_PERCPU_HASH,
@@ -380,7 +382,7 @@ pub fn build(
     let mut programs = Vec::new();
     for (i, p) in probes.iter().enumerate() {
         let mut env = Env {
-            filter_pids: opts.filter_pids,
+            filter_pids: opts.filter_pids && !p.system,
             ncpus: opts.ncpus,
             cpid: opts.cpid,
             start_ns: opts.start_ns,

@@ -63,6 +63,12 @@ pub struct MapLayout {
     /// table itself.
     pub capacity: u32,
     pub entry_size: u32,
+    /// A thread's entry is `[present, value]` at `agg_off` in its own slot
+    /// (`weft_abi::MAP_FLAG_THREAD_KEYED`).
+    pub thread_keyed: bool,
+    /// The key is one string (NUL-padded: after its first zero word, every word is
+    /// zero), so inline code hashes and compares it only up to that word.
+    pub string_key: bool,
 }
 
 /// Location of a USDT argument, as the note's argument string says.
@@ -394,6 +400,12 @@ impl Cx<'_> {
                 let m = self.regs_field(MachineReg::Rax);
                 self.a.mov(m, rax)?;
             }
+            // The mechanism writes it to the watched bytes after the advice.
+            Inst::SetDataNew { value } => {
+                self.load(rax, *value)?;
+                let m = self.frame_field(weft_abi::DATA_NEW_OFF);
+                self.a.mov(m, rax)?;
+            }
             Inst::Const { dst, value } => {
                 let m = self.reg(*dst);
                 if i32::try_from(*value).is_ok() {
@@ -564,6 +576,14 @@ impl Cx<'_> {
                 self.a.test(rax, rax)?;
                 self.a.setne(al)?;
                 self.a.movzx(eax, al)?;
+                self.store(*dst, rax)?;
+            }
+            Inst::StrOrder { dst, a, b, len } => {
+                self.lea_place(rdi, *a)?;
+                self.lea_place(rsi, *b)?;
+                self.a.mov(edx, *len)?;
+                // The helper orders them: -1, 0 or 1.
+                self.call(Helper::StrCmp)?;
                 self.store(*dst, rax)?;
             }
             Inst::StrContains { dst, a, b, len } => {
@@ -912,9 +932,18 @@ impl Cx<'_> {
                 };
                 self.a.mov(rax, qword_ptr(rax + off))?;
             }
-            CtxValue::Nsecs => self.call(Helper::Nsecs)?,
+            CtxValue::Nsecs => {
+                self.a.mov(rdi, rbx)?;
+                self.call(Helper::Nsecs)?
+            }
             CtxValue::RealtimeNsecs => self.call(Helper::RealtimeNsecs)?,
+            CtxValue::ThreadCpuTime => self.call(Helper::ThreadCpuTime)?,
+            CtxValue::ThreadRusage(which) => {
+                self.a.mov(edi, u32::from(which))?;
+                self.call(Helper::ThreadRusage)?
+            }
             CtxValue::Elapsed => {
+                self.a.mov(rdi, rbx)?;
                 self.call(Helper::Nsecs)?;
                 let m = self.frame_field(FRAME_SHM_OFF);
                 self.a.mov(rcx, m)?;

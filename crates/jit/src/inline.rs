@@ -80,16 +80,36 @@ pub struct InlineSite {
     pub at_return: bool,
     /// The agent's `MapIndex` helper (keyed aggregations' first inserts).
     pub map_index: u64,
+    /// The agent's `MapKey` helper (plain maps' keys the inline probes leave open).
+    pub map_key: u64,
+    /// The agent's fault-tolerant string copy (`Helper::SafeStrcpy`), for `str()`.
+    pub safe_strcpy: u64,
+    /// Where map descriptors are in the segment (`ShmHeader::maps_off`).
+    pub maps_off: u64,
+    /// A thread slot's event ring: its offset in the slot and its size
+    /// (`ShmHeader::ring_off`, `ring_size`).
+    pub ring_off: u64,
+    pub ring_size: u64,
+}
+
+/// What the session offers inline code beyond the program.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Caps {
+    /// The segment's TSC clock is calibrated: `nsecs` is read inline.
+    pub tsc_clock: bool,
 }
 
 /// Whether `f` can be compiled inline at a function's entry.
-pub fn eligible(f: &Function, maps: &[MapLayout]) -> bool {
-    eligible_with(f, maps, ctx_ok)
+pub fn eligible(f: &Function, maps: &[MapLayout], caps: Caps) -> bool {
+    eligible_with(f, maps, caps, |v| {
+        ctx_ok(v) || (v == CtxValue::Nsecs && caps.tsc_clock)
+    })
 }
 
 /// Whether `f` can be compiled as an inline return stub.
-pub fn eligible_return(f: &Function, maps: &[MapLayout]) -> bool {
-    eligible_with(f, maps, |v| match v {
+pub fn eligible_return(f: &Function, maps: &[MapLayout], caps: Caps) -> bool {
+    eligible_with(f, maps, caps, |v| match v {
+        CtxValue::Nsecs => caps.tsc_clock,
         CtxValue::Retval
         | CtxValue::Tid
         | CtxValue::Pid
@@ -104,10 +124,15 @@ pub fn eligible_return(f: &Function, maps: &[MapLayout]) -> bool {
     })
 }
 
-/// Bytes of stack slots inline code keeps (a key or two).
-const SLOT_BYTES: u32 = 64;
+/// Bytes of stack slots inline code keeps (a string read and the key made of it).
+const SLOT_BYTES: u32 = 160;
 
-fn eligible_with(f: &Function, maps: &[MapLayout], ctx_ok: impl Fn(CtxValue) -> bool) -> bool {
+fn eligible_with(
+    f: &Function,
+    maps: &[MapLayout],
+    caps: Caps,
+    ctx_ok: impl Fn(CtxValue) -> bool,
+) -> bool {
     if f.slots.iter().sum::<u32>() > SLOT_BYTES || f.regs > 64 {
         return false;
     }
@@ -131,11 +156,32 @@ fn eligible_with(f: &Function, maps: &[MapLayout], ctx_ok: impl Fn(CtxValue) -> 
             key: Some(_),
             op,
         } => maps.get(map.0 as usize).is_some_and(|m| keyed_ok(m, op)),
-        Inst::Zero { len, .. } => *len <= SLOT_BYTES,
+        Inst::Zero { len, .. } | Inst::Copy { len, .. } => *len <= SLOT_BYTES,
+        // `comm`/`pcomm` as 16-byte strings: the slot's own copies, NUL-padded.
+        Inst::Comm { cap: 16, .. } | Inst::PComm { cap: 16, .. } => true,
+        // `str(p)`: the runtime's fault-tolerant copy, called from the trampoline.
+        Inst::ReadStr { max: None, cap, .. } => (1..=128).contains(cap),
         Inst::Store { size, .. } => matches!(size, 1 | 2 | 4 | 8),
         Inst::ThreadSum { map, .. } => maps
             .get(map.0 as usize)
             .is_some_and(|m| matches!(m.kind, MapKind::Sum | MapKind::Count)),
+        Inst::MapLoad {
+            map,
+            key: Some(_),
+            dst_place: None,
+            ..
+        }
+        | Inst::MapStore {
+            map,
+            key: Some(_),
+            src_reg: Some(_),
+            src_place: None,
+        }
+        | Inst::MapDelete {
+            map, key: Some(_), ..
+        } => maps.get(map.0 as usize).is_some_and(plain_word),
+        // An event's time is the TSC clock's.
+        Inst::Emit { len, .. } => *len <= SLOT_BYTES && caps.tsc_clock,
         // A constant, resolved when the code is made.
         Inst::SymbolAddr { .. } => true,
         _ => false,
@@ -172,12 +218,24 @@ fn agg_ok(m: &MapLayout, op: &AggOp) -> bool {
 /// count or a sum. The table is probed in the head; a key not found there (not yet
 /// inserted, or displaced far) is inserted by a helper call.
 fn keyed_ok(m: &MapLayout, op: &AggOp) -> bool {
-    m.key_size == 8
+    key_words(m.key_size).is_some()
         && m.capacity.is_power_of_two()
         && matches!(
             (op, m.kind),
             (AggOp::Count, MapKind::Count) | (AggOp::Sum(_), MapKind::Sum)
         )
+}
+
+/// Keys inline code hashes and compares: 8 to 64 bytes, whole words (integers,
+/// tuples of them, `str()`'s 64 bytes). Their number of words.
+fn key_words(key_size: u32) -> Option<u32> {
+    (key_size.is_multiple_of(8) && (8..=64).contains(&key_size)).then_some(key_size / 8)
+}
+
+/// A plain map of 8-byte keys and 8-byte values (`@start[tid] = nsecs`): loads,
+/// stores and deletes probe its table inline.
+fn plain_word(m: &MapLayout) -> bool {
+    m.kind == MapKind::Plain && m.key_size == 8 && m.value_size == 8 && m.capacity.is_power_of_two()
 }
 
 /// Maps that must already have their single entry before the inline path may add to
@@ -201,6 +259,15 @@ fn guarded(bodies: &[&Function], maps: &[MapLayout]) -> Vec<MapId> {
     v.sort();
     v.dedup();
     v
+}
+
+/// The fourth argument of a map helper called from inline code.
+#[derive(Clone, Copy)]
+enum HelperArg {
+    /// This thread's slot (`MapIndex`, which counts a full map in it).
+    Slot,
+    /// `MapKey`'s operation.
+    Op(u64),
 }
 
 /// Where the inline code keeps what it saved, as offsets from rsp while the body
@@ -312,45 +379,46 @@ impl<'a> Cx<'a> {
         self.slots[p.slot.0 as usize] + p.off as i32
     }
 
-    /// `@m[key] = count()` / `sum(v)` with an 8-byte key: hash it as
-    /// `weft_abi::key_hash` does, look at up to four slots from its place, and add
-    /// to this thread's accumulator of the entry found. A key not found there (its
-    /// first use, or displaced far) is looked up and inserted by the `MapIndex`
-    /// helper, called with every register the head did not save saved around it.
-    fn keyed_agg(&mut self, map: MapId, key: weft_ir::Place, op: AggOp) -> Result<(), JitError> {
-        const PROBES: u32 = 4;
-        let m = self.maps[map.0 as usize];
-        let table = match self.tables.iter().find(|(id, _)| *id == map) {
+    /// The label of the constant after the code holding map `map`'s key-table
+    /// address.
+    fn table(&mut self, map: MapId) -> CodeLabel {
+        match self.tables.iter().find(|(id, _)| *id == map) {
             Some((_, l)) => *l,
             None => {
                 let l = self.a.create_label();
                 self.tables.push((map, l));
                 l
             }
-        };
-        let (c0, cmix) = key8_hash_constants();
+        }
+    }
+
+    /// Look for the 8-byte key at `[rsp + koff]` in map `map`'s table: hash it as
+    /// `weft_abi::key_hash` does and look at up to four slots from its place. Goes
+    /// to `found` with edx = the entry's index when a live entry holds the key, to
+    /// `absent` when an empty slot proves no entry does (tombstones keep the chain
+    /// going: a key's tombstone is revived in place, never shadowed), and falls
+    /// through when it cannot tell (an entry being inserted, a longer chain): a
+    /// helper settles those. Clobbers rax (the key), rcx (the hash) and rdx.
+    fn probe_key(&mut self, map: MapId, koff: i32, found: CodeLabel, absent: CodeLabel) -> R {
+        const PROBES: u32 = 4;
+        let m = self.maps[map.0 as usize];
+        let table = self.table(map);
         let mask = m.capacity - 1;
-        let acc = (self.site.thread_agg_off + m.agg_off) as i32;
-        let koff = self.place(key);
-        self.a.mov(rax, qword_ptr(rsp + koff))?;
-        self.a.mov(rcx, c0)?;
-        self.a.xor(rcx, rax)?;
-        self.a.mov(rdx, 0x9E37_79B9_7F4A_7C15u64)?;
-        self.a.imul_2(rcx, rdx)?;
-        self.a.mov(rdx, cmix)?;
-        self.a.xor(rcx, rdx)?;
+        let words = m.key_size / 8;
+        self.hash_words(koff, words, m.string_key)?;
         self.a.mov(rdx, rcx)?;
         self.a.shr(rdx, 33)?;
         self.a.xor(rcx, rdx)?;
-        self.a.mov(rdx, 0xff51_afd7_ed55_8ccdu64)?;
+        self.a.mov(rdx, weft_abi::KEY_HASH_MIX)?;
         self.a.imul_2(rcx, rdx)?;
         self.a.mov(rdx, rcx)?;
         self.a.shr(rdx, 33)?;
         self.a.xor(rcx, rdx)?;
         self.a.or(ecx, 2)?;
-        let mut found = self.a.create_label();
-        let mut insert = self.a.create_label();
-        let mut skip = self.a.create_label();
+        if words == 1 {
+            self.a.mov(rax, qword_ptr(rsp + koff))?;
+        }
+        let mut unsure = self.a.create_label();
         for j in 0..PROBES.min(m.capacity) {
             let mut next = self.a.create_label();
             let mut not_live = self.a.create_label();
@@ -362,24 +430,119 @@ impl<'a> Cx<'a> {
             self.a.jne(not_live)?;
             self.a.cmp(dword_ptr(rdx + 4), ecx)?;
             self.a.jne(next)?;
-            self.a.cmp(qword_ptr(rdx + 8), rax)?;
-            self.a.jne(next)?;
+            let mut same = self.a.create_label();
+            if words == 1 {
+                self.a.cmp(qword_ptr(rdx + 8), rax)?;
+                self.a.jne(next)?;
+            } else {
+                for w in 0..words as i32 {
+                    self.a.mov(rax, qword_ptr(rsp + koff + 8 * w))?;
+                    self.a.cmp(qword_ptr(rdx + 8 + 8 * w), rax)?;
+                    self.a.jne(next)?;
+                    // A string's zero word: both keys are zeros from here on.
+                    if m.string_key && w + 1 < words as i32 {
+                        self.a.test(rax, rax)?;
+                        self.a.jz(same)?;
+                    }
+                }
+            }
+            self.bind(&mut same)?;
             self.a.lea(edx, dword_ptr(rcx + j as i32))?;
             self.a.and(edx, mask as i32)?;
             self.a.jmp(found)?;
             self.bind(&mut not_live)?;
-            // A tombstone keeps the chain going; an empty slot (never inserted) or
-            // one being inserted goes to the helper.
+            self.a.cmp(dword_ptr(rdx), ENTRY_EMPTY as i32)?;
+            self.a.je(absent)?;
             self.a.cmp(dword_ptr(rdx), ENTRY_DELETED as i32)?;
-            self.a.jne(insert)?;
+            self.a.jne(unsure)?;
             self.bind(&mut next)?;
         }
+        self.bind(&mut unsure)
+    }
+
+    /// rcx = `weft_abi::key_hash`'s value before its final mix (the sum of each word
+    /// times its factor, the key's length) of the `words` 8-byte words at `[rsp +
+    /// koff]`. A string key (NUL-padded) stops at its first zero word: the rest are
+    /// zero and add nothing. Clobbers rax and rdx.
+    fn hash_words(&mut self, koff: i32, words: u32, string: bool) -> R {
+        let mut done = self.a.create_label();
+        self.a.mov(rcx, qword_ptr(rsp + koff))?;
+        self.a.mov(rdx, weft_abi::key_word_factor(0))?;
+        self.a.imul_2(rcx, rdx)?;
+        for w in 1..words {
+            self.a.mov(rax, qword_ptr(rsp + koff + 8 * w as i32))?;
+            if string {
+                self.a.test(rax, rax)?;
+                self.a.jz(done)?;
+            }
+            self.a.mov(rdx, weft_abi::key_word_factor(w as usize))?;
+            self.a.imul_2(rax, rdx)?;
+            self.a.add(rcx, rax)?;
+        }
+        self.bind(&mut done)?;
+        self.a.xor(rcx, (8 * words) as i32)
+    }
+
+    /// `str(addr)` into the slot at `dst` (`cap` bytes, NUL-padded): the runtime's
+    /// fault-tolerant copy called from here (it changes rax and rcx only; rdi and
+    /// rsi are saved around it, rdx was saved by the head); a fault is counted.
+    fn read_str(&mut self, dst: weft_ir::Place, addr: Reg, cap: u32) -> R {
+        let at = self.place(dst);
+        let mut o = 0;
+        while o < cap as i32 {
+            self.a.mov(qword_ptr(rsp + at + o), 0)?;
+            o += 8;
+        }
+        let src = self.cell(addr);
+        self.a.mov(rax, src)?;
+        self.a.push(rdi)?;
+        self.a.push(rsi)?;
+        self.a.lea(rdi, qword_ptr(rsp + 16 + at))?;
+        self.a.mov(rsi, rax)?;
+        self.a.mov(edx, cap - 1)?;
+        self.a.mov(rax, self.site.safe_strcpy)?;
+        self.a.call(rax)?;
+        self.a.pop(rsi)?;
+        self.a.pop(rdi)?;
+        let mut ok = self.a.create_label();
+        self.a.bt(rax, 63)?;
+        self.a.jnc(ok)?;
+        self.count_error(weft_ir::ErrorKind::ReadFault as usize)?;
+        self.bind(&mut ok)
+    }
+
+    /// edx = the index of the entry of the key at `[rsp + koff]` in map `map`
+    /// ([`Cx::probe_key`]), inserted by the `MapIndex` helper when it is not
+    /// found; to `full` when the map has no room (the helper counted it).
+    fn index_or_insert(&mut self, map: MapId, koff: i32, full: CodeLabel) -> R {
+        let mut found = self.a.create_label();
+        let mut insert = self.a.create_label();
+        self.probe_key(map, koff, found, insert)?;
         self.bind(&mut insert)?;
-        self.call_map_index(map, koff)?;
+        self.call_map_helper(self.site.map_index, map, koff, HelperArg::Slot)?;
         self.a.test(rax, rax)?;
-        self.a.js(skip)?;
+        self.a.js(full)?;
         self.a.mov(edx, eax)?;
-        self.bind(&mut found)?;
+        self.bind(&mut found)
+    }
+
+    /// rdx = the address of entry edx of map `map` (its header).
+    fn entry_at(&mut self, map: MapId) -> R {
+        let m = self.maps[map.0 as usize];
+        let table = self.table(map);
+        self.a.imul_3(edx, edx, m.entry_size as i32)?;
+        self.a.add(rdx, qword_ptr(table))
+    }
+
+    /// `@m[key] = count()` / `sum(v)` with an 8-byte key: the entry is looked up
+    /// ([`Cx::probe_key`]) and this thread's accumulator of it added to. A key not
+    /// found is inserted by the `MapIndex` helper.
+    fn keyed_agg(&mut self, map: MapId, key: weft_ir::Place, op: AggOp) -> Result<(), JitError> {
+        let m = self.maps[map.0 as usize];
+        let acc = (self.site.thread_agg_off + m.agg_off) as i32;
+        let koff = self.place(key);
+        let mut skip = self.a.create_label();
+        self.index_or_insert(map, koff, skip)?;
         self.a.imul_3(edx, edx, m.value_size as i32)?;
         match op {
             AggOp::Count => self.a.add(qword_ptr(r11 + rdx + acc), 1)?,
@@ -393,10 +556,116 @@ impl<'a> Cx<'a> {
         Ok(())
     }
 
-    /// rax = `MapIndex(shm, map, &key, slot)`. The head saved rax, rcx, rdx and the
-    /// flags; the other registers a call may change (rsi, rdi, r8-r11, xmm0-15) are
-    /// saved here, on a 16-aligned stack.
-    fn call_map_index(&mut self, map: MapId, koff: i32) -> R {
+    /// Where this thread's entry of map `map` is, from its slot (r11), when the map
+    /// is thread-keyed (`MapLayout::thread_keyed`: its key is always the thread's
+    /// id, so the entry is `[present, value]` in the thread's own slot).
+    fn own_entry(&self, map: MapId) -> Option<i32> {
+        let m = self.maps[map.0 as usize];
+        m.thread_keyed
+            .then(|| (self.site.thread_agg_off + m.agg_off) as i32)
+    }
+
+    /// `dst = @m[key]` of a plain map of 8-byte values (0 when the key is absent).
+    fn plain_load(&mut self, map: MapId, key: weft_ir::Place, dst: Option<Reg>) -> R {
+        if let Some(acc) = self.own_entry(map) {
+            self.a.mov(rax, qword_ptr(r11 + acc + 8))?;
+            return match dst {
+                Some(d) => self.store(d, rax),
+                None => Ok(()),
+            };
+        }
+        let (_, voff, _) = entry_layout(8, 8);
+        let koff = self.place(key);
+        let mut found = self.a.create_label();
+        let mut absent = self.a.create_label();
+        let mut done = self.a.create_label();
+        self.probe_key(map, koff, found, absent)?;
+        self.call_map_helper(self.site.map_key, map, koff, HelperArg::Op(MAP_KEY_FIND))?;
+        self.a.test(rax, rax)?;
+        self.a.js(absent)?;
+        self.a.mov(edx, eax)?;
+        self.bind(&mut found)?;
+        self.entry_at(map)?;
+        self.a.mov(rax, qword_ptr(rdx + voff as i32))?;
+        self.a.jmp(done)?;
+        self.bind(&mut absent)?;
+        self.a.xor(eax, eax)?;
+        self.bind(&mut done)?;
+        match dst {
+            Some(d) => self.store(d, rax),
+            None => Ok(()),
+        }
+    }
+
+    /// `@m[key] = src` of a plain map of 8-byte values; a new key is inserted by
+    /// the `MapIndex` helper (which counts a full map).
+    fn plain_store(&mut self, map: MapId, key: weft_ir::Place, src: Reg) -> R {
+        if let Some(acc) = self.own_entry(map) {
+            self.load(rax, src)?;
+            self.a.mov(qword_ptr(r11 + acc + 8), rax)?;
+            return self.a.mov(qword_ptr(r11 + acc), 1);
+        }
+        let (_, voff, _) = entry_layout(8, 8);
+        let koff = self.place(key);
+        let mut skip = self.a.create_label();
+        self.index_or_insert(map, koff, skip)?;
+        self.entry_at(map)?;
+        self.load(rax, src)?;
+        self.a.mov(qword_ptr(rdx + voff as i32), rax)?;
+        self.bind(&mut skip)
+    }
+
+    /// `delete(@m[key])` of a plain map of 8-byte values, as `weft_runtime::map::
+    /// delete` does it: the live entry becomes a tombstone (compare-and-swap, so
+    /// one of two deleters wins), the map's count drops, the value is zeroed.
+    /// `dst` = 1 when this deleted it.
+    fn plain_delete(&mut self, map: MapId, key: weft_ir::Place, dst: Option<Reg>) -> R {
+        if let Some(acc) = self.own_entry(map) {
+            self.a.mov(rax, qword_ptr(r11 + acc))?;
+            self.a.mov(qword_ptr(r11 + acc), 0)?;
+            self.a.mov(qword_ptr(r11 + acc + 8), 0)?;
+            return match dst {
+                Some(d) => self.store(d, rax),
+                None => Ok(()),
+            };
+        }
+        let (_, voff, _) = entry_layout(8, 8);
+        let koff = self.place(key);
+        let count = self.site.shm_base
+            + self.site.maps_off
+            + u64::from(map.0) * core::mem::size_of::<MapDesc>() as u64
+            + core::mem::offset_of!(MapDesc, count) as u64;
+        let mut found = self.a.create_label();
+        let mut absent = self.a.create_label();
+        let mut done = self.a.create_label();
+        self.probe_key(map, koff, found, absent)?;
+        self.call_map_helper(self.site.map_key, map, koff, HelperArg::Op(MAP_KEY_DELETE))?;
+        self.a.jmp(done)?;
+        self.bind(&mut found)?;
+        self.entry_at(map)?;
+        self.a.mov(eax, ENTRY_LIVE)?;
+        self.a.mov(ecx, ENTRY_DELETED)?;
+        self.a.lock().cmpxchg(dword_ptr(rdx), ecx)?;
+        self.a.jne(absent)?;
+        self.a.mov(qword_ptr(rdx + voff as i32), 0)?;
+        self.a.mov(rcx, count)?;
+        self.a.lock().dec(dword_ptr(rcx))?;
+        self.a.mov(eax, 1)?;
+        self.a.jmp(done)?;
+        self.bind(&mut absent)?;
+        self.a.xor(eax, eax)?;
+        self.bind(&mut done)?;
+        match dst {
+            Some(d) => self.store(d, rax),
+            None => Ok(()),
+        }
+    }
+
+    /// rax = `helper(shm, map, &key, arg)` (`MapIndex`: arg = this thread's slot;
+    /// `MapKey`: an operation). The head saved rax, rcx, rdx and the flags; the
+    /// other registers a call may change (rsi, rdi, r8-r11, xmm0-15) are saved
+    /// here, on a 16-aligned stack.
+    fn call_map_helper(&mut self, helper: u64, map: MapId, koff: i32, arg: HelperArg) -> R {
         const PUSHED: i32 = 7 * 8;
         for r in [rsi, rdi, r8, r9, r10, r11, rbx] {
             self.a.push(r)?;
@@ -410,8 +679,11 @@ impl<'a> Cx<'a> {
         self.a.mov(rdi, self.site.shm_base)?;
         self.a.mov(esi, map.0)?;
         self.a.lea(rdx, qword_ptr(rbx + PUSHED + koff))?;
-        self.a.mov(rcx, r11)?;
-        self.a.mov(rax, self.site.map_index)?;
+        match arg {
+            HelperArg::Slot => self.a.mov(rcx, r11)?,
+            HelperArg::Op(op) => self.a.mov(ecx, op as u32)?,
+        }
+        self.a.mov(rax, helper)?;
         self.a.call(rax)?;
         for (i, x) in crate::trampoline::xmms().into_iter().enumerate() {
             self.a.movdqu(x, xmmword_ptr(rsp + 16 * i as i32))?;
@@ -422,6 +694,154 @@ impl<'a> Cx<'a> {
         }
         Ok(())
     }
+
+    /// rax = `nsecs`, read from the TSC through the segment's clock (a seqlock:
+    /// read again while weft is setting it). Clobbers rcx and rdx.
+    fn tsc_nsecs(&mut self) -> R {
+        let clock = self.site.shm_base + core::mem::offset_of!(ShmHeader, clock) as u64;
+        let seq = core::mem::offset_of!(TscClock, seq) as i32;
+        let mult = core::mem::offset_of!(TscClock, mult) as i32;
+        let base_tsc = core::mem::offset_of!(TscClock, base_tsc) as i32;
+        let base_ns = core::mem::offset_of!(TscClock, base_ns) as i32;
+        let mut retry = self.a.create_label();
+        let mut spin = self.a.create_label();
+        let mut done = self.a.create_label();
+        self.a.mov(rcx, clock)?;
+        self.bind(&mut retry)?;
+        self.a.mov(rax, qword_ptr(rcx + seq))?;
+        self.a.test(al, 1)?;
+        self.a.jnz(spin)?;
+        self.a.push(rax)?;
+        self.a.rdtsc()?;
+        self.a.shl(rdx, 32)?;
+        self.a.or(rax, rdx)?;
+        self.a.sub(rax, qword_ptr(rcx + base_tsc))?;
+        self.a.imul(qword_ptr(rcx + mult))?;
+        self.a.shrd(rax, rdx, TSC_SHIFT)?;
+        self.a.add(rax, qword_ptr(rcx + base_ns))?;
+        self.a.pop(rdx)?;
+        self.a.cmp(rdx, qword_ptr(rcx + seq))?;
+        self.a.je(done)?;
+        self.bind(&mut spin)?;
+        self.a.pause()?;
+        self.a.jmp(retry)?;
+        self.bind(&mut done)
+    }
+
+    /// An event written straight into this thread's ring, as `weft_runtime::ring::
+    /// produce` writes it (r11 = the thread's slot): a pad record first when the
+    /// record would cross the ring's end; when the ring is full, a wait of up to
+    /// `ShmHeader::ring_wait_spins` for weft to make room (unless this thread's
+    /// last wait timed out), then the event is dropped and counted.
+    fn emit(&mut self, kind: weft_ir::EventKind, payload: Option<weft_ir::Place>, len: u32) -> R {
+        use weft_ir::EventKind;
+        let (k, id, args) = match kind {
+            EventKind::FuncEntry => (EVENT_FUNC_ENTRY, self.site.site_index, 0u64),
+            EventKind::FuncExit => (EVENT_FUNC_EXIT, self.site.site_index, 0),
+            other => other.record().expect("every other event is the program's"),
+        };
+        let size = self.site.ring_size;
+        let rec = u64::from(round8(EVENT_HEADER_SIZE + len));
+        let ring = self.site.ring_off as i32;
+        let slot = |f: usize| (f) as i32;
+        let head = slot(core::mem::offset_of!(ThreadSlot, ring_head));
+        let tail = slot(core::mem::offset_of!(ThreadSlot, ring_tail));
+        let produced = slot(core::mem::offset_of!(ThreadSlot, events_produced));
+        let lost_at = slot(core::mem::offset_of!(ThreadSlot, events_lost));
+        let stalled = slot(core::mem::offset_of!(ThreadSlot, ring_stalled));
+        let wait = self.site.shm_base + core::mem::offset_of!(ShmHeader, ring_wait_spins) as u64;
+        if kind == EventKind::Exit {
+            let flag = self.site.shm_base + core::mem::offset_of!(ShmHeader, exit_requested) as u64;
+            self.a.mov(rax, flag)?;
+            self.a.mov(dword_ptr(rax), 1)?;
+        }
+        // [rsp] spins waited, [rsp+8] the time, [rsp+16] the arguments word; the
+        // body's cells are 24 bytes further.
+        if kind == EventKind::FuncExit {
+            let m = self.at(self.fr.rax());
+            self.a.push(m)?;
+        } else {
+            self.a.mov(rax, args)?;
+            self.a.push(rax)?;
+        }
+        self.tsc_nsecs()?;
+        self.a.push(rax)?;
+        self.a.push(0)?;
+        self.a.add(qword_ptr(r11 + produced), 1)?;
+        let mut retry = self.a.create_label();
+        let mut nopad = self.a.create_label();
+        let mut write = self.a.create_label();
+        let mut full = self.a.create_label();
+        let mut lost = self.a.create_label();
+        let mut count = self.a.create_label();
+        let mut done = self.a.create_label();
+        self.bind(&mut retry)?;
+        self.a.mov(rcx, qword_ptr(r11 + head))?;
+        self.a.mov(rdx, rcx)?;
+        self.a.and(rdx, (size - 1) as i32)?;
+        // rax = the pad before the record (0 when it fits before the end).
+        self.a.xor(eax, eax)?;
+        self.a.cmp(rdx, (size - rec) as i32)?;
+        self.a.jbe(nopad)?;
+        self.a.mov(rax, size)?;
+        self.a.sub(rax, rdx)?;
+        self.bind(&mut nopad)?;
+        // Room when head + pad - tail <= size - len.
+        self.a.add(rax, rcx)?;
+        self.a.sub(rax, qword_ptr(r11 + tail))?;
+        self.a.cmp(rax, (size - rec) as i32)?;
+        self.a.ja(full)?;
+        self.a.cmp(rdx, (size - rec) as i32)?;
+        self.a.jbe(write)?;
+        self.a.mov(rax, size)?;
+        self.a.sub(rax, rdx)?;
+        // A pad record: its length, kind EVENT_PAD (0).
+        self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
+        self.a.add(rcx, rax)?;
+        self.a.xor(edx, edx)?;
+        self.bind(&mut write)?;
+        self.a.mov(rax, rec | (u64::from(k) << 32))?;
+        self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
+        self.a.mov(rax, u64::from(id) | (u64::from(len) << 32))?;
+        self.a.mov(qword_ptr(r11 + rdx + ring + 8), rax)?;
+        self.a.mov(rax, qword_ptr(rsp + 16))?;
+        self.a.mov(qword_ptr(r11 + rdx + ring + 16), rax)?;
+        self.a.mov(rax, qword_ptr(rsp + 8))?;
+        self.a.mov(qword_ptr(r11 + rdx + ring + 24), rax)?;
+        if let Some(p) = payload {
+            let at = self.place(p) + 24;
+            let mut o = 0;
+            while o < len as i32 {
+                self.a.mov(rax, qword_ptr(rsp + at + o))?;
+                self.a.mov(qword_ptr(r11 + rdx + ring + 32 + o), rax)?;
+                o += 8;
+            }
+        }
+        self.a.add(rcx, rec as i32)?;
+        self.a.mov(qword_ptr(r11 + head), rcx)?;
+        self.a.jmp(done)?;
+        self.bind(&mut full)?;
+        self.a.mov(rax, wait)?;
+        self.a.mov(rax, qword_ptr(rax))?;
+        self.a.cmp(qword_ptr(rsp), rax)?;
+        self.a.jae(lost)?;
+        self.a.cmp(qword_ptr(r11 + stalled), 0)?;
+        self.a.jne(count)?;
+        self.a.add(qword_ptr(rsp), 1)?;
+        self.a.pause()?;
+        self.a.jmp(retry)?;
+        self.bind(&mut lost)?;
+        // A wait that ran out: weft is not draining; drop at once from now on.
+        self.a.cmp(qword_ptr(rsp), 0)?;
+        self.a.je(count)?;
+        self.a.mov(qword_ptr(r11 + stalled), 1)?;
+        self.bind(&mut count)?;
+        self.a.add(qword_ptr(r11 + lost_at), 1)?;
+        self.bind(&mut done)?;
+        self.a.add(rsp, 24)?;
+        Ok(())
+    }
+
     fn at(&self, off: i32) -> AsmMemoryOperand {
         qword_ptr(rsp + off)
     }
@@ -541,6 +961,7 @@ impl<'a> Cx<'a> {
                 None => self.a.xor(eax, eax),
             },
             CtxValue::FuncAddr => self.a.mov(rax, self.site.func),
+            CtxValue::Nsecs => self.tsc_nsecs(),
             CtxValue::ProbeId => self.a.mov(eax, self.probe),
             CtxValue::Tid | CtxValue::Pid => {
                 let m = self.at(self.fr.tstate());
@@ -699,6 +1120,20 @@ impl<'a> Cx<'a> {
         let code = &b.f.code;
         let mut k = 0;
         while k < code.len() {
+            // `@m = sum(K - __weft_thread(@m))` (a sequence's next step, cflow's
+            // counters reset): this thread's own accumulator becomes K, a store.
+            if let Some((map, value)) = set_own_sum(code, k) {
+                let m = self.maps[map.0 as usize];
+                let acc = (self.site.thread_agg_off + m.agg_off) as i32;
+                if i32::try_from(value).is_ok() {
+                    self.a.mov(qword_ptr(r11 + acc), value as i32)?;
+                } else {
+                    self.a.mov(rax, value as u64)?;
+                    self.a.mov(qword_ptr(r11 + acc), rax)?;
+                }
+                k += 4;
+                continue;
+            }
             // A comparison whose result a branch tests next: the branch follows the
             // comparison's flags (the result is still stored, for any other reader).
             if let (
@@ -814,6 +1249,57 @@ impl<'a> Cx<'a> {
                 key: Some(k),
                 op,
             } => self.keyed_agg(*map, *k, *op)?,
+            Inst::MapLoad {
+                map,
+                key: Some(k),
+                dst_reg,
+                ..
+            } => self.plain_load(*map, *k, *dst_reg)?,
+            Inst::MapStore {
+                map,
+                key: Some(k),
+                src_reg: Some(src),
+                ..
+            } => self.plain_store(*map, *k, *src)?,
+            Inst::MapDelete {
+                map,
+                key: Some(k),
+                dst,
+            } => self.plain_delete(*map, *k, *dst)?,
+            Inst::Emit { kind, payload, len } => self.emit(*kind, *payload, *len)?,
+            Inst::ReadStr {
+                dst,
+                addr,
+                max: None,
+                cap,
+            } => self.read_str(*dst, *addr, *cap)?,
+            Inst::Comm { dst, .. } | Inst::PComm { dst, .. } => {
+                // The slot holds them NUL-padded (the thread's name when it took
+                // the slot, the process's when the session reached it).
+                let from = match i {
+                    Inst::Comm { .. } => core::mem::offset_of!(ThreadSlot, comm),
+                    _ => core::mem::offset_of!(ThreadSlot, pcomm),
+                } as i32;
+                let at = self.place(*dst);
+                for o in [0, 8] {
+                    self.a.mov(rax, qword_ptr(r11 + from + o))?;
+                    self.a.mov(qword_ptr(rsp + at + o), rax)?;
+                }
+            }
+            Inst::Copy { dst, src, len } => {
+                let (d, s) = (self.place(*dst), self.place(*src));
+                let mut o = 0;
+                while o + 8 <= *len as i32 {
+                    self.a.mov(rax, qword_ptr(rsp + s + o))?;
+                    self.a.mov(qword_ptr(rsp + d + o), rax)?;
+                    o += 8;
+                }
+                while o < *len as i32 {
+                    self.a.mov(al, byte_ptr(rsp + s + o))?;
+                    self.a.mov(byte_ptr(rsp + d + o), al)?;
+                    o += 1;
+                }
+            }
             Inst::Zero { place, len } => {
                 let at = self.place(*place);
                 let mut o = 0;
@@ -909,16 +1395,40 @@ fn emit_tables(g: &mut Cx<'_>, maps: &[MapLayout], shm_base: u64) -> R {
 
 /// `weft_abi::key_hash` of an 8-byte key `w`, before its final mix, is
 /// `((L0 ^ 8 << 56 ^ w) * K) ^ C`: the two constants.
-fn key8_hash_constants() -> (u64, u64) {
-    const LANES: [u64; 4] = [
-        0x243F_6A88_85A3_08D3,
-        0x1319_8A2E_0370_7344,
-        0xA409_3822_299F_31D0,
-        0x082E_FA98_EC4E_6C89,
-    ];
-    let c0 = LANES[0] ^ (8u64 << 56);
-    let cmix = LANES[1].rotate_left(17) ^ LANES[2].rotate_left(31) ^ LANES[3].rotate_left(47) ^ 8;
-    (c0, cmix)
+/// At `code[k..k + 4]`: `Const { a, K }`, `ThreadSum { b, m }`, `Binary { Sub, c,
+/// a, b }`, `MapAgg { m, None, Sum(c) }`, with `a`, `b` and `c` read nowhere else,
+/// and `m` a keyless sum: adding `K - own` to this thread's own accumulator of `m`
+/// (which only this thread writes) sets it to `K`. Returns `m` and `K`.
+fn set_own_sum(code: &[Inst], k: usize) -> Option<(MapId, i64)> {
+    let [Inst::Const { dst: a, value }, Inst::ThreadSum { dst: b, map }, Inst::Binary {
+        op: BinOp::Sub,
+        dst: c,
+        a: a2,
+        b: b2,
+    }, Inst::MapAgg {
+        map: m2,
+        key: None,
+        op: AggOp::Sum(c2),
+    }] = code.get(k..k + 4)?
+    else {
+        return None;
+    };
+    if a != a2 || b != b2 || c != c2 || map != m2 {
+        return None;
+    }
+    // The three registers are this pattern's own: no other instruction mentions
+    // them (the lowering gives each expression fresh registers).
+    let mentions = |r: Reg| {
+        let pat = format!("Reg({})", r.0);
+        code.iter()
+            .enumerate()
+            .filter(|(i, _)| !(k..k + 4).contains(i))
+            .any(|(_, inst)| format!("{inst:?}").contains(&pat))
+    };
+    if mentions(*a) || mentions(*b) || mentions(*c) {
+        return None;
+    }
+    Some((*map, *value))
 }
 
 /// A comparison: [`Cx::binary`] ends it with `cmp`, then only `setcc`, `movzx`

@@ -35,8 +35,8 @@ use iced_x86::code_asm::*;
 use weft_abi::{
     AGENT_THREAD_NEST_OFF, AGENT_THREAD_SLOT_OFF, AROUND_OFF, AROUND_ORIG_OFF,
     AROUND_PROCEEDED_OFF, AROUND_RAX_OFF, AROUND_RDX_OFF, AROUND_SIZE, AROUND_TAKEN_OFF,
-    AROUND_XMM0_OFF, AROUND_XMM1_OFF, FRAME_FUNC_OFF, FRAME_PROBE_OFF, FRAME_SHM_OFF,
-    FRAME_SITE_OFF, FRAME_SIZE, FRAME_THREAD_OFF, FRAME_TSTATE_OFF, HEAD_XMM_OFF,
+    AROUND_XMM0_OFF, AROUND_XMM1_OFF, DATA_NEW_OFF, DATA_OLD_OFF, FRAME_FUNC_OFF, FRAME_PROBE_OFF,
+    FRAME_SHM_OFF, FRAME_SITE_OFF, FRAME_SIZE, FRAME_THREAD_OFF, FRAME_TSTATE_OFF, HEAD_XMM_OFF,
 };
 
 use crate::JitError;
@@ -71,7 +71,35 @@ pub struct EntryTrampoline {
     /// A return site (the head runs just before a `ret`): `regs.rip` is the return
     /// address, where the thread goes next, as a return probe reports it.
     pub return_site: bool,
+    /// An access site (a data pointcut by instruction rewriting): the head follows
+    /// `weft_x86::access_middle` (see `weft_x86::access`), not a jump.
+    pub data: Option<DataHead>,
 }
+
+/// The head of an access site. Its entry stack, above the saved flags and rax it
+/// pushes itself: `new`, `rax` again, `old`, `rax` before the access, the skipped red
+/// zone, then the site's stack. The advice finds `old` and `new` after its frame
+/// (`weft_abi::DATA_OLD_OFF`, `DATA_NEW_OFF`; the word at `DATA_OLD_OFF` is the
+/// head's saved-stack pointer otherwise, kept in the around state meanwhile, which
+/// an access site never uses).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DataHead {
+    /// The watched bytes' address (where a changed `new` is written).
+    pub var: u64,
+    /// How many bytes `new` covers when written back (1, 2, 4 or 8).
+    pub size: u32,
+    /// After the advice, write `new` to the variable if the advice changed it (`new =
+    /// EXPR` under `--unsafe`).
+    pub write_back: bool,
+}
+
+/// Where the head's stack above its frame starts, relative to its saved-flags
+/// pointer P, for an access site: P+16 `new`, P+32 `old`.
+const DATA_NEW_AT: i32 = 16;
+const DATA_OLD_AT: i32 = 32;
+/// Site `rsp` = P + this at an access site (flags and rax, the four words of the
+/// access code, the red zone).
+const DATA_EXTRA: i32 = 16 + 32 + 128;
 
 const OFF_P: i32 = FRAME_SIZE as i32;
 const OFF_XMM: i32 = HEAD_XMM_OFF as i32;
@@ -80,6 +108,9 @@ const OFF_XMM: i32 = HEAD_XMM_OFF as i32;
 /// state of an around advice.
 const AREA: i32 = ((AROUND_OFF + AROUND_SIZE) as i32 + 15) & !15;
 const _: () = assert!(HEAD_XMM_OFF == FRAME_SIZE + 16);
+/// An access site's P while the advice runs (the around state is free there).
+const DATA_P_SAVE: i32 = AROUND_RAX_OFF as i32;
+const _: () = assert!(DATA_OLD_OFF == FRAME_SIZE && DATA_NEW_OFF == FRAME_SIZE + 8);
 
 fn reg_off(i: usize) -> i32 {
     (i * 8) as i32
@@ -138,6 +169,7 @@ pub fn entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
         thread_attach: t.thread_attach,
         unconditional: t.unconditional,
         return_site: t.return_site,
+        data: t.data.map(|d| (d.size, d.write_back)),
     };
     let cached = TEMPLATES.with(|c| c.borrow().get(&shape).cloned());
     let template = match cached {
@@ -165,6 +197,8 @@ struct Shape {
     thread_attach: u64,
     unconditional: bool,
     return_site: bool,
+    /// An access site: the size written back and whether it is.
+    data: Option<(u32, bool)>,
 }
 
 /// Byte offsets of the per-site constants in an assembled head.
@@ -178,6 +212,8 @@ struct Template {
     calls: Vec<(usize, usize)>,
     /// (advice imm64, probe imm32) of the around advice.
     around: Option<(usize, usize)>,
+    /// The variable's address (imm64), at an access site that writes back.
+    var: Option<usize>,
 }
 
 const S_SITE: u64 = 0x5EED_5EED_0000_0001;
@@ -187,6 +223,7 @@ const S_INDEX: u32 = 0x5EED_0001;
 const S_PROBE: u32 = 0x5EED_0100;
 const S_AROUND: u64 = 0x5EED_5EED_0000_0200;
 const S_AROUND_PROBE: u32 = 0x5EED_0200;
+const S_VAR: u64 = 0x5EED_5EED_0000_0400;
 
 thread_local! {
     static TEMPLATES: std::cell::RefCell<std::collections::HashMap<Shape, Option<Template>>> =
@@ -220,6 +257,11 @@ impl Template {
             thread_attach: shape.thread_attach,
             unconditional: shape.unconditional,
             return_site: shape.return_site,
+            data: shape.data.map(|(size, write_back)| DataHead {
+                var: S_VAR,
+                size,
+                write_back,
+            }),
         };
         let bytes = assemble_entry_head(&spec)?;
         let q = |v: u64| find_once(&bytes, &v.to_le_bytes());
@@ -244,6 +286,13 @@ impl Template {
                 Some((a, p))
             }
         };
+        let var = match shape.data {
+            Some((_, true)) => match q(S_VAR) {
+                Some(v) => Some(v),
+                None => return Ok(None),
+            },
+            _ => None,
+        };
         Ok(Some(Template {
             bytes,
             site_addr,
@@ -251,6 +300,7 @@ impl Template {
             site_index,
             calls,
             around,
+            var,
         }))
     }
 
@@ -268,6 +318,9 @@ impl Template {
             put(a, &advice.to_le_bytes());
             put(p, &probe.to_le_bytes());
         }
+        if let (Some(v), Some(d)) = (self.var, t.data) {
+            put(v, &d.var.to_le_bytes());
+        }
         b
     }
 }
@@ -279,6 +332,13 @@ pub fn assemble_entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
             "around advice needs a function's entry".into(),
         ));
     }
+    if t.data.is_some() && (t.around.is_some() || t.hijack.is_some() || t.unconditional) {
+        return Err(JitError::BadProgram(
+            "an access site has only data advice".into(),
+        ));
+    }
+    // The red zone is skipped by the access code before an access site's head.
+    let skip_red_zone = !t.at_entry && t.data.is_none();
     let mut a = CodeAssembler::new(64)?;
     let mut start = a.create_label();
     let mut have = a.create_label();
@@ -286,9 +346,15 @@ pub fn assemble_entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
     let mut skip = a.create_label();
     // P points at the saved flags word; the saved rax is above it, then the site's
     // stack (past the red zone off function entry).
-    let extra = if t.at_entry { 16 } else { 16 + 128 };
+    let extra = if t.data.is_some() {
+        DATA_EXTRA
+    } else if t.at_entry {
+        16
+    } else {
+        16 + 128
+    };
     a.set_label(&mut start)?;
-    if !t.at_entry {
+    if skip_red_zone {
         a.lea(rsp, qword_ptr(rsp - 128))?;
     }
     save_flags(&mut a)?;
@@ -349,11 +415,40 @@ pub fn assemble_entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
     a.mov(rax, t.func)?;
     a.mov(qword_ptr(rsp + FRAME_FUNC_OFF as i32), rax)?;
     a.mov(qword_ptr(rsp + FRAME_SITE_OFF as i32), t.site_index as i32)?;
+    if t.data.is_some() {
+        // P moves to the around state while old and new sit after the frame.
+        a.mov(rax, qword_ptr(rsp + OFF_P))?;
+        a.mov(qword_ptr(rsp + DATA_P_SAVE), rax)?;
+        a.mov(rcx, qword_ptr(rax + DATA_OLD_AT))?;
+        a.mov(qword_ptr(rsp + DATA_OLD_OFF as i32), rcx)?;
+        a.mov(rcx, qword_ptr(rax + DATA_NEW_AT))?;
+        a.mov(qword_ptr(rsp + DATA_NEW_OFF as i32), rcx)?;
+    }
     for &(advice, probe) in &t.calls {
         a.mov(qword_ptr(rsp + FRAME_PROBE_OFF as i32), probe as i32)?;
         a.mov(rdi, rsp)?;
         a.mov(rax, advice)?;
         a.call(rax)?;
+    }
+    if let Some(d) = t.data {
+        a.mov(rax, qword_ptr(rsp + DATA_P_SAVE))?;
+        if d.write_back {
+            // `new = EXPR`: the variable takes the advice's value when it differs
+            // from what the access wrote.
+            let mut same = a.create_label();
+            a.mov(rcx, qword_ptr(rsp + DATA_NEW_OFF as i32))?;
+            a.cmp(rcx, qword_ptr(rax + DATA_NEW_AT))?;
+            a.je(same)?;
+            a.mov(rdx, d.var)?;
+            match d.size {
+                1 => a.mov(byte_ptr(rdx), cl)?,
+                2 => a.mov(word_ptr(rdx), cx)?,
+                4 => a.mov(dword_ptr(rdx), ecx)?,
+                _ => a.mov(qword_ptr(rdx), rcx)?,
+            }
+            a.set_label(&mut same)?;
+        }
+        a.mov(qword_ptr(rsp + OFF_P), rax)?;
     }
     if let Some(h) = t.hijack {
         a.mov(rdi, rsp)?;
@@ -409,7 +504,7 @@ pub fn assemble_entry_head(t: &EntryTrampoline) -> Result<Vec<u8>, JitError> {
     a.jmp(have)?;
     a.set_label(&mut skip)?;
     restore_all(&mut a)?;
-    if !t.at_entry {
+    if skip_red_zone {
         a.lea(rsp, qword_ptr(rsp + 128))?;
     }
     let mut bytes = a.assemble(0)?;

@@ -72,6 +72,8 @@ impl Exec {
                 agg_off: *a,
                 hist_k: s.hist_k,
                 signed: s.signed,
+                thread_keyed: false,
+                string_key: false,
             })
             .collect();
         let mut tstate: Box<AgentThread> = Box::new(unsafe { std::mem::zeroed() });

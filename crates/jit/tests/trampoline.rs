@@ -117,6 +117,8 @@ fn patched_function_runs_advice_and_keeps_its_result() {
             agg_off: *a,
             hist_k: 0,
             signed: s.signed,
+            thread_keyed: false,
+            string_key: false,
         })
         .collect();
     let helpers = weft_runtime::helpers::helper_table();
@@ -167,6 +169,7 @@ fn patched_function_runs_advice_and_keeps_its_result() {
         thread_attach: attach as *const () as u64,
         unconditional: false,
         return_site: false,
+        data: None,
     })
     .unwrap();
     let reloc = weft_x86::relocate(&plan, tramp_addr + head.len() as u64, true).unwrap();
@@ -248,6 +251,7 @@ fn templated_heads_equal_directly_assembled_ones() {
                         thread_attach: 0x7f55_0000_0000,
                         unconditional: false,
                         return_site: false,
+                        data: None,
                     };
                     let a = entry_head(&t).unwrap();
                     let b = weft_jit::trampoline::assemble_entry_head(&t).unwrap();
@@ -263,6 +267,41 @@ fn templated_heads_equal_directly_assembled_ones() {
                         "only the site address byte changed"
                     );
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn templated_access_heads_equal_directly_assembled_ones() {
+    for size in [1u32, 2, 4, 8] {
+        for write_back in [false, true] {
+            for (site, var) in [
+                (0x401000u64, 0x404010u64),
+                (0x5555_5555_1234, 0x5555_5556_0008),
+            ] {
+                let t = EntryTrampoline {
+                    site_addr: site,
+                    func: site - 4,
+                    site_index: 5,
+                    calls: vec![(0x7f11_2233_0000, 9)],
+                    hijack: None,
+                    around: None,
+                    at_entry: false,
+                    shm_base: 0x7fee_0000_0000,
+                    tls_offset: -200,
+                    thread_attach: 0x7f55_0000_0000,
+                    unconditional: false,
+                    return_site: false,
+                    data: Some(weft_jit::trampoline::DataHead {
+                        var,
+                        size,
+                        write_back,
+                    }),
+                };
+                let a = entry_head(&t).unwrap();
+                let b = weft_jit::trampoline::assemble_entry_head(&t).unwrap();
+                assert_eq!(a, b, "template instance differs from a direct assembly");
             }
         }
     }

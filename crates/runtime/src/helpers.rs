@@ -178,12 +178,20 @@ fn copy_cstr(out: &mut [u8], src: &[u8]) {
     out[n..].fill(0);
 }
 
-pub unsafe extern "C" fn weft_h_nsecs() -> u64 {
-    crate::clock::monotonic_ns()
+pub unsafe extern "C" fn weft_h_nsecs(f: *mut Frame) -> u64 {
+    crate::clock::now(shm(frame(f)).header())
 }
 
 pub unsafe extern "C" fn weft_h_realtime_nsecs() -> u64 {
     crate::clock::realtime_ns()
+}
+
+pub unsafe extern "C" fn weft_h_thread_cputime() -> u64 {
+    crate::clock::thread_cputime_ns()
+}
+
+pub unsafe extern "C" fn weft_h_thread_rusage(which: u64) -> u64 {
+    crate::clock::thread_rusage(which)
 }
 
 pub unsafe extern "C" fn weft_h_cpu() -> u64 {
@@ -343,6 +351,16 @@ pub unsafe extern "C" fn weft_h_map_insert(f: *mut Frame, id: u64, key: *const u
 
 /// Read a value: plain maps copy `value_size` bytes to `dst` (if not null) and return
 /// the first 8 bytes zero-extended; aggregations return the merged scalar.
+/// The aggregation area of the calling thread's slot when `key` is that thread's
+/// own entry of a thread-keyed map (`MAP_FLAG_THREAD_KEYED`).
+fn own_entry(fr: &Frame, d: &weft_abi::MapDesc, key: *const u8) -> Option<*mut ThreadSlot> {
+    if !map::thread_keyed(d) || fr.thread.is_null() {
+        return None;
+    }
+    let k = u64::from_le_bytes(key_slice(d, key).try_into().ok()?);
+    (k == u64::from(slot(fr).tid)).then_some(fr.thread)
+}
+
 pub unsafe extern "C" fn weft_h_map_load(
     f: *mut Frame,
     id: u64,
@@ -351,6 +369,14 @@ pub unsafe extern "C" fn weft_h_map_load(
 ) -> u64 {
     let s = shm(frame(f));
     let Some(d) = desc(&s, id) else { return 0 };
+    if let Some(area) = own_entry(frame(f), d, key) {
+        let (_, v) = map::thread_entry(&s, d, area);
+        if !dst.is_null() {
+            // SAFETY: dst is a frame slot of the value's 8 bytes.
+            unsafe { (dst as *mut u64).write_unaligned(v) };
+        }
+        return v;
+    }
     let found = map::find(&s, d, key_slice(d, key));
     load_value(&s, d, found, dst)
 }
@@ -400,6 +426,16 @@ pub unsafe extern "C" fn weft_h_map_store(
     let fr = frame(f);
     let s = shm(fr);
     let Some(d) = desc(&s, id) else { return };
+    if let Some(area) = own_entry(fr, d, key) {
+        let v = if src.is_null() {
+            value
+        } else {
+            // SAFETY: src holds the value's 8 bytes.
+            unsafe { (src as *const u64).read_unaligned() }
+        };
+        map::set_thread_entry(&s, d, area, Some(v));
+        return;
+    }
     let Some(i) = map::insert(&s, d, key_slice(d, key)).index() else {
         count_error_in(slot(fr), ERR_MAP_FULL);
         return;
@@ -457,9 +493,34 @@ pub unsafe extern "C" fn weft_h_map_index(
     }
 }
 
+/// A plain map's key that inline advice did not settle in the slots it looked at
+/// (a long probe chain, an entry being inserted): `op` is `MAP_KEY_FIND` (the live
+/// entry's index, or -1) or `MAP_KEY_DELETE` (1 when an entry was deleted, else 0).
+/// Frameless, like [`weft_h_map_index`].
+pub unsafe extern "C" fn weft_h_map_key(
+    shm_base: *mut u8,
+    id: u64,
+    key: *const u8,
+    op: u64,
+) -> i64 {
+    // SAFETY: inline advice passes the live session's segment.
+    let s = unsafe { Shm::from_base(shm_base) };
+    let Some(d) = desc(&s, id) else { return -1 };
+    let key = key_slice(d, key);
+    match op {
+        weft_abi::MAP_KEY_DELETE => i64::from(map::delete(&s, d, key)),
+        _ => map::find(&s, d, key).map_or(-1, i64::from),
+    }
+}
+
 pub unsafe extern "C" fn weft_h_map_delete(f: *mut Frame, id: u64, key: *const u8) -> u64 {
     let s = shm(frame(f));
     let Some(d) = desc(&s, id) else { return 0 };
+    if let Some(area) = own_entry(frame(f), d, key) {
+        let (present, _) = map::thread_entry(&s, d, area);
+        map::set_thread_entry(&s, d, area, None);
+        return u64::from(present);
+    }
     u64::from(map::delete(&s, d, key_slice(d, key)))
 }
 
@@ -532,8 +593,9 @@ pub unsafe extern "C" fn weft_h_emit(
             kind as u32,
             id as u32,
             (args as u32, (args >> 32) as u32),
-            crate::clock::monotonic_ns(),
+            crate::clock::now(h),
             data,
+            h.ring_wait_spins,
         )
     };
     u64::from(ok)
@@ -633,6 +695,16 @@ pub fn helper_table() -> [u64; HELPER_COUNT] {
         weft_h_realtime_nsecs as *const () as usize,
     );
     set(&mut t, Helper::Cpu, weft_h_cpu as *const () as usize);
+    set(
+        &mut t,
+        Helper::ThreadCpuTime,
+        weft_h_thread_cputime as *const () as usize,
+    );
+    set(
+        &mut t,
+        Helper::ThreadRusage,
+        weft_h_thread_rusage as *const () as usize,
+    );
     set(&mut t, Helper::Rand, weft_h_rand as *const () as usize);
     set(&mut t, Helper::UStack, weft_h_ustack as *const () as usize);
     set(
@@ -661,6 +733,8 @@ pub fn helper_table() -> [u64; HELPER_COUNT] {
         Helper::MapIndex,
         weft_h_map_index as *const () as usize,
     );
+    set(&mut t, Helper::MapKey, weft_h_map_key as *const () as usize);
+    set(&mut t, Helper::SafeStrcpy, crate::safe::strcpy_routine());
     set(
         &mut t,
         Helper::MapDelete,

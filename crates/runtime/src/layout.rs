@@ -10,8 +10,8 @@
 
 use core::sync::atomic::Ordering;
 use weft_abi::{
-    entry_layout, MapDesc, MapKind, ShmHeader, SiteDesc, FIRST_THREAD_SLOT, RETIRED_SLOT,
-    SHM_MAGIC, THREAD_HEADER_SIZE, THREAD_RETIRED, VERSION,
+    entry_layout, MapDesc, MapKind, ShmHeader, SiteDesc, FIRST_THREAD_SLOT, MAP_FLAG_THREAD_KEYED,
+    RETIRED_SLOT, SHM_MAGIC, THREAD_HEADER_SIZE, THREAD_RETIRED, VERSION,
 };
 
 use crate::shm::Shm;
@@ -87,6 +87,9 @@ impl MapSpec {
         }
     }
 }
+
+/// A thread-keyed map's accumulator in each thread's slot: `[present, value]`.
+pub const THREAD_KEYED_BYTES: u64 = 16;
 
 pub struct LayoutBuilder {
     max_live: u32,
@@ -175,6 +178,9 @@ impl LayoutBuilder {
             let agg_off = agg_total;
             if spec.kind != MapKind::Plain {
                 agg_total += u64::from(spec.value_size) * u64::from(spec.capacity());
+                agg_total = agg_total.div_ceil(64) * 64;
+            } else if spec.flags & MAP_FLAG_THREAD_KEYED != 0 {
+                agg_total += THREAD_KEYED_BYTES;
                 agg_total = agg_total.div_ceil(64) * 64;
             }
             maps.push((*spec, table_off, agg_off, entry_size));

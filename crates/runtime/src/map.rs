@@ -22,6 +22,8 @@ use crate::shm::Shm;
 
 /// Bounded spin on an entry another thread is inserting (it may be stopped).
 const BUSY_SPINS: u32 = 10_000;
+/// Then yields to it, at most this many times.
+const BUSY_YIELDS: u32 = 100_000;
 
 #[inline]
 fn entry_ptr(shm: &Shm, d: &MapDesc, i: u32) -> *mut u8 {
@@ -178,6 +180,22 @@ pub fn insert(shm: &Shm, d: &MapDesc, key: &[u8]) -> Insert {
                 core::hint::spin_loop();
                 st = hd.state.load(Ordering::Acquire);
                 spins += 1;
+            }
+            // Its inserter is descheduled: it may be inserting this very key, so
+            // moving on would put the key in a second entry (and a load would find
+            // the first before its value is written). Yield to it, a bounded while;
+            // if it never publishes (it died there), drop the update, counted.
+            let mut yields = 0;
+            while st == ENTRY_BUSY && yields < BUSY_YIELDS {
+                // SAFETY: sched_yield has no preconditions (the contended path
+                // only: an inserter descheduled between two stores).
+                unsafe { libc::sched_yield() };
+                st = hd.state.load(Ordering::Acquire);
+                yields += 1;
+            }
+            if st == ENTRY_BUSY {
+                d.full_drops.fetch_add(1, Ordering::Relaxed);
+                return Insert::Full;
             }
         }
         match st {
@@ -567,20 +585,31 @@ fn merge_words(shm: &Shm, d: &MapDesc, i: u32, acc: &mut [u64]) {
 
 /// Run `f` (a read or a zeroing of every thread's accumulators) so that no fold of
 /// drained slots into the retired slot overlaps it (`ShmHeader::retire_seq`): it
-/// waits out a fold in progress and runs again if one happened meanwhile. Bounded:
-/// weft stopped in the middle of a fold must not hang advice.
+/// waits out a fold in progress and runs again if one happened meanwhile. A fold
+/// takes microseconds, but weft may be descheduled in the middle of one (a busy
+/// machine): past a short spin, the thread yields to it, as an insert yields to an
+/// inserter. Bounded: weft stopped in the middle of a fold must not hang advice.
 fn across_folds(shm: &Shm, mut f: impl FnMut()) {
     let seq = &shm.header().retire_seq;
-    for _ in 0..10_000 {
+    let mut waits = 0u32;
+    while waits < 10_000 + BUSY_YIELDS {
         let before = seq.load(Ordering::Acquire);
         if before & 1 == 1 {
-            core::hint::spin_loop();
+            waits += 1;
+            if waits < 10_000 {
+                core::hint::spin_loop();
+            } else {
+                // SAFETY: sched_yield has no preconditions (only while weft is in
+                // the middle of a fold: not the hot path).
+                unsafe { libc::sched_yield() };
+            }
             continue;
         }
         f();
         if seq.load(Ordering::Acquire) == before {
             return;
         }
+        waits += 1;
     }
     f();
 }
@@ -606,6 +635,12 @@ pub struct FoldPlan {
 /// What [`fold_into_retired`] does for map `d` now; `None` for a plain map (no
 /// per-thread values).
 pub fn fold_plan(shm: &Shm, d: &MapDesc) -> Option<FoldPlan> {
+    if thread_keyed(d) {
+        return Some(FoldPlan {
+            live: Vec::new(),
+            used: Vec::new(),
+        });
+    }
     if d.kind == MapKind::Plain as u32 {
         return None;
     }
@@ -635,7 +670,19 @@ pub fn fold_plan(shm: &Shm, d: &MapDesc) -> Option<FoldPlan> {
 /// A `delete` or `clear` running in the target between the read of `from` and the
 /// store into the retired slot may see the value survive, as it may for a live
 /// thread's concurrent update.
-pub fn fold_into_retired(shm: &Shm, d: &MapDesc, plan: &FoldPlan, from: *mut ThreadSlot) {
+pub fn fold_into_retired(shm: &Shm, d: &MapDesc, plan: &FoldPlan, from: *mut ThreadSlot, tid: u32) {
+    if thread_keyed(d) {
+        // The ended thread (`tid`)'s entry joins the key table, under its tid.
+        let (present, value) = thread_entry(shm, d, from);
+        if present {
+            if let Some(i) = insert(shm, d, &u64::from(tid).to_le_bytes()).index() {
+                // SAFETY: the live entry's value, 8 bytes (thread-keyed maps hold words).
+                unsafe { (plain_value_ptr(shm, d, i) as *mut u64).write_volatile(value) };
+            }
+        }
+        set_thread_entry(shm, d, from, None);
+        return;
+    }
     let words = (d.value_size / 8) as usize;
     let mut acc = vec![0u64; words];
     let retired = shm.thread_slot(weft_abi::RETIRED_SLOT);
@@ -681,6 +728,31 @@ pub fn merged_scalar(shm: &Shm, d: &MapDesc, i: u32) -> u64 {
         }
         _ => 0,
     }
+}
+
+/// Whether map `d` keeps each thread's entry in the thread's slot
+/// (`MAP_FLAG_THREAD_KEYED`).
+#[inline]
+pub fn thread_keyed(d: &MapDesc) -> bool {
+    d.flags & weft_abi::MAP_FLAG_THREAD_KEYED != 0
+}
+
+/// A thread-keyed map's entry in thread slot `slot`: whether there is one, and its
+/// value.
+pub fn thread_entry(shm: &Shm, d: &MapDesc, slot: *mut ThreadSlot) -> (bool, u64) {
+    let p = accumulator(shm, d, slot, 0);
+    (
+        word(p, 0).load(Ordering::Relaxed) != 0,
+        word(p, 1).load(Ordering::Relaxed),
+    )
+}
+
+/// Set (or with `None` remove) a thread-keyed map's entry in thread slot `slot`
+/// (the calling thread's own, or one no thread owns).
+pub fn set_thread_entry(shm: &Shm, d: &MapDesc, slot: *mut ThreadSlot, value: Option<u64>) {
+    let p = accumulator(shm, d, slot, 0);
+    word(p, 1).store(value.unwrap_or(0), Ordering::Relaxed);
+    word(p, 0).store(u64::from(value.is_some()), Ordering::Relaxed);
 }
 
 /// Live entries in table order (weft side, for printing).

@@ -7,7 +7,10 @@
 use core::sync::atomic::Ordering;
 use weft_abi::{EventHeader, ThreadSlot, EVENT_HEADER_SIZE, EVENT_PAD};
 
-/// Write one event. Returns false (and counts a lost event) when the ring is full.
+/// Write one event. When the ring is full, wait up to `wait` spins for the consumer
+/// to make room (unless this thread's last wait ran out: see
+/// `ThreadSlot::ring_stalled`); returns false (and counts a lost event) when there
+/// is still none.
 ///
 /// # Safety
 /// `slot` is this thread's slot and `ring` its ring of `size` bytes; only this thread
@@ -22,6 +25,7 @@ pub unsafe fn produce(
     args: (u32, u32),
     nsecs: u64,
     payload: &[u8],
+    wait: u64,
 ) -> bool {
     // SAFETY: the caller guarantees slot is valid.
     let s = unsafe { &*slot };
@@ -31,14 +35,25 @@ pub unsafe fn produce(
     );
     let len = (u64::from(EVENT_HEADER_SIZE) + payload.len() as u64).div_ceil(8) * 8;
     let head = s.ring_head.load(Ordering::Relaxed);
-    let tail = s.ring_tail.load(Ordering::Acquire);
     let pos = head & (size - 1);
     let to_end = size - pos;
     let pad = if len > to_end { to_end } else { 0 };
-    if len > size || head + pad + len - tail > size {
-        s.events_lost
-            .store(s.events_lost.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        return false;
+    let mut spins = 0;
+    loop {
+        let tail = s.ring_tail.load(Ordering::Acquire);
+        if len <= size && head + pad + len - tail <= size {
+            break;
+        }
+        if len > size || spins >= wait || s.ring_stalled.load(Ordering::Relaxed) != 0 {
+            if spins > 0 && spins >= wait {
+                s.ring_stalled.store(1, Ordering::Relaxed);
+            }
+            s.events_lost
+                .store(s.events_lost.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            return false;
+        }
+        spins += 1;
+        core::hint::spin_loop();
     }
     let mut head = head;
     if pad != 0 {
@@ -101,6 +116,28 @@ pub struct Event {
 /// `slot`/`ring` describe a mapped thread slot of the current segment; only one
 /// consumer drains a given ring.
 pub unsafe fn consume(slot: *mut ThreadSlot, ring: *const u8, size: u64, out: &mut Vec<Event>) {
+    // SAFETY: as the caller guarantees.
+    unsafe {
+        consume_each(slot, ring, size, |header, payload| {
+            out.push(Event {
+                header: *header,
+                payload: payload.to_vec(),
+            })
+        })
+    }
+}
+
+/// Drain every complete record from a ring, handing each header and payload to
+/// `f` in order, in place (the space is given back to the producer after the last).
+///
+/// # Safety
+/// As [`consume`].
+pub unsafe fn consume_each(
+    slot: *mut ThreadSlot,
+    ring: *const u8,
+    size: u64,
+    mut f: impl FnMut(&EventHeader, &[u8]),
+) {
     // SAFETY: caller guarantees validity.
     let s = unsafe { &*slot };
     let head = s.ring_head.load(Ordering::Acquire);
@@ -121,25 +158,183 @@ pub unsafe fn consume(slot: *mut ThreadSlot, ring: *const u8, size: u64, out: &m
             // SAFETY: a complete record of `len` bytes starts at pos.
             let header = unsafe { (ring.add(pos) as *const EventHeader).read_unaligned() };
             let plen = (header.payload_len as usize).min(len as usize - EVENT_HEADER_SIZE as usize);
-            let mut payload = vec![0u8; plen];
             // SAFETY: the payload follows the header inside the record.
-            unsafe {
-                core::ptr::copy_nonoverlapping(
-                    ring.add(pos + EVENT_HEADER_SIZE as usize),
-                    payload.as_mut_ptr(),
-                    plen,
-                )
+            let payload = unsafe {
+                core::slice::from_raw_parts(ring.add(pos + EVENT_HEADER_SIZE as usize), plen)
             };
-            out.push(Event { header, payload });
+            f(&header, payload);
         }
         tail += u64::from(len);
     }
     s.ring_tail.store(tail, Ordering::Release);
+    // Room again: a producer whose wait ran out waits again next time.
+    if s.ring_stalled.load(Ordering::Relaxed) != 0 {
+        s.ring_stalled.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Drain every complete record from a ring, as [`consume_each`] does, but hand
+/// each run of consecutive records that `raw` accepts (by kind and id) to `run` as
+/// the ring's own bytes, whole records back to back (pads and the ring's end cut
+/// runs), and every other record to `f`. What `weft record` writes to its file
+/// as it is, decoded only when the file is read.
+///
+/// # Safety
+/// As [`consume`].
+pub unsafe fn consume_runs(
+    slot: *mut ThreadSlot,
+    ring: *const u8,
+    size: u64,
+    raw: impl Fn(u32, u32) -> bool,
+    mut run: impl FnMut(&[u8]),
+    mut f: impl FnMut(&EventHeader, &[u8]),
+) {
+    // SAFETY: caller guarantees validity.
+    let s = unsafe { &*slot };
+    let head = s.ring_head.load(Ordering::Acquire);
+    let mut tail = s.ring_tail.load(Ordering::Relaxed);
+    // The run being gathered: ring offsets [start, end).
+    let mut open: Option<(usize, usize)> = None;
+    let flush = |open: &mut Option<(usize, usize)>, run: &mut dyn FnMut(&[u8])| {
+        if let Some((a, b)) = open.take() {
+            // SAFETY: a..b lies inside the ring, whole records the producer published.
+            run(unsafe { core::slice::from_raw_parts(ring.add(a), b - a) });
+        }
+    };
+    while tail < head {
+        let pos = (tail & (size - 1)) as usize;
+        // SAFETY: pos is inside the ring; the producer published up to head.
+        let (len, kind, id) = unsafe {
+            let p = ring.add(pos) as *const u32;
+            (p.read(), p.add(1).read(), p.add(2).read())
+        };
+        if len == 0 || u64::from(len) > size {
+            tail = head;
+            break;
+        }
+        let end = pos + len as usize;
+        if kind != EVENT_PAD && raw(kind, id) {
+            match &mut open {
+                Some((_, b)) if *b == pos => *b = end,
+                _ => {
+                    flush(&mut open, &mut run);
+                    open = Some((pos, end));
+                }
+            }
+        } else {
+            flush(&mut open, &mut run);
+            if kind != EVENT_PAD {
+                // SAFETY: a complete record of `len` bytes starts at pos.
+                let header = unsafe { (ring.add(pos) as *const EventHeader).read_unaligned() };
+                let plen =
+                    (header.payload_len as usize).min(len as usize - EVENT_HEADER_SIZE as usize);
+                // SAFETY: the payload follows the header inside the record.
+                let payload = unsafe {
+                    core::slice::from_raw_parts(ring.add(pos + EVENT_HEADER_SIZE as usize), plen)
+                };
+                f(&header, payload);
+            }
+        }
+        tail += u64::from(len);
+    }
+    flush(&mut open, &mut run);
+    s.ring_tail.store(tail, Ordering::Release);
+    if s.ring_stalled.load(Ordering::Relaxed) != 0 {
+        s.ring_stalled.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The records in `bytes` (a run [`consume_runs`] handed out, or the ring format
+/// read back from a file): each header and its payload, `None` where the bytes
+/// stop making sense.
+pub fn records(bytes: &[u8]) -> impl Iterator<Item = Option<(EventHeader, &[u8])>> + '_ {
+    let mut at = 0usize;
+    core::iter::from_fn(move || {
+        if at >= bytes.len() {
+            return None;
+        }
+        let hs = EVENT_HEADER_SIZE as usize;
+        let item = (|| {
+            let rec = bytes.get(at..at + hs)?;
+            // SAFETY: rec holds EVENT_HEADER_SIZE bytes; any bytes are a valid header.
+            let h = unsafe { (rec.as_ptr() as *const EventHeader).read_unaligned() };
+            let len = h.len as usize;
+            if len < hs || at + len > bytes.len() {
+                return None;
+            }
+            let plen = (h.payload_len as usize).min(len - hs);
+            let payload = &bytes[at + hs..at + hs + plen];
+            at += len;
+            Some((h, payload))
+        })();
+        if item.is_none() {
+            at = bytes.len();
+        }
+        Some(item)
+    })
+}
+
+/// Spins of [`core::hint::spin_loop`] (`pause`) that take at least about `ns`
+/// nanoseconds on this machine (measured: `pause` takes from a few to over a
+/// hundred cycles depending on the CPU; the fastest of several short batches, so
+/// that being descheduled while measuring never shortens the wait).
+pub fn spins_for(ns: u64) -> u64 {
+    const N: u64 = 2_000;
+    let mut per = f64::MAX;
+    for _ in 0..20 {
+        let t0 = crate::clock::monotonic_ns();
+        for _ in 0..N {
+            core::hint::spin_loop();
+        }
+        per = per.min((crate::clock::monotonic_ns() - t0).max(1) as f64 / N as f64);
+    }
+    (ns as f64 / per) as u64
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_hold_whole_records_cut_by_others_and_the_ring_end() {
+        let mut slot_mem = vec![0u64; 64];
+        let slot = slot_mem.as_mut_ptr() as *mut ThreadSlot;
+        let size = 256u64;
+        let mut ring = vec![0u64; 32];
+        let r = ring.as_mut_ptr() as *mut u8;
+        let (mut runs, mut others) = (Vec::new(), Vec::new());
+        let drain = |runs: &mut Vec<Vec<u8>>, others: &mut Vec<u32>| {
+            // SAFETY: a ring and slot of this test's own.
+            unsafe {
+                consume_runs(
+                    slot,
+                    r,
+                    size,
+                    |k, _| k == 1,
+                    |b| runs.push(b.to_vec()),
+                    |h, _| others.push(h.id),
+                )
+            }
+        };
+        let mut ids = Vec::new();
+        // Kinds 1 (raw) and 2 (not): 1 1 2 1, then five 1s across the ring's end.
+        for (i, kind) in [1, 1, 2, 1, 1, 1, 1, 1, 1].into_iter().enumerate() {
+            // SAFETY: a ring and slot of this test's own.
+            let ok = unsafe { produce(slot, r, size, kind, i as u32, (0, 0), i as u64, &[], 0) };
+            assert!(ok);
+            if i == 3 {
+                drain(&mut runs, &mut others);
+            }
+        }
+        drain(&mut runs, &mut others);
+        for run in &runs {
+            ids.push(records(run).map(|x| x.unwrap().0.id).collect::<Vec<_>>());
+        }
+        assert_eq!(others, [2]);
+        // 32-byte records: 8 fill the ring, so the 9th starts again at 0 and the
+        // last run is cut there.
+        assert_eq!(ids, [vec![0, 1], vec![3], vec![4, 5, 6, 7], vec![8]]);
+    }
 
     #[test]
     fn produce_consume_wrap_and_loss() {
@@ -163,6 +358,7 @@ mod tests {
                         (0, 0),
                         0,
                         &produced.to_le_bytes(),
+                        0,
                     )
                 });
                 produced += 1;
@@ -177,7 +373,7 @@ mod tests {
         // Fill without consuming: some are lost, and counted.
         let mut ok = 0;
         for i in 0..20u32 {
-            if unsafe { produce(slot, r, size, 1, i, (0, 0), 0, &[0u8; 8]) } {
+            if unsafe { produce(slot, r, size, 1, i, (0, 0), 0, &[0u8; 8], 0) } {
                 ok += 1;
             }
         }
@@ -187,5 +383,35 @@ mod tests {
         let mut out2 = Vec::new();
         unsafe { consume(slot, r, size, &mut out2) };
         assert_eq!(out2.len() as u64, ok);
+    }
+
+    /// A producer whose wait for room runs out (weft stopped) drops at once from
+    /// then on, until the consumer drains: it never waits more than once.
+    #[test]
+    fn a_wait_that_runs_out_is_not_repeated_until_a_drain() {
+        let mut slot_mem = vec![0u64; 64];
+        let slot = slot_mem.as_mut_ptr() as *mut ThreadSlot;
+        let size = 128u64;
+        let mut ring = vec![0u64; 16];
+        let r = ring.as_mut_ptr() as *mut u8;
+        let put = |wait| unsafe { produce(slot, r, size, 1, 0, (0, 0), 0, &[0u8; 8], wait) };
+        let s = unsafe { &*slot };
+        // Three 40-byte records fill it.
+        assert!(put(1000) && put(1000) && put(1000));
+        assert!(!put(1000));
+        assert_eq!(s.ring_stalled.load(Ordering::Relaxed), 1);
+        assert_eq!(s.events_lost.load(Ordering::Relaxed), 1);
+        // Stalled: dropped without waiting (a huge wait would hang the test).
+        assert!(!put(u64::MAX));
+        assert_eq!(s.events_lost.load(Ordering::Relaxed), 2);
+        let mut out = Vec::new();
+        unsafe { consume(slot, r, size, &mut out) };
+        assert_eq!(out.len(), 3);
+        assert_eq!(s.ring_stalled.load(Ordering::Relaxed), 0);
+        assert!(put(1000));
+        // Without a wait (bpftrace's way), a full ring drops and never stalls.
+        assert!(put(0) && put(0));
+        assert!(!put(0));
+        assert_eq!(s.ring_stalled.load(Ordering::Relaxed), 0);
     }
 }

@@ -99,31 +99,147 @@ global_asm!(
     "    ret",
     //
     // u64 weft_safe_strcpy(u8 *dst /*rdi*/, const u8 *src /*rsi*/, u64 max /*rdx*/)
-    // Copies bytes until a NUL or `max` bytes; does not write the NUL.
-    // returns the number of bytes copied, with bit 63 set if a fault stopped it.
+    // Copies bytes until a NUL or `max` bytes; does not write the NUL, and may
+    // write zeros after the string, below dst + max. Returns the number of bytes
+    // copied, with bit 63 set if a fault stopped it. Changes only rax and rcx
+    // (inline advice calls it with nothing else saved).
+    //
+    // A word at a time: the aligned word holding the next byte (never across a
+    // page, so it faults exactly where a byte-by-byte copy would), shifted down to
+    // that byte; its first zero byte found with the (w - 0x01..) & ~w & 0x80..
+    // trick (the lowest flag is always a real zero).
     ".p2align 4",
     ".globl weft_safe_strcpy",
     ".hidden weft_safe_strcpy",
     "weft_safe_strcpy:",
     "    xor eax, eax",
-    "1:  cmp rax, rdx",
-    "    jae 3f",
+    "    test rdx, rdx",
+    "    jz 9f",
+    "    push r8",
+    "    push r9",
+    "    push r10",
+    "    push r11",
+    // Fast path, when [src, src + max) lies in one page (any load in it faults
+    // only if the first does): unaligned words from src, each stored whole until
+    // the one holding the NUL, stored with zeros from the NUL up. The last bytes,
+    // fewer than 8 before max, go the general way.
+    "    mov ecx, esi",
+    "    and ecx, 4095",
+    "    add rcx, rdx",
+    "    cmp rcx, 4096",
+    "    ja 1f",
+    "    mov r10, 0x0101010101010101",
+    "    mov r11, 0x8080808080808080",
+    "10: lea rcx, [rax + 8]",
+    "    cmp rcx, rdx",
+    "    ja 1f",
+    ".globl weft_safe_strcpy_fast_fault_begin",
+    ".hidden weft_safe_strcpy_fast_fault_begin",
+    "weft_safe_strcpy_fast_fault_begin:",
+    "    mov r8, qword ptr [rsi + rax]",
+    ".globl weft_safe_strcpy_fast_fault_end",
+    ".hidden weft_safe_strcpy_fast_fault_end",
+    "weft_safe_strcpy_fast_fault_end:",
+    "    mov r9, r8",
+    "    sub r9, r10",
+    "    mov rcx, r8",
+    "    not rcx",
+    "    and r9, rcx",
+    "    and r9, r11",
+    "    jnz 11f",
+    "    mov qword ptr [rdi + rax], r8",
+    "    add rax, 8",
+    "    jmp 10b",
+    // The NUL is byte k of the word (bit 8k + 7 is the lowest flag): keep the k
+    // bytes below it.
+    "11: bsf rcx, r9",
+    "    sub ecx, 7",
+    "    mov r9d, 1",
+    "    shl r9, cl",
+    "    dec r9",
+    "    and r8, r9",
+    "    mov qword ptr [rdi + rax], r8",
+    "    shr ecx, 3",
+    "    add rax, rcx",
+    "    jmp 8f",
+    // The next chunk: bytes from src + rax to the end of their aligned word.
+    "1:  lea r8, [rsi + rax]",
+    "    mov ecx, r8d",
+    "    and ecx, 7",
+    "    and r8, -8",
     ".globl weft_safe_strcpy_fault_begin",
     ".hidden weft_safe_strcpy_fault_begin",
     "weft_safe_strcpy_fault_begin:",
-    "    movzx ecx, byte ptr [rsi + rax]",
+    "    mov r8, qword ptr [r8]",
     ".globl weft_safe_strcpy_fault_end",
     ".hidden weft_safe_strcpy_fault_end",
     "weft_safe_strcpy_fault_end:",
-    "    test ecx, ecx",
-    "    jz 3f",
-    "    mov byte ptr [rdi + rax], cl",
+    "    shl ecx, 3",
+    "    shr r8, cl",
+    // r11: the chunk's limit in bits, 8 * min(bytes left in the word, max - rax).
+    "    mov r11d, 64",
+    "    sub r11d, ecx",
+    "    mov r10, rdx",
+    "    sub r10, rax",
+    "    shl r10, 3",
+    "    cmp r10, r11",
+    "    cmovb r11, r10",
+    // r10: 8 * the index of the first zero byte (64: none).
+    "    mov r9, r8",
+    "    mov r10, 0x0101010101010101",
+    "    sub r9, r10",
+    "    mov r10, r8",
+    "    not r10",
+    "    and r9, r10",
+    "    mov r10, 0x8080808080808080",
+    "    and r9, r10",
+    "    mov r10d, 64",
+    "    bsf r9, r9",
+    "    jz 2f",
+    "    lea r10, [r9 - 7]",
+    // r9b: the NUL is inside the limit (the copy ends); r10: bits to copy.
+    "2:  cmp r10, r11",
+    "    setb r9b",
+    "    cmova r10, r11",
+    "    test r10, r10",
+    "    jz 5f",
+    "    lea rcx, [rax + 8]",
+    "    cmp rcx, rdx",
+    "    ja 6f",
+    // A whole word fits below dst + max: the chunk's bytes, zeros above them.
+    "    cmp r10d, 64",
+    "    je 4f",
+    "    mov ecx, 64",
+    "    sub ecx, r10d",
+    "    shl r8, cl",
+    "    shr r8, cl",
+    "4:  mov qword ptr [rdi + rax], r8",
+    "    shr r10, 3",
+    "    add rax, r10",
+    "    jmp 5f",
+    // Near max: byte by byte.
+    "6:  shr r10, 3",
+    "7:  mov byte ptr [rdi + rax], r8b",
+    "    shr r8, 8",
     "    inc rax",
-    "    jmp 1b",
-    "3:  ret",
+    "    dec r10",
+    "    jnz 7b",
+    "5:  test r9b, r9b",
+    "    jnz 8f",
+    "    cmp rax, rdx",
+    "    jb 1b",
+    "8:  pop r11",
+    "    pop r10",
+    "    pop r9",
+    "    pop r8",
+    "9:  ret",
     ".globl weft_safe_strcpy_fixup",
     ".hidden weft_safe_strcpy_fixup",
     "weft_safe_strcpy_fixup:",
+    "    pop r11",
+    "    pop r10",
+    "    pop r9",
+    "    pop r8",
     "    bts rax, 63",
     "    ret",
     //
@@ -178,6 +294,8 @@ unsafe extern "C" {
     static weft_safe_strcpy_fault_begin: u8;
     static weft_safe_strcpy_fault_end: u8;
     static weft_safe_strcpy_fixup: u8;
+    static weft_safe_strcpy_fast_fault_begin: u8;
+    static weft_safe_strcpy_fast_fault_end: u8;
     static weft_safe_store_fault_begin: u8;
     static weft_safe_store_fault_end: u8;
     static weft_safe_store_fixup: u8;
@@ -274,6 +392,11 @@ pub fn fixup_for(ip: u64) -> Option<u64> {
             (
                 &weft_safe_strcpy_fault_begin as *const u8 as u64,
                 &weft_safe_strcpy_fault_end as *const u8 as u64,
+                &weft_safe_strcpy_fixup as *const u8 as u64,
+            ),
+            (
+                &weft_safe_strcpy_fast_fault_begin as *const u8 as u64,
+                &weft_safe_strcpy_fast_fault_end as *const u8 as u64,
                 &weft_safe_strcpy_fixup as *const u8 as u64,
             ),
             (
@@ -398,9 +521,40 @@ pub extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *m
     }
 }
 
+/// The address of the fault-tolerant string copy routine (`Helper::SafeStrcpy`),
+/// which inline advice calls directly.
+pub fn strcpy_routine() -> usize {
+    weft_safe_strcpy as *const () as usize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two pages of our own, the first filled with `fill`, the second unreadable: a
+    /// read across the boundary faults there. (Not unmapped: a mapping made
+    /// meanwhile by another test thread could land in the hole, and reads go on.)
+    /// The caller unmaps the 8 KiB.
+    fn guarded_page(fill: u8) -> *mut u8 {
+        // SAFETY: an anonymous mapping and protection of our own memory.
+        unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            ) as *mut u8;
+            assert!(!p.is_null());
+            std::ptr::write_bytes(p, fill, 4096);
+            assert_eq!(
+                libc::mprotect(p.add(4096) as *mut _, 4096, libc::PROT_NONE),
+                0
+            );
+            p
+        }
+    }
 
     #[test]
     fn loads_and_faults() {
@@ -419,27 +573,7 @@ mod tests {
     #[test]
     fn copy_stops_at_unmapped_page() {
         install_fault_handler().unwrap();
-        // Map two pages, make the second inaccessible: a copy across the boundary stops
-        // there. (Not unmapped: a mapping made meanwhile by another test thread could
-        // land in the hole, and the reads would go on.)
-        // SAFETY: anonymous mapping and protection of our own memory.
-        let p = unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                8192,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            ) as *mut u8;
-            assert!(!p.is_null());
-            assert_eq!(
-                libc::mprotect(p.add(4096) as *mut _, 4096, libc::PROT_NONE),
-                0
-            );
-            std::ptr::write_bytes(p, b'x', 4096);
-            p
-        };
+        let p = guarded_page(b'x');
         let mut buf = [0u8; 64];
         let n = copy(&mut buf, p as u64 + 4096 - 10);
         assert_eq!(n, 10);
@@ -452,6 +586,55 @@ mod tests {
         assert_eq!(&buf[..5], b"hello");
         let (len, _) = strcpy(&mut buf, s.as_ptr() as u64, 3);
         assert_eq!(len, 3);
+        // SAFETY: unmapping what we mapped.
+        unsafe { libc::munmap(p as *mut _, 8192) };
+    }
+
+    #[test]
+    fn word_copies_match_a_byte_by_byte_copy() {
+        install_fault_handler().unwrap();
+        // Source: random nonzero bytes with a NUL at `len`, at every alignment.
+        let mut src = vec![0u8; 256];
+        for len in 0..80usize {
+            for align in 0..8usize {
+                for max in [0usize, 1, 5, 7, 8, 9, 15, 16, 17, 31, 63, 64, 100] {
+                    for (i, b) in src.iter_mut().enumerate() {
+                        *b = (i * 37 % 255 + 1) as u8;
+                    }
+                    src[align + len] = 0;
+                    let mut dst = [0xaau8; 128];
+                    let n = max.min(dst.len());
+                    let (got, faulted) = strcpy(&mut dst[..n], src[align..].as_ptr() as u64, max);
+                    let want = len.min(n);
+                    assert!(!faulted);
+                    assert_eq!(got, want, "len {len} align {align} max {max}");
+                    assert_eq!(&dst[..want], &src[align..align + want]);
+                    // Zeros may follow the string, below max; nothing past it.
+                    assert!(dst[want..n].iter().all(|&b| b == 0 || b == 0xaa));
+                    assert!(dst[n..].iter().all(|&b| b == 0xaa), "wrote past max");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn word_copies_stop_exactly_at_an_unreadable_page() {
+        install_fault_handler().unwrap();
+        let p = guarded_page(b'y');
+        for back in 1..=20u64 {
+            let mut buf = [0u8; 64];
+            let (len, faulted) = strcpy(&mut buf, p as u64 + 4096 - back, 63);
+            assert_eq!((len as u64, faulted), (back, true), "{back} bytes before");
+            assert!(buf[..len].iter().all(|&b| b == b'y'));
+        }
+        // A NUL just before the page: no fault.
+        // SAFETY: inside the readable page.
+        unsafe { *p.add(4095) = 0 };
+        let mut buf = [0u8; 64];
+        assert_eq!(strcpy(&mut buf, p as u64 + 4090, 63), (5, false));
+        // Inside the unreadable page, with the whole window in it (the fast path).
+        let mut buf = [0u8; 64];
+        assert_eq!(strcpy(&mut buf, p as u64 + 4096 + 100, 63), (0, true));
         // SAFETY: unmapping what we mapped.
         unsafe { libc::munmap(p as *mut _, 8192) };
     }

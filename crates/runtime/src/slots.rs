@@ -50,6 +50,7 @@ pub fn claim(shm: &Shm, pid: u32, tid: u32) -> Option<*mut ThreadSlot> {
     unsafe {
         (*slot).tid = tid;
         (*slot).pid = pid;
+        (*slot).counted.store(1, Ordering::Relaxed);
         (*slot).state.store(THREAD_LIVE, Ordering::Release);
     }
     Some(slot)
@@ -99,6 +100,25 @@ pub fn release(shm: &Shm, slot: *const ThreadSlot) {
         )
         .is_ok()
     {
+        uncount(shm, idx);
+    }
+}
+
+/// `slot`'s thread is ending (its thread-specific data destructors run): it no
+/// longer counts against `max_live`, though it keeps its slot (LIVE, written by it
+/// alone) until the reaper finds it gone, since it may still hit probes on its way
+/// out (glibc frees its malloc cache after the destructors).
+pub fn thread_ending(shm: &Shm, slot: *const ThreadSlot) {
+    if let Some(idx) = index_of(shm, slot).filter(|&i| i >= FIRST_THREAD_SLOT) {
+        uncount(shm, idx);
+    }
+}
+
+/// Take slot `idx` out of `threads_live`, once.
+fn uncount(shm: &Shm, idx: u32) {
+    // SAFETY: idx is a slot of this segment.
+    let counted = unsafe { &(*shm.thread_slot(idx)).counted };
+    if counted.swap(0, Ordering::AcqRel) != 0 {
         shm.header().threads_live.fetch_sub(1, Ordering::Relaxed);
     }
 }
@@ -178,7 +198,7 @@ fn retire_each(shm: &Shm, slots: &[u32], plans: &[Option<map::FoldPlan>], retire
         );
         for (m, plan) in plans.iter().enumerate() {
             if let Some(plan) = plan {
-                map::fold_into_retired(shm, shm.map(m as u32), plan, slot);
+                map::fold_into_retired(shm, shm.map(m as u32), plan, slot, s.tid);
             }
         }
         let fold = |to: &AtomicU64, from: &AtomicU64| {
@@ -262,6 +282,31 @@ mod tests {
         assert_eq!(unsafe { (*d).tid }, 103);
         assert_eq!(shm.header().threads_retired.load(Ordering::Relaxed), 1);
         assert_eq!(shm.header().threads_live_peak.load(Ordering::Relaxed), 2);
+    }
+
+    /// A thread that ends stops counting against the limit at once, while it keeps
+    /// its (LIVE) slot; the reaper's release later does not count it out twice.
+    #[test]
+    fn an_ending_thread_frees_its_place_before_the_reaper_sees_it() {
+        let (_m, shm) = segment(2, &[]);
+        let a = claim(&shm, 7, 100).unwrap();
+        let _b = claim(&shm, 7, 101).unwrap();
+        assert!(claim(&shm, 7, 102).is_none());
+        thread_ending(&shm, a);
+        thread_ending(&shm, a);
+        assert_eq!(shm.header().threads_live.load(Ordering::Relaxed), 1);
+        // SAFETY: a slot of the segment.
+        assert_eq!(unsafe { (*a).state.load(Ordering::Relaxed) }, THREAD_LIVE);
+        let c = claim(&shm, 7, 102).unwrap();
+        assert_eq!(shm.header().threads_live.load(Ordering::Relaxed), 2);
+        release(&shm, a);
+        assert_eq!(shm.header().threads_live.load(Ordering::Relaxed), 2);
+        assert_eq!(dead(&shm), vec![slot_index(&shm, a)]);
+        release(&shm, c);
+        assert_eq!(shm.header().threads_live.load(Ordering::Relaxed), 1);
+        // Weft's own slot and the retired slot are never counted.
+        thread_ending(&shm, shm.thread_slot(WEFT_SLOT));
+        assert_eq!(shm.header().threads_live.load(Ordering::Relaxed), 1);
     }
 
     #[test]

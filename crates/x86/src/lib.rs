@@ -38,6 +38,7 @@
 //! * The emulated `call` (see [`relocate`]) is incompatible with a CET user shadow
 //!   stack.
 
+mod access;
 mod callsite;
 mod decode;
 mod patch;
@@ -45,6 +46,10 @@ mod plan;
 mod relocate;
 mod returns;
 
+pub use access::{
+    access_epilogue, access_middle, access_prologue, scan_accesses, Access, AccessKind, AccessScan,
+    ACCESS_STACK,
+};
 pub use callsite::{resume_code, retarget, scan_calls, CallKind, CallScan, CallSite, Slot};
 pub use decode::{branch_targets, decode_len, disassemble};
 pub use patch::{call_rel32, jmp_rel32, patch_bytes, INT3};
