@@ -5,8 +5,8 @@
 //!
 //! The mechanism ([`Mechanism`], `--data-mechanism`): hardware watchpoints, page
 //! protection, or (the default) per pointcut a hardware watchpoint when one can
-//! take it and page protection otherwise (`Member::prepare`). Instruction
-//! rewriting is not implemented yet.
+//! take it and page protection otherwise (`Member::prepare`); or, only when
+//! asked for, instruction rewriting (`weave::Weaver::access_site`).
 
 use std::path::PathBuf;
 
@@ -27,23 +27,24 @@ pub enum Mechanism {
     /// Page protection: the watched bytes' pages are protected and the faulting
     /// accesses emulated out of line (the agent's `page`). Any size, any number.
     Page,
+    /// Instruction rewriting (Arachne's readGlobal/writeGlobal): every instruction of
+    /// the variable's module that names its bytes by a fixed address (`[rip+disp]`,
+    /// absolute) jumps to a trampoline that runs the access and the advice. Exact
+    /// for those; accesses through pointers, and from other modules (through the
+    /// GOT), are not seen. Never chosen by `auto`.
+    Rewrite,
 }
 
 impl Mechanism {
-    /// From `--data-mechanism`: `auto`, `hw`, `page`; `rewrite` is refused with the
-    /// reason.
+    /// From `--data-mechanism`: `auto`, `hw`, `page`, `rewrite` (or `direct`).
     pub fn parse(s: &str) -> Result<Mechanism, String> {
         match s {
             "auto" => Ok(Mechanism::Auto),
             "hw" => Ok(Mechanism::Hardware),
             "page" => Ok(Mechanism::Page),
-            "rewrite" | "direct" => Err(format!(
-                "--data-mechanism {s} (instruction rewriting) is not implemented yet; use \
-                 hw (hardware watchpoints) or page (page protection)"
-            )),
+            "rewrite" | "direct" => Ok(Mechanism::Rewrite),
             _ => Err(format!(
-                "--data-mechanism `{s}`: expected auto, hw or page (rewrite is not \
-                 implemented yet)"
+                "--data-mechanism `{s}`: expected auto, hw, page or rewrite (direct)"
             )),
         }
     }
@@ -54,6 +55,7 @@ impl Mechanism {
             Mechanism::Auto => "auto",
             Mechanism::Hardware => "hw",
             Mechanism::Page => "page",
+            Mechanism::Rewrite => "rewrite",
         }
     }
 
@@ -63,6 +65,7 @@ impl Mechanism {
             Mechanism::Auto => "hardware watchpoint or page protection",
             Mechanism::Hardware => "hardware watchpoint",
             Mechanism::Page => "page protection",
+            Mechanism::Rewrite => "instruction rewriting",
         }
     }
 }
@@ -75,31 +78,77 @@ pub struct Found {
     pub ty: Type,
 }
 
+/// No data object `var`: a near name, a function, or what to do for a local.
+fn missing_message(elf: &ElfFile, var: &str) -> String {
+    let mut msg = format!(
+        "no global or static variable `{var}` in {}",
+        elf.path().display()
+    );
+    let near = weft_symbols::glob::suggest(var, elf.object_names());
+    if let Some(s) = near.first() {
+        msg.push_str(&format!("; did you mean `{s}`?"));
+    }
+    if elf.symbol_vaddr(var).is_some() {
+        msg.push_str(" (it is a function: use uprobe)");
+    } else {
+        msg.push_str(
+            " (if it is a local variable or a parameter, it lives in a register or on the \
+             stack: read it in a uprobe on its function, with args)",
+        );
+    }
+    msg
+}
+
+/// `var` is a parameter or local of a function (DWARF says so): no address to
+/// watch, and where to read it instead.
+fn local_message(elf: &ElfFile, var: &str, local: &weft_symbols::LocalVariable) -> String {
+    let bin = elf.path().display();
+    let f = &local.function;
+    if local.parameter {
+        format!(
+            "`{var}` is a parameter of `{f}`: it lives in a register or on the stack, with \
+             no fixed address to watch; read it where `{f}` starts: \
+             `uprobe:{bin}:{f} {{ print(args.{var}); }}`"
+        )
+    } else {
+        format!(
+            "`{var}` is a local variable of `{f}`: it lives in a register or on the stack, \
+             with no fixed address to watch; read what it is made from where `{f}` starts \
+             (`uprobe:{bin}:{f} {{ print(args); }}`) or what `{f}` returns \
+             (`uretprobe:{bin}:{f} {{ print(retval); }}`), and keep it in a `$variable` of \
+             that advice or a map"
+        )
+    }
+}
+
 /// The variable `var` of `elf` with the `.field` / `[i]` steps of `path`.
 pub fn find_variable(elf: &ElfFile, var: &str, path: &str) -> Result<Found, String> {
-    let Some((vaddr, size)) = elf.object(var) else {
-        let mut msg = format!(
-            "no global or static variable `{var}` in {}",
-            elf.path().display()
-        );
-        let near = weft_symbols::glob::suggest(var, elf.object_names());
-        if let Some(s) = near.first() {
-            msg.push_str(&format!("; did you mean `{s}`?"));
-        } else if elf.symbol_vaddr(var).is_some() {
-            msg.push_str(" (it is a function: use uprobe)");
-        } else {
-            msg.push_str(
-                " (a local variable lives in a register or on the stack: read it in a \
-                 uprobe with args)",
-            );
-        }
-        return Err(msg);
+    let debug = elf.debug_info().ok().flatten();
+    let (vaddr, size, dwarf) = match elf.object(var) {
+        Some((vaddr, size)) => (
+            vaddr,
+            size,
+            debug.as_ref().and_then(|d| d.data_variable_type(var)),
+        ),
+        None => match debug.as_ref().and_then(|d| d.local_variable(var)) {
+            // A function's `static` (the symbol table calls it `var.N`).
+            Some(weft_symbols::LocalVariable {
+                static_addr: Some(a),
+                ty,
+                ..
+            }) => {
+                let size = ty.as_ref().map_or(0, |t| u64::from(t.size()));
+                (a, size, ty)
+            }
+            Some(local) => return Err(local_message(elf, var, &local)),
+            None => return Err(missing_message(elf, var)),
+        },
     };
-    let dwarf = elf
-        .debug_info()
-        .ok()
-        .flatten()
-        .and_then(|d| d.variable_type(var));
+    let size = match (size, &dwarf) {
+        // No size in the symbol table (a symbol defined in assembly): DWARF's.
+        (0, Some(t)) => u64::from(t.size()),
+        _ => size,
+    };
     let whole = dwarf.clone().unwrap_or(Type::Int {
         bits: (size.min(8) * 8) as u8,
         signed: false,
@@ -107,7 +156,10 @@ pub fn find_variable(elf: &ElfFile, var: &str, path: &str) -> Result<Found, Stri
     if path.is_empty() {
         if size == 0 {
             return Err(format!(
-                "`{var}` has no size in the symbol table: weft cannot tell which bytes to watch"
+                "`{var}` has no size in the symbol table and no type in DWARF: weft cannot \
+                 tell which bytes to watch (give it a size: `.size {var}, N` in assembly, a \
+                 C definition built with -g, or watch it by address with \
+                 `watchpoint:ADDR:LEN:w` or `set:addr(@p, LEN)`)"
             ));
         }
         return Ok(Found {
@@ -141,11 +193,27 @@ pub fn find_variable(elf: &ElfFile, var: &str, path: &str) -> Result<Found, Stri
         } else {
             return Err(format!("`{var}{path}`: expected .FIELD or [INDEX]"));
         };
-        let Type::CStruct(CStruct { fields, name, .. }) = &ty else {
+        let Type::CStruct(CStruct { fields, name, size }) = &ty else {
             return Err(format!(
                 "`{var}{path}`: `{want}` steps into a value that is not a struct or array"
             ));
         };
+        // An array too large to list its elements: the element's offset from its
+        // size.
+        if let [only] = &fields[..] {
+            if only.name == weft_symbols::ARRAY_ELEMENT && want.starts_with('[') {
+                let i: u64 = want[1..want.len() - 1].parse().unwrap_or(u64::MAX);
+                let elem = u64::from(only.ty.size());
+                let n = u64::from(*size).checked_div(elem).unwrap_or(0);
+                if i >= n {
+                    return Err(format!("`{var}{path}`: index {want} is outside `{name}`"));
+                }
+                off += i * elem;
+                ty = only.ty.clone();
+                rest = next;
+                continue;
+            }
+        }
         let Some(f) = fields.iter().find(|f| f.name == want) else {
             let mut msg = if want.starts_with('[') {
                 format!("`{var}{path}`: index {want} is outside `{name}`")

@@ -14,6 +14,21 @@ pub struct DwarfArgs {
 
 impl weft_lang::ArgsResolver for DwarfArgs {
     fn params(&self, attach: &AttachPoint) -> Option<Vec<(String, Type)>> {
+        let (info, name) = self.function(attach)?;
+        let params = info.function_params(&name)?;
+        Some(params.into_iter().map(|p| (p.name, p.ty)).collect())
+    }
+
+    fn return_type(&self, attach: &AttachPoint) -> Option<Type> {
+        let (info, name) = self.function(attach)?;
+        info.function_return_type(&name)
+    }
+}
+
+impl DwarfArgs {
+    /// The debug info of the binary an attach point names, and the function's name
+    /// (a wildcard's first match).
+    fn function(&self, attach: &AttachPoint) -> Option<(weft_symbols::DebugInfo, String)> {
         let (target, func) = match attach {
             AttachPoint::Uprobe { target, func, .. }
             | AttachPoint::Uretprobe { target, func }
@@ -57,7 +72,6 @@ impl weft_lang::ArgsResolver for DwarfArgs {
         } else {
             func.clone()
         };
-        let params = info.function_params(&name)?;
-        Some(params.into_iter().map(|p| (p.name, p.ty)).collect())
+        Some((info, name))
     }
 }

@@ -14,7 +14,8 @@
 //!   a plain map's entries are copied (and removed when the kernel removed them).
 //!   The mirror is refreshed right before the decoder takes a `print` or applies a
 //!   `clear`/`zero` (from either side), after local advice (BEGIN, interval, END)
-//!   ran, before the final print, and every [`SYNC_EVERY`] (what advice in the
+//!   ran, before END runs (so END reads the kernel's last counts), before the final
+//!   print, and every [`SYNC_EVERY`] (what advice in the
 //!   processes reads of a kernel map is at most that old). `clear`/`zero` reach the
 //!   kernel's maps too.
 //! * **The pid filter**: with targets, the kernel runs the advice only for the
@@ -172,6 +173,7 @@ impl KernelSide {
                     (h.arg0, h.arg1),
                     h.nsecs,
                     payload,
+                    0,
                 )
             };
             self.backlog.pop_front();
@@ -281,6 +283,7 @@ fn compile(
             name: name.clone(),
             probe_id,
             raw: raw_syscall(category, name),
+            system: prog.probes[*i].system,
         })
         .collect();
     let opts = weft_bpf::Options {

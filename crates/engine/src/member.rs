@@ -1,7 +1,7 @@
 //! One process of a session: its agent's connection, the code weft wrote into it,
 //! and its sites, from weaving to unweaving.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::process::Child;
 use std::time::Duration;
@@ -72,6 +72,8 @@ pub struct How<'a> {
     pub progress: Option<&'a dyn crate::Progress>,
     /// `--data-mechanism`.
     pub data: crate::data::Mechanism,
+    /// Return probes may use return sites ([`crate::Options::return_sites`]).
+    pub return_sites: bool,
 }
 
 /// What [`Member::prepare`] planned.
@@ -154,6 +156,7 @@ impl Member {
             lenient,
             progress,
             data,
+            return_sites,
         } = how;
         let t = std::time::Instant::now();
         let maps = ProcMaps::read(self.pid as u32).map_err(|e| anyhow!("{e}"))?;
@@ -185,13 +188,22 @@ impl Member {
             .iter()
             .flat_map(|s| s.entry.iter().filter(shown).map(|c| c.probe))
             .collect();
+        // A USDT probe counts once however many locations it has, as bpftrace
+        // counts it.
+        let usdt_probes: std::collections::HashSet<u32> = specs
+            .iter()
+            .filter(|s| s.usdt_args.is_some())
+            .flat_map(|s| s.entry.iter().filter(shown).map(|c| c.probe))
+            .collect();
         let probes: usize = specs
             .iter()
+            .filter(|s| s.usdt_args.is_none())
             .map(|s| {
                 s.entry.iter().chain(&s.ret).filter(shown).count() + usize::from(s.around.is_some())
             })
             .sum::<usize>()
-            + call_probes.len();
+            + call_probes.len()
+            + usdt_probes.len();
         let mut call_sites = 0;
         self.site_probes += probes;
         let agent = &self.agent;
@@ -205,6 +217,7 @@ impl Member {
         let resolve = |i: usize, s: &weft_ir::SymbolRef| symbols.address(i, s);
         let mut weaver = Weaver::new(agent, seg, prog, self.shm_base, self.generation);
         weaver.inline = inline;
+        weaver.ret_sites &= return_sites;
         weaver.space = self.space;
         weaver.regions = std::mem::take(&mut self.regions);
         weaver.symbols = Some(&resolve);
@@ -306,7 +319,7 @@ impl Member {
                     vec![crate::weave::Planned::refused(
                         s,
                         &format!(
-                            "its first instruction is the call site {c}, woven before it \
+                            "its first instruction is {c}, woven before it \
                              (one rewrite per instruction)"
                         ),
                     )]
@@ -417,6 +430,10 @@ impl Member {
             // Data pointcuts: advice in a code region, run by the agent's SIGTRAP
             // handler on the accessing thread; the watchpoints are armed now (those
             // on a map's address when the map holds one).
+            // Access sites (`--data-mechanism rewrite`), by address, woven after
+            // every watch is resolved.
+            let mut rewrites = BTreeMap::new();
+            let mut rewritten: Vec<(String, String, &str)> = Vec::new();
             for w in &resolved.watches {
                 if self.watches.len() >= weft_abi::MAX_WATCHES {
                     anyhow::bail!(
@@ -426,6 +443,87 @@ impl Member {
                     );
                 }
                 let mut w = w.clone();
+                if data == crate::data::Mechanism::Rewrite {
+                    let code = weft_jit::compile(&prog.probes[w.body].body, prog, &env)?;
+                    let advice = weaver.put_anywhere(&code)?;
+                    let Some(module) = w.module.clone().filter(|_| w.addr != 0) else {
+                        anyhow::bail!(
+                            "{}: --data-mechanism rewrite rewrites the instructions that name \
+                             a variable; this address is not in a module's image (use hw or \
+                             page)",
+                            w.label
+                        );
+                    };
+                    let found = pointcut::access_sites(&w, &module, advice)?;
+                    let write_back = weft_ir::writes_data_new(&prog.probes[w.body].body);
+                    let access = crate::weave::AccessSpec {
+                        var: w.addr,
+                        size: match w.len {
+                            8.. => 8,
+                            4..=7 => 4,
+                            2 | 3 => 2,
+                            _ => 1,
+                        },
+                        write_back,
+                    };
+                    note(format!(
+                        "{}: data mechanism rewrite (instruction rewriting) on {} bytes at \
+                         {:#x}: {} instruction(s) of {} name them; accesses through pointers \
+                         ({} instruction(s) take their address, {} index them) and from \
+                         other modules (through the GOT) are not seen",
+                        w.label,
+                        w.len,
+                        w.addr,
+                        found.sites.len(),
+                        module.path.display(),
+                        found.address_taken,
+                        found.indexed
+                    ));
+                    let what = if w.access & weft_abi::WATCH_UNCHANGED_ONLY != 0 {
+                        "reads"
+                    } else if w.access & 0xff == weft_abi::WATCH_RW {
+                        "accesses"
+                    } else {
+                        "writes"
+                    };
+                    if found.sites.is_empty() {
+                        anyhow::bail!(
+                            "{}: no instruction of {} {what} it by its address (it may be \
+                             reached only through pointers); use --data-mechanism hw or page",
+                            w.label,
+                            module.path.display()
+                        );
+                    }
+                    // Two pointcuts on the same instruction share its site when they
+                    // watch the same bytes (their advice in program order).
+                    for (s, acc) in found.sites {
+                        match rewrites.entry(s.site_addr) {
+                            std::collections::btree_map::Entry::Vacant(e) => {
+                                e.insert((s, acc, access, vec![w.label.clone()]));
+                            }
+                            std::collections::btree_map::Entry::Occupied(mut e) => {
+                                let (site, _, shared, labels) = e.get_mut();
+                                if shared.var == access.var && shared.size == access.size {
+                                    site.entry.extend(s.entry);
+                                    shared.write_back |= access.write_back;
+                                    labels.push(w.label.clone());
+                                } else {
+                                    anyhow::bail!(
+                                        "{}: the instruction at {:#x} is rewritten for {} \
+                                         already, which watches other bytes (one rewrite per \
+                                         instruction); use --data-mechanism hw or page for \
+                                         one of them",
+                                        w.label,
+                                        s.site_addr,
+                                        labels[0]
+                                    );
+                                }
+                            }
+                        }
+                    }
+                    rewritten.push((w.label.clone(), module.path.display().to_string(), what));
+                    continue;
+                }
                 let hw_used = self
                     .watches
                     .iter()
@@ -447,7 +545,9 @@ impl Member {
                         }
                         crate::data::Mechanism::Hardware
                     }
-                    crate::data::Mechanism::Page => crate::data::Mechanism::Page,
+                    crate::data::Mechanism::Page | crate::data::Mechanism::Rewrite => {
+                        crate::data::Mechanism::Page
+                    }
                     crate::data::Mechanism::Auto => {
                         let why = w.fits_hw.clone().or_else(|| {
                             (hw_used >= weft_abi::MAX_HW_WATCHES).then(|| {
@@ -496,6 +596,52 @@ impl Member {
                         .map_err(|e| anyhow::anyhow!("{}: {e}", w.label))?;
                 }
                 self.watches.push((index, w.clone(), advice));
+            }
+            let others: Vec<u64> = self
+                .planned
+                .iter()
+                .filter(|p| !restored(seg, p))
+                .map(|p| p.addr)
+                .chain(rewrites.keys().copied())
+                .collect();
+            let mut woven: HashMap<String, usize> = HashMap::new();
+            for (s, acc, access, labels) in rewrites.values() {
+                let end = s.site_addr + acc.len as u64;
+                let covering = self
+                    .planned
+                    .iter()
+                    .chain(&self.redirects)
+                    .filter(|p| !matches!(p.outcome, Outcome::Skipped(_)) && !restored(seg, p))
+                    .find(|p| p.addr < end && s.site_addr < p.addr + p.patch.len() as u64);
+                let p = if let Some(why) = &acc.refused {
+                    crate::weave::Planned::refused(s, why)
+                } else if let Some(other) = covering {
+                    crate::weave::Planned::refused(
+                        s,
+                        &format!(
+                            "the access lies in the bytes {} patches at {:#x}",
+                            other.label, other.addr
+                        ),
+                    )
+                } else {
+                    weaver.access_site(s, access, agent.hello.thread_attach, &others)?
+                };
+                if !matches!(p.outcome, Outcome::Skipped(_)) {
+                    for l in labels {
+                        *woven.entry(l.clone()).or_default() += 1;
+                    }
+                }
+                note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
+                self.planned.push(p);
+            }
+            for (label, module, what) in &rewritten {
+                if woven.get(label).copied().unwrap_or(0) == 0 {
+                    anyhow::bail!(
+                        "{label}: none of the instructions of {module} that {what} it by its \
+                         address could be rewritten (-v says why); use --data-mechanism hw \
+                         or page"
+                    );
+                }
             }
             Ok(())
         })();
@@ -778,14 +924,16 @@ fn restored(seg: &Segment, p: &Planned) -> bool {
             == weft_abi::SITE_RESTORED
 }
 
-/// The call site among `planned`, woven before, that `s`'s patch would start on
+/// The call or access site among `planned`, woven before, that `s`'s patch would start on
 /// (its patch point is the call instruction): named, for the reason `s` is refused.
 /// A call site strictly inside the bytes a jump would displace is in `others`, which
 /// already turns the jump into an int3.
 fn call_site_at(planned: &[Planned], s: &crate::weave::SiteSpec, others: &[u64]) -> Option<String> {
     let in_func = |p: &&Planned| {
-        matches!(p.outcome, Outcome::CallStub | Outcome::CallStubInline)
-            && s.func.addr <= p.addr
+        matches!(
+            p.outcome,
+            Outcome::CallStub | Outcome::CallStubInline | Outcome::AccessSite
+        ) && s.func.addr <= p.addr
             && p.addr < s.func.end()
     };
     if !planned.iter().any(|p| in_func(&p)) {
@@ -796,7 +944,13 @@ fn call_site_at(planned: &[Planned], s: &crate::weave::SiteSpec, others: &[u64])
         .iter()
         .filter(in_func)
         .find(|p| p.addr == at)
-        .map(|p| format!("{} at {:#x}", p.label, p.addr))
+        .map(|p| {
+            let what = match p.outcome {
+                Outcome::AccessSite => "the access site",
+                _ => "the call site",
+            };
+            format!("{what} {} at {:#x}", p.label, p.addr)
+        })
 }
 
 /// The agent's description of watch `w` at `addr`.

@@ -18,7 +18,14 @@ pub struct Sizes {
     pub max_threads: u32,
     pub ring_size: u64,
     pub max_sites: u32,
+    /// Producers wait (up to [`RING_WAIT_NS`]) for weft to make room in a full ring
+    /// instead of dropping the event (`weft record`: nothing lost while weft keeps
+    /// up).
+    pub lossless: bool,
 }
+
+/// The longest a producer waits for room in a full ring when rings are lossless.
+pub const RING_WAIT_NS: u64 = 1_000_000_000;
 
 impl Default for Sizes {
     fn default() -> Self {
@@ -26,6 +33,7 @@ impl Default for Sizes {
             max_threads: 1024,
             ring_size: 1 << 18,
             max_sites: 1 << 16,
+            lossless: false,
         }
     }
 }
@@ -35,6 +43,9 @@ pub struct Segment {
     pub shm: Shm,
     pub layout: Layout,
     pub maps: Vec<MapLayout>,
+    /// Keeps the segment's TSC clock on CLOCK_MONOTONIC (`None`: no usable TSC,
+    /// advice reads the vDSO clock).
+    pub clock: Option<weft_runtime::clock::Calibrator>,
     ptr: *mut libc::c_void,
 }
 
@@ -94,11 +105,15 @@ impl Segment {
         if crate::unwind::uses_ustack(prog) {
             b = b.unwind(crate::unwind::AREA_BYTES);
         }
-        for m in &prog.maps {
+        let thread_keyed = weft_ir::thread_keyed_maps(prog);
+        for (m, &tk) in prog.maps.iter().zip(&thread_keyed) {
             let key_size = m.key.as_ref().map_or(0, |k| k.size());
-            let mut spec = map_spec(&m.value, key_size, prog.config.max_map_keys);
+            let mut spec = map_spec(&m.value, key_size, prog.config.max_keys_of(&m.name));
             if weft_ir::is_inherited_map(&m.name) && key_size == 8 {
                 spec.flags |= weft_abi::MAP_FLAG_INHERIT_PID;
+            }
+            if tk && std::env::var_os("WEFT_THREAD_KEYED").is_none_or(|v| v != "0") {
+                spec.flags |= weft_abi::MAP_FLAG_THREAD_KEYED;
             }
             b.add_map(spec);
         }
@@ -148,7 +163,8 @@ impl Segment {
         let maps = layout
             .maps
             .iter()
-            .map(|(s, t, a, e)| MapLayout {
+            .zip(&prog.maps)
+            .map(|((s, t, a, e), decl)| MapLayout {
                 kind: s.kind,
                 capacity: s.capacity(),
                 entry_size: *e,
@@ -158,16 +174,20 @@ impl Segment {
                 agg_off: *a,
                 hist_k: s.hist_k,
                 signed: s.signed,
+                thread_keyed: s.flags & weft_abi::MAP_FLAG_THREAD_KEYED != 0,
+                string_key: matches!(decl.key, Some(weft_ir::Type::Str { .. })),
             })
             .collect();
+        let clock = weft_runtime::clock::Calibrator::start(&shm.header().clock);
         let seg = Segment {
             fd,
             shm,
             layout,
             maps,
+            clock,
             ptr,
         };
-        seg.init_header(prog);
+        seg.init_header(prog, sizes);
         // A scalar count() exists from the start (bpftrace prints `@c: 0` for one that
         // was never hit), so inline advice can add to it without a first-use check.
         for (i, m) in prog.maps.iter().enumerate() {
@@ -178,11 +198,14 @@ impl Segment {
         Ok(seg)
     }
 
-    fn init_header(&self, _prog: &Program) {
+    fn init_header(&self, _prog: &Program, sizes: Sizes) {
         let h = self.shm.header() as *const weft_abi::ShmHeader as *mut weft_abi::ShmHeader;
         // SAFETY: the agent has not mapped the segment yet; plain fields.
         unsafe {
             (*h).start_nsecs = weft_runtime::clock::monotonic_ns();
+            if sizes.lossless {
+                (*h).ring_wait_spins = weft_runtime::ring::spins_for(RING_WAIT_NS);
+            }
             (*h).uid = u64::from(libc::getuid());
             (*h).gid = u64::from(libc::getgid());
         }
@@ -203,6 +226,13 @@ impl Segment {
         self.layout.total_size
     }
 
+    /// Keep the TSC clock calibrated (cheap unless a second has passed).
+    pub fn tick_clock(&mut self) {
+        if let Some(c) = self.clock.as_mut() {
+            c.tick(&self.shm.header().clock);
+        }
+    }
+
     /// weft's own thread slot (BEGIN/END/interval advice run here).
     pub fn claim_own_slot(&self, tid: u32) -> *mut weft_abi::ThreadSlot {
         weft_runtime::slots::claim_weft(&self.shm, tid)
@@ -218,5 +248,103 @@ impl Drop for Segment {
     fn drop(&mut self) {
         // SAFETY: unmapping our own mapping; nothing uses it after the session.
         unsafe { libc::munmap(self.ptr, self.layout.total_size as usize) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+    use weft_abi::{EVENT_FUNC_ENTRY, EVENT_FUNC_EXIT};
+    use weft_trace::{Decoder, Event};
+
+    /// Two threads of one process call the same function; the thread whose slot
+    /// comes later made its calls first. Recording writes each thread's calls as
+    /// its ring held them: read back, the function is named before its first call
+    /// in any thread, and every call comes out once, with its thread and time.
+    #[test]
+    fn a_recorded_function_is_named_before_any_threads_call_to_it() {
+        use weft_trace::record::{Frame, Reader, Writer};
+        use weft_trace::sink::{Context, Sink};
+        let prog = Program::default();
+        let seg = Segment::create(&prog, Sizes::default(), 1).unwrap();
+        let shm = &seg.shm;
+        // SAFETY: site 0 is unused and no other thread reads the table.
+        let d = unsafe { &mut *shm.site_mut(0) };
+        d.func = 0x401000;
+        d.name[..4].copy_from_slice(b"leaf");
+        shm.header().site_count.store(1, Ordering::Release);
+        let late = weft_runtime::slots::claim(shm, 7, 70).unwrap();
+        let early = weft_runtime::slots::claim(shm, 7, 71).unwrap();
+        let size = shm.header().ring_size;
+        for (slot, at) in [(late, 2000), (early, 1000)] {
+            for (kind, t, ret) in [(EVENT_FUNC_ENTRY, at, 0), (EVENT_FUNC_EXIT, at + 10, 5)] {
+                // SAFETY: each slot is used by this test alone, as its thread would.
+                let ok = unsafe {
+                    weft_runtime::ring::produce(
+                        slot,
+                        shm.ring(slot),
+                        size,
+                        kind,
+                        0,
+                        (ret, 0),
+                        t,
+                        &[],
+                        0,
+                    )
+                };
+                assert!(ok);
+            }
+        }
+        let mut dec = Decoder::default();
+        dec.pack_functions = true;
+        let out = dec.drain(shm, &prog);
+        struct NoSymbols;
+        impl weft_output::Resolver for NoSymbols {
+            fn usym(&self, _: u64) -> Option<weft_output::Symbol> {
+                None
+            }
+            fn probe_name(&self, id: u64) -> String {
+                format!("probe{id}")
+            }
+            fn format(&self, _: weft_ir::FmtId) -> Option<&weft_ir::Format> {
+                None
+            }
+        }
+        let resolver = NoSymbols;
+        let cx = Context {
+            prog: &prog,
+            resolver: &resolver,
+        };
+        let mut w = Writer::new(Vec::new(), &prog).unwrap();
+        for r in &out {
+            w.record(r, &cx);
+        }
+        let bytes = w.close().unwrap();
+        let mut r = Reader::new(&bytes[..]).unwrap();
+        let mut got = Vec::new();
+        while let Some(f) = r.next_frame().unwrap() {
+            let Frame::Record(rec) = f else { continue };
+            match rec.event {
+                Event::Function { func, name } => got.push(format!("name {func:#x} {name}")),
+                Event::FunctionEntry { func, .. } => {
+                    got.push(format!("{} {} enter {func:#x}", rec.tid, rec.nsecs))
+                }
+                Event::FunctionExit { func, retval } => {
+                    got.push(format!("{} {} exit {func:#x} {retval}", rec.tid, rec.nsecs))
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            got,
+            [
+                "name 0x401000 leaf",
+                "71 1000 enter 0x401000",
+                "71 1010 exit 0x401000 5",
+                "70 2000 enter 0x401000",
+                "70 2010 exit 0x401000 5",
+            ]
+        );
     }
 }

@@ -47,6 +47,14 @@ pub struct Options {
     /// command's processes exec load the agent and join, the program resolved
     /// against their image.
     pub follow_fork: bool,
+    /// With `follow_fork`: weft follows only because the command is a wrapper (a
+    /// script, a shell, `env`): the program it runs keeps no `LD_PRELOAD` or
+    /// `WEFT_*` in its environment ([`weft_abi::FOLLOW_WRAPPERS`]).
+    pub follow_wrappers_only: bool,
+    /// With `follow_wrappers_only`: the programs the probes name by path; the
+    /// first image that is one of them is the program the wrapper runs (none: the
+    /// first image that is not a wrapper).
+    pub follow_to: Vec<std::path::PathBuf>,
     /// System-wide (no `-p`, no `-c`): the session lasts until it is stopped, not
     /// until its members end; a member that fails is left out, never the session;
     /// processes the kernel catches as they start join it ([`Session::watch`]).
@@ -61,6 +69,14 @@ pub struct Options {
     pub progress: Option<crate::ProgressHook>,
     /// How data pointcuts catch accesses (`--data-mechanism`).
     pub data_mechanism: crate::data::Mechanism,
+    /// Deliver function entries and exits packed, a record per thread and drain
+    /// (`weft_trace::Event::Functions`): for sinks that store them (`weft record`).
+    pub pack_functions: bool,
+    /// Return probes may run at the functions' `ret`s (return sites) where every
+    /// exit is one; `false` keeps the return-address hijack everywhere, so a
+    /// function's return advice runs exactly for the calls its entry saw
+    /// (`weft fperf`, which unweaves functions' entries while calls are open).
+    pub return_sites: bool,
 }
 
 impl Default for Options {
@@ -72,11 +88,15 @@ impl Default for Options {
             note: |l| eprintln!("{l}"),
             all_or_nothing: false,
             follow_fork: false,
+            follow_wrappers_only: false,
+            follow_to: Vec::new(),
             system_wide: false,
             only_probes: None,
             kernel_all: false,
             progress: None,
             data_mechanism: crate::data::Mechanism::Auto,
+            pack_functions: false,
+            return_sites: true,
         }
     }
 }
@@ -117,6 +137,31 @@ impl Weaving {
     /// Sites in all members.
     pub fn site_count(&self) -> usize {
         self.sites.iter().map(|(_, v)| v.len()).sum()
+    }
+
+    /// The sites of several weavings as one, to unweave or reweave them together
+    /// (one stop per process for a reweave that needs one). Woven when all are.
+    pub fn union<'w>(ws: impl IntoIterator<Item = &'w Weaving>) -> Weaving {
+        let mut u = Weaving {
+            woven: true,
+            ..Weaving::default()
+        };
+        for w in ws {
+            u.woven &= w.woven;
+            u.call_sites += w.call_sites;
+            for p in &w.probes {
+                if !u.probes.contains(p) {
+                    u.probes.push(*p);
+                }
+            }
+            for (space, sites) in &w.sites {
+                match u.sites.iter_mut().find(|(s, _)| s == space) {
+                    Some((_, v)) => v.extend(sites),
+                    None => u.sites.push((*space, sites.clone())),
+                }
+            }
+        }
+        u
     }
 }
 
@@ -182,6 +227,7 @@ impl<'p> Session<'p> {
     pub fn new(prog: &'p Program, opts: Options, attaching: bool) -> Result<Session<'p>> {
         let warm = attaching.then(weft_inject::warm::Warm::start);
         let seg = Segment::create(prog, opts.sizes, 0)?;
+        let pack_functions = opts.pack_functions;
         // SAFETY: gettid has no preconditions.
         let own_slot = seg.claim_own_slot(unsafe { libc::gettid() } as u32);
         let mut begin = Vec::new();
@@ -245,7 +291,11 @@ impl<'p> Session<'p> {
             end,
             intervals,
             members: Vec::new(),
-            decoder: Decoder::default(),
+            decoder: {
+                let mut d = Decoder::default();
+                d.pack_functions = pack_functions;
+                d
+            },
             warm,
             initial: Weaving::default(),
             pending: Vec::new(),
@@ -273,7 +323,22 @@ impl<'p> Session<'p> {
     /// [`Session::go`].
     pub fn launch(&mut self, argv: &[String]) -> Result<i32> {
         let agent = target::agent_path()?;
-        let mut c = target::launch(argv, &agent, &self.listener.name, self.opts.follow_fork)?;
+        let mut c = target::launch(
+            argv,
+            &agent,
+            &self.listener.name,
+            match (self.opts.follow_fork, self.opts.follow_wrappers_only) {
+                (false, _) => None,
+                (true, false) => Some(weft_abi::FOLLOW_ALL.to_string()),
+                (true, true) => Some(
+                    std::iter::once(weft_abi::FOLLOW_WRAPPERS.to_string())
+                        .chain(self.opts.follow_to.iter().map(|p| p.display().to_string()))
+                        .collect::<Vec<_>>()
+                        .join(":"),
+                ),
+            }
+            .as_deref(),
+        )?;
         let pid = c.id() as i32;
         let a = self
             .listener
@@ -400,6 +465,39 @@ impl<'p> Session<'p> {
         Ok(n + kernel + self.begin.len() + self.end.len() + self.intervals.len())
     }
 
+    /// The sites [`Session::prepare`] planned (and [`Session::go`] wove), one
+    /// [`Weaving`] per function they are in, by the function's entry address in
+    /// the member: a function's entry site, its return sites, and any other site
+    /// inside it. Each can be unwoven and rewoven alone ([`Session::unweave`],
+    /// [`Session::reweave`]; [`Weaving::union`] batches several). The agent's
+    /// internal sites planned with them are in none: they stay until the session
+    /// ends. Sorted by address.
+    pub fn functions(&self) -> Vec<(u64, Weaving)> {
+        let mut by: std::collections::BTreeMap<u64, Weaving> = Default::default();
+        for (space, sites) in &self.initial.sites {
+            let Some(m) = self.members.iter().find(|m| m.space == *space) else {
+                continue;
+            };
+            for &i in sites {
+                let index = m.planned[i].index;
+                if index == u32::MAX {
+                    continue;
+                }
+                let func = self.seg.shm.site(index).func;
+                let w = by.entry(func).or_insert_with(|| Weaving {
+                    probes: self.initial.probes.clone(),
+                    woven: self.initial.woven,
+                    ..Weaving::default()
+                });
+                match w.sites.iter_mut().find(|(s, _)| s == space) {
+                    Some((_, v)) => v.push(i),
+                    None => w.sites.push((*space, vec![i])),
+                }
+            }
+        }
+        by.into_iter().collect()
+    }
+
     /// The call sites (`call:` probes) [`Session::prepare`] planned in every member
     /// ("Woven N call sites").
     pub fn call_sites(&self) -> usize {
@@ -489,6 +587,7 @@ impl<'p> Session<'p> {
                 lenient,
                 progress: self.opts.progress.as_ref().map(|p| &*p.0),
                 data: self.opts.data_mechanism,
+                return_sites: self.opts.return_sites,
             };
             let p = match m.prepare(prog, &self.seg, &mut self.names, how, &mut lines, &select) {
                 Ok(p) => p,
@@ -777,6 +876,10 @@ impl<'p> Session<'p> {
             if let Err(e) = self.members[i].agent.go() {
                 self.member_failed(i, e, "starting")?;
             }
+        } else {
+            // Left out (nothing of it could be woven): a process caught as it
+            // started is held in its agent until `GO`; let it run, unwoven.
+            let _ = self.members[i].agent.go();
         }
         Ok(())
     }
@@ -816,6 +919,8 @@ impl<'p> Session<'p> {
                 )),
                 Err(e) => {
                     if let Some(m) = self.members.iter_mut().find(|m| m.pid == pid && m.alive) {
+                        // Held in its agent until `GO`: let it run, unwoven.
+                        let _ = m.agent.go();
                         m.alive = false;
                     }
                     if self.refused.insert(pid) {
@@ -895,6 +1000,7 @@ impl<'p> Session<'p> {
             if stop.load(Ordering::Acquire) {
                 return Ok(RunEnd::Stopped);
             }
+            self.seg.tick_clock();
             let now = Instant::now();
             for (k, &(i, probe, period)) in self.intervals.iter().enumerate() {
                 if now >= next_tick[k] {
@@ -906,7 +1012,8 @@ impl<'p> Session<'p> {
                     }
                 }
             }
-            if self.drain(sink) == 0 {
+            let drained = self.drain(sink);
+            if drained == 0 {
                 idle = (idle + 1).min(2);
             } else {
                 idle = 0;
@@ -944,7 +1051,17 @@ impl<'p> Session<'p> {
                 .chain(until.as_ref())
                 .map(|t| t.saturating_duration_since(Instant::now()))
                 .min();
-            let poll = Duration::from_millis(5 << idle);
+            // Lossless rings (`weft record`): their producers wait for room, so
+            // weft looks every millisecond, and at once again while events come.
+            let poll = if self.opts.sizes.lossless {
+                if drained > 0 {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(1)
+                }
+            } else {
+                Duration::from_millis(5 << idle)
+            };
             let sleep = sleep.unwrap_or(poll).min(poll);
             match &self.watcher {
                 // Woken as soon as the kernel catches a process.
@@ -1006,6 +1123,8 @@ impl<'p> Session<'p> {
                 Ok(()) => self.verbose(&format!("process {pid} joined: added to a group")),
                 Err(e) => {
                     if let Some(m) = self.members.iter_mut().find(|m| m.pid == pid && m.alive) {
+                        // Held in its agent until `GO`: let it run, unwoven.
+                        let _ = m.agent.go();
                         m.alive = false;
                     }
                     self.refused.insert(pid);
@@ -1022,6 +1141,8 @@ impl<'p> Session<'p> {
     fn rearm_watches(&mut self) {
         let shm = &self.seg.shm;
         let mut notes = Vec::new();
+        // Said without -v: the user asked for what cannot be done.
+        let mut warnings = Vec::new();
         for m in self.members.iter().filter(|m| m.alive) {
             for (index, w, advice) in &m.watches {
                 let Some(map) = &w.map else { continue };
@@ -1050,8 +1171,10 @@ impl<'p> Session<'p> {
                     && !addr.is_multiple_of(u64::from(w.len.max(1)))
                 {
                     if self.opts.data_mechanism == crate::data::Mechanism::Hardware {
-                        notes.push(format!(
-                            "{}: {addr:#x} is not aligned to {} bytes; not watched",
+                        warnings.push(format!(
+                            "{}: {addr:#x} is not aligned to {} bytes: a hardware watchpoint \
+                             cannot watch it, and --data-mechanism hw allows nothing else; \
+                             not watched",
                             w.label, w.len
                         ));
                         continue;
@@ -1074,6 +1197,9 @@ impl<'p> Session<'p> {
         }
         for n in notes {
             self.verbose(&n);
+        }
+        for w in warnings {
+            self.note(&w);
         }
     }
 
@@ -1137,17 +1263,40 @@ impl<'p> Session<'p> {
             }
             w.stop();
         }
-        // Unweave while the targets live.
-        for m in &self.members {
-            if m.alive {
-                if let Err(e) = m.unweave(&self.seg) {
-                    self.note(&format!("{e:#}"));
+        // Unweave while the targets live. One that died meanwhile (a terminal's
+        // Ctrl-C reaches the command too) has nothing left to unweave: not an error,
+        // as for bpftrace.
+        let mut notes = Vec::new();
+        for m in &mut self.members {
+            if !m.alive {
+                continue;
+            }
+            if member_gone(m) {
+                m.alive = false;
+                continue;
+            }
+            if let Err(e) = m.unweave(&self.seg) {
+                if member_gone(m) {
+                    m.alive = false;
+                } else {
+                    notes.push(format!("{e:#}"));
                 }
             }
         }
+        for n in notes {
+            self.note(&n);
+        }
         self.drain(sink);
-        // END, maps, losses.
+        // END, maps, losses. END reads what kernel probes wrote as it is now (a
+        // SystemTap script's `probe end` walks the counts syscall probes made).
         self.decoder.resume();
+        if !self.end.is_empty() {
+            if let Some(k) = self.kernel.as_mut() {
+                if let Err(e) = k.sync(&self.seg.shm) {
+                    (self.opts.note)(&format!("weft: reading the kernel probes' maps: {e:#}"));
+                }
+            }
+        }
         for &(i, probe) in &self.end {
             self.local.run(i, probe);
         }
@@ -1379,7 +1528,11 @@ fn is_broken_connection(e: &anyhow::Error) -> bool {
                 std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
             )
         })
-    }) || e.to_string().contains("closed the connection")
+    }) || {
+        // As `conn` words a connection the target's end closed, at any depth.
+        let s = format!("{e:#}");
+        s.contains("closed the connection") || s.contains("connection closed")
+    }
 }
 
 fn proc_ids(pid: i32) -> Option<(u64, u64)> {
@@ -1395,9 +1548,23 @@ fn proc_ids(pid: i32) -> Option<(u64, u64)> {
 
 /// Ends a launched command that is still running when its session ends: SIGTERM,
 /// then SIGKILL after a second; reaps it.
+/// Whether a member's process has exited (a zombie counts: nothing runs there).
+fn member_gone(m: &mut Member) -> bool {
+    match m.child.as_mut().map(|c| c.try_wait()) {
+        Some(Ok(Some(_))) => true,
+        // Reaped already (a wait of the unweave's stop of the world took it).
+        Some(Err(e)) if e.raw_os_error() == Some(libc::ECHILD) => true,
+        _ => !target::alive(m.pid),
+    }
+}
+
 fn end_child(c: &mut std::process::Child) -> Result<()> {
-    if c.try_wait()?.is_some() {
-        return Ok(());
+    match c.try_wait() {
+        Ok(Some(_)) => return Ok(()),
+        // Reaped already: see `member_gone`.
+        Err(e) if e.raw_os_error() == Some(libc::ECHILD) => return Ok(()),
+        Err(e) => return Err(e.into()),
+        Ok(None) => {}
     }
     // SAFETY: signalling our own child, not yet reaped.
     unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };

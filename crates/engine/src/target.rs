@@ -136,8 +136,9 @@ pub fn which(cmd: &str) -> Option<PathBuf> {
 }
 
 /// Start `argv` with the agent preloaded; its constructor connects to `socket` and
-/// holds `main` until weft says go.
-pub fn launch(argv: &[String], agent: &Path, socket: &str, follow: bool) -> Result<Child> {
+/// holds `main` until weft says go. `follow`: the value of
+/// [`weft_abi::ENV_FOLLOW`] (none: the agent takes itself out of the environment).
+pub fn launch(argv: &[String], agent: &Path, socket: &str, follow: Option<&str>) -> Result<Child> {
     let exe = which(&argv[0]).ok_or_else(|| anyhow!("command not found: {}", argv[0]))?;
     check_executable(&exe)?;
     let mut preload = agent.display().to_string();
@@ -150,8 +151,8 @@ pub fn launch(argv: &[String], agent: &Path, socket: &str, follow: bool) -> Resu
     cmd.args(&argv[1..])
         .env("LD_PRELOAD", preload)
         .env(weft_abi::ENV_SOCKET, socket);
-    if follow {
-        cmd.env(weft_abi::ENV_FOLLOW, "1");
+    if let Some(value) = follow {
+        cmd.env(weft_abi::ENV_FOLLOW, value);
     }
     cmd.spawn().with_context(|| format!("starting {}", argv[0]))
 }

@@ -27,6 +27,7 @@
 //! initializer and the point where weft can load its agent safely.
 
 use std::collections::BTreeSet;
+use std::os::fd::RawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -354,6 +355,7 @@ impl Watcher {
     pub fn resume(&mut self, pid: i32) {
         if let Some(k) = self.kernel.as_mut() {
             resume_caught(pid);
+            k.catcher.released(pid as u32);
             k.guardian.tell(-pid);
         }
     }
@@ -397,65 +399,120 @@ impl Kernel {
             ));
         }
         let catcher = Catcher::start(&uprobes)?;
+        guardian.give_map(catcher.stopped_fd());
         Ok((Kernel { guardian, catcher }, points))
     }
 }
 
 /// A process of weft's own that continues the processes weft caught and had not
-/// let go yet, should weft die (be SIGKILLed) meanwhile: weft writes each pid it
-/// reads from the ring (and its negation once it resumes it) to a pipe; when the
-/// pipe's other end closes, the guardian sends SIGCONT to those left, and ends.
-/// Only a process caught in the few milliseconds before weft read it stays stopped.
+/// let go yet, should weft die (be SIGKILLed) meanwhile. weft sends it, over a
+/// socket pair, each pid it reads from the ring (and its negation once it resumes
+/// it), and the descriptor of the eBPF map `stopped`, where the kernel puts every
+/// process it stops before weft reads it. When the socket closes without weft's
+/// goodbye, the guardian waits for weft's process to be gone (its uprobes with it,
+/// so nothing more is caught), then sends SIGCONT to every process it was told of
+/// and every one still in `stopped`, and ends.
 struct Guardian {
-    pipe: Option<std::os::fd::OwnedFd>,
+    sock: Option<std::os::fd::OwnedFd>,
     pid: i32,
 }
+
+/// What weft sends the guardian as it ends on its own: no waiting for weft's death.
+const GUARDIAN_BYE: i32 = i32::MIN;
+/// The message that carries the `stopped` map's descriptor.
+const GUARDIAN_MAP: i32 = 0;
+/// The longest the guardian waits for weft's process to be gone.
+const GUARDIAN_WAIT_MS: i32 = 10_000;
 
 impl Guardian {
     fn spawn() -> Result<Guardian> {
         use std::os::fd::FromRawFd;
         let mut fds = [0i32; 2];
-        // SAFETY: pipe2 writes two descriptors into the array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error()).context("creating the guardian's pipe");
+        // SAFETY: socketpair writes two descriptors into the array.
+        let r = unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error()).context("creating the guardian's socket");
         }
+        // SAFETY: getpid has no preconditions.
+        let weft = unsafe { libc::getpid() };
         // SAFETY: fork; the child only makes async-signal-safe system calls on its
         // own stack and ends with _exit (weft has other threads).
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             // SAFETY: as above.
-            unsafe { guardian_main(fds[0]) };
+            unsafe { guardian_main(fds[1], weft) };
         }
-        // SAFETY: the descriptors are ours; the read end is the child's now.
-        unsafe { libc::close(fds[0]) };
+        // SAFETY: the descriptors are ours; the other end is the child's now.
+        unsafe { libc::close(fds[1]) };
         if pid < 0 {
             // SAFETY: ours.
-            unsafe { libc::close(fds[1]) };
+            unsafe { libc::close(fds[0]) };
             return Err(std::io::Error::last_os_error()).context("starting the guardian");
         }
         Ok(Guardian {
-            // SAFETY: fds[1] is open and owned by nothing else.
-            pipe: Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) }),
+            // SAFETY: fds[0] is open and owned by nothing else.
+            sock: Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[0]) }),
             pid,
         })
     }
 
     /// `pid` > 0: caught; < 0: let go.
     fn tell(&self, pid: i32) {
+        self.send(pid, None);
+    }
+
+    /// Hand the guardian the `stopped` map (it keeps its own reference).
+    fn give_map(&self, fd: RawFd) {
+        self.send(GUARDIAN_MAP, Some(fd));
+    }
+
+    fn send(&self, word: i32, fd: Option<RawFd>) {
         use std::os::fd::AsRawFd;
-        let Some(pipe) = &self.pipe else {
+        let Some(sock) = &self.sock else {
             return;
         };
-        let b = pid.to_ne_bytes();
-        // SAFETY: writing 4 bytes from a local (atomic on a pipe).
-        unsafe { libc::write(pipe.as_raw_fd(), b.as_ptr().cast(), 4) };
+        let b = word.to_ne_bytes();
+        let mut iov = libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: 4,
+        };
+        // u64s: the control buffer's alignment.
+        let mut control = [0u64; 4];
+        // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        if let Some(fd) = fd {
+            msg.msg_control = control.as_mut_ptr().cast();
+            // SAFETY: CMSG_SPACE is arithmetic.
+            msg.msg_controllen = unsafe { libc::CMSG_SPACE(4) } as usize;
+            // SAFETY: the control buffer holds one header with 4 bytes of data
+            // (CMSG_SPACE(4) <= 32 bytes).
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&msg);
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = libc::SCM_RIGHTS;
+                (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd);
+            }
+        }
+        // SAFETY: msg and everything it points to are valid for the call.
+        unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
     }
 }
 
 impl Drop for Guardian {
     fn drop(&mut self) {
-        // Closing our end ends the guardian (it lets go what it still holds).
-        self.pipe.take();
+        // weft ends on its own: the guardian lets go what it still holds at once.
+        self.send(GUARDIAN_BYE, None);
+        self.sock.take();
         let mut st = 0;
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(self.pid, &mut st, 0) };
@@ -465,16 +522,20 @@ impl Drop for Guardian {
 /// The guardian's body (in the child of `fork`): no allocation, no lock.
 ///
 /// # Safety
-/// Called once, in a freshly forked child, with the pipe's read end.
-unsafe fn guardian_main(read_end: i32) -> ! {
+/// Called once, in a freshly forked child of `weft`, with its end of the socket.
+unsafe fn guardian_main(sock: i32, weft: i32) -> ! {
     const MAX: usize = 4096;
     let mut held = [0i32; MAX];
+    let mut map = -1;
+    let mut bye = false;
     // SAFETY: plain system calls on our own descriptors, signals and stack.
     unsafe {
-        // Only the pipe: not weft's listening socket (agents would wait on it), not
-        // its terminal.
-        libc::dup2(read_end, 0);
+        // Only the socket: not weft's listening socket (agents would wait on it),
+        // not its terminal.
+        libc::dup2(sock, 0);
         libc::syscall(libc::SYS_close_range, 1u32, u32::MAX, 0u32);
+        // weft's process, to wait for it to be gone (-1: gone already).
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, weft, 0u32) as i32;
         // A Ctrl-C or a hang-up for weft's process group is weft's to act on.
         for sig in [
             libc::SIGINT,
@@ -494,10 +555,30 @@ unsafe fn guardian_main(read_end: i32) -> ! {
         );
         loop {
             let mut b = [0u8; 4];
-            let n = libc::read(0, b.as_mut_ptr().cast(), 4);
+            let mut iov = libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: 4,
+            };
+            let mut control = [0u64; 4];
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&control);
+            let n = libc::recvmsg(0, &mut msg, libc::MSG_CMSG_CLOEXEC);
             if n == 4 {
                 let pid = i32::from_ne_bytes(b);
-                if pid > 0 {
+                if pid == GUARDIAN_BYE {
+                    bye = true;
+                } else if pid == GUARDIAN_MAP {
+                    let c = libc::CMSG_FIRSTHDR(&msg);
+                    if !c.is_null()
+                        && (*c).cmsg_level == libc::SOL_SOCKET
+                        && (*c).cmsg_type == libc::SCM_RIGHTS
+                    {
+                        map = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<i32>());
+                    }
+                } else if pid > 0 {
                     if let Some(slot) = held.iter_mut().find(|p| **p == 0) {
                         *slot = pid;
                     }
@@ -511,12 +592,77 @@ unsafe fn guardian_main(read_end: i32) -> ! {
             }
             break;
         }
+        if !bye && pidfd >= 0 {
+            // weft died: once its process is gone, so are its uprobes, and no
+            // process is caught after the sweep below.
+            let mut pfd = libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            while libc::poll(&mut pfd, 1, GUARDIAN_WAIT_MS) < 0
+                && *libc::__errno_location() == libc::EINTR
+            {}
+        }
         for &pid in &held {
             if pid > 0 {
                 libc::kill(pid, libc::SIGCONT);
             }
         }
+        if map >= 0 {
+            continue_stopped(map);
+        }
         libc::_exit(0)
+    }
+}
+
+/// Send SIGCONT to every pid in the eBPF hash map `map` (u32 keys), walking it with
+/// `BPF_MAP_GET_NEXT_KEY`: no allocation.
+///
+/// # Safety
+/// In the guardian: `map` is a descriptor of the `stopped` map.
+unsafe fn continue_stopped(map: i32) {
+    const BPF_MAP_GET_NEXT_KEY: libc::c_long = 4;
+    // `union bpf_attr`'s map element form: map_fd, (pad), key, next_key, flags;
+    // the rest zero, as the kernel requires.
+    #[repr(C)]
+    struct Attr {
+        map_fd: u32,
+        pad: u32,
+        key: u64,
+        next_key: u64,
+        flags: u64,
+        rest: [u64; 12],
+    }
+    let mut key = 0u32;
+    let mut next = 0u32;
+    let mut first = true;
+    // At most the map's size: a map that changed under us is not walked forever.
+    for _ in 0..65_536 {
+        let mut attr = Attr {
+            map_fd: map as u32,
+            pad: 0,
+            key: if first { 0 } else { &key as *const u32 as u64 },
+            next_key: &mut next as *mut u32 as u64,
+            flags: 0,
+            rest: [0; 12],
+        };
+        // SAFETY: attr points at key and next, both alive across the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_MAP_GET_NEXT_KEY,
+                &mut attr as *mut Attr,
+                std::mem::size_of::<Attr>() as u32,
+            )
+        };
+        if r != 0 {
+            break;
+        }
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(next as i32, libc::SIGCONT) };
+        key = next;
+        first = false;
     }
 }
 

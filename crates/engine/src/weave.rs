@@ -126,6 +126,29 @@ pub struct SiteSpec {
     /// A call site: `func` is the calling function (its name is what `caller`
     /// reads), `site_addr` the branch; woven by [`Weaver::call_site`].
     pub call: Option<CallSpec>,
+    /// A placeholder in a `weft prepare` stub (outside the function, which jumps to
+    /// it): `func` is the placeholder alone, and this is the function's own run-time
+    /// address, what advice reports as the function.
+    pub stub_of: Option<u64>,
+}
+
+impl SiteSpec {
+    /// The function's address as advice and the site table report it.
+    pub fn func_addr(&self) -> u64 {
+        self.stub_of.unwrap_or(self.func.addr)
+    }
+}
+
+/// What an access site's trampoline reads and may write: the watched bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct AccessSpec {
+    /// Run-time address of the watched bytes.
+    pub var: u64,
+    /// How many of them `old` and `new` cover (1, 2, 4 or 8; fewer than the
+    /// variable's size for a larger one: its first 8 bytes).
+    pub size: u32,
+    /// Write `new` back when the advice changed it (`new = EXPR`).
+    pub write_back: bool,
 }
 
 /// Label prefix of the agent's internal sites (the unwinder hooks).
@@ -154,6 +177,10 @@ pub enum Outcome {
     /// by a jump to a trampoline that runs them, the return advice and the `ret`;
     /// true when the advice is inline.
     Return(bool),
+    /// An access site (a data pointcut by instruction rewriting): the access
+    /// instruction replaced by a jump to a trampoline that reads the value before,
+    /// runs the access, reads it after and runs the advice.
+    AccessSite,
     Int3(String),
     Skipped(String),
 }
@@ -169,6 +196,7 @@ impl fmt::Display for Outcome {
             Outcome::CallStubInline => write!(f, "branch retargeted to a stub (advice inline)"),
             Outcome::Return(false) => write!(f, "return site: jump to trampoline"),
             Outcome::Return(true) => write!(f, "return site: jump to trampoline (advice inline)"),
+            Outcome::AccessSite => write!(f, "access site: jump to trampoline"),
             Outcome::Int3(r) => write!(f, "int3 ({r})"),
             Outcome::Skipped(r) => write!(f, "skipped: {r}"),
         }
@@ -340,7 +368,7 @@ impl<'a> Weaver<'a> {
     fn simple_bodies(
         &self,
         calls: &[Call],
-        eligible: fn(&weft_ir::Function, &[weft_jit::MapLayout]) -> bool,
+        eligible: fn(&weft_ir::Function, &[weft_jit::MapLayout], weft_jit::inline::Caps) -> bool,
     ) -> Option<Vec<InlineBody<'a>>> {
         calls
             .iter()
@@ -351,7 +379,7 @@ impl<'a> Weaver<'a> {
                     .code
                     .iter()
                     .any(|x| matches!(x, weft_ir::Inst::SymbolAddr { .. }));
-                (eligible(f, self.maps) && (!symbols || self.symbols.is_some()))
+                (eligible(f, self.maps, self.caps()) && (!symbols || self.symbols.is_some()))
                     .then_some((f, c.probe, i))
             })
             .collect()
@@ -477,7 +505,7 @@ impl<'a> Weaver<'a> {
                 let head = Head {
                     index,
                     reported_ip,
-                    func: spec.func.addr,
+                    func: spec.func_addr(),
                     at_entry,
                     thread_attach,
                     ret: (ret_advice, ret_stub, ret_probe),
@@ -559,7 +587,7 @@ impl<'a> Weaver<'a> {
             Filled {
                 kind,
                 patch_addr,
-                func: spec.func.addr,
+                func: spec.func_addr(),
                 atomic: plan.single_instruction(),
                 orig,
                 patch,
@@ -587,7 +615,6 @@ impl<'a> Weaver<'a> {
     ) -> Option<weft_x86::ReturnSites> {
         if spec.ret.is_empty()
             || !at_entry
-            || !self.ret_sites
             || spec.around.is_some()
             || spec.usdt_args.is_some()
             || is_internal(&spec.label)
@@ -610,6 +637,11 @@ impl<'a> Weaver<'a> {
             return None;
         }
         match weft_x86::return_sites(&spec.func, plan, others) {
+            // No exit at all (`_start`, a function that never returns): no return
+            // site and no hijack either way. At the entry point the word at rsp is
+            // argc, not a return address: a hijack would overwrite it.
+            Ok(r) if r.sites.is_empty() => Some(r),
+            _ if !self.ret_sites => None,
             // Return sites take a site per `ret`: past three quarters of the site
             // table, the rest of the functions keep the hijack (one site each).
             Ok(r)
@@ -710,6 +742,7 @@ impl<'a> Weaver<'a> {
             thread_attach,
             unconditional: false,
             return_site: true,
+            data: None,
         })?;
         let mut code = head;
         code.extend_from_slice(&ret_bytes);
@@ -740,6 +773,24 @@ impl<'a> Weaver<'a> {
             tls_offset: self.agent.hello.tls_offset,
             thread_agg_off: self.thread_agg_off,
             map_index: self.agent.hello.helpers[weft_abi::Helper::MapIndex as usize],
+            map_key: self.agent.hello.helpers[weft_abi::Helper::MapKey as usize],
+            safe_strcpy: self.agent.hello.helpers[weft_abi::Helper::SafeStrcpy as usize],
+            maps_off: self.shm.header().maps_off,
+            ring_off: self.shm.header().ring_off,
+            ring_size: self.shm.header().ring_size,
+        }
+    }
+
+    /// What inline code may use of this session.
+    fn caps(&self) -> weft_jit::inline::Caps {
+        weft_jit::inline::Caps {
+            tsc_clock: self
+                .shm
+                .header()
+                .clock
+                .mult
+                .load(std::sync::atomic::Ordering::Acquire)
+                != 0,
         }
     }
 
@@ -782,6 +833,7 @@ impl<'a> Weaver<'a> {
             thread_attach: h.thread_attach,
             unconditional: is_internal(&spec.label),
             return_site: false,
+            data: None,
         })?;
         let resume = generic_at + head.len() as u64;
         let mut code = head;
@@ -813,6 +865,11 @@ impl<'a> Weaver<'a> {
             at_entry: h.at_entry,
             at_return: false,
             map_index: self.agent.hello.helpers[weft_abi::Helper::MapIndex as usize],
+            map_key: self.agent.hello.helpers[weft_abi::Helper::MapKey as usize],
+            safe_strcpy: self.agent.hello.helpers[weft_abi::Helper::SafeStrcpy as usize],
+            maps_off: self.shm.header().maps_off,
+            ring_off: self.shm.header().ring_off,
+            ring_size: self.shm.header().ring_size,
         };
         let mut code = with_bodies(&list, symbols, |bodies| {
             weft_jit::inline::inline_head(bodies, prog, maps, &site, inline_at)
@@ -882,6 +939,108 @@ impl<'a> Weaver<'a> {
             } else {
                 Outcome::CallStub
             },
+        )
+    }
+
+    /// Weave an access site (a data pointcut by instruction rewriting): the access
+    /// instruction at `spec.site_addr`, at least 5 bytes, becomes a jump to
+    /// `weft_x86::access_prologue` + the access relocated + `access_middle` + a
+    /// general head with `old` and `new` ([`weft_jit::trampoline::DataHead`]) +
+    /// `access_epilogue`. The advice runs after the access (`ip` = the access,
+    /// `func` = its function). A thread that meets the transient `int3` of a
+    /// rewrite resumes at the access relocated alone. Advice is never inline here:
+    /// the general head reads `old`/`new` from the stack the access code built.
+    pub fn access_site(
+        &mut self,
+        spec: &SiteSpec,
+        access: &AccessSpec,
+        thread_attach: u64,
+        others: &[u64],
+    ) -> Result<Planned> {
+        let plan = weft_x86::plan_site_among(&spec.func, spec.site_addr, others);
+        match &plan {
+            SitePlan::Jump { patch_addr, .. }
+                if *patch_addr == spec.site_addr && plan.single_instruction() => {}
+            SitePlan::Jump { .. } => {
+                return Ok(Planned::refused(
+                    spec,
+                    &"a jump would displace more than the access",
+                ))
+            }
+            SitePlan::Int3 { reason, .. } => {
+                return Ok(Planned::refused(
+                    spec,
+                    &format!("an access site needs a jump: {reason}"),
+                ))
+            }
+            SitePlan::Refused { reason } => return Ok(Planned::refused(spec, reason)),
+        }
+        let insn_len = plan.original_bytes().len() as u64;
+        let index = self.next_site_index()?;
+        let ri = self.region_for(spec.site_addr, SITE_CODE_ESTIMATE)?;
+        let shm_base = self.target_shm_base();
+        let tls_offset = self.agent.hello.tls_offset;
+        let region = &mut self.regions[ri];
+        let at = region.next_addr();
+        let mut code = weft_x86::access_prologue(access.var, access.size);
+        code.extend(
+            weft_x86::relocate(&plan, at + code.len() as u64, false)
+                .with_context(|| format!("{}: relocating the access", spec.label))?,
+        );
+        code.extend(weft_x86::access_middle(access.var, access.size));
+        code.extend(entry_head(&EntryTrampoline {
+            site_addr: spec.site_addr,
+            func: spec.func.addr,
+            site_index: index,
+            calls: spec.entry.iter().map(|c| (c.advice, c.probe)).collect(),
+            hijack: None,
+            around: None,
+            at_entry: false,
+            shm_base,
+            tls_offset,
+            thread_attach,
+            unconditional: false,
+            return_site: false,
+            data: Some(weft_jit::trampoline::DataHead {
+                var: access.var,
+                size: access.size,
+                write_back: access.write_back,
+            }),
+        })?);
+        let epilogue_at = at + code.len() as u64;
+        code.extend(weft_x86::access_epilogue(
+            epilogue_at,
+            spec.site_addr + insn_len,
+        )?);
+        let put = region
+            .put(&code)
+            .ok_or_else(|| anyhow!("code region full"))?;
+        debug_assert_eq!(put, at);
+        let resume_at = region.next_addr();
+        let resume_code = weft_x86::relocate(&plan, resume_at, true)?;
+        let resume = region
+            .put(&resume_code)
+            .ok_or_else(|| anyhow!("code region full"))?;
+        let patch = weft_x86::patch_bytes(&plan, at)?;
+        self.publish(
+            index,
+            spec,
+            Filled {
+                kind: SiteKind::Jump,
+                patch_addr: spec.site_addr,
+                func: spec.func.addr,
+                atomic: true,
+                orig: plan.original_bytes().to_vec(),
+                patch,
+                entry_advice: 0,
+                return_advice: 0,
+                return_stub: 0,
+                resume,
+                entry_probe: spec.entry.first().map_or(0, |c| c.probe),
+                return_probe: 0,
+                semaphore: None,
+            },
+            Outcome::AccessSite,
         )
     }
 
@@ -1029,6 +1188,11 @@ impl<'a> Weaver<'a> {
             at_entry: true,
             at_return: false,
             map_index: self.agent.hello.helpers[weft_abi::Helper::MapIndex as usize],
+            map_key: self.agent.hello.helpers[weft_abi::Helper::MapKey as usize],
+            safe_strcpy: self.agent.hello.helpers[weft_abi::Helper::SafeStrcpy as usize],
+            maps_off: self.shm.header().maps_off,
+            ring_off: self.shm.header().ring_off,
+            ring_size: self.shm.header().ring_size,
         };
         let code = with_bodies(&list, self.symbols, |bodies| {
             weft_jit::inline::return_stub(bodies, self.maps, &site)
@@ -1062,6 +1226,11 @@ struct TailContext<'a> {
     tls_offset: i64,
     thread_agg_off: u64,
     map_index: u64,
+    map_key: u64,
+    safe_strcpy: u64,
+    maps_off: u64,
+    ring_off: u64,
+    ring_size: u64,
 }
 
 /// The code at `at` for a plan whose relocated instructions end with a `ret`: those
@@ -1089,6 +1258,11 @@ fn ret_tail(
                 at_entry: false,
                 at_return: true,
                 map_index: cx.map_index,
+                map_key: cx.map_key,
+                safe_strcpy: cx.safe_strcpy,
+                maps_off: cx.maps_off,
+                ring_off: cx.ring_off,
+                ring_size: cx.ring_size,
             };
             let head = with_bodies(list, cx.symbols, |bodies| {
                 weft_jit::inline::inline_head(bodies, cx.prog, cx.maps, &site, head_at)

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use weft_engine::{Options, Session};
+use weft_engine::{Options, Session, Weaving};
 use weft_trace::{Context, MapSnapshot, Record, Sink};
 
 const T: Duration = Duration::from_secs(60);
@@ -311,4 +311,85 @@ fn a_later_probe_on_a_woven_call_is_refused() {
     assert!(code_matches_file(pid, &bin));
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// `Session::functions` splits the sites `prepare` wove by function: one function
+/// goes out and comes back while 8 threads run through both, the other stays
+/// woven. Without return sites the return probes run exactly for the calls whose
+/// entry ran (the hijack): entries and returns differ by at most the frames open
+/// at the end, however often a function went out with calls open.
+#[test]
+fn one_function_unweaves_and_reweaves_alone() {
+    let bin = hammer();
+    let b = bin.display();
+    let mut t = Target::start(&bin, "8");
+    let prog = compile(&format!(
+        "uprobe:{b}:hot_jump {{ @j = count(); }} uretprobe:{b}:hot_jump {{ @jr = count(); }} \
+         uprobe:{b}:hot_rec {{ @r = count(); }} uretprobe:{b}:hot_rec {{ @rr = count(); }}"
+    ));
+    let opts = Options {
+        return_sites: false,
+        ..Options::default()
+    };
+    let mut s = Session::new(&prog, opts, true).unwrap();
+    s.attach(t.pid()).unwrap();
+    s.prepare().unwrap();
+    s.go().unwrap();
+    let mut fns = s.functions();
+    assert_eq!(fns.len(), 2, "{fns:?}");
+    // One site each: the entry (its return probe hijacks).
+    assert!(fns.iter().all(|(_, w)| w.site_count() == 1 && w.woven));
+    let id = |name: &str| prog.maps.iter().position(|m| m.name == name).unwrap() as u32;
+    let (j, jr, r, rr) = (id("@j"), id("@jr"), id("@r"), id("@rr"));
+    // Which is hot_rec: the functions come sorted by address, as in the file.
+    let nm = Command::new("nm").arg(&bin).output().unwrap();
+    let addr = |f: &str| {
+        let out = String::from_utf8_lossy(&nm.stdout);
+        let l = out.lines().find(|l| l.ends_with(&format!(" {f}"))).unwrap();
+        u64::from_str_radix(l.split_whitespace().next().unwrap(), 16).unwrap()
+    };
+    let k = usize::from(addr("hot_rec") > addr("hot_jump"));
+    for cycle in 0..200 {
+        let w = &mut fns[k].1;
+        s.unweave(w).unwrap();
+        let (a, jb) = (count(&s, r), count(&s, j));
+        until("hot_jump hits while hot_rec is out", || {
+            count(&s, j) > jb + 100
+        });
+        // A thread already inside the trampoline when the bytes went back may
+        // still count (one per thread).
+        let n = count(&s, r);
+        assert!(
+            n <= a + 8,
+            "cycle {cycle}: hot_rec hit while unwoven ({a} -> {n})"
+        );
+        t.healthy();
+        s.reweave(w).unwrap();
+        let a = count(&s, r);
+        until("hot_rec hits again", || count(&s, r) > a);
+    }
+    // Both out together, then back together (one stop per process).
+    let mut both = Weaving::union(fns.iter().map(|(_, w)| w));
+    assert_eq!(both.site_count(), 2);
+    s.unweave(&mut both).unwrap();
+    assert!(code_matches_file(t.pid(), &bin));
+    assert_eq!(s.reweave(&mut both).unwrap(), 1);
+    let a = count(&s, j);
+    until("hot_jump hits after the union's reweave", || {
+        count(&s, j) > a
+    });
+    // Both out: no entry runs, and every hijacked frame still returns through
+    // the return advice. Once the counts settle, returns equal entries exactly.
+    s.unweave(&mut both).unwrap();
+    let settled = |s: &Session<'_>| {
+        let (jr0, rr0) = (count(s, jr), count(s, rr));
+        (count(s, j), count(s, r)) == (jr0, rr0)
+    };
+    until("every return of a call whose entry ran", || settled(&s));
+    let (ej, er) = (count(&s, j), count(&s, r));
+    assert!(ej > 0 && er > 0);
+    s.finish(&mut Quiet).unwrap();
+    assert!(code_matches_file(t.pid(), &bin));
+    let p = t.healthy();
+    until("progress after the session", || t.healthy() > p);
 }

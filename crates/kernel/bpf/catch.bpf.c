@@ -5,7 +5,10 @@
 // per program image: the pid goes into `seen`, where weft also puts the processes it
 // attached to itself. A probed library's initializer only marks the process; it is
 // caught once the loading is over (`__libc_start_main`, or the return of `dlopen`).
-// An exec or the process's end takes the pid out of both maps.
+// Every process stopped and not yet let go is in `stopped`, which weft's guardian
+// holds too: should weft die, the guardian continues each one left there, those
+// still in the ring included. An exec or the process's end takes the pid out of
+// every map.
 //
 // Built by crates/engine/build.rs with `clang -target bpf`; no kernel headers needed.
 
@@ -47,6 +50,13 @@ struct {
 	__type(value, __u32);
 } marked SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u32);
+} stopped SEC(".maps");
+
 /// What weft reads from `caught`.
 struct caught_event {
 	__u32 pid;
@@ -63,6 +73,9 @@ static __attribute__((always_inline)) int catch_current(void)
 	if (bpf_map_lookup_elem(&seen, &pid))
 		return 0;
 	if (bpf_map_update_elem(&seen, &pid, &one, BPF_ANY))
+		return 0;
+	// Known to the guardian before it stops: none stays stopped if weft dies.
+	if (bpf_map_update_elem(&stopped, &pid, &one, BPF_ANY))
 		return 0;
 	// Stop first: the process is stopped (or about to be, on its way back to user
 	// space) whenever weft reads the event.
@@ -123,6 +136,7 @@ int weft_exec(void *ctx)
 
 	bpf_map_delete_elem(&seen, &pid);
 	bpf_map_delete_elem(&marked, &pid);
+	bpf_map_delete_elem(&stopped, &pid);
 	return 0;
 }
 
@@ -136,6 +150,7 @@ int weft_exit(void *ctx)
 	if (pid == (__u32)id) {
 		bpf_map_delete_elem(&seen, &pid);
 		bpf_map_delete_elem(&marked, &pid);
+		bpf_map_delete_elem(&stopped, &pid);
 	}
 	return 0;
 }

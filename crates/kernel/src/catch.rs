@@ -6,10 +6,11 @@
 //! `weft_catch_marked_return` on kernel uprobes; `weft_exec` and `weft_exit` on the
 //! `sched_process_exec`/`exit` tracepoints, which forget a process's marks. A caught
 //! process gets `SIGSTOP` and its pid goes down the `caught` ring buffer, once per
-//! program image (`seen`).
+//! program image (`seen`). It stays in `stopped` until weft lets it go; weft's
+//! guardian holds that map's descriptor ([`Catcher::stopped_fd`]).
 
 use std::collections::BTreeSet;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::PathBuf;
 
 use anyhow::{anyhow, Context, Result};
@@ -34,6 +35,8 @@ pub struct Uprobe {
 pub struct Catcher {
     caught: RingBuf<MapData>,
     seen: BpfHashMap<MapData, u32, u32>,
+    stopped: BpfHashMap<MapData, u32, u32>,
+    stopped_fd: RawFd,
     /// Keeps the programs (and their links) loaded.
     ebpf: Option<aya::Ebpf>,
 }
@@ -85,9 +88,19 @@ impl Catcher {
             ebpf.take_map("seen")
                 .ok_or_else(|| anyhow!("the eBPF object has no map `seen`"))?,
         )?;
+        let stopped = ebpf
+            .take_map("stopped")
+            .ok_or_else(|| anyhow!("the eBPF object has no map `stopped`"))?;
+        let stopped_fd = match &stopped {
+            aya::maps::Map::HashMap(d) => d.fd().as_fd().as_raw_fd(),
+            _ => return Err(anyhow!("the eBPF map `stopped` is not a hash map")),
+        };
+        let stopped = BpfHashMap::try_from(stopped)?;
         Ok(Catcher {
             caught,
             seen,
+            stopped,
+            stopped_fd,
             ebpf: Some(ebpf),
         })
     }
@@ -95,6 +108,17 @@ impl Catcher {
     /// Process `pid` is not to be caught again (until it execs).
     pub fn seen(&mut self, pid: u32) {
         let _ = self.seen.insert(pid, 1, 0);
+    }
+
+    /// Process `pid`, caught, is let go: it is no longer the guardian's to continue.
+    pub fn released(&mut self, pid: u32) {
+        let _ = self.stopped.remove(&pid);
+    }
+
+    /// The descriptor of the map of processes caught and not let go (a hash map of
+    /// pids; valid while the catcher lives), for weft's guardian.
+    pub fn stopped_fd(&self) -> RawFd {
+        self.stopped_fd
     }
 
     /// The pids caught since the last call, in order, each once.

@@ -29,6 +29,7 @@ fn load(prog: &Program, filter: bool) -> KernelProbes {
             name: "sys_enter_getppid".into(),
             probe_id: 0,
             raw: None,
+            system: false,
         })
         .collect();
     let opts = Options {

@@ -171,6 +171,19 @@ impl ElfFile {
     }
 }
 
+/// A variable declared inside a function ([`DebugInfo::local_variable`]).
+#[derive(Clone, Debug)]
+pub struct LocalVariable {
+    /// The function it is declared in (its source name).
+    pub function: String,
+    /// A formal parameter.
+    pub parameter: bool,
+    /// A function's `static`: its address (as in the file's symbol table).
+    pub static_addr: Option<u64>,
+    /// Its type, when DWARF gives one.
+    pub ty: Option<Type>,
+}
+
 /// A DIE: unit index and offset in it.
 type DieRef = (usize, UnitOffset);
 
@@ -183,7 +196,14 @@ struct Walk {
     hops: u32,
     /// Types converted so far.
     nodes: u32,
+    /// An array too large to expand keeps its element type as one field named
+    /// [`ARRAY_ELEMENT`] (data pointcuts compute an element's offset from it).
+    element_fields: bool,
 }
+
+/// The one field of a large array's type in [`DebugInfo::data_variable_type`]:
+/// its element type, at offset 0.
+pub const ARRAY_ELEMENT: &str = "[]";
 
 const MAX_HOPS: u32 = 64;
 const MAX_NODES: u32 = 20_000;
@@ -288,10 +308,45 @@ impl DebugInfo {
         })
     }
 
+    /// The return type of the function named `name` (as [`Self::function_params`]
+    /// finds it); `None` for a `void` function or one DWARF does not describe.
+    pub fn function_return_type(&self, name: &str) -> Option<Type> {
+        for (ui, u) in self.units.iter().enumerate() {
+            let mut entries = u.unit.entries();
+            while let Ok(Some((_, entry))) = entries.next_dfs() {
+                if entry.tag() != gimli::DW_TAG_subprogram
+                    || !self.names_of(ui, entry, 0).iter().any(|n| n == name)
+                {
+                    continue;
+                }
+                let origin = self.reference(ui, entry, gimli::DW_AT_abstract_origin);
+                let ty = self.reference(ui, entry, gimli::DW_AT_type).or_else(|| {
+                    let (uj, o) = origin?;
+                    self.reference(uj, &self.units[uj].unit.entry(o).ok()?, gimli::DW_AT_type)
+                });
+                if let Some(t) = ty {
+                    return Some(self.type_of(t, 0, &mut Walk::default(), None));
+                }
+            }
+        }
+        None
+    }
+
     /// The type of the global or static variable named `name` (a variable DIE
     /// with that name and a type, its definition preferred); `None` when DWARF does
     /// not describe it.
     pub fn variable_type(&self, name: &str) -> Option<Type> {
+        self.variable_type_with(name, false)
+    }
+
+    /// [`Self::variable_type`] for a data pointcut, which may index any element:
+    /// an array too large to list its elements has one field, [`ARRAY_ELEMENT`],
+    /// the element type (so `big[600]` is `600 * size` bytes in).
+    pub fn data_variable_type(&self, name: &str) -> Option<Type> {
+        self.variable_type_with(name, true)
+    }
+
+    fn variable_type_with(&self, name: &str, element_fields: bool) -> Option<Type> {
         let mut fallback = None;
         for (ui, u) in self.units.iter().enumerate() {
             let mut entries = u.unit.entries();
@@ -312,7 +367,11 @@ impl DebugInfo {
                 });
                 let Some(t) = ty else { continue };
                 let has_location = matches!(entry.attr_value(gimli::DW_AT_location), Ok(Some(_)));
-                let ty = self.type_of(t, 0, &mut Walk::default(), None);
+                let mut walk = Walk {
+                    element_fields,
+                    ..Walk::default()
+                };
+                let ty = self.type_of(t, 0, &mut walk, None);
                 if has_location {
                     return Some(ty);
                 }
@@ -320,6 +379,65 @@ impl DebugInfo {
             }
         }
         fallback
+    }
+
+    /// A variable or parameter named `name` declared inside a function, as DWARF
+    /// describes it (data pointcuts explain what cannot be watched, and find a
+    /// function's `static`, which the symbol table names `name.N`): a static one
+    /// (`DW_OP_addr`) first, else the first found.
+    pub fn local_variable(&self, name: &str) -> Option<LocalVariable> {
+        let mut first = None;
+        for (ui, u) in self.units.iter().enumerate() {
+            let mut entries = u.unit.entries();
+            let mut depth = 0isize;
+            // The enclosing functions' names, with the depth of their DIEs.
+            let mut functions: Vec<(isize, String)> = Vec::new();
+            while let Ok(Some((delta, entry))) = entries.next_dfs() {
+                depth += delta;
+                while functions.last().is_some_and(|(d, _)| *d >= depth) {
+                    functions.pop();
+                }
+                let tag = entry.tag();
+                if tag == gimli::DW_TAG_subprogram {
+                    let f = self.names_of(ui, entry, 0).into_iter().next();
+                    functions.push((depth, f.unwrap_or_default()));
+                    continue;
+                }
+                if tag != gimli::DW_TAG_variable && tag != gimli::DW_TAG_formal_parameter {
+                    continue;
+                }
+                let Some((_, function)) = functions.last() else {
+                    continue;
+                };
+                if !self.names_of(ui, entry, 0).iter().any(|n| n == name) {
+                    continue;
+                }
+                let static_addr = match entry.attr_value(gimli::DW_AT_location) {
+                    Ok(Some(AttributeValue::Exprloc(expr))) => {
+                        let mut r = expr.0;
+                        match (r.read_u8(), r.read_u64()) {
+                            (Ok(op), Ok(a)) if op == gimli::DW_OP_addr.0 && r.is_empty() => Some(a),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                };
+                let ty = self
+                    .reference(ui, entry, gimli::DW_AT_type)
+                    .map(|t| self.type_of(t, 0, &mut Walk::default(), None));
+                let found = LocalVariable {
+                    function: function.clone(),
+                    parameter: tag == gimli::DW_TAG_formal_parameter,
+                    static_addr,
+                    ty,
+                };
+                if found.static_addr.is_some() {
+                    return Some(found);
+                }
+                first.get_or_insert(found);
+            }
+        }
+        first
     }
 
     /// The DW_AT_name and DW_AT_linkage_name of a DIE, following abstract origins
@@ -548,7 +666,7 @@ impl DebugInfo {
                 if dims.is_empty() {
                     return elem;
                 }
-                build_array(elem, &dims)
+                build_array(elem, &dims, walk.element_fields)
             }
             _ => Type::Void,
         }
@@ -681,11 +799,11 @@ fn member_offset(m: &DebuggingInformationEntry<'_, '_, R>) -> Option<u64> {
 }
 
 /// An array type (outermost dimension first) as a `CStruct` of elements.
-fn build_array(elem: Type, dims: &[u64]) -> Type {
+fn build_array(elem: Type, dims: &[u64], element_fields: bool) -> Type {
     let Some((&n, rest)) = dims.split_first() else {
         return elem;
     };
-    let elem = build_array(elem, rest);
+    let elem = build_array(elem, rest, element_fields);
     let elem_size = u64::from(elem.size());
     let size = elem_size.saturating_mul(n).min(u64::from(u32::MAX)) as u32;
     // C order: the outer dimension comes first (`int16[2][3]`).
@@ -710,6 +828,13 @@ fn build_array(elem: Type, dims: &[u64]) -> Type {
                 bits: None,
             })
             .collect()
+    } else if element_fields {
+        vec![CField {
+            name: ARRAY_ELEMENT.to_string(),
+            offset: 0,
+            ty: elem.clone(),
+            bits: None,
+        }]
     } else {
         Vec::new()
     };

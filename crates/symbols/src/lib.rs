@@ -45,7 +45,7 @@ mod unwind;
 mod usdt;
 
 pub use debugfile::{DebugSearch, MissingDwo, DEFAULT_DEBUG_DIR};
-pub use dwarf::{DebugInfo, Param, SourceFrame};
+pub use dwarf::{DebugInfo, LocalVariable, Param, SourceFrame, ARRAY_ELEMENT};
 pub use elf::{demangle, ElfFile, ElfKind, Function, FunctionName, Import, Section, Segment};
 pub use error::{Error, Result};
 pub use maps::{find_module, load_bias, MappedFile, Mapping, Module, Perms, ProcMaps};

@@ -4,7 +4,8 @@
 //! `format` module for the layout. In short: a 24-byte header (magic
 //! `"\x7fWEFTPL\0"`, version, header and entry sizes, count, string table size), then
 //! `count` entries of `entry_size` bytes (placeholder address, instrumented function's
-//! address, name and `file:line` offsets into the string table, kind, length, flags),
+//! address, name and `file:line` offsets into the string table, kind — entry, exit, or
+//! entry in a `weft prepare` stub —, length, flags),
 //! then the string table. All little-endian.
 //!
 //! This reader accepts any `header_size >= 24` and `entry_size >= 32` (fields added
@@ -31,6 +32,13 @@ pub enum WeftProbeKind {
     Entry,
     /// Was `call __cyg_profile_func_exit` (or a tail `jmp` to it).
     Exit,
+    /// Made by `weft prepare`: the placeholder is the first instruction of a stub
+    /// outside the function, which the function's entry jumps to (the stub goes on
+    /// with the relocated prologue and jumps back). The machine state there is the
+    /// function's entry state. `vaddr` is in the stub; `function_vaddr` is the
+    /// function's own address. Kind 3 in the file: a reader that predates it refuses
+    /// the whole list (and so weaves at the real entry, which jumps to the stub).
+    EntryStub,
 }
 
 /// One placeholder of a coldpatched binary.
@@ -114,6 +122,7 @@ pub fn parse_weft_probes(data: &[u8]) -> std::result::Result<Vec<WeftProbeSite>,
         let kind = match e[24] {
             1 => WeftProbeKind::Entry,
             2 => WeftProbeKind::Exit,
+            3 => WeftProbeKind::EntryStub,
             k => return Err(format!("entry {i}: unknown kind {k}")),
         };
         let len = e[25];

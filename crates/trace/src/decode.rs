@@ -28,6 +28,12 @@ pub struct Decoder {
     /// `clear` (false) and `zero` (true) applied since the owner last took them:
     /// maps kept elsewhere too (the kernel's) follow them.
     pub cleared: Vec<(u32, bool)>,
+    /// Deliver function entries and exits as one [`Event::Functions`] per thread and
+    /// drain, the ring's bytes as they are (`weft record`: tens of millions a
+    /// second), rather than a record each; each site is told of once, first.
+    pub pack_functions: bool,
+    /// Sites already told of with an [`Event::Site`] (packing).
+    sites_told: u32,
 }
 
 impl Decoder {
@@ -52,18 +58,79 @@ impl Decoder {
         let mut maps_ready = false;
         let dead = slots::dead(shm);
         let h = shm.header();
-        let now = weft_runtime::clock::monotonic_ns();
+        let now = weft_runtime::clock::now(shm.header());
         let mut lifecycle = Vec::new();
         let mut one = Vec::new();
+        let mut packed_records = Vec::new();
+        let mut told = Vec::new();
+        let sites = h.site_count.load(Ordering::Acquire);
+        let pack = self.pack_functions;
+        if pack {
+            // Sites first (time 0: a stable sort keeps them before everything).
+            for id in self.sites_told..sites {
+                let site = shm.site(id);
+                told.push(Record {
+                    nsecs: 0,
+                    pid: 0,
+                    tid: 0,
+                    event: Event::Site {
+                        id,
+                        func: site.func,
+                        name: site_name(&site.name),
+                    },
+                });
+            }
+            self.sites_told = sites;
+        }
         for t in 0..shm.slots_used() {
             let slot = shm.thread_slot(t);
             // SAFETY: slot t was handed out; weft is the only consumer of its ring.
             let (pid, tid) = unsafe { ((*slot).pid, (*slot).tid) };
+            let mut first_packed = None;
+            let mut each = |hd: &weft_abi::EventHeader, payload: &[u8]| {
+                one.push(ring::Event {
+                    header: *hd,
+                    payload: payload.to_vec(),
+                })
+            };
             // SAFETY: as above.
-            unsafe { ring::consume(slot, shm.ring(slot), h.ring_size, &mut one) };
+            unsafe {
+                if pack {
+                    let is_func = |kind: u32, id: u32| {
+                        matches!(kind, EVENT_FUNC_ENTRY | EVENT_FUNC_EXIT) && id < sites
+                    };
+                    ring::consume_runs(
+                        slot,
+                        shm.ring(slot),
+                        h.ring_size,
+                        is_func,
+                        |bytes| {
+                            // The first record's time (a run holds whole records).
+                            let at = u64::from_le_bytes(bytes[24..32].try_into().unwrap());
+                            first_packed.get_or_insert(at);
+                            packed_records.push(Record {
+                                nsecs: at,
+                                pid,
+                                tid,
+                                event: Event::Functions {
+                                    ring: bytes.to_vec(),
+                                },
+                            });
+                        },
+                        &mut each,
+                    )
+                } else {
+                    ring::consume_each(slot, shm.ring(slot), h.ring_size, &mut each)
+                }
+            };
             if t >= FIRST_THREAD_SLOT && pid != 0 && self.threads.insert((pid, tid)) {
                 // At its first event, if it has one yet.
-                let first = one.iter().map(|e| e.header.nsecs).min().unwrap_or(now);
+                let first = one
+                    .iter()
+                    .map(|e| e.header.nsecs)
+                    .chain(first_packed)
+                    .min()
+                    .unwrap_or(now);
                 lifecycle.push(Record {
                     nsecs: first,
                     pid,
@@ -74,7 +141,9 @@ impl Decoder {
             self.raw.extend(one.drain(..).map(|e| (pid, tid, e)));
         }
         self.raw.sort_by_key(|(_, _, e)| e.header.nsecs);
-        let mut out = lifecycle;
+        let mut out = told;
+        out.append(&mut lifecycle);
+        out.append(&mut packed_records);
         for (pid, tid, e) in self.raw.drain(..) {
             if self.exited {
                 break;
@@ -152,7 +221,7 @@ impl Decoder {
                     } else {
                         Event::FunctionExit {
                             func,
-                            retval: u64::from(h.arg0) | (u64::from(h.arg1) << 32),
+                            retval: exit_value(h, &e.payload),
                         }
                     }
                 }
@@ -202,6 +271,15 @@ impl Decoder {
 }
 
 /// A site's name: its bytes up to the first NUL.
+/// What a function exit record carries: the return value, or the value its
+/// advice gave in its place (`__weft_exit(VALUE)`: an 8-byte payload).
+pub fn exit_value(h: &weft_abi::EventHeader, payload: &[u8]) -> u64 {
+    match payload.get(..8) {
+        Some(w) => u64::from_le_bytes(w.try_into().unwrap()),
+        None => u64::from(h.arg0) | (u64::from(h.arg1) << 32),
+    }
+}
+
 fn site_name(bytes: &[u8]) -> String {
     let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
     String::from_utf8_lossy(&bytes[..end]).into_owned()
@@ -225,7 +303,23 @@ pub fn snapshot(shm: &Shm, prog: &Program, id: u32, top: u32, div: u32) -> MapSn
             }
             (key, value)
         })
-        .collect();
+        .collect::<Vec<_>>();
+    let mut entries = entries;
+    if map::thread_keyed(d) {
+        // Each live thread's own entry (weft's too: BEGIN, END), under its tid.
+        for t in WEFT_SLOT..shm.slots_used() {
+            let slot = shm.thread_slot(t);
+            let (present, value) = map::thread_entry(shm, d, slot);
+            if present {
+                // SAFETY: a handed-out slot; tid is a plain field.
+                let tid = unsafe { (*slot).tid };
+                entries.push((
+                    u64::from(tid).to_le_bytes().to_vec(),
+                    value.to_le_bytes().to_vec(),
+                ));
+            }
+        }
+    }
     MapSnapshot {
         map: id,
         top,

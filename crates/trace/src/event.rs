@@ -55,6 +55,92 @@ pub enum Event {
     /// Function `func` of the record's process is called `name` (delivered once per
     /// process and function, before its first entry or exit).
     Function { func: u64, name: String },
+    /// The record's thread's function entries and exits of one drain, in order,
+    /// as its ring held them (sessions that pack them: `weft record`, whose rate a
+    /// record per event could not keep up with): whole `EventHeader` records back
+    /// to back, `EVENT_FUNC_ENTRY` (the arguments as payload) or `EVENT_FUNC_EXIT`
+    /// (the return value in `arg0`, `arg1`), each `id` a probe site an earlier
+    /// [`Event::Site`] named. The record's time is the first one's. See
+    /// [`unpack_ring`].
+    Functions { ring: Vec<u8> },
+    /// Probe site `id` is in function `func` (an address in the processes whose
+    /// [`Event::Functions`] name it), called `name`; before the first use.
+    Site { id: u32, func: u64, name: String },
+}
+
+/// The entries and exits of an [`Event::Functions`] with their times and site ids,
+/// through `site` (a site id's function), as `FunctionEntry`/`FunctionExit`;
+/// `None` where the bytes stop making sense or a site is unknown.
+pub fn unpack_ring<'a>(
+    ring: &'a [u8],
+    site: impl Fn(u32) -> Option<u64> + 'a,
+) -> impl Iterator<Item = Option<(u64, u32, Event)>> + 'a {
+    weft_runtime::ring::records(ring).map(move |r| {
+        let (h, payload) = r?;
+        let func = site(h.id)?;
+        let event = match h.kind {
+            weft_abi::EVENT_FUNC_ENTRY => Event::FunctionEntry {
+                func,
+                args: payload
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+            },
+            weft_abi::EVENT_FUNC_EXIT => Event::FunctionExit {
+                func,
+                retval: crate::decode::exit_value(&h, payload),
+            },
+            _ => return None,
+        };
+        Some((h.nsecs, h.id, event))
+    })
+}
+
+/// Append one entry (`exit` false: `words` are its arguments) or exit (`words` is
+/// `[retval]`) to a packed frame of the record format's old kind 18: `u64` time, `u64` function, `u32`
+/// 1 (entry) or 2 (exit), `u32` n, n `u64` words.
+pub fn pack(out: &mut Vec<u8>, nsecs: u64, func: u64, exit: bool, words: &[u64]) {
+    out.extend_from_slice(&nsecs.to_le_bytes());
+    out.extend_from_slice(&func.to_le_bytes());
+    out.extend_from_slice(&(if exit { 2u32 } else { 1 }).to_le_bytes());
+    out.extend_from_slice(&(words.len() as u32).to_le_bytes());
+    for w in words {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// The events of a packed frame (the record format's old kind 18) with their times, as
+/// `FunctionEntry`/`FunctionExit`; `None` where the bytes stop making sense.
+pub fn unpack(packed: &[u8]) -> impl Iterator<Item = Option<(u64, Event)>> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at >= packed.len() {
+            return None;
+        }
+        let word = |i: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(packed.get(i..i + 8)?.try_into().ok()?))
+        };
+        let item = (|| {
+            let nsecs = word(at)?;
+            let func = word(at + 8)?;
+            let kind = u32::from_le_bytes(packed.get(at + 16..at + 20)?.try_into().ok()?);
+            let n = u32::from_le_bytes(packed.get(at + 20..at + 24)?.try_into().ok()?) as usize;
+            let words = (0..n)
+                .map(|k| word(at + 24 + 8 * k))
+                .collect::<Option<Vec<u64>>>()?;
+            let event = match (kind, words.as_slice()) {
+                (1, _) => Event::FunctionEntry { func, args: words },
+                (2, &[retval]) => Event::FunctionExit { func, retval },
+                _ => return None,
+            };
+            at += 24 + 8 * n;
+            Some((nsecs, event))
+        })();
+        if item.is_none() {
+            at = packed.len();
+        }
+        Some(item)
+    })
 }
 
 /// A map's merged entries (every thread's, retired threads' included).

@@ -6,16 +6,27 @@ use weft_abi::{AGENT_POOL_THREADS, ERROR_KINDS};
 use weft_ir::{ErrorKind, Program};
 use weft_runtime::shm::Shm;
 
-/// Upstream bpftrace's warning for a division or remainder by zero at run time
-/// (`DIVIDE_BY_ZERO_MSG`); the result is 1, in weft too.
-pub const DIV_ZERO_WARNING: &str = "WARNING: Divide or modulo by 0 detected. This can lead to unexpected results. 1 is being used as the result.";
-
 /// Upstream bpftrace's warning for an update dropped because map `name` is full; its
 /// example declaration names the map.
 pub fn map_full_warning(name: &str) -> String {
     format!(
         "WARNING: Map full; can't update element. Try increasing max_map_keys config or manually setting the max entries in a map declaration e.g. `let {name} = hash(5000)`"
     )
+}
+
+/// The state map of the sequence hidden map `name` belongs to (`@__seq_NAME` for
+/// itself, `@__seq_NAME_VAR` and `@__seq_NAME__t`): the shortest sequence map name
+/// that is `name` or a prefix of it followed by `_`.
+fn seq_state_map<'a>(prog: &'a Program, name: &str) -> Option<&'a str> {
+    if !name.starts_with(weft_ir::HIDDEN_MAP_PREFIX) {
+        return None;
+    }
+    prog.maps
+        .iter()
+        .map(|m| m.name.as_str())
+        .filter(|s| s.starts_with(weft_ir::HIDDEN_MAP_PREFIX))
+        .filter(|s| name == *s || name.strip_prefix(s).is_some_and(|r| r.starts_with('_')))
+        .min_by_key(|s| s.len())
 }
 
 /// Totals of everything advice could not do, summed over threads (those whose slots
@@ -30,6 +41,9 @@ pub struct Losses {
     /// Hits on threads the agent had no state for (its pool was exhausted).
     pub pool_dropped: u64,
     pub map_full: Vec<(String, u64)>,
+    /// Sequences (`seq NAME`) whose instance table was full: the sequence's name,
+    /// how many instances were not started, and the bound (the table's keys).
+    pub seq_full: Vec<(String, u64, u32)>,
 }
 
 impl Losses {
@@ -50,19 +64,35 @@ impl Losses {
         l.pool_dropped = h.pool_dropped.load(Ordering::Relaxed);
         for (i, m) in prog.maps.iter().enumerate() {
             let n = shm.map(i as u32).full_drops.load(Ordering::Relaxed);
-            if n > 0 {
-                l.map_full.push((m.name.clone(), n));
+            if n == 0 {
+                continue;
+            }
+            match seq_state_map(prog, &m.name) {
+                // A sequence's own maps: its instances (the state map; a first
+                // step that finds it full starts nothing) and the variables and
+                // start times kept beside them, reported as one line per sequence.
+                Some(state) => {
+                    let seq = state[weft_ir::HIDDEN_MAP_PREFIX.len()..].to_string();
+                    let bound = prog.config.max_keys_of(state);
+                    match l.seq_full.iter_mut().find(|(s, _, _)| *s == seq) {
+                        Some(e) if state == m.name => e.1 = n,
+                        Some(_) => {}
+                        None => l.seq_full.push((seq, n, bound)),
+                    }
+                }
+                None => l.map_full.push((m.name.clone(), n)),
             }
         }
         l
     }
 
-    /// One line per kind of loss, for stderr. A division by zero and a full map are
-    /// reported in upstream bpftrace's words (`WARNING: ...`, src/output/text.cpp
-    /// `runtime_error`), each followed, as upstream's helper errors are, by an
-    /// `Additional Info - ...` line: here how many times it happened (and the map).
-    /// Upstream prints them as they happen with the statement's location; weft counts
-    /// them per thread and prints them once, at exit.
+    /// One line per kind of loss, for stderr. A full map is reported in upstream
+    /// bpftrace's words (`WARNING: ...`, src/output/text.cpp `runtime_error`),
+    /// followed, as upstream's helper errors are, by an `Additional Info - ...` line:
+    /// here how many updates it dropped (upstream warns at each, with the statement's
+    /// location; weft counts them per thread). A division by zero is warned where it
+    /// happens, in upstream's words (the advice emits the warning, `lang`'s
+    /// `warn_if_zero`); here only their number.
     pub fn report(&self) -> Vec<String> {
         let mut v = Vec::new();
         let read_faults = self.errors[ErrorKind::ReadFault as usize];
@@ -73,8 +103,14 @@ impl Losses {
         }
         let div_zero = self.errors[ErrorKind::DivZero as usize];
         if div_zero > 0 {
-            v.push(DIV_ZERO_WARNING.to_string());
-            v.push(format!("Additional Info - divisions by zero: {div_zero}"));
+            v.push(format!(
+                "weft: {div_zero} divisions or remainders by zero gave 1 (each warned where it happened)"
+            ));
+        }
+        for (seq, n, bound) in &self.seq_full {
+            v.push(format!(
+                "weft: seq {seq}: {n} sequence instances not started: its instance table was full ({bound} instances; raise the bound with `config = {{ max_map_keys = N }}`)"
+            ));
         }
         for (m, n) in &self.map_full {
             v.push(map_full_warning(m));

@@ -45,6 +45,14 @@ pub mod kind {
     pub const FUNCTION_ENTRY: u16 = 15;
     pub const FUNCTION_EXIT: u16 = 16;
     pub const FUNCTION: u16 = 17;
+    /// A thread's function entries and exits, packed (see [`crate::event::pack`]);
+    /// written by weft before ring frames, still read.
+    pub const FUNCTIONS: u16 = 18;
+    /// A thread's function entries and exits as its ring held them
+    /// ([`crate::Event::Functions`]).
+    pub const RING_FUNCTIONS: u16 = 19;
+    /// A probe site's function and name ([`crate::Event::Site`]).
+    pub const SITE: u16 = 20;
 }
 
 /// Bytes of a frame after its length field and before its payload.
@@ -145,15 +153,17 @@ impl<W: Write> Writer<W> {
         if self.error.is_some() {
             return;
         }
-        let mut f = Vec::with_capacity(4 + FRAME_HEAD + payload.len());
-        f.extend_from_slice(&((FRAME_HEAD + payload.len()) as u32).to_le_bytes());
-        f.extend_from_slice(&kind.to_le_bytes());
-        f.extend_from_slice(&0u16.to_le_bytes());
-        f.extend_from_slice(&r.0.to_le_bytes());
-        f.extend_from_slice(&r.1.to_le_bytes());
-        f.extend_from_slice(&r.2.to_le_bytes());
-        f.extend_from_slice(payload);
-        match self.out.write_all(&f) {
+        let mut f = [0u8; 4 + FRAME_HEAD];
+        f[..4].copy_from_slice(&((FRAME_HEAD + payload.len()) as u32).to_le_bytes());
+        f[4..6].copy_from_slice(&kind.to_le_bytes());
+        f[8..16].copy_from_slice(&r.0.to_le_bytes());
+        f[16..20].copy_from_slice(&r.1.to_le_bytes());
+        f[20..24].copy_from_slice(&r.2.to_le_bytes());
+        match self
+            .out
+            .write_all(&f)
+            .and_then(|()| self.out.write_all(payload))
+        {
             Ok(()) => self.frames += 1,
             Err(e) => self.error = Some(e),
         }
@@ -230,6 +240,15 @@ impl<W: Write> Sink for Writer<W> {
                 let mut p = func.to_le_bytes().to_vec();
                 p.extend_from_slice(name.as_bytes());
                 self.frame(kind::FUNCTION, at, &p)
+            }
+            Event::Functions { ring } => self.frame(kind::RING_FUNCTIONS, at, ring),
+            Event::Site { id, func, name } => {
+                let mut p = Vec::with_capacity(16 + name.len());
+                p.extend_from_slice(&id.to_le_bytes());
+                p.extend_from_slice(&0u32.to_le_bytes());
+                p.extend_from_slice(&func.to_le_bytes());
+                p.extend_from_slice(name.as_bytes());
+                self.frame(kind::SITE, at, &p)
             }
         }
     }
@@ -314,6 +333,13 @@ pub struct Reader<R: Read> {
     pub metadata: Json,
     /// Bytes read so far: the offset of the next frame.
     offset: u64,
+    /// The rest of a packed frame's entries and exits (returned one at a time).
+    pending: std::collections::VecDeque<Record>,
+    /// Sites' functions and names ([`kind::SITE`]), by id.
+    sites: std::collections::HashMap<u32, (u64, String)>,
+    /// Functions named so far, by process (a ring frame's first use of a function
+    /// in a process comes out after its [`Event::Function`]).
+    named: std::collections::HashSet<(u32, u64)>,
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -347,6 +373,9 @@ impl<R: Read> Reader<R> {
             input,
             metadata,
             offset: 16 + len as u64,
+            pending: Default::default(),
+            sites: Default::default(),
+            named: Default::default(),
         })
     }
 
@@ -370,7 +399,12 @@ impl<R: Read> Reader<R> {
     }
 
     /// The next frame; `None` at the end of the file.
+    /// A packed frame ([`kind::FUNCTIONS`]) comes out as its entries and exits, one
+    /// record each.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, ReadError> {
+        if let Some(r) = self.pending.pop_front() {
+            return Ok(Some(Frame::Record(r)));
+        }
         let offset = self.offset;
         let mut len = [0u8; 4];
         match self.fill(&mut len)? {
@@ -456,6 +490,52 @@ impl<R: Read> Reader<R> {
                 name: String::from_utf8_lossy(p.get(8..).unwrap_or(&[])).into_owned(),
             },
             kind::FINAL_MAP => return Ok(Some(Frame::Final(read_map(p).ok_or_else(bad)?))),
+            kind::FUNCTIONS => {
+                for item in crate::event::unpack(p) {
+                    let (nsecs, event) = item.ok_or_else(bad)?;
+                    self.pending.push_back(Record {
+                        nsecs,
+                        pid,
+                        tid,
+                        event,
+                    });
+                }
+                let _ = nsecs;
+                return self.next_frame();
+            }
+            kind::SITE => {
+                let func = p
+                    .get(8..16)
+                    .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+                    .ok_or_else(bad)?;
+                let name = String::from_utf8_lossy(&p[16..]).into_owned();
+                self.sites.insert(id()?, (func, name));
+                return self.next_frame();
+            }
+            kind::RING_FUNCTIONS => {
+                let sites = &self.sites;
+                for item in crate::event::unpack_ring(p, |id| sites.get(&id).map(|s| s.0)) {
+                    let (nsecs, site, event) = item.ok_or_else(bad)?;
+                    let (func, name) = &sites[&site];
+                    let func = *func;
+                    if self.named.insert((pid, func)) {
+                        let name = name.clone();
+                        self.pending.push_back(Record {
+                            nsecs,
+                            pid,
+                            tid,
+                            event: Event::Function { func, name },
+                        });
+                    }
+                    self.pending.push_back(Record {
+                        nsecs,
+                        pid,
+                        tid,
+                        event,
+                    });
+                }
+                return self.next_frame();
+            }
             other => return Ok(Some(Frame::Unknown(other))),
         };
         Ok(Some(Frame::Record(Record {

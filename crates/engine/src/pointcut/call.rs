@@ -114,6 +114,7 @@ impl PointcutKind for CallSites {
                     label: format!("call:{shown}:{} in {caller}", callee.name),
                     usdt_args: None,
                     semaphore: None,
+                    stub_of: None,
                     call: Some(CallSpec {
                         site: site.clone(),
                         func: callee.func,

@@ -42,6 +42,7 @@ pub fn unwind_hooks(maps: &ProcMaps, on_raise: u64) -> Vec<SiteSpec> {
                     label: format!("{INTERNAL}{}:{}", m.path.display(), f.name),
                     usdt_args: None,
                     semaphore: None,
+                    stub_of: None,
                     call: None,
                 });
             }
@@ -82,6 +83,7 @@ pub fn sigaction_redirect(maps: &ProcMaps) -> Option<SiteSpec> {
                     label: format!("{INTERNAL}{}:{}", m.path.display(), f.name),
                     usdt_args: None,
                     semaphore: None,
+                    stub_of: None,
                     call: None,
                 });
             }

@@ -21,7 +21,7 @@ use weft_symbols::{ElfFile, Module, ProcMaps, TargetContext, WeftProbeSite};
 use crate::weave::SiteSpec;
 
 pub use call::CallFound;
-pub use data::WatchSpec;
+pub use data::{access_sites, AccessSites, WatchSpec};
 pub use internal::{sigaction_redirect, unwind_hooks};
 
 /// A `profile:hz:N` probe: its advice is sampled by the agent's timers.
@@ -184,12 +184,18 @@ impl Symbols<'_> {
         let Some(module) = module else {
             return (self.lenient && s.module.is_some()).then_some(0);
         };
-        let f = weft_symbols::resolve_in_module(&module, &s.name)
-            .ok()?
-            .into_iter()
-            .find(|f| f.runtime_addr.is_some())?;
-        let start = f.runtime_addr?;
-        Some(if s.end { start + f.size } else { start })
+        let (start, size) = match weft_symbols::resolve_in_module(&module, &s.name)
+            .ok()
+            .and_then(|fs| fs.into_iter().find(|f| f.runtime_addr.is_some()))
+        {
+            Some(f) => (f.runtime_addr?, f.size),
+            // A global variable (`uaddr("GLOBAL_A")`): a data object of the file.
+            None => {
+                let (vaddr, size) = module.open().ok()?.object(&s.name)?;
+                (module.runtime_addr(vaddr), size)
+            }
+        };
+        Some(if s.end { start + size } else { start })
     }
 }
 

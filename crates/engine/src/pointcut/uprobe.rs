@@ -40,8 +40,17 @@ impl PointcutKind for Uprobe {
         let Some(module) = module_of(a, target_spec, cx)? else {
             return Ok(());
         };
-        let funcs = weft_symbols::resolve_in_module(&module, func)
-            .map_err(|e| anyhow!("{e}{}", elsewhere(&e, &module, func, cx)))?;
+        let funcs = match weft_symbols::resolve_in_module(&module, func) {
+            Ok(f) => f,
+            // `missing_probes = "warn"` or `"ignore"`: the probe is skipped (weft
+            // warned once, before it started).
+            Err(weft_symbols::Error::FunctionNotFound { .. })
+                if cx.prog.config.missing_probes != weft_ir::MissingProbes::Error =>
+            {
+                return Ok(())
+            }
+            Err(e) => return Err(anyhow!("{e}{}", elsewhere(&e, &module, func, cx))),
+        };
         let (elf, list) = cx
             .placeholders
             .entry(module.open_path.clone())
@@ -64,6 +73,10 @@ impl PointcutKind for Uprobe {
         let probe = &cx.prog.probes[pi];
         let around = probe.around;
         let frame_free = !around && !uses_frame_state(&probe.body) && !probe.hidden;
+        // A `weft prepare` stub's placeholder sees the function's entry state (the
+        // arguments in their registers), so advice reading arguments may run there
+        // too; not what needs the real address or stack (`reg`, `ip`, `ustack`).
+        let stub_ok = !around && !probe.hidden && !uses_state_beyond_args(&probe.body);
         let by_addr = &mut out.sites;
         for f in funcs {
             let Some(addr) = f.runtime_addr else { continue };
@@ -84,7 +97,7 @@ impl PointcutKind for Uprobe {
             // HotPatch: advice that needs nothing of the machine state at the
             // function's entry or return runs at the coldpatched placeholders
             // instead (plain NOP sites, no return-address hijack).
-            if offset == 0 && frame_free {
+            if offset == 0 && (frame_free || (stub_ok && !is_ret)) {
                 let want = if is_ret {
                     weft_symbols::WeftProbeKind::Exit
                 } else {
@@ -94,27 +107,39 @@ impl PointcutKind for Uprobe {
                     .get(&f.vaddr)
                     .into_iter()
                     .flatten()
-                    .filter(|w| w.kind == want)
+                    .filter(|w| {
+                        (frame_free && w.kind == want)
+                            || (!is_ret && w.kind == weft_symbols::WeftProbeKind::EntryStub)
+                    })
                     .collect();
                 if !sites.is_empty() {
                     for w in sites {
                         let site_addr = module.runtime_addr(w.vaddr);
+                        let stub = w.kind == weft_symbols::WeftProbeKind::EntryStub;
                         // A stripped binary's functions have no size; the planner
                         // then sees the function up to the end of the placeholder
                         // (one NOP instruction: nothing can branch into it).
-                        let (bytes, padding) = if f.size > 0 {
-                            (f.bytes.clone(), f.padding.clone())
+                        // A stub's placeholder is planned on its own bytes: one
+                        // NOP, which nothing else branches into.
+                        let (code_addr, bytes, padding) = if stub {
+                            let bytes = elf
+                                .as_ref()
+                                .and_then(|e| e.read_vaddr(w.vaddr, u64::from(w.len)).ok())
+                                .map(<[u8]>::to_vec);
+                            (site_addr, bytes.unwrap_or_default(), Vec::new())
+                        } else if f.size > 0 {
+                            (addr, f.bytes.clone(), f.padding.clone())
                         } else {
                             let len = w.vaddr + u64::from(w.len) - f.vaddr;
                             let bytes = elf
                                 .as_ref()
                                 .and_then(|e| e.read_vaddr(f.vaddr, len).ok())
                                 .map(<[u8]>::to_vec);
-                            (bytes.unwrap_or_default(), Vec::new())
+                            (addr, bytes.unwrap_or_default(), Vec::new())
                         };
                         let spec = by_addr.entry(site_addr).or_insert_with(|| SiteSpec {
                             func: weft_x86::FunctionCode {
-                                addr,
+                                addr: code_addr,
                                 size_known: !bytes.is_empty(),
                                 bytes,
                                 padding,
@@ -130,6 +155,7 @@ impl PointcutKind for Uprobe {
                             ),
                             usdt_args: None,
                             semaphore: None,
+                            stub_of: stub.then_some(addr),
                             call: None,
                         });
                         spec.entry.push(Call {
@@ -139,6 +165,21 @@ impl PointcutKind for Uprobe {
                         });
                     }
                     continue;
+                }
+            }
+            if offset != 0
+                && list.get(&f.vaddr).is_some_and(|l| {
+                    l.iter()
+                        .any(|w| w.kind == weft_symbols::WeftProbeKind::EntryStub)
+                })
+            {
+                if let Some(moved) = moved_by_prepare(&f.bytes) {
+                    if moved.contains(&offset) {
+                        bail!(
+                            "{label}: offset {offset} is inside the first {} bytes of {name}, which `weft prepare` moved to a stub (they never run there); probe the function's entry instead",
+                            moved.end
+                        );
+                    }
                 }
             }
             let site_addr = addr + offset;
@@ -157,6 +198,7 @@ impl PointcutKind for Uprobe {
                 label: label.clone(),
                 usdt_args: None,
                 semaphore: None,
+                stub_of: None,
                 call: None,
             });
             let call = Call {
@@ -200,6 +242,38 @@ fn uses_frame_state(f: &weft_ir::Function) -> bool {
                 | CtxValue::Reg(_)
                 | CtxValue::Ip
                 | CtxValue::ReturnAddress
+        ),
+        Inst::UStack { .. } | Inst::Override { .. } => true,
+        _ => false,
+    })
+}
+
+/// The offsets of a prepared function's entry that `weft prepare` replaced (its
+/// `jmp` to the stub after any `endbr64`, and the `int3` filler after it), but the
+/// first: nothing runs there any more.
+fn moved_by_prepare(bytes: &[u8]) -> Option<std::ops::Range<u64>> {
+    let start = if bytes.starts_with(&weft_x86::ENDBR64) {
+        4
+    } else {
+        0
+    };
+    if bytes.get(start) != Some(&0xe9) {
+        return None;
+    }
+    let filler = bytes.get(start + 5..).map_or(0, |rest| {
+        rest.iter().take_while(|&&b| b == weft_x86::INT3).count()
+    });
+    Some(start as u64 + 1..(start + 5 + filler) as u64)
+}
+
+/// Whether a probe body reads machine state other than the arguments: what only the
+/// function's real entry has (its address, the stack as unwinders see it).
+fn uses_state_beyond_args(f: &weft_ir::Function) -> bool {
+    use weft_ir::{CtxValue, Inst};
+    f.code.iter().any(|i| match i {
+        Inst::Ctx { value, .. } => matches!(
+            value,
+            CtxValue::Retval | CtxValue::Reg(_) | CtxValue::Ip | CtxValue::ReturnAddress
         ),
         Inst::UStack { .. } | Inst::Override { .. } => true,
         _ => false,
