@@ -563,8 +563,10 @@ pub enum TypeName {
     /// Plain `char`: an `int8`, but an array of them is a string (`char name[16]`
     /// is a `string[16]`, as in bpftrace; `signed char` and `int8_t` arrays are not).
     Char,
-    /// `struct X`, `union X`, `enum X`.
+    /// `struct X`, `union X`.
     Struct(String),
+    /// `enum X`: its values print as their enumerators' names.
+    Enum(String),
     /// Any other identifier (a typedef from C).
     Named(String),
     /// `typeof(expr)`: the type of an expression, which is not evaluated (in casts
@@ -583,6 +585,7 @@ impl std::fmt::Display for TypeExpr {
             TypeName::Void => write!(f, "void")?,
             TypeName::Str => write!(f, "string")?,
             TypeName::Struct(n) => write!(f, "struct {n}")?,
+            TypeName::Enum(n) => write!(f, "enum {n}")?,
             TypeName::Named(n) => write!(f, "{n}")?,
             TypeName::Typeof(_) => write!(f, "typeof(...)")?,
         }

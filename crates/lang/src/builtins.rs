@@ -161,6 +161,9 @@ impl Builtin {
     /// As messages name it: `f()` for a function, the bare name for a variable
     /// (and for `ustack`, which is both).
     pub fn shown(&self) -> String {
+        if self.name == "__weft_set_new" {
+            return "assigning `new`".to_string();
+        }
         if self.form == Form::Variable || variable(self.name).is_some() {
             self.name.to_string()
         } else {
@@ -188,11 +191,13 @@ pub static TABLE: &[Builtin] = &[
     f("cat", 1, ANY).action(),
     // `weft record`'s function entry (with its first N arguments, N a constant
     // 0..=6) and exit events.
-    f("__weft_entry", 1, 1)
+    // A second argument: a counter's value, recorded after the arguments
+    // (`weft fperf`); `__weft_exit(VALUE)` records it in place of the return value.
+    f("__weft_entry", 1, 2)
         .action()
         .only(Where::EntryProbes)
         .hidden(),
-    f("__weft_exit", 0, 0)
+    f("__weft_exit", 0, 1)
         .action()
         .only(Where::ReturnProbes)
         .hidden(),
@@ -206,12 +211,23 @@ pub static TABLE: &[Builtin] = &[
     f("__weft_caller_in", 2, 2)
         .only(Where::EntryProbes)
         .hidden(),
+    // `weft stap`'s sorted `foreach` on strings: -1, 0 or 1, bytewise.
+    f("__weft_strorder", 2, 2).only(Where::UserSpace).hidden(),
     // Around advice: call the original function (with new first arguments).
     f("proceed", 0, 6).only(Where::InTarget),
     // A return probe: replace the function's return value.
     Builtin {
         void: true,
         ..f("override", 1, 1).only(Where::ReturnProbes).unsafe_only()
+    },
+    // A set probe: `new = EXPR` (the parser's spelling of it) changes the value
+    // written.
+    Builtin {
+        void: true,
+        ..f("__weft_set_new", 1, 1)
+            .only(Where::SetProbes)
+            .unsafe_only()
+            .hidden()
     },
     // A signal to the thread that hit the probe, from the advice.
     Builtin {
@@ -231,6 +247,7 @@ pub static TABLE: &[Builtin] = &[
     f("strncmp", 3, 3),
     f("strcontains", 2, 2),
     f("bswap", 1, 1),
+    f("strerror", 1, 1),
     f("getopt", 1, 3),
     f("ntop", 1, 2),
     f("pton", 1, 1),
@@ -256,7 +273,17 @@ pub static TABLE: &[Builtin] = &[
     var("gid"),
     var("nsecs"),
     var("elapsed"),
+    // The thread's CPU time, ns (`weft fperf -e cputime`; a system call a read).
+    var("__weft_cputime").only(Where::InTarget).hidden(),
+    // The thread's page faults (all, minor, major) and context switches
+    // (`weft fperf -e page-faults`...; getrusage, a system call a read).
+    var("__weft_faults").only(Where::InTarget).hidden(),
+    var("__weft_minflt").only(Where::InTarget).hidden(),
+    var("__weft_majflt").only(Where::InTarget).hidden(),
+    var("__weft_csw").only(Where::InTarget).hidden(),
     var("cpu"),
+    var("ncpus"),
+    var("usermode"),
     var("cpid"),
     var("rand"),
     var("comm"),

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use weft_ir::{
-    AttachPoint, BitField, CField, CStruct, Config, DataAccess, DataPlace, MapValue, StackMode,
-    TseriesAgg, Type, PRINTF_MAX_WIDTH, TSERIES_MAX_INTERVALS,
+    AttachPoint, BitField, CField, CStruct, Config, DataAccess, DataPlace, EnumType, MapValue,
+    StackMode, TseriesAgg, Type, PRINTF_MAX_WIDTH, TSERIES_MAX_INTERVALS,
 };
 
 use crate::ast::*;
@@ -40,6 +40,8 @@ pub struct Checked {
     /// The program's file name and text, for the locations `errorf`/`warnf` report
     /// (set by `compile`; without it they name the line and columns only).
     pub origin: Option<(String, String)>,
+    /// [`crate::Options::helper_warnings`].
+    pub helper_warnings: bool,
 }
 
 impl Checked {
@@ -66,7 +68,23 @@ impl Checked {
             line: line as u32,
             col: col as u32,
             end_col: end_col as u32,
+            context: Vec::new(),
         })
+    }
+
+    /// A run-time warning's place, as upstream reports one (a division by zero): the
+    /// location line, then the source line with `~` under the expression.
+    pub fn runtime_warning_at(&self, span: Span) -> Option<weft_ir::Message> {
+        let mut m = self.message_at(weft_ir::MessageLevel::Warning, span)?;
+        if let Some((_, text)) = &self.origin {
+            let line = text.lines().nth(m.line as usize - 1).unwrap_or("");
+            let width = (m.end_col.saturating_sub(m.col)).max(1) as usize;
+            m.context = vec![
+                line.to_string(),
+                format!("{}{}", " ".repeat(m.col as usize - 1), "~".repeat(width)),
+            ];
+        }
+        Some(m)
     }
 }
 
@@ -84,8 +102,20 @@ impl NamedValue {
     /// an integer or a string needs the `=`.
     fn with_command_line(&self, name: &str, given: Option<&str>) -> Result<NamedValue, String> {
         match (self, given) {
-            (NamedValue::Bool(_), None | Some("true" | "1")) => Ok(NamedValue::Bool(true)),
-            (NamedValue::Bool(_), Some("false" | "0")) => Ok(NamedValue::Bool(false)),
+            (NamedValue::Bool(_), None) => Ok(NamedValue::Bool(true)),
+            (NamedValue::Bool(_), Some(v)) if v == "1" || v.eq_ignore_ascii_case("true") => {
+                Ok(NamedValue::Bool(true))
+            }
+            (NamedValue::Bool(_), Some(v)) if v == "0" || v.eq_ignore_ascii_case("false") => {
+                Ok(NamedValue::Bool(false))
+            }
+            // An integer parameter takes a truth value too (`--cc=False` is 0, upstream).
+            (NamedValue::Int(_), Some(v)) if v.eq_ignore_ascii_case("true") => {
+                Ok(NamedValue::Int(1))
+            }
+            (NamedValue::Int(_), Some(v)) if v.eq_ignore_ascii_case("false") => {
+                Ok(NamedValue::Int(0))
+            }
             (NamedValue::Bool(_), Some(v)) => Err(format!(
                 "--{name}={v}: `{name}` is a boolean parameter (true, false, 1 or 0)"
             )),
@@ -219,6 +249,10 @@ struct Checker<'a> {
     broken: HashMap<String, String>,
     /// Enumerators of the program's `enum` definitions: name → value.
     enumerators: HashMap<String, i64>,
+    /// The enum each enumerator of an `enum` definition belongs to (its values
+    /// print by name), and the named enums (`(enum X)v`).
+    enum_of: HashMap<String, EnumType>,
+    enum_types: HashMap<String, EnumType>,
     config: Config,
     stack_mode: StackMode,
     /// Tracepoints' record layouts, by (category, name).
@@ -267,6 +301,8 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         typedefs: HashMap::new(),
         broken: HashMap::new(),
         enumerators: HashMap::new(),
+        enum_of: HashMap::new(),
+        enum_types: HashMap::new(),
         config: opts.config.clone(),
         stack_mode: StackMode::Bpftrace,
         event_fields: HashMap::new(),
@@ -343,6 +379,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         stack_mode: ck.stack_mode,
         named: ck.named,
         origin: None,
+        helper_warnings: ck.opts.helper_warnings,
     };
     (checked, diags)
 }
@@ -520,6 +557,12 @@ pub fn storage(t: &Type) -> Type {
 /// Returns the widened type (strings and buffers grow to the larger capacity).
 fn unify(a: &Type, b: &Type) -> Option<Type> {
     match (a, b) {
+        // An enum's values and other integers together are integers (printed as
+        // numbers), as upstream types them.
+        (Type::Enum(x), Type::Enum(y)) if x != y => Some(Type::I64),
+        (Type::Enum(_), Type::Int { .. } | Type::Bool) | (Type::Int { .. }, Type::Enum(_)) => {
+            Some(Type::I64)
+        }
         (Type::Int { .. }, Type::Int { .. } | Type::Bool) => Some(a.clone()),
         (Type::Bool, Type::Bool) => Some(Type::Bool),
         (Type::Str { cap: x }, Type::Str { cap: y }) => Some(Type::Str { cap: (*x).max(*y) }),
@@ -708,7 +751,7 @@ pub const MAX_PROFILE_HZ: u64 = 10_000;
 pub const MAX_DATA_POINTS: usize = 32;
 
 /// `@MAP, SIZE)` of `set:addr(@MAP, SIZE)`: the map's name and the size.
-fn data_addr(inner: &str) -> Option<(String, u8)> {
+fn data_addr(inner: &str) -> Option<(String, u32)> {
     let inner = inner.strip_suffix(')')?;
     let (map, size) = inner.split_once(',')?;
     let map = map.trim();
@@ -717,7 +760,7 @@ fn data_addr(inner: &str) -> Option<(String, u8)> {
         return None;
     }
     match crate::lexer::parse_int(size.trim()) {
-        Ok(n @ (1 | 2 | 4 | 8)) => Some((map.to_string(), n as u8)),
+        Ok(n) if (1..=u64::from(u32::MAX)).contains(&n) => Some((map.to_string(), n as u32)),
         _ => None,
     }
 }
@@ -900,10 +943,62 @@ impl<'a> Checker<'a> {
                         "hash" | "lruhash" | "percpuhash" | "percpulruhash"
                     ) {
                         self.err(m.span, format!("unknown map kind `{}`; expected hash, lruhash, percpuhash or percpulruhash", m.kind));
+                    } else if matches!(m.kind.as_str(), "hash" | "percpuhash") {
+                        // Its own number of keys, as upstream: an update past it is
+                        // dropped and warned about. (An LRU map evicts instead, which
+                        // weft's maps do not: it keeps `max_map_keys`.)
+                        match u32::try_from(m.size) {
+                            Ok(n) if (1..=MAX_MAP_KEYS as u32).contains(&n) => {
+                                self.config.map_keys.retain(|(k, _)| *k != m.name);
+                                self.config.map_keys.push((m.name.clone(), n));
+                            }
+                            _ => self.err(
+                                m.span,
+                                format!(
+                                    "a map's number of keys must be between 1 and {MAX_MAP_KEYS}"
+                                ),
+                            ),
+                        }
                     }
                 }
                 Item::Macro(_) | Item::Pointcut(_) => {}
             }
+        }
+        self.env_config();
+    }
+
+    /// `BPFTRACE_NAME=VALUE` in weft's environment sets config `NAME`, over the
+    /// script's config block (upstream's precedence); `BPFTRACE_STRLEN` is
+    /// `max_strlen`. A value the config would refuse is ignored.
+    fn env_config(&mut self) {
+        const FROM_ENV: &[&str] = &[
+            "max_strlen",
+            "max_map_keys",
+            "max_cat_bytes",
+            "stack_mode",
+            "print_maps_on_exit",
+            "show_debug_info",
+        ];
+        for (k, v) in &self.opts.env_config {
+            let key = k.to_ascii_lowercase();
+            let Some(key) = key.strip_prefix("bpftrace_") else {
+                continue;
+            };
+            let key = if key == "strlen" { "max_strlen" } else { key };
+            if !FROM_ENV.contains(&key) {
+                continue;
+            }
+            let value = match crate::lexer::parse_int(v) {
+                Ok(n) => ConfigValue::Int(n),
+                Err(_) => ConfigValue::Str(v.clone()),
+            };
+            let block = ConfigBlock {
+                entries: vec![(key.to_string(), value, Span::default())],
+                span: Span::default(),
+            };
+            let before = self.diags.list.len();
+            self.config_block(&block);
+            self.diags.list.truncate(before);
         }
     }
 
@@ -985,6 +1080,24 @@ impl<'a> Checker<'a> {
                         None => self.err(*span, "show_debug_info takes 0 or 1 (or true or false)"),
                     }
                 }
+                "missing_probes" => {
+                    let s = match value {
+                        ConfigValue::Ident(s) | ConfigValue::Str(s) => s.as_str(),
+                        ConfigValue::Int(_) => "",
+                    };
+                    self.config.missing_probes = match s {
+                        "error" => weft_ir::MissingProbes::Error,
+                        "warn" => weft_ir::MissingProbes::Warn,
+                        "ignore" => weft_ir::MissingProbes::Ignore,
+                        _ => {
+                            self.err(
+                                *span,
+                                "missing_probes takes \"error\", \"warn\" or \"ignore\"",
+                            );
+                            continue;
+                        }
+                    };
+                }
                 "print_maps_on_exit" => {
                     let on = match value {
                         ConfigValue::Int(v) => Some(*v != 0),
@@ -1037,6 +1150,37 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// The width of what `uaddr(sym)` points to, as upstream types it: a global
+    /// variable of 1, 2 or 4 bytes gives that width, a larger one 64 bits; anything
+    /// else (a function, a symbol the data resolver cannot see) a byte.
+    fn uaddr_bits(&mut self, sym: &str) -> u8 {
+        let Some(r) = self.opts.data.clone() else {
+            return 8;
+        };
+        let Some(target) = self.attach.iter().find_map(|p| match p {
+            AttachPoint::Uprobe { target, .. }
+            | AttachPoint::Uretprobe { target, .. }
+            | AttachPoint::Usdt { target, .. } => Some(target.clone()),
+            _ => None,
+        }) else {
+            return 8;
+        };
+        let key = (target.clone(), sym.to_string(), String::new());
+        match self
+            .data_vars
+            .entry(key)
+            .or_insert_with(|| r.variable(&target, sym, ""))
+        {
+            Ok(v) => match v.size {
+                1 => 8,
+                2 => 16,
+                4 => 32,
+                _ => 64,
+            },
+            Err(_) => 8,
+        }
+    }
+
     /// What included headers define, before the script's own definitions. A
     /// struct with an error (an unknown member type) is not reported here but where
     /// the script uses it.
@@ -1045,11 +1189,14 @@ impl<'a> Checker<'a> {
             self.enumerators.insert(name.clone(), *v);
         }
         for e in &d.enums {
+            let mut variants = Vec::new();
             for (name, v, _) in &e.variants {
                 if let Some(v) = v {
                     self.enumerators.insert(name.clone(), *v);
+                    variants.push((name.clone(), *v));
                 }
             }
+            self.enum_type(e.name.as_deref(), variants);
         }
         for (name, ty) in &d.typedefs {
             self.typedefs.insert(name.clone(), ty.clone());
@@ -1084,6 +1231,7 @@ impl<'a> Checker<'a> {
     /// before unless given, as in C.
     fn enum_def(&mut self, e: &EnumDef) {
         let mut next: Option<i64> = Some(0);
+        let mut variants = Vec::new();
         for (name, value, span) in &e.variants {
             let Some(v) = value.or(next) else {
                 self.err(
@@ -1095,7 +1243,23 @@ impl<'a> Checker<'a> {
             if self.enumerators.insert(name.clone(), v).is_some() {
                 self.err(*span, format!("the enumerator `{name}` is defined twice"));
             }
+            variants.push((name.clone(), v));
             next = v.checked_add(1);
+        }
+        self.enum_type(e.name.as_deref(), variants);
+    }
+
+    /// Record an enum's values for printing: its enumerators' values print by name.
+    fn enum_type(&mut self, name: Option<&str>, variants: Vec<(String, i64)>) {
+        let t = EnumType {
+            name: name.unwrap_or_default().to_string(),
+            variants: variants.into(),
+        };
+        for (v, _) in t.variants.iter() {
+            self.enum_of.insert(v.clone(), t.clone());
+        }
+        if let Some(n) = name {
+            self.enum_types.insert(n.to_string(), t);
         }
     }
 
@@ -1267,6 +1431,15 @@ impl<'a> Checker<'a> {
             TypeName::Str => Type::Str {
                 cap: self.config.strlen,
             },
+            // An enum's values print by name; through a pointer or in an array it is
+            // the C int it is.
+            TypeName::Enum(n) => match self.enum_types.get(n) {
+                Some(e) if t.pointer == 0 && t.array.is_none() => Type::Enum(e.clone()),
+                _ => Type::Int {
+                    bits: 32,
+                    signed: true,
+                },
+            },
             TypeName::Struct(n) if self.broken.contains_key(n) => {
                 return Err(TypeError::Broken(self.broken[n].clone()))
             }
@@ -1406,7 +1579,11 @@ impl<'a> Checker<'a> {
     }
 
     fn attach_point(&mut self, a: &AttachSpec) {
-        let name = crate::dump::attach_text(a);
+        // `probe` names BEGIN/END as written (`begin` or `BEGIN`), as upstream does.
+        let name = match a.provider.as_str() {
+            "BEGIN" | "END" if a.raw.eq_ignore_ascii_case(&a.provider) => a.raw.clone(),
+            _ => crate::dump::attach_text(a),
+        };
         if matches!(a.provider.as_str(), "tracepoint" | "kernel") {
             match self.kernel_attach(a) {
                 Ok(points) => {
@@ -1808,7 +1985,7 @@ impl<'a> Checker<'a> {
                     let (map, size) = data_addr(inner).ok_or_else(|| {
                         format!(
                             "invalid attach point `{}`: expected {prov}:addr(@MAP, SIZE) with \
-                             a map without keys and SIZE 1, 2, 4 or 8",
+                             a map without keys and SIZE at least 1 (bytes)",
                             a.raw
                         )
                     })?;
@@ -1832,8 +2009,9 @@ impl<'a> Checker<'a> {
                             Some(_) => {}
                         }
                     }
+                    // `old`/`new` are the first 8 bytes of a larger range.
                     self.data_ty = Some(Type::Int {
-                        bits: size * 8,
+                        bits: (size.min(8) * 8) as u8,
                         signed: false,
                     });
                     return Ok((
@@ -2227,7 +2405,7 @@ impl<'a> Checker<'a> {
     /// Check a value being assigned (aggregations are rejected here; they are
     /// handled by `assign`).
     fn value_expr(&mut self, v: &mut Expr) -> Type {
-        let t = self.expr(v);
+        let t = self.expr_keep(v);
         if let Some(why) = uncopyable(&t) {
             self.err(v.span, why);
             return Type::Void;
@@ -2639,7 +2817,14 @@ impl<'a> Checker<'a> {
         let name = name.clone();
         let mut tys = Vec::new();
         for a in args.iter_mut() {
-            tys.push(self.value_expr(a));
+            let t = match self.value_expr(a) {
+                Type::Enum(_) => {
+                    a.ty = Type::I64;
+                    Type::I64
+                }
+                t => t,
+            };
+            tys.push(t);
         }
         call.ty = Type::Void;
         let nargs = tys.len();
@@ -2807,7 +2992,19 @@ impl<'a> Checker<'a> {
 
     // ---- expressions ------------------------------------------------------------
 
+    /// The type of `e`. An enum's value is a plain integer here: only where it is
+    /// stored or printed ([`Self::expr_keep`]) does it keep its enum.
     fn expr(&mut self, e: &mut Expr) -> Type {
+        let t = self.expr_keep(e);
+        if matches!(t, Type::Enum(_)) {
+            e.ty = Type::I64;
+            return Type::I64;
+        }
+        t
+    }
+
+    /// [`Self::expr`], an enum's value keeping its enum (printed by name).
+    fn expr_keep(&mut self, e: &mut Expr) -> Type {
         let t = self.expr_inner(e);
         e.ty = t.clone();
         t
@@ -2818,6 +3015,9 @@ impl<'a> Checker<'a> {
         match &mut e.kind {
             // A literal past `int64`'s range is a `uint64` (as upstream types it).
             ExprKind::Int(v) if *v > i64::MAX as u64 => Type::U64,
+            // An enumerator already checked (the checker visits some expressions
+            // twice): it keeps its enum.
+            ExprKind::Int(_) if matches!(e.ty, Type::Enum(_)) => e.ty.clone(),
             ExprKind::Int(_) => Type::I64,
             ExprKind::Str(s) => Type::Str {
                 cap: s.len() as u32 + 1,
@@ -2861,6 +3061,17 @@ impl<'a> Checker<'a> {
                     }
                 }
                 let name = name.clone();
+                // The machine's CPUs: a constant of the session. Advice always runs
+                // in user mode (x86-64: upstream's `usermode` is 1 there).
+                if name == "ncpus" || name == "usermode" {
+                    let v = if name == "ncpus" {
+                        self.opts.ncpus.max(1)
+                    } else {
+                        1
+                    };
+                    e.kind = ExprKind::Int(v);
+                    return Type::U64;
+                }
                 // An enumerator is a constant; a builtin of the same name wins, as
                 // upstream's builtins are keywords.
                 if builtins::variable(&name).is_none() {
@@ -2875,7 +3086,10 @@ impl<'a> Checker<'a> {
                         } else {
                             ExprKind::Int(v as u64)
                         };
-                        return Type::I64;
+                        return match self.enum_of.get(&name) {
+                            Some(t) => Type::Enum(t.clone()),
+                            None => Type::I64,
+                        };
                     }
                 }
                 self.builtin(&name, span)
@@ -3115,6 +3329,7 @@ impl<'a> Checker<'a> {
                         is_int(&t) || matches!(t, Type::Ptr(_) | Type::USym | Type::Str { .. })
                     }
                     Type::Ptr(_) => is_int(&t) || matches!(t, Type::Ptr(_)),
+                    Type::Enum(_) => is_int(&t),
                     _ => false,
                 };
                 if !ok {
@@ -3122,6 +3337,41 @@ impl<'a> Checker<'a> {
                     return Type::Void;
                 }
                 target
+            }
+            // `config().NAME`: the session's config value, a constant (upstream).
+            ExprKind::Field { expr, field, .. } if matches!(&expr.kind, ExprKind::Call { name, args, .. } if name == "config" && args.is_empty()) =>
+            {
+                let (kind, ty) = match field.as_str() {
+                    "max_strlen" => (ExprKind::Int(u64::from(self.config.strlen)), Type::U64),
+                    "max_map_keys" => (
+                        ExprKind::Int(u64::from(self.config.max_map_keys)),
+                        Type::U64,
+                    ),
+                    "max_cat_bytes" => (
+                        ExprKind::Int(u64::from(self.config.max_cat_bytes)),
+                        Type::U64,
+                    ),
+                    "print_maps_on_exit" => {
+                        (ExprKind::Bool(self.config.print_maps_on_exit), Type::Bool)
+                    }
+                    "show_debug_info" => (ExprKind::Bool(self.config.show_debug_info), Type::Bool),
+                    "cpp_demangle" => (ExprKind::Bool(true), Type::Bool),
+                    "stack_mode" => {
+                        let m = match self.stack_mode {
+                            StackMode::Bpftrace => "bpftrace",
+                            StackMode::Perf => "perf",
+                            StackMode::Raw => "raw",
+                        };
+                        let cap = m.len() as u32 + 1;
+                        (ExprKind::Str(m.as_bytes().to_vec()), Type::Str { cap })
+                    }
+                    f => {
+                        self.err(span, format!("config(): weft has no config value `{f}`"));
+                        return Type::Void;
+                    }
+                };
+                e.kind = kind;
+                ty
             }
             ExprKind::Field { expr, field, .. } => {
                 let field = field.clone();
@@ -3202,10 +3452,24 @@ impl<'a> Checker<'a> {
                             Type::Void
                         }
                     },
-                    Type::CStruct(s) if s.name.ends_with(']') => match s.fields.first() {
-                        Some(f) => f.ty.clone(),
-                        None => Type::Void,
-                    },
+                    Type::CStruct(s) if s.name.ends_with(']') => {
+                        // A constant index past a C array's end (upstream refuses it).
+                        if let Some(i) = literal_int(index) {
+                            if i < 0 || i as u64 >= s.fields.len() as u64 {
+                                self.err(
+                                    index.span,
+                                    format!(
+                                        "the index {i} is out of bounds for array of size {}",
+                                        s.fields.len()
+                                    ),
+                                );
+                            }
+                        }
+                        match s.fields.first() {
+                            Some(f) => f.ty.clone(),
+                            None => Type::Void,
+                        }
+                    }
                     Type::Void => Type::Void,
                     _ => {
                         self.err(span, format!("cannot index a value of type `{t}`"));
@@ -3472,12 +3736,17 @@ impl<'a> Checker<'a> {
         let Some(elem) = self.type_of(&elem_expr, || format!("unknown type `{elem_expr}`")) else {
             return Type::Void;
         };
-        let Type::Int { bits, .. } = elem else {
-            self.err(
-                ty.span,
-                format!("casts to arrays need an integer element type, not `{elem}`"),
-            );
-            return Type::Void;
+        // `(bool[2])(uint16)1`: bools are bytes (upstream).
+        let bits = match elem {
+            Type::Int { bits, .. } => bits,
+            Type::Bool => 8,
+            _ => {
+                self.err(
+                    ty.span,
+                    format!("casts to arrays need an integer or bool element type, not `{elem}`"),
+                );
+                return Type::Void;
+            }
         };
         // A length as written is checked as a type first (at most 65536 elements).
         if let Some(n) = len {
@@ -3769,7 +4038,9 @@ impl<'a> Checker<'a> {
             self.allowed(b, name, span, span);
         }
         match name {
-            "pid" | "tid" | "uid" | "gid" | "cpu" | "cpid" | "nsecs" | "elapsed" => Type::U64,
+            "pid" | "tid" | "uid" | "gid" | "cpu" | "cpid" | "nsecs" | "elapsed"
+            | "__weft_cputime" | "__weft_faults" | "__weft_minflt" | "__weft_majflt"
+            | "__weft_csw" => Type::U64,
             "rand" => Type::Int {
                 bits: 32,
                 signed: false,
@@ -3892,6 +4163,103 @@ impl<'a> Checker<'a> {
         let name_span = *name_span;
         let n = args.len();
 
+        // Upstream's builtins may be called: `comm()`, `__builtin_cpu()`, and
+        // `nsecs(monotonic)` (the clock `nsecs` reads).
+        let plain = name
+            .strip_prefix("__builtin_")
+            .filter(|p| BUILTIN_ALIASES.contains(p))
+            .unwrap_or(&name)
+            .to_string();
+        let monotonic = plain == "nsecs"
+            && matches!(args.as_slice(), [a] if matches!(&a.kind, ExprKind::Ident(c) if c == "monotonic"));
+        // nsecs(boot), nsecs(tai), nsecs(sw_tai): CLOCK_MONOTONIC plus that clock's
+        // offset from it, taken when weft starts (exact while the machine does not
+        // suspend or step its clock during the session; upstream's sw_tai is computed
+        // so too).
+        let clock = match args.as_slice() {
+            [a] if plain == "nsecs" => match &a.kind {
+                ExprKind::Ident(c) => match c.as_str() {
+                    "boot" => Some(self.opts.clock_offsets.boot),
+                    "tai" | "sw_tai" => Some(self.opts.clock_offsets.tai),
+                    _ => None,
+                },
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(off) = clock {
+            let at = args[0].span;
+            e.kind = ExprKind::Binary {
+                op: BinOp::Add,
+                lhs: Box::new(Expr::new(ExprKind::Ident("nsecs".to_string()), name_span)),
+                rhs: Box::new(Expr::new(ExprKind::Int(off), at)),
+            };
+            self.expr_inner(e);
+            return Type::U64;
+        }
+        if (n == 0 || monotonic)
+            && builtins::function(&plain).is_none()
+            && (builtins::variable(&plain).is_some() || unsupported::builtin(&plain).is_some())
+        {
+            e.kind = ExprKind::Ident(plain);
+            return self.expr_inner(e);
+        }
+
+        // str($N): the parameter's text, even when it reads as a number (upstream).
+        if name == "str" && (1..=2).contains(&n) {
+            // `str($1 + 2)`: the text from its third byte (a string parameter is its
+            // text's address, upstream).
+            if let ExprKind::Binary {
+                op: BinOp::Add,
+                lhs,
+                rhs,
+            } = &args[0].kind
+            {
+                if let (ExprKind::Positional(k), ExprKind::Int(skip)) = (&lhs.kind, &rhs.kind) {
+                    let text = (*k as usize)
+                        .checked_sub(1)
+                        .and_then(|i| self.opts.positional.get(i))
+                        .filter(|t| crate::lexer::parse_int(&t.replace('_', "")).is_err())
+                        .cloned();
+                    if let Some(text) = text {
+                        let rest = text.as_bytes().get(*skip as usize..).unwrap_or(&[]);
+                        args[0].kind = ExprKind::Str(rest.to_vec());
+                    }
+                }
+            }
+            if let ExprKind::Positional(k) = args[0].kind {
+                let text = (k as usize)
+                    .checked_sub(1)
+                    .and_then(|i| self.opts.positional.get(i))
+                    .cloned()
+                    .unwrap_or_default();
+                args[0].kind = ExprKind::Str(text.into_bytes());
+            }
+        }
+        // strerror(N): the C library's message for errno N, known when N is.
+        if name == "strerror" && n == 1 {
+            let t = self.expr(&mut args[0]);
+            if t == Type::Void {
+                return Type::Void;
+            }
+            let ExprKind::Int(v) = args[0].kind else {
+                self.err(
+                    args[0].span,
+                    "strerror(): weft needs the error number as a constant (a literal, an \
+                     enumerator or a header's #define such as EPERM)",
+                );
+                return Type::Void;
+            };
+            let msg = std::io::Error::from_raw_os_error(v as i32).to_string();
+            let msg = match msg.rfind(" (os error ") {
+                Some(i) => msg[..i].to_string(),
+                None => msg,
+            };
+            let cap = msg.len() as u32 + 1;
+            e.kind = ExprKind::Str(msg.into_bytes());
+            return Type::Str { cap };
+        }
+
         if builtins::is_aggregation(&name) {
             for a in args.iter_mut() {
                 self.expr(a);
@@ -3903,8 +4271,11 @@ impl<'a> Checker<'a> {
             return Type::Void;
         }
         let Some(builtin) = builtins::function(&name) else {
-            for a in args.iter_mut() {
-                self.expr(a);
+            // A clock's name is no expression.
+            if name != "nsecs" {
+                for a in args.iter_mut() {
+                    self.expr(a);
+                }
             }
             if let Some(msg) = unsupported::function(&name) {
                 self.err(name_span, msg);
@@ -3963,7 +4334,12 @@ impl<'a> Checker<'a> {
                 a.ty = Type::Void;
                 tys.push(Type::Void);
             } else {
-                let t = self.expr(a);
+                // What is printed keeps its enum (printed by name).
+                let t = if matches!(name.as_str(), "print" | "printf" | "errorf" | "warnf") {
+                    self.expr_keep(a)
+                } else {
+                    self.expr(a)
+                };
                 self.no_void_call(a);
                 tys.push(t);
             }
@@ -4035,7 +4411,7 @@ impl<'a> Checker<'a> {
                 }
                 Type::I64
             }
-            "override" => {
+            "override" | "__weft_set_new" => {
                 if arity(self) {
                     int_at(self, 0);
                 }
@@ -4096,10 +4472,15 @@ impl<'a> Checker<'a> {
                         format!("{name}(): the number of arguments is a constant from 0 to 6"),
                     );
                 }
+                if a.len() == 2 {
+                    int_at(self, 1);
+                }
                 Type::Void
             }
             "__weft_exit" => {
-                arity(self);
+                if arity(self) && a.len() == 1 {
+                    int_at(self, 0);
+                }
                 Type::Void
             }
             "__weft_thread" => {
@@ -4331,11 +4712,15 @@ impl<'a> Checker<'a> {
                 }
             }
             "uaddr" => {
+                let mut bits = 8;
                 if arity(self) {
                     self.literal_string(&name, &a[0]);
+                    if let ExprKind::Str(sym) = &a[0].kind {
+                        bits = self.uaddr_bits(&String::from_utf8_lossy(sym));
+                    }
                 }
                 Type::Ptr(Box::new(Type::Int {
-                    bits: 8,
+                    bits,
                     signed: false,
                 }))
             }
@@ -4389,6 +4774,13 @@ impl<'a> Checker<'a> {
                     str_at(self, 1);
                 }
                 Type::Bool
+            }
+            "__weft_strorder" => {
+                if arity(self) {
+                    str_at(self, 0);
+                    str_at(self, 1);
+                }
+                Type::I64
             }
             // A named program parameter (`-- --NAME=VALUE`), typed by its default: a
             // boolean without one.
@@ -4658,7 +5050,9 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let ok = match c.kind {
-                ArgKind::Int | ArgKind::Char => is_int(t) || matches!(t, Type::Ptr(_)),
+                ArgKind::Int | ArgKind::Char => {
+                    is_int(t) || matches!(t, Type::Ptr(_) | Type::Enum(_))
+                }
                 ArgKind::Ptr => is_int(t) || matches!(t, Type::Ptr(_) | Type::USym),
                 // A bool prints as `true`/`false` (upstream); as bpftrace, a buffer
                 // prints with %r only, and %r prints nothing else.

@@ -212,6 +212,7 @@ impl VisitMut for Expander {
         let mut sub = Substitute {
             exprs: HashMap::new(),
             vars: HashMap::new(),
+            var_exprs: HashMap::new(),
             maps: HashMap::new(),
             suffix: format!("#{}", self.counter),
         };
@@ -224,13 +225,11 @@ impl VisitMut for Expander {
                     ExprKind::Var(v) => {
                         sub.vars.insert(n.clone(), v.name.clone());
                     }
-                    _ => self.diags.push(
-                        Diagnostic::error(
-                            a.span,
-                            format!("macro `{name}` expects a scratch variable for `${n}`"),
-                        )
-                        .with_note(Some(m.name_span), "the macro is defined here"),
-                    ),
+                    // Any other expression stands in for the parameter where it is
+                    // read, evaluated at each use (upstream's macros substitute it).
+                    _ => {
+                        sub.var_exprs.insert(n.clone(), a);
+                    }
                 },
                 MacroParam::Map(n, _) => match &a.kind {
                     ExprKind::Map(MapRef {
@@ -263,17 +262,22 @@ impl VisitMut for Expander {
 struct Substitute {
     exprs: HashMap<String, Expr>,
     vars: HashMap<String, String>,
+    /// `$param`s given an expression that is not a variable: the expression.
+    var_exprs: HashMap<String, Expr>,
     maps: HashMap<String, String>,
     suffix: String,
 }
 
 impl VisitMut for Substitute {
     fn expr(&mut self, e: &mut Expr) {
-        if let ExprKind::Ident(n) = &e.kind {
-            if let Some(a) = self.exprs.get(n) {
-                *e = a.clone();
-                return;
-            }
+        let given = match &e.kind {
+            ExprKind::Ident(n) => self.exprs.get(n),
+            ExprKind::Var(v) => self.var_exprs.get(&v.name),
+            _ => None,
+        };
+        if let Some(a) = given {
+            *e = a.clone();
+            return;
         }
         walk_expr(self, e);
     }

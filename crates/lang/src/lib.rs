@@ -25,6 +25,7 @@ pub mod parser;
 pub mod passes;
 pub mod pointcut;
 pub mod seq;
+pub mod stap;
 pub mod unsupported;
 
 use std::sync::Arc;
@@ -40,6 +41,11 @@ pub trait ArgsResolver {
     /// Parameter names and types of the function an attach point names, or `None`
     /// when there is no debug info for it.
     fn params(&self, attach: &weft_ir::AttachPoint) -> Option<Vec<(String, weft_ir::Type)>>;
+    /// The return type of the function an attach point names (`weft stap`'s
+    /// `$return` takes it, as SystemTap does); `None` when unknown or `void`.
+    fn return_type(&self, _attach: &weft_ir::AttachPoint) -> Option<weft_ir::Type> {
+        None
+    }
 }
 
 /// Finds the globals and statics data pointcuts name (implemented by the engine
@@ -141,6 +147,25 @@ pub struct Options {
     pub include_files: Vec<String>,
     /// Groups named on the command line (`-p NAME=PID,...`): their initial members.
     pub groups: Vec<(String, Vec<i32>)>,
+    /// The machine's possible CPUs, the value of `ncpus` (0: unknown, taken as 1).
+    pub ncpus: u64,
+    /// `BPFTRACE_*` variables of the environment: config settings that win over the
+    /// script's config block, as upstream reads them.
+    pub env_config: Vec<(String, String)>,
+    /// Offsets of other clocks from CLOCK_MONOTONIC (`nsecs(boot)`, `nsecs(tai)`).
+    pub clock_offsets: ClockOffsets,
+    /// `-k`: warn, where it happens, when a map read finds no element or a
+    /// `delete` has nothing to delete (upstream's helper-error warnings).
+    pub helper_warnings: bool,
+}
+
+/// Nanoseconds to add to CLOCK_MONOTONIC for another clock, taken once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockOffsets {
+    /// CLOCK_BOOTTIME - CLOCK_MONOTONIC (time spent suspended).
+    pub boot: u64,
+    /// CLOCK_TAI - CLOCK_MONOTONIC.
+    pub tai: u64,
 }
 
 impl std::fmt::Debug for Options {
@@ -250,7 +275,7 @@ pub fn compile(source: &str, file: &str, opts: &Options) -> Output {
     };
     let wants = |s: Stage| opts.dump.contains(&s);
 
-    let (mut ast, diags) = parse_with_headers(source, opts);
+    let (ast, diags) = parse_with_headers(source, opts);
     let failed = diags.iter().any(Diagnostic::is_error);
     out.diagnostics.extend(diags);
     if wants(Stage::Parse) {
@@ -259,7 +284,19 @@ pub fn compile(source: &str, file: &str, opts: &Options) -> Output {
     if failed {
         return out;
     }
+    compile_ast(ast, source, file, opts, out)
+}
 
+/// The stages after parsing, on a syntax tree from either front end (`source` is
+/// the text its spans point into); `out` holds what parsing said.
+pub fn compile_ast(
+    mut ast: ast::Program,
+    source: &str,
+    file: &str,
+    opts: &Options,
+    mut out: Output,
+) -> Output {
+    let wants = |s: Stage| opts.dump.contains(&s);
     let mut group_diags = diag::Diags::default();
     group::desugar(&mut ast, &opts.groups, &mut group_diags);
     let mut diags = group_diags.list;

@@ -156,6 +156,7 @@ fn lower_probe(
             body: f,
             hidden: p.hidden,
             around: info.around && observing.is_none(),
+            system: false,
         });
     }
 }
@@ -876,6 +877,9 @@ impl<'a> Fx<'a> {
                             _ => return,
                         };
                         let rx = self.reg_of(x);
+                        if matches!(op, BinOp::Div | BinOp::Mod) && !is_nonzero_literal(value) {
+                            self.warn_if_zero(rx, value.span);
+                        }
                         let r = self.arith(op, cur, rx, &vt, &value.ty);
                         let rt = arith_type(&vt, &value.ty);
                         self.set_var(v, Val::Reg(r), &rt);
@@ -934,6 +938,9 @@ impl<'a> Fx<'a> {
                             dst_place: None,
                         });
                         let rx = self.reg_of(x);
+                        if matches!(op, BinOp::Div | BinOp::Mod) && !is_nonzero_literal(value) {
+                            self.warn_if_zero(rx, value.span);
+                        }
                         let r = self.arith(op, cur, rx, vt, &value.ty);
                         (Val::Reg(r), arith_type(vt, &value.ty))
                     }
@@ -970,6 +977,13 @@ impl<'a> Fx<'a> {
         let kt = info.key.as_ref()?;
         let keys = keys?;
         let vals: Vec<(Val, Type)> = keys.iter().map(|k| (self.expr(k), k.ty.clone())).collect();
+        // A key that is one `str()` of the key's own type is its NUL-padded
+        // temporary as it is: no second zeroing and copy of up to 64+ bytes a hit.
+        if let ([(Val::Place(p), t)], [k]) = (&vals[..], keys) {
+            if t == kt && matches!(&k.kind, ExprKind::Call { name, .. } if name == "str") {
+                return Some(*p);
+            }
+        }
         let place = self.temp(kt.size());
         self.emit(Inst::Zero {
             place,
@@ -1034,6 +1048,18 @@ impl<'a> Fx<'a> {
                 let map = self.map_id(&m.name);
                 let info = self.map_info(&m.name);
                 let key = self.map_key(info, m.keys.as_deref());
+                // `-k`: a read that finds no element warns, as upstream's does.
+                if let Some(k) = key
+                    .filter(|_| self.ck.helper_warnings && matches!(info.value, MapValue::Plain(_)))
+                {
+                    let has = self.reg();
+                    self.emit(Inst::MapHasKey {
+                        dst: has,
+                        map,
+                        key: k,
+                    });
+                    self.warn_if_zero_text(has, e.span, LOOKUP_MISSING_TEXT);
+                }
                 let stored = match &info.value {
                     MapValue::Plain(t) => t.clone(),
                     _ => e.ty.clone(),
@@ -1061,7 +1087,7 @@ impl<'a> Fx<'a> {
             }
             ExprKind::Call { .. } => self.call(e),
             ExprKind::Unary { op, expr } => self.unary(*op, expr, &e.ty),
-            ExprKind::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, &e.ty),
+            ExprKind::Binary { op, lhs, rhs } => self.binary(*op, lhs, rhs, &e.ty, e.span),
             ExprKind::IncDec {
                 target,
                 increment,
@@ -1342,6 +1368,13 @@ impl<'a> Fx<'a> {
             "cpid" => self.ctx(CtxValue::Cpid),
             "nsecs" => self.ctx(CtxValue::Nsecs),
             "elapsed" => self.ctx(CtxValue::Elapsed),
+            "__weft_cputime" => self.ctx(CtxValue::ThreadCpuTime),
+            "__weft_faults" => self.ctx(CtxValue::ThreadRusage(weft_ir::RUSAGE_FAULTS as u8)),
+            "__weft_minflt" => self.ctx(CtxValue::ThreadRusage(weft_ir::RUSAGE_MINOR_FAULTS as u8)),
+            "__weft_majflt" => self.ctx(CtxValue::ThreadRusage(weft_ir::RUSAGE_MAJOR_FAULTS as u8)),
+            "__weft_csw" => self.ctx(CtxValue::ThreadRusage(
+                weft_ir::RUSAGE_CONTEXT_SWITCHES as u8,
+            )),
             "rand" => self.ctx(CtxValue::Rand),
             "retval" => self.ctx(CtxValue::Retval),
             "old" | "new" | "val" => {
@@ -1354,18 +1387,8 @@ impl<'a> Fx<'a> {
                 self.convert(v, &Type::U64, ty)
             }
             "ip" => self.ctx(CtxValue::Ip),
-            // bpftrace 0.17 symbolizes the probe's IP: in a uretprobe that is the return
-            // address, so `func` names the caller. (Newer bpftrace names the function.)
-            "func"
-                if !self.info.attach.is_empty()
-                    && self
-                        .info
-                        .attach
-                        .iter()
-                        .all(|a| matches!(a, ir::AttachPoint::Uretprobe { .. })) =>
-            {
-                self.ctx(CtxValue::Ip)
-            }
+            // The probed function, in a uretprobe too, as upstream names it (bpftrace
+            // 0.17 symbolized a uretprobe's return address: the caller).
             "func" => self.ctx(CtxValue::FuncAddr),
             "probe" => self.ctx(CtxValue::ProbeId),
             "comm" => {
@@ -1570,7 +1593,7 @@ impl<'a> Fx<'a> {
         self.bin(irop, a, b)
     }
 
-    fn binary(&mut self, op: BinOp, lhs: &Expr, rhs: &Expr, ty: &Type) -> Val {
+    fn binary(&mut self, op: BinOp, lhs: &Expr, rhs: &Expr, ty: &Type, span: Span) -> Val {
         match op {
             BinOp::And | BinOp::Or => {
                 let out = self.konst(if op == BinOp::And { 0 } else { 1 });
@@ -1660,11 +1683,46 @@ impl<'a> Fx<'a> {
                 let vb = self.expr(rhs);
                 let a = self.reg_of(va);
                 let b = self.reg_of(vb);
+                if matches!(op, BinOp::Div | BinOp::Mod) && !is_nonzero_literal(rhs) {
+                    self.warn_if_zero(b, span);
+                }
                 let r = self.arith(op, a, b, &lhs.ty, &rhs.ty);
                 let _ = ty;
                 Val::Reg(r)
             }
         }
+    }
+
+    /// Upstream's run-time warning for a division or remainder by zero, at the
+    /// place of the expression (`stdin:1:9-16: WARNING: Divide or modulo by 0
+    /// detected. ...`), each time the divisor `b` is 0 (weft also counts them and
+    /// says how many at exit).
+    fn warn_if_zero(&mut self, b: Reg, span: Span) {
+        self.warn_if_zero_text(b, span, DIV_ZERO_TEXT);
+    }
+
+    /// Upstream's run-time warning `text` at `span` (its place, the source line and
+    /// `~` under it), each time `v` is 0.
+    fn warn_if_zero_text(&mut self, v: Reg, span: Span, text: &str) {
+        let Some(message) = self.ck.runtime_warning_at(span) else {
+            return;
+        };
+        let id = self.format_message(text.to_string(), Vec::new(), Some(message));
+        let z = self.konst(0);
+        let is_zero = self.bin(IrBin::Eq, v, z);
+        let (warn, done) = (self.label(), self.label());
+        self.emit(Inst::Branch {
+            cond: is_zero,
+            if_true: warn,
+            if_false: done,
+        });
+        self.emit(Inst::Label(warn));
+        self.emit(Inst::Emit {
+            kind: EventKind::Printf(id),
+            payload: None,
+            len: 0,
+        });
+        self.emit(Inst::Label(done));
     }
 
     fn eq_result(&mut self, op: BinOp, eq: Reg) -> Reg {
@@ -1837,26 +1895,39 @@ impl<'a> Fx<'a> {
                     ExprKind::Int(v) => (*v).min(6) as u8,
                     _ => 0,
                 };
-                let payload = (n > 0).then(|| {
-                    let p = self.temp(8 * u32::from(n));
+                let words = u32::from(n) + args.len() as u32 - 1;
+                let payload = (words > 0).then(|| {
+                    let p = self.temp(8 * words);
                     for i in 0..n {
                         let v = self.ctx(CtxValue::Arg(i));
                         self.store(p.at(8 * u32::from(i)), v, &Type::U64);
+                    }
+                    if let Some(c) = args.get(1) {
+                        let v = self.expr(c);
+                        let v = self.convert(v, &c.ty, &Type::U64);
+                        self.store(p.at(8 * u32::from(n)), v, &Type::U64);
                     }
                     p
                 });
                 self.emit(Inst::Emit {
                     kind: EventKind::FuncEntry,
                     payload,
-                    len: 8 * u32::from(n),
+                    len: 8 * words,
                 });
                 Val::Unit
             }
             "__weft_exit" => {
+                let payload = args.first().map(|c| {
+                    let p = self.temp(8);
+                    let v = self.expr(c);
+                    let v = self.convert(v, &c.ty, &Type::U64);
+                    self.store(p, v, &Type::U64);
+                    p
+                });
                 self.emit(Inst::Emit {
                     kind: EventKind::FuncExit,
-                    payload: None,
-                    len: 0,
+                    len: if payload.is_some() { 8 } else { 0 },
+                    payload,
                 });
                 Val::Unit
             }
@@ -2033,6 +2104,9 @@ impl<'a> Fx<'a> {
                     key,
                     dst: Some(d),
                 });
+                if self.ck.helper_warnings && key.is_some() {
+                    self.warn_if_zero_text(d, e.span, DELETE_MISSING_TEXT);
+                }
                 Val::Reg(d)
             }
             "has_key" => {
@@ -2188,6 +2262,12 @@ impl<'a> Fx<'a> {
                 self.emit(Inst::Override { value });
                 Val::Unit
             }
+            "__weft_set_new" => {
+                let v = self.expr(&args[0]);
+                let value = self.reg_of(v);
+                self.emit(Inst::SetDataNew { value });
+                Val::Unit
+            }
             "signal" => {
                 let sig = match &args[0].kind {
                     ExprKind::Str(s) => {
@@ -2210,7 +2290,7 @@ impl<'a> Fx<'a> {
                 self.emit(Inst::UStack { dst: p, depth });
                 Val::Place(p)
             }
-            "strncmp" | "strcontains" => {
+            "strncmp" | "strcontains" | "__weft_strorder" => {
                 let (a, b) = (&args[0], &args[1]);
                 let (Type::Str { cap: ca }, Type::Str { cap: cb }) = (&a.ty, &b.ty) else {
                     return Val::Reg(self.konst(0));
@@ -2225,6 +2305,13 @@ impl<'a> Fx<'a> {
                 let d = self.reg();
                 if name == "strcontains" {
                     self.emit(Inst::StrContains {
+                        dst: d,
+                        a: pa,
+                        b: pb,
+                        len: cap,
+                    });
+                } else if name == "__weft_strorder" {
+                    self.emit(Inst::StrOrder {
                         dst: d,
                         a: pa,
                         b: pb,
@@ -2436,6 +2523,19 @@ fn field_types(t: &Type) -> Vec<Type> {
 }
 
 /// The type of `a op b` for integer operators (as the checker types it).
+/// Upstream bpftrace's words for a division by zero at run time (`DIVIDE_BY_ZERO_MSG`).
+const DIV_ZERO_TEXT: &str =
+    "Divide or modulo by 0 detected. This can lead to unexpected results. 1 is being used as the result.";
+
+/// Upstream's `-k` warnings for a map element that is not there.
+const LOOKUP_MISSING_TEXT: &str = "Can't lookup map element because it does not exist.\nAdditional Info - helper: map_lookup_elem, retcode: 0";
+const DELETE_MISSING_TEXT: &str = "Can't delete map element because it does not exist.\nAdditional Info - helper: map_delete_elem, retcode: -2";
+
+/// Whether `e` is an integer literal other than 0 (a division by it needs no check).
+fn is_nonzero_literal(e: &Expr) -> bool {
+    matches!(e.kind, ExprKind::Int(v) if v != 0)
+}
+
 fn arith_type(a: &Type, b: &Type) -> Type {
     if let Type::Ptr(_) = a {
         return a.clone();

@@ -711,12 +711,25 @@ impl<'a> Parser<'a> {
         while !self.eat(&Tok::RBrace) {
             // `struct { ... } name;` or an anonymous `union { ... };` member.
             let inline = match (self.peek_tok(0), self.peek_tok(1)) {
-                (Tok::Ident(w), Tok::LBrace) if w == "struct" || w == "union" => Some(w == "union"),
+                (Tok::Ident(w), Tok::LBrace) if w == "struct" || w == "union" => {
+                    Some((w == "union", None))
+                }
+                // `struct Bar { ... } bar;`: a member whose type is defined there (its
+                // tag is the program's, as in C).
+                (Tok::Ident(w), Tok::Ident(tag))
+                    if (w == "struct" || w == "union") && self.peek_tok(2) == Tok::LBrace =>
+                {
+                    Some((w == "union", Some(tag)))
+                }
                 _ => None,
             };
-            if let Some(inner_union) = inline {
+            if let Some((inner_union, tag)) = inline {
                 let kw = self.bump().span;
-                let inner_name = format!("{name}::(anonymous {})", nested.len() + 1);
+                if tag.is_some() {
+                    self.bump();
+                }
+                let inner_name =
+                    tag.unwrap_or_else(|| format!("{name}::(anonymous {})", nested.len() + 1));
                 let mut inner =
                     self.deeper(|p| p.struct_body(inner_name.clone(), inner_union, kw))?;
                 inner.span = self.span_from(kw);
@@ -739,52 +752,62 @@ impl<'a> Parser<'a> {
                 fields.push((ty, fname.0, fname.1, None));
                 continue;
             }
-            let mut ty = self.c_type()?;
-            let nt = self.bump();
-            let Tok::Ident(fname) = nt.tok else {
-                self.diags.error(
-                    nt.span,
-                    format!("expected a field name, found {}", nt.tok.describe()),
-                );
-                return Err(Stop);
-            };
-            if self.eat(&Tok::LBracket) {
-                let n = self.bump();
-                let Tok::Int(len) = n.tok else {
-                    self.diags.error(n.span, "expected an array length");
+            let base = self.c_type()?;
+            // `unsigned int a:4, b:8;`: declarators sharing the type.
+            loop {
+                let mut ty = base.clone();
+                let nt = self.bump();
+                let Tok::Ident(fname) = nt.tok else {
+                    self.diags.error(
+                        nt.span,
+                        format!("expected a field name, found {}", nt.tok.describe()),
+                    );
                     return Err(Stop);
                 };
-                self.expect(&Tok::RBracket)?;
-                ty.array = Some(Some(len));
-                // `int z[2][3]`: the further dimensions.
-                while self.eat(&Tok::LBracket) {
+                if self.eat(&Tok::LBracket) {
                     let n = self.bump();
                     let Tok::Int(len) = n.tok else {
                         self.diags.error(n.span, "expected an array length");
                         return Err(Stop);
                     };
                     self.expect(&Tok::RBracket)?;
-                    ty.dims.push(len);
+                    ty.array = Some(Some(len));
+                    // `int z[2][3]`: the further dimensions.
+                    while self.eat(&Tok::LBracket) {
+                        let n = self.bump();
+                        let Tok::Int(len) = n.tok else {
+                            self.diags.error(n.span, "expected an array length");
+                            return Err(Stop);
+                        };
+                        self.expect(&Tok::RBracket)?;
+                        ty.dims.push(len);
+                    }
+                    // `char name[N]`: the type as written, for diagnostics about its size.
+                    ty.span = self.span_from(ty.span);
                 }
-                // `char name[N]`: the type as written, for diagnostics about its size.
-                ty.span = self.span_from(ty.span);
-            }
-            // `unsigned int a:3;`: a bit-field of 3 bits.
-            let width = if self.eat(&Tok::Colon) {
-                let w = self.bump();
-                let Tok::Int(w) = w.tok else {
-                    self.diags.error(
-                        w.span,
-                        format!("expected a bit-field width, found {}", w.tok.describe()),
-                    );
-                    return Err(Stop);
+                // `unsigned int a:3;`: a bit-field of 3 bits.
+                let width = if self.eat(&Tok::Colon) {
+                    let w = self.bump();
+                    let Tok::Int(w) = w.tok else {
+                        self.diags.error(
+                            w.span,
+                            format!("expected a bit-field width, found {}", w.tok.describe()),
+                        );
+                        return Err(Stop);
+                    };
+                    Some(w)
+                } else {
+                    None
                 };
-                Some(w)
-            } else {
-                None
-            };
-            self.expect(&Tok::Semi)?;
-            fields.push((ty, fname, nt.span, width));
+                fields.push((ty, fname, nt.span, width));
+                if !self.eat(&Tok::Comma) {
+                    break;
+                }
+            }
+            // The last member's `;` may be left out (`struct x { long x }`, upstream).
+            if self.peek_tok(0) != Tok::RBrace {
+                self.expect(&Tok::Semi)?;
+            }
         }
         Ok(StructDef {
             name,
@@ -1194,6 +1217,28 @@ impl<'a> Parser<'a> {
                         let target = match e.kind {
                             ExprKind::Var(v) => LValue::Var(v),
                             ExprKind::Map(m) => LValue::Map(m),
+                            // `new = EXPR` in a set probe: the value written
+                            // changes (`__weft_set_new`; the checker says where it
+                            // may be used, and that it needs --unsafe).
+                            ExprKind::Ident(ref n) if n == "new" && op.is_none() => {
+                                let value = self.expr()?;
+                                let span = e.span;
+                                let kind = StmtKind::Expr(Expr::new(
+                                    ExprKind::Call {
+                                        name: "__weft_set_new".into(),
+                                        name_span: span,
+                                        args: vec![value],
+                                    },
+                                    span,
+                                ));
+                                return Ok((
+                                    Stmt {
+                                        kind,
+                                        span: self.span_from(start),
+                                    },
+                                    false,
+                                ));
+                            }
                             // `_ = f()`: the value is computed and discarded, as
                             // upstream writes "I mean to ignore this".
                             ExprKind::Ident(ref n) if n == "_" && op.is_none() => {
@@ -1513,10 +1558,7 @@ impl<'a> Parser<'a> {
                 return Err(Stop);
             };
             if name == "enum" {
-                TypeName::Int {
-                    bits: 32,
-                    signed: true,
-                }
+                TypeName::Enum(sname)
             } else {
                 TypeName::Struct(sname)
             }

@@ -70,7 +70,6 @@ pub fn builtin(name: &str) -> Option<String> {
         "jiffies" => "jiffies: the kernel tick counter is not available in weft; use nsecs",
         "ctx" => "ctx: the raw BPF context is not available in weft; use argN or args",
         "numaid" => "numaid is not available in weft",
-        "ncpus" => "ncpus is not supported yet",
         "sarg0" | "sarg1" | "sarg2" | "sarg3" | "sarg4" | "sarg5" => {
             "sargN is not supported; use argN (stack arguments are argN with N >= 6 in weft)"
         }
@@ -96,7 +95,7 @@ pub fn function(name: &str) -> Option<String> {
         "socket_cookie" => "socket_cookie is not available in weft",
         "percpu_kaddr" => "percpu_kaddr is not available in weft",
         "kfunc_arg" | "fentry_arg" => "kernel function arguments are not available in weft",
-        "nsecs" => "nsecs() with a clock argument is not supported yet; use the nsecs builtin",
+        "nsecs" => "nsecs(CLOCK): weft reads one clock, CLOCK_MONOTONIC (`nsecs`, `nsecs(monotonic)`); the boot, tai and sw_tai clocks are not available",
         "unwatch" => "unwatch: watchpoints are not available in weft",
         "debugf" => "debugf: the kernel trace pipe is not available in weft; use printf",
         "errorf" | "warnf" => "errorf/warnf are not supported yet; use printf",

@@ -1610,7 +1610,7 @@ fn struct_and_array_values() {
             1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
               |                                                                                                                                                                                                              ^^
 
-            error: casts to arrays need an integer element type, not `struct S`
+            error: casts to arrays need an integer or bool element type, not `struct S`
              --> script.bt:1:252
               |
             1 | struct S { uint8_t b[4]; char n[4]; } BEGIN { $p = (struct S *)0; $a = (uint8[3])(uint32)1; $b = (uint64)pton("1.2.3.4"); printf("%s %s\n", pton("1.2.3.4"), $p->n); if (pton("::1") == pton("1.2.3.4")) { } $c = pton("1.2.3.4"); $c = pton("::1"); $d = (struct S[2])1; $e = (uint8[])"ab"; }
@@ -1983,55 +1983,55 @@ fn data_pointcut_errors() {
     check(
         "get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } \
          watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } \
-         set:addr(@m, 16) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }",
+         set:addr(@m, 0) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }",
         expect![[r#"
             error: old can only be used in set probes (write watchpoints) (not in `get:/bin/a:v`)
              --> script.bt:1:22
               |
-            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 0) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
               |                      ^^^
 
             error: invalid watchpoint `watchpoint:0x1000:3:w`: the length must be 1, 2, 4 or 8
              --> script.bt:1:82
               |
-            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 0) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
               |                                                                                  ^^^^^^^^^^^^^^^^^^^^^
 
             error: invalid watchpoint `watchpoint:0x1000:8:x`: mode `x` is not r, w or rw (x86 hardware watchpoints do not watch execution in weft; use uprobe)
              --> script.bt:1:108
               |
-            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 0) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
               |                                                                                                            ^^^^^^^^^^^^^^^^^^^^^
 
             error: `set:addr(@q, 8)`: @q is never assigned (assign it an address in an earlier probe, e.g. `@q = arg0;`)
              --> script.bt:1:134
               |
-            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 0) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
               |                                                                                                                                      ^^^^^^^^^^^^^^^
 
-            error: invalid attach point `set:addr(@m, 16)`: expected set:addr(@MAP, SIZE) with a map without keys and SIZE 1, 2, 4 or 8
+            error: invalid attach point `set:addr(@m, 0)`: expected set:addr(@MAP, SIZE) with a map without keys and SIZE at least 1 (bytes)
              --> script.bt:1:154
               |
-            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
-              |                                                                                                                                                          ^^^^^^^^^^^^^^^^
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 0) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
+              |                                                                                                                                                          ^^^^^^^^^^^^^^^
 
             error: invalid attach point `set:/bin/a:9x`: expected set:BIN:VAR, with VAR a global or static variable (maybe followed by .FIELD or [INDEX]), or set:addr(@MAP, SIZE)
-             --> script.bt:1:175
+             --> script.bt:1:174
               |
-            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
-              |                                                                                                                                                                               ^^^^^^^^^^^^^
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 0) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
+              |                                                                                                                                                                              ^^^^^^^^^^^^^
 
             error: invalid attach point `get:v`: expected get:BIN:VAR (the binary that defines the variable) or get:addr(@MAP, SIZE)
-             --> script.bt:1:193
+             --> script.bt:1:192
               |
-            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
-              |                                                                                                                                                                                                 ^^^^^
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 0) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
+              |                                                                                                                                                                                                ^^^^^
 
             error: val can only be used in set, get and watchpoint probes (not in `BEGIN`)
-             --> script.bt:1:217
+             --> script.bt:1:216
               |
-            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 16) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
-              |                                                                                                                                                                                                                         ^^^
+            1 | get:/bin/a:v { print(old); print(val); } set:/bin/a:v { print(new); print(ip); } watchpoint:0x1000:3:w { } watchpoint:0x1000:8:x { } set:addr(@q, 8) { } set:addr(@m, 0) { } set:/bin/a:9x { } get:v { } BEGIN { print(val); @m[1] = 2; }
+              |                                                                                                                                                                                                                        ^^^
 
         "#]],
     );

@@ -271,7 +271,7 @@ BEGIN {
                | :: int64
                 int: 8 :: int64
                 int: 6 :: int64
-               int: 21 :: int64
+               int: 21 :: enum
                - :: int64
                 int: 1 :: int64
         "#]],

@@ -66,7 +66,7 @@ fn uretprobe_retval_and_wildcard_attach() {
         expect![[r#"
             map 0 @r[usym]: Sum { signed: false }
             probe uretprobe:/bin/a:get_* (regs 2, slots [8])
-                Ctx { dst: Reg(0), value: Ip }
+                Ctx { dst: Reg(0), value: FuncAddr }
                 Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
                 Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(0), size: 8 }
                 Ctx { dst: Reg(1), value: Retval }
@@ -251,12 +251,10 @@ fn str_and_hist() {
         map 0 @paths[string[64]]: Count
         map 1 @sizes: Hist { k: 0 }
         map 2 @k: Hist { k: 2 }
-        probe uprobe:/bin/a:open (regs 3, slots [64, 64])
+        probe uprobe:/bin/a:open (regs 3, slots [64])
             Ctx { dst: Reg(0), value: Arg(0) }
             ReadStr { dst: Place { slot: Slot(0), off: 0 }, addr: Reg(0), max: None, cap: 64 }
-            Zero { place: Place { slot: Slot(1), off: 0 }, len: 64 }
-            Copy { dst: Place { slot: Slot(1), off: 0 }, src: Place { slot: Slot(0), off: 0 }, len: 64 }
-            MapAgg { map: MapId(0), key: Some(Place { slot: Slot(1), off: 0 }), op: Count }
+            MapAgg { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), op: Count }
             Ctx { dst: Reg(1), value: Arg(1) }
             MapAgg { map: MapId(1), key: None, op: Hist(Reg(1)) }
             Ctx { dst: Reg(2), value: Arg(1) }
@@ -436,6 +434,59 @@ fn config_block_sets_program_config() {
     assert_eq!(p.config.max_map_keys, 10);
     assert_eq!(p.config.strlen, 32);
     assert_eq!(p.maps[0].key, Some(weft_ir::Type::Str { cap: 32 }));
+    assert_eq!(p.config.missing_probes, weft_ir::MissingProbes::Error);
+    for (v, want) in [
+        ("warn", weft_ir::MissingProbes::Warn),
+        ("ignore", weft_ir::MissingProbes::Ignore),
+    ] {
+        let out = compile(
+            &format!("config = {{ missing_probes = \"{v}\" }} BEGIN {{ }}"),
+            "t.bt",
+            &Options::default(),
+        );
+        assert_eq!(out.program.expect("compiles").config.missing_probes, want);
+    }
+    let out = compile(
+        "let @a = hash(3); let @b = lruhash(2); BEGIN { @a[1] = 1; @b[1] = 1; }",
+        "t.bt",
+        &Options::default(),
+    );
+    let c = out.program.expect("compiles").config;
+    assert_eq!((c.max_keys_of("@a"), c.max_keys_of("@b")), (3, 4096));
+    let out = compile(
+        "config = { missing_probes = \"maybe\" }",
+        "t.bt",
+        &Options::default(),
+    );
+    assert!(out.diagnostics[0]
+        .message
+        .contains("missing_probes takes \"error\", \"warn\" or \"ignore\""));
+}
+
+/// A division or remainder by what may be 0 warns where it is, as upstream: a
+/// branch to a located message (the source line and `~` under it); a literal
+/// nonzero divisor needs none.
+#[test]
+fn division_by_zero_warns_where_it_happens() {
+    let out = compile(
+        "BEGIN { $z = 0; @a = 7 / $z; @b = 7 / 2; }",
+        "-e",
+        &Options::default(),
+    );
+    let p = out.program.expect("compiles");
+    assert_eq!(p.formats.len(), 1);
+    let m = p.formats[0].message.clone().expect("a located message");
+    assert_eq!(m.location(), "stdin:1:22-28");
+    assert_eq!(
+        m.context,
+        [
+            "BEGIN { $z = 0; @a = 7 / $z; @b = 7 / 2; }",
+            "                     ~~~~~~"
+        ]
+    );
+    assert!(p.formats[0]
+        .text
+        .starts_with("Divide or modulo by 0 detected."));
 }
 
 #[test]
@@ -761,21 +812,17 @@ fn str_with_a_length_keeps_that_many_characters() {
         expect![[r#"
             map 0 @a[string[4]]: Count
             map 1 @b[string[64]]: Count
-            probe uprobe:/bin/true:f (regs 5, slots [8, 8, 64, 64])
+            probe uprobe:/bin/true:f (regs 5, slots [8, 64])
                 Const { dst: Reg(0), value: 0 }
                 Ctx { dst: Reg(1), value: Arg(0) }
                 ReadStr { dst: Place { slot: Slot(0), off: 0 }, addr: Reg(1), max: None, cap: 4 }
-                Zero { place: Place { slot: Slot(1), off: 0 }, len: 4 }
-                Copy { dst: Place { slot: Slot(1), off: 0 }, src: Place { slot: Slot(0), off: 0 }, len: 4 }
-                MapAgg { map: MapId(0), key: Some(Place { slot: Slot(1), off: 0 }), op: Count }
+                MapAgg { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), op: Count }
                 Const { dst: Reg(2), value: 2 }
                 Mov { dst: Reg(0), src: Reg(2) }
                 Ctx { dst: Reg(3), value: Arg(0) }
                 Mov { dst: Reg(4), src: Reg(0) }
-                ReadStr { dst: Place { slot: Slot(2), off: 0 }, addr: Reg(3), max: Some(Reg(4)), cap: 64 }
-                Zero { place: Place { slot: Slot(3), off: 0 }, len: 64 }
-                Copy { dst: Place { slot: Slot(3), off: 0 }, src: Place { slot: Slot(2), off: 0 }, len: 64 }
-                MapAgg { map: MapId(1), key: Some(Place { slot: Slot(3), off: 0 }), op: Count }
+                ReadStr { dst: Place { slot: Slot(1), off: 0 }, addr: Reg(3), max: Some(Reg(4)), cap: 64 }
+                MapAgg { map: MapId(1), key: Some(Place { slot: Slot(1), off: 0 }), op: Count }
               L0:
                 Return
         "#]],
@@ -797,14 +844,16 @@ fn hist_takes_values_past_2_to_the_32_as_they_are() {
     );
 }
 
+/// `func` in a uretprobe is the probed function, as upstream names it (bpftrace 0.17
+/// named the caller, from the return address).
 #[test]
-fn func_in_a_uretprobe_is_the_return_address() {
+fn func_in_a_uretprobe_is_the_function() {
     check(
         "uretprobe:/bin/true:f { @[func] = count(); } uprobe:/bin/true:f { @[func] = count(); }",
         expect![[r#"
             map 0 @[usym]: Count
             probe uretprobe:/bin/true:f (regs 1, slots [8])
-                Ctx { dst: Reg(0), value: Ip }
+                Ctx { dst: Reg(0), value: FuncAddr }
                 Zero { place: Place { slot: Slot(0), off: 0 }, len: 8 }
                 Store { place: Place { slot: Slot(0), off: 0 }, src: Reg(0), size: 8 }
                 MapAgg { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), op: Count }
@@ -893,4 +942,58 @@ fn call_site_caller_and_execution_alias() {
                 Return
         "#]],
     );
+}
+
+/// Which maps only ever hold each thread's own entry (`weft_ir::thread_keyed_maps`):
+/// the latency idiom's `@s[tid]`, and not a map keyed otherwise, read whole,
+/// counted, or used by a kernel probe.
+#[test]
+fn maps_keyed_only_by_the_thread() {
+    let keyed = |src: &str| {
+        let out = compile(src, "t.bt", &Options::default());
+        let p = out
+            .program
+            .unwrap_or_else(|| panic!("{:?}", out.diagnostics));
+        let flags = weft_ir::thread_keyed_maps(&p);
+        p.maps
+            .iter()
+            .zip(flags)
+            .map(|(m, f)| (m.name.clone(), f))
+            .collect::<Vec<_>>()
+    };
+    let idiom = "uprobe:/bin/sh:main { @s[tid] = nsecs; } \
+                 uretprobe:/bin/sh:main /@s[tid]/ { @ns = hist(nsecs - @s[tid]); delete(@s[tid]); }";
+    assert_eq!(
+        keyed(idiom),
+        [("@s".to_string(), true), ("@ns".to_string(), false)]
+    );
+    for (src, why) in [
+        ("uprobe:/bin/sh:main { @s[pid] = nsecs; }", "keyed by pid"),
+        (
+            "uprobe:/bin/sh:main { @s[tid] = nsecs; @s[arg0] = 1; }",
+            "another key",
+        ),
+        (
+            "uprobe:/bin/sh:main { @s[tid] = nsecs; } END { print(@s); }",
+            "printed",
+        ),
+        (
+            "uprobe:/bin/sh:main { @s[tid] = nsecs; } END { @n = len(@s); }",
+            "counted",
+        ),
+        (
+            "uprobe:/bin/sh:main { @s[tid] = nsecs; } END { clear(@s); }",
+            "cleared",
+        ),
+        ("uprobe:/bin/sh:main { @s[tid] = comm; }", "not a word"),
+        (
+            "uprobe:/bin/sh:main { @s[tid] = count(); }",
+            "an aggregation",
+        ),
+    ] {
+        assert!(
+            keyed(src).iter().all(|(m, f)| m != "@s" || !f),
+            "{why}: {src}"
+        );
+    }
 }

@@ -138,14 +138,12 @@ fn field_reads_are_event_fields() {
         expect![[r#"
             names ["tracepoint:syscalls:sys_enter_openat"]
             map 0 @[string[64]]: Count
-            probe tracepoint:syscalls:sys_enter_openat (regs 5, slots [64, 64])
+            probe tracepoint:syscalls:sys_enter_openat (regs 5, slots [64])
                 Const { dst: Reg(0), value: 0 }
                 Const { dst: Reg(1), value: 0 }
                 EventField { dst: Reg(2), off: 24, size: 8, signed: false }
                 ReadStr { dst: Place { slot: Slot(0), off: 0 }, addr: Reg(2), max: None, cap: 64 }
-                Zero { place: Place { slot: Slot(1), off: 0 }, len: 64 }
-                Copy { dst: Place { slot: Slot(1), off: 0 }, src: Place { slot: Slot(0), off: 0 }, len: 64 }
-                MapAgg { map: MapId(0), key: Some(Place { slot: Slot(1), off: 0 }), op: Count }
+                MapAgg { map: MapId(0), key: Some(Place { slot: Slot(0), off: 0 }), op: Count }
                 EventField { dst: Reg(3), off: 16, size: 8, signed: true }
                 Mov { dst: Reg(0), src: Reg(3) }
                 EventField { dst: Reg(4), off: 4, size: 4, signed: true }

@@ -233,6 +233,140 @@ pub fn lhist_json(values: &[u64], min: i64, max: i64, step: i64) -> Vec<u8> {
     format!("[{}]", elems.join(", ")).into_bytes()
 }
 
+/// Maps named so (SystemTap's `@hist_log`/`@hist_linear` under `weft stap`) print
+/// as SystemTap prints a histogram, without the map's name.
+pub const STAP_HIST_PREFIX: &str = "@__stap_hist_";
+
+/// Characters `v` takes in decimal (SystemTap's `needed_space`).
+fn needed_space(v: i64) -> usize {
+    if v == 0 {
+        return 1;
+    }
+    let sign = usize::from(v < 0);
+    sign + v.unsigned_abs().to_string().len()
+}
+
+/// SystemTap's histogram (`_stp_stat_print_histogram`): `hist` buckets as
+/// `@hist_log` (the ir's power-of-two buckets; the ir keeps every negative value in
+/// one bucket, printed as SystemTap's -1 bucket), or `lhist` buckets as `@hist_linear(start, stop, interval)`
+/// (`linear`: `(start, interval)`; the ir's layout is SystemTap's: underflow, the
+/// intervals from `start`, overflow).
+pub fn stap_text(values: &[u64], linear: Option<(i64, i64)>) -> Vec<u8> {
+    const WIDTH: usize = 50;
+    const BUCKET0: usize = 64;
+    let hist: Vec<i64> = match linear {
+        Some(_) => values.iter().map(|&v| v as i64).collect(),
+        None => {
+            // ir index 0: negative; 1: 0; 2: 1; i >= 3: [2^(i-2), 2^(i-1)).
+            let mut h = vec![0i64; 128];
+            for (i, &v) in values.iter().enumerate() {
+                let b = if i == 0 {
+                    BUCKET0 - 1
+                } else {
+                    (BUCKET0 + i - 1).min(127)
+                };
+                h[b] += v as i64;
+            }
+            h
+        }
+    };
+    let bucket_val = |i: usize| -> i64 {
+        match linear {
+            Some((start, interval)) => {
+                if i == 0 {
+                    start
+                } else if i == hist.len() - 1 {
+                    start + (i as i64 - 2) * interval
+                } else {
+                    start + (i as i64 - 1) * interval
+                }
+            }
+            None => {
+                if i == BUCKET0 {
+                    0
+                } else if i < BUCKET0 {
+                    // SystemTap's `_stp_bucket_to_val`: -1, -2, -4, ... below 0.
+                    i64::MIN >> i
+                } else {
+                    1i64 << (i - BUCKET0 - 1).min(62)
+                }
+            }
+        }
+    };
+    let n = hist.len();
+    let Some(first) = hist.iter().position(|&v| v > 0) else {
+        return Vec::new();
+    };
+    let mut low = first as i64;
+    let mut high = hist.iter().rposition(|&v| v > 0).unwrap_or(0);
+    let valmax = hist.iter().copied().max().unwrap_or(0);
+    for _ in 0..2 {
+        if linear.is_none() {
+            if low != BUCKET0 as i64 && low > 0 {
+                low -= 1;
+            }
+        } else if low > 0 {
+            low -= 1;
+        }
+        if high < n - 1 {
+            high += 1;
+        }
+    }
+    let (mut under, mut over) = (false, false);
+    if linear.is_some() {
+        if low == 0 && hist[0] == 0 {
+            low += 1;
+        }
+        if high == n - 1 && hist[high] == 0 {
+            high -= 1;
+        }
+        under = low == 0;
+        over = high == n - 1;
+    }
+    let low = low as usize;
+    let scale = if valmax <= WIDTH as i64 {
+        1
+    } else {
+        (valmax + WIDTH as i64 - 1) / WIDTH as i64
+    };
+    let cnt_space = needed_space(valmax);
+    let val_space = match linear {
+        Some((start, interval)) => (needed_space(start) + usize::from(under))
+            .max(needed_space(start + interval * high as i64) + usize::from(over)),
+        None => needed_space(bucket_val(high)).max(needed_space(bucket_val(low))),
+    }
+    .max(5);
+    let mut out = format!("{:>val_space$} |{} count\n", "value", "-".repeat(WIDTH));
+    let mut eliding = false;
+    for i in low..=high {
+        let (lo, hi) = (i.saturating_sub(2).max(low), (i + 2).min(high));
+        if (lo..=hi).all(|k| hist[k] == 0) {
+            eliding = true;
+            continue;
+        }
+        if eliding {
+            out.push_str(&format!("{:>val_space$} ~\n", ""));
+            eliding = false;
+        }
+        let prefix = match linear {
+            Some(_) if i == 0 => "<",
+            Some(_) if i == n - 1 => ">",
+            _ => "",
+        };
+        let val = bucket_val(i);
+        let pad = val_space.saturating_sub(needed_space(val));
+        let v = (hist[i] / scale).max(0) as usize;
+        out.push_str(&format!(
+            "{prefix:>pad$}{val} |{}{:>w$}\n",
+            "@".repeat(v),
+            hist[i],
+            w = WIDTH - v.min(WIDTH) + 1 + cnt_space
+        ));
+    }
+    out.push('\n');
+    out.into_bytes()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,5 +396,43 @@ mod tests {
         v[10] = 1; // [90, 100)
         v[11] = 2; // >= 95
         assert_eq!(lhist_017_values(&v, 0, 95, 10)[10], 3);
+    }
+
+    /// SystemTap's `_stp_stat_print_histogram`: two empty buckets each side (none
+    /// below 0 for log), runs of empty ones elided with `~`.
+    #[test]
+    fn stap_histograms() {
+        // hist(): 1 at 0, 3 at [1], 1 at [2^10, 2^11).
+        let mut v = vec![0u64; 20];
+        v[1] = 1;
+        v[2] = 3;
+        v[12] = 1;
+        let want = "value |-------------------------------------------------- count
+    0 |@                                                  1
+    1 |@@@                                                3
+    2 |                                                   0
+    4 |                                                   0
+      ~
+  256 |                                                   0
+  512 |                                                   0
+ 1024 |@                                                  1
+ 2048 |                                                   0
+ 4096 |                                                   0
+
+";
+        assert_eq!(String::from_utf8(stap_text(&v, None)).unwrap(), want);
+        // 120 in one bucket: bars scaled by ceil(120 / 50) = 3.
+        let lin = [0u64, 120, 5, 0, 0];
+        let want = "value |-------------------------------------------------- count
+    0 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@           120
+   10 |@                                                    5
+   20 |                                                     0
+
+";
+        assert_eq!(
+            String::from_utf8(stap_text(&lin, Some((0, 10)))).unwrap(),
+            want
+        );
+        assert!(stap_text(&[0, 0, 0], None).is_empty());
     }
 }

@@ -64,6 +64,19 @@ pub fn print_map(
     r: &dyn Resolver,
 ) -> Vec<u8> {
     let rows = selected_entries(decl, entries, top);
+    if decl.name.starts_with(hist::STAP_HIST_PREFIX) {
+        let mut out = Vec::new();
+        for (_, v) in &rows {
+            match &decl.value {
+                MapValue::Hist { .. } => out.extend(hist::stap_text(&u64s(v), None)),
+                MapValue::Lhist { min, step, .. } => {
+                    out.extend(hist::stap_text(&u64s(v), Some((*min, *step))))
+                }
+                _ => {}
+            }
+        }
+        return out;
+    }
     let div = div.max(1);
     let last = tseries_last(decl, &rows);
     let elems: Vec<Vec<u8>> = rows
@@ -133,7 +146,12 @@ pub fn print_map_json(
         .map(|(k, v)| {
             let mut e = Vec::new();
             if let Some(kt) = &decl.key {
-                e.extend_from_slice(&render::key_json(&render::key_fields(kt, k, r)));
+                e.extend_from_slice(&render::key_json(&render::key_fields_as(
+                    Style::Json,
+                    kt,
+                    k,
+                    r,
+                )));
                 e.extend_from_slice(b": ");
             }
             match tseries_of(decl, v, last) {

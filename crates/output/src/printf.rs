@@ -27,7 +27,7 @@ use crate::Resolver;
 /// What bpftrace calls the type of a printf argument in its error messages.
 fn arg_kind_name(ty: &Type) -> &'static str {
     match ty {
-        Type::Int { .. } | Type::Bool | Type::Ptr(_) => "integer",
+        Type::Int { .. } | Type::Bool | Type::Ptr(_) | Type::Enum(_) => "integer",
         Type::Str { .. }
         | Type::USym
         | Type::UStack { .. }
@@ -126,6 +126,13 @@ fn format_at(
         let arg = match (&values[i], toks[i].kind) {
             // `%s` of a bool is its name (upstream); `%d` its value, 1 or 0.
             (Value::Bool(b), ArgKind::Str) => Printable::Str(render::bool_str(*b).to_vec()),
+            // `%s` of an enum is its enumerator's name (the number if it has none);
+            // `%d` its value (upstream, text and JSON alike).
+            (Value::Enum { value, name }, ArgKind::Str) => Printable::Str(
+                name.clone()
+                    .unwrap_or_else(|| value.to_string())
+                    .into_bytes(),
+            ),
             (v, _) => printable(&args[i], v, r),
         };
         let mut formatted = match (&arg, buffer_spec(piece)) {
@@ -161,7 +168,7 @@ enum Printable {
 
 fn printable(ty: &Type, v: &Value, r: &dyn Resolver) -> Printable {
     match v {
-        Value::Int(_) | Value::UInt(_) | Value::Bool(_) | Value::Ptr(_) => {
+        Value::Int(_) | Value::UInt(_) | Value::Bool(_) | Value::Ptr(_) | Value::Enum { .. } => {
             Printable::Int(v.as_u64())
         }
         Value::Str(s) => Printable::Str(s.clone()),

@@ -55,6 +55,12 @@ pub(crate) fn value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Re
 fn common_value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Resolver) -> Vec<u8> {
     match (ty, v) {
         (Type::Int { bits, signed }, _) => int_div(v.as_u64(), *bits, *signed, div).into_bytes(),
+        // An enum's value by its enumerator's name; JSON keeps the number (upstream,
+        // for the programs that read it).
+        (_, Value::Enum { value, name }) => match (style, name) {
+            (Style::Text, Some(n)) => n.clone().into_bytes(),
+            _ => int_div(*value as u64, 64, true, div).into_bytes(),
+        },
         // Upstream bpftrace has a real `bool`: printed `true`/`false` (bare in JSON).
         (Type::Bool, _) => bool_str(v.as_u64() != 0).to_vec(),
         (_, Value::Str(s)) => s.clone(),
@@ -75,14 +81,14 @@ fn common_value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Resolv
                 .iter()
                 .zip(vals)
                 .map(|((n, t), (_, v))| field_str(style, n, &value_str(style, t, v, div, r)));
-            struct_str(elems.collect())
+            struct_str_as(style, elems.collect())
         }
         (Type::CStruct(s), Value::Struct { fields, .. }) => {
             let elems =
                 s.fields.iter().zip(fields).map(|(f, (_, v))| {
                     field_str(style, &f.name, &value_str(style, &f.ty, v, div, r))
                 });
-            struct_str(elems.collect())
+            struct_str_as(style, elems.collect())
         }
         (Type::CStruct(s), Value::Array(vals)) => {
             let elems: Vec<Vec<u8>> = s
@@ -99,10 +105,15 @@ fn common_value_str(style: Style, ty: &Type, v: &Value, div: u32, r: &dyn Resolv
         (_, Value::Timestamp { fmt, nsecs }) => timestamp_str(*fmt, *nsecs, r),
         (_, Value::Inet { af, addr }) => inet_str(*af, addr),
         (_, Value::MacAddr(mac)) => mac_str(mac),
-        // bpftrace 0.17 prints a pointer value in decimal (newer versions: `0x…` hex).
-        (_, Value::Ptr(p)) => ((*p as i64) / i64::from(div.max(1)))
-            .to_string()
-            .into_bytes(),
+        // A pointer value: `0x…` in text, as upstream prints it (bpftrace 0.17 printed
+        // it in decimal); a number in JSON (upstream tests/runtime/json-output
+        // `print_hex_values`).
+        (_, Value::Ptr(p)) => match style {
+            Style::Text => format!("0x{p:x}").into_bytes(),
+            Style::Json => ((*p as i64) / i64::from(div.max(1)))
+                .to_string()
+                .into_bytes(),
+        },
         _ => Vec::new(),
     }
 }
@@ -173,19 +184,46 @@ fn struct_str(elems: Vec<Vec<u8>>) -> Vec<u8> {
     wrap(b"{ ", &join(&elems, b", "), b" }")
 }
 
+/// A struct or record as text (`{ .a = 1 }`) or as a JSON object (`{"a": 1}`, no
+/// space inside the braces, as upstream's json.cpp writes it).
+fn struct_str_as(style: Style, elems: Vec<Vec<u8>>) -> Vec<u8> {
+    match style {
+        Style::Text => struct_str(elems),
+        Style::Json => wrap(b"{", &join(&elems, b", "), b"}"),
+    }
+}
+
 /// The key fields of a map entry, each as bpftrace's `MapKey::argument_value` prints it.
 /// A [`Type::Tuple`] key is a multi-key map (`@m[a, b]`): one string per field.
 pub(crate) fn key_fields(key_ty: &Type, key_bytes: &[u8], r: &dyn Resolver) -> Vec<Vec<u8>> {
+    key_fields_as(Style::Text, key_ty, key_bytes, r)
+}
+
+/// [`key_fields`]; in JSON an enum's value is its number (upstream keeps JSON numeric).
+pub(crate) fn key_fields_as(
+    style: Style,
+    key_ty: &Type,
+    key_bytes: &[u8],
+    r: &dyn Resolver,
+) -> Vec<Vec<u8>> {
+    let numeric = |v: Value| match v {
+        Value::Enum { value, .. } if style == Style::Json => Value::Enum { value, name: None },
+        v => v,
+    };
     match key_ty {
         Type::Tuple(tys) => match decode(key_ty, key_bytes) {
             Value::Tuple(vals) => tys
                 .iter()
-                .zip(&vals)
-                .map(|(t, v)| key_value_str(t, v, r))
+                .zip(vals)
+                .map(|(t, v)| key_value_str(t, &numeric(v), r))
                 .collect(),
             _ => Vec::new(),
         },
-        _ => vec![key_value_str(key_ty, &decode(key_ty, key_bytes), r)],
+        _ => vec![key_value_str(
+            key_ty,
+            &numeric(decode(key_ty, key_bytes)),
+            r,
+        )],
     }
 }
 
@@ -205,6 +243,8 @@ fn key_value_str(ty: &Type, v: &Value, r: &dyn Resolver) -> Vec<u8> {
         // integer key as an int64: `@[(uint64)-1]` showed `-1`).
         Value::Int(n) => n.to_string().into_bytes(),
         Value::UInt(n) => n.to_string().into_bytes(),
+        Value::Enum { name: Some(n), .. } => n.clone().into_bytes(),
+        Value::Enum { value, .. } => value.to_string().into_bytes(),
         Value::Bool(b) => bool_str(*b).to_vec(),
         Value::Str(s) => s.clone(),
         // bpftrace 0.17 prints the whole capacity of a buffer key, not just its length.

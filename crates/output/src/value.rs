@@ -38,6 +38,11 @@ pub enum Value {
         nsecs: u64,
     },
     Ptr(u64),
+    /// A value of an enum: the number, and its enumerator's name if it has one.
+    Enum {
+        value: i64,
+        name: Option<String>,
+    },
     /// A C struct or union.
     Struct {
         name: String,
@@ -125,6 +130,13 @@ pub fn decode(ty: &Type, bytes: &[u8]) -> Value {
             addr: std::array::from_fn(|i| byte(bytes, 8 + i)),
         },
         Type::MacAddr => Value::MacAddr(std::array::from_fn(|i| byte(bytes, i))),
+        Type::Enum(e) => {
+            let value = read_uint(bytes, 0, 8) as i64;
+            Value::Enum {
+                value,
+                name: e.name_of(value).map(str::to_string),
+            }
+        }
         Type::CStruct(s) => {
             let fields = s.fields.iter().map(|f| {
                 let at = tail(bytes, f.offset);
@@ -192,7 +204,7 @@ impl Value {
     /// The value as a 64-bit register would hold it (integers, bools, addresses).
     pub fn as_u64(&self) -> u64 {
         match self {
-            Value::Int(v) => *v as u64,
+            Value::Int(v) | Value::Enum { value: v, .. } => *v as u64,
             Value::UInt(v) | Value::USym(v) | Value::Probe(v) | Value::Ptr(v) => *v,
             Value::Bool(b) => u64::from(*b),
             _ => 0,

@@ -243,7 +243,7 @@ fn records_and_probe_names() {
     );
     assert_eq!(
         text(json::value(&ty, &b, &r)),
-        "{\"type\": \"value\", \"data\": { \"a\": 7, \"name\": \"xy\", \"p\": \"uprobe:/bin/app:probe3\" }}\n"
+        "{\"type\": \"value\", \"data\": {\"a\": 7, \"name\": \"xy\", \"p\": \"uprobe:/bin/app:probe3\"}}\n"
     );
 }
 
