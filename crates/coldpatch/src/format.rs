@@ -18,7 +18,8 @@
 //!   8  u64      function vaddr: the instrumented function (`this_fn`), 0 if unknown
 //!  16  u32      function name: offset in the string table (never empty)
 //!  20  u32      location: offset of "file:line" in the string table (0 = "" = unknown)
-//!  24  u8       kind: 1 = entry, 2 = exit
+//!  24  u8       kind: 1 = entry, 2 = exit, 3 = entry placeholder in a stub outside the
+//!               function (`weft prepare`: the function's entry jumps to the stub)
 //!  25  u8       length of the placeholder in bytes (5, or 6 for `call *GOT(%rip)`)
 //!  26  u8       flags: bit 0 TAIL (the call was a tail `jmp`; the placeholder is
 //!               `ret` + NOPs), bit 1 INLINED (the site lies outside the function's
@@ -62,6 +63,7 @@ pub fn encode(sites: &[WeftProbeSite]) -> Vec<u8> {
         let kind = match s.kind {
             WeftProbeKind::Entry => 1,
             WeftProbeKind::Exit => 2,
+            WeftProbeKind::EntryStub => 3,
         };
         let flags = if s.tail { FLAG_TAIL } else { 0 } | if s.inlined { FLAG_INLINED } else { 0 };
         entries.extend_from_slice(&[kind, s.len, flags, 0, 0, 0, 0, 0]);
@@ -182,6 +184,16 @@ mod tests {
         let strings = 1 + 4 + 11 + 14;
         assert_eq!(bytes.len(), 24 + 3 * 32 + strings);
         assert_eq!(&bytes[..8], b"\x7fWEFTPL\0");
+    }
+
+    #[test]
+    fn entry_stub_kind_round_trips() {
+        // `weft prepare`'s placeholders: kind 3, the function's own address kept.
+        let mut stub = site(0x6000, WeftProbeKind::EntryStub, "fib", None);
+        stub.function_vaddr = Some(0x1250);
+        let bytes = encode(std::slice::from_ref(&stub));
+        assert_eq!(bytes[24 + 24], 3);
+        assert_eq!(weft_symbols::parse_weft_probes(&bytes).unwrap(), [stub]);
     }
 
     #[test]

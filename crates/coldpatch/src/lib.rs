@@ -295,5 +295,6 @@ pub fn kind_name(kind: WeftProbeKind) -> &'static str {
     match kind {
         WeftProbeKind::Entry => "entry",
         WeftProbeKind::Exit => "exit",
+        WeftProbeKind::EntryStub => "entry-stub",
     }
 }

@@ -406,6 +406,7 @@ fn hooks_defined_in_the_program_are_removed() {
         let target = match p.kind {
             WeftProbeKind::Entry => syms["__cyg_profile_func_enter"],
             WeftProbeKind::Exit => syms["__cyg_profile_func_exit"],
+            WeftProbeKind::EntryStub => unreachable!("coldpatch writes no stubs"),
         };
         assert!(
             dis[&p.vaddr]

@@ -4,13 +4,21 @@
  *   aligned_alloc, memalign, valloc, pvalloc are interposed (glibc's supported way
  *   of replacing malloc; C++ new/delete reach them through libstdc++). Each object
  *   gets an id (1, 2, ... in allocation order), its allocation site (the call stack,
- *   WEFT_MEMPROF_DEPTH frames, interned in a site table), its times.
+ *   WEFT_MEMPROF_DEPTH frames, interned in a site table: a hash of the return
+ *   addresses, equal stacks share one record), its times. The stack is a
+ *   frame-pointer walk (WEFT_MEMPROF_STACK=fp, weft's choice for a program built
+ *   with frame pointers): every frame pointer checked against the thread's stack
+ *   bounds before it is read, so a program without them ends the walk early,
+ *   never faults; WEFT_MEMPROF_STACK=unwind takes glibc's backtrace() instead.
  * - Address -> object: a two-level shadow table, one u32 object id per 16-byte
  *   granule (glibc's objects are 16-aligned and two never share a granule), L1 by
- *   4 MiB region. O(1): two loads.
+ *   4 MiB region. O(1): two loads. Before it, the heap range filter: [heap_lo,
+ *   heap_hi) spans every object handed out so far (it only grows), and an address
+ *   outside it (the stack, globals) is rejected with two compares.
  * - Counted mode: the compiler's access hooks (clang -fsanitize-coverage
  *   trace-loads/trace-stores, gcc/clang -fsanitize=thread) count reads and writes
- *   per object in per-thread tables (no atomics), merged at exit; memcpy, memmove,
+ *   per object in per-thread tables (an initial-exec TLS pointer to a flat array
+ *   indexed by object id: no locks, no atomics), merged at exit; memcpy, memmove,
  *   memset count one access per object touched, with its bytes.
  * - Sampled mode (WEFT_MEMPROF_MODE=sampled): see sample.h.
  * - At exit (in the process weft launched, not in its children) everything is
@@ -19,13 +27,15 @@
  *
  * Nothing here calls the program's malloc: tables are mmap'ed. Memory allocated
  * before this library's constructor, or by this library's own callees
- * (backtrace's first dlopen), is not tracked; freeing it is fine.
+ * (backtrace's first dlopen, pthread_getattr_np), is not tracked; freeing it is
+ * fine.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,7 +59,7 @@ extern void *__libc_valloc(size_t);
 extern void *__libc_pvalloc(size_t);
 
 /* ---- the dump format (crates/memprof/src/dump.rs reads it) ---- */
-#define MAGIC "WEFTMP02"
+#define MAGIC "WEFTMP03"
 #define MAX_DEPTH 16
 struct site {
   uint64_t hash;
@@ -57,7 +67,6 @@ struct site {
   uint64_t pcs[MAX_DEPTH];
 };
 #define OBJ_FREED 1u
-#define OBJ_SAMPLED 2u /* watched at least once in sampled mode */
 struct obj {
   uint64_t base, size, max_size, t_alloc, t_free;
   uint32_t site, tid, reallocs, flags;
@@ -82,17 +91,33 @@ static pid_t root_pid;
 #define L2_SHIFT 22
 #define L2_SIZE (1u << (L2_SHIFT - 4))
 #define L1_SIZE (1ull << (47 - L2_SHIFT))
-static uint32_t **shadow; /* [L1_SIZE] */
+V uint32_t **weft_memprof_shadow; /* [L1_SIZE] */
+#define shadow weft_memprof_shadow
 
-#define CHUNK_SHIFT 12
-#define CHUNK (1u << CHUNK_SHIFT)
+/* Per-thread counters: 4 per object (reads, writes, read bytes, written bytes),
+ * a flat array indexed by id, mapped lazily (MAP_NORESERVE) on the thread's
+ * first count. */
 struct tstate {
   struct tstate *next;
-  uint64_t **chunks; /* [max_objs / CHUNK], each CHUNK * 4 counters */
+  uint64_t *c; /* [max_objs * 4] */
 };
 static struct tstate *threads;
-static __thread struct tstate *me __attribute__((tls_model("initial-exec")));
+/* Exported (with the heap range and the shadow below) for the hooks a clang LTO
+ * build inlines into the program (c/hooks.c); libweft_memstub.so defines inert
+ * ones for a run without weft. Accessed through the GOT here too, so the program
+ * and this library agree on one copy. */
+V __thread uint64_t *weft_memprof_ctr __attribute__((tls_model("initial-exec")));
+#define ctr weft_memprof_ctr
 static __thread int in_hook __attribute__((tls_model("initial-exec")));
+/* The thread's id, once (a system call per allocation was a good part of create's
+ * cost); a fork child's thread forgets it. */
+static __thread uint32_t my_tid __attribute__((tls_model("initial-exec")));
+static void forget_tid(void) { my_tid = 0; }
+
+/* The heap range: every tracked object lies in [heap_lo, heap_hi). */
+V uintptr_t weft_memprof_heap_lo = UINTPTR_MAX, weft_memprof_heap_hi;
+#define heap_lo weft_memprof_heap_lo
+#define heap_hi weft_memprof_heap_hi
 
 static void *(*real_memcpy)(void *, const void *, size_t);
 static void *(*real_memmove)(void *, const void *, size_t);
@@ -117,7 +142,7 @@ static void unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
 /* ---- shadow ---- */
 static inline uint32_t lookup(uintptr_t a) {
-  if (UNLIKELY(a >> 47)) return 0;
+  if (UNLIKELY(a >> 47) || UNLIKELY(!shadow)) return 0;
   uint32_t *l2 = __atomic_load_n(&shadow[a >> L2_SHIFT], __ATOMIC_RELAXED);
   return l2 ? __atomic_load_n(&l2[(a >> 4) & (L2_SIZE - 1)], __ATOMIC_RELAXED) : 0;
 }
@@ -143,36 +168,53 @@ static void shadow_set(uintptr_t base, size_t size, uint32_t id) {
   }
 }
 
+static void range_add(uintptr_t p, size_t n) {
+  uintptr_t lo = __atomic_load_n(&heap_lo, __ATOMIC_RELAXED), end = p + (n ? n : 1);
+  while (p < lo && !__atomic_compare_exchange_n(&heap_lo, &lo, p, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+  uintptr_t hi = __atomic_load_n(&heap_hi, __ATOMIC_RELAXED);
+  while (end > hi && !__atomic_compare_exchange_n(&heap_hi, &hi, end, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
 /* ---- per-thread counters ---- */
-static struct tstate *tstate_new(void) {
-  struct tstate *t = map(sizeof *t + (max_objs / CHUNK + 1) * sizeof(uint64_t *));
-  if (!t) return 0;
-  t->chunks = (uint64_t **)(t + 1);
+static __attribute__((noinline)) uint64_t *tstate_new(void) {
+  struct tstate *t = map(sizeof *t);
+  uint64_t *c = map(max_objs * 4 * sizeof(uint64_t));
+  if (!t || !c) {
+    if (t) munmap(t, sizeof *t);
+    if (c) munmap(c, max_objs * 4 * sizeof(uint64_t));
+    return 0;
+  }
+  t->c = c;
   struct tstate *head = __atomic_load_n(&threads, __ATOMIC_RELAXED);
   do t->next = head;
   while (!__atomic_compare_exchange_n(&threads, &head, t, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED));
-  me = t;
-  return t;
-}
-
-static __attribute__((noinline)) uint64_t *chunk_new(struct tstate *t, uint32_t c) {
-  uint64_t *p = map(CHUNK * 4 * sizeof(uint64_t));
-  if (p) __atomic_store_n(&t->chunks[c], p, __ATOMIC_RELEASE);
-  return p;
+  ctr = c;
+  return c;
 }
 
 static inline void count_id(uint32_t id, uint64_t bytes, int w) {
-  struct tstate *t = me;
-  if (UNLIKELY(!t) && !(t = tstate_new())) return;
-  uint64_t *c = t->chunks[id >> CHUNK_SHIFT];
-  if (UNLIKELY(!c) && !(c = chunk_new(t, id >> CHUNK_SHIFT))) return;
-  c += (id & (CHUNK - 1)) * 4;
+  uint64_t *c = ctr;
+  if (UNLIKELY(!c) && !(c = tstate_new())) return;
+  c += (uint64_t)id * 4;
   c[w] += 1;
   c[2 + w] += bytes;
 }
 
+/* The inlined hooks' way in when the thread has no counters yet. */
+V void weft_memprof_count_slow(uint32_t id, uint64_t bytes, int w) { count_id(id, bytes, w); }
+
+/* The hooks' path: the range filter first (stack and globals end here), then the
+ * shadow. */
 static inline void count(const void *p, uint64_t bytes, int w) {
-  uint32_t id = shadow ? lookup((uintptr_t)p) : 0;
+  uintptr_t a = (uintptr_t)p;
+  if (LIKELY(a < __atomic_load_n(&heap_lo, __ATOMIC_RELAXED) ||
+             a >= __atomic_load_n(&heap_hi, __ATOMIC_RELAXED)))
+    return;
+  /* In the range: a user address whose object was tracked, so the shadow exists. */
+  uint32_t *l2 = __atomic_load_n(&shadow[a >> L2_SHIFT], __ATOMIC_RELAXED);
+  uint32_t id = l2 ? __atomic_load_n(&l2[(a >> 4) & (L2_SIZE - 1)], __ATOMIC_RELAXED) : 0;
   if (id) count_id(id, bytes, w);
 }
 
@@ -181,9 +223,7 @@ static inline void count(const void *p, uint64_t bytes, int w) {
 static void totals(uint32_t id, uint64_t out[4]) {
   out[0] = out[1] = out[2] = out[3] = 0;
   for (struct tstate *t = __atomic_load_n(&threads, __ATOMIC_ACQUIRE); t; t = t->next) {
-    uint64_t *c = __atomic_load_n(&t->chunks[id >> CHUNK_SHIFT], __ATOMIC_ACQUIRE);
-    if (!c) continue;
-    c += (id & (CHUNK - 1)) * 4;
+    uint64_t *c = t->c + (uint64_t)id * 4;
     for (int i = 0; i < 4; i++) out[i] += __atomic_load_n(&c[i], __ATOMIC_RELAXED);
   }
 }
@@ -217,10 +257,61 @@ static uint32_t site_of(void **pcs, int n) {
   return found;
 }
 
-/* The stack from ra (the hook's return address) outwards, `depth` frames. */
+/* The stack from ra (the allocation function's return address) outwards, `depth`
+ * frames. */
 #define SKIP_MAX 6
+static int use_backtrace; /* WEFT_MEMPROF_STACK=unwind */
+static __thread uintptr_t stack_lo __attribute__((tls_model("initial-exec")));
+static __thread uintptr_t stack_hi __attribute__((tls_model("initial-exec")));
+
+/* The thread's stack bounds, once (pthread_getattr_np may allocate: called under
+ * in_hook). A thread it cannot tell gets the empty range: its walks stop at once. */
+static void stack_bounds(void) {
+  pthread_attr_t at;
+  void *addr;
+  size_t size;
+  stack_lo = UINTPTR_MAX;
+  stack_hi = 1;
+  if (pthread_getattr_np(pthread_self(), &at)) return;
+  if (!pthread_attr_getstack(&at, &addr, &size)) {
+    stack_lo = (uintptr_t)addr;
+    stack_hi = (uintptr_t)addr + size;
+  }
+  pthread_attr_destroy(&at);
+}
+
+/* The frame-pointer chain from this function's frame: the frames up to the one
+ * returning to ra are this library's (skipped), then `max` frames from ra. Each
+ * frame pointer must lie in the thread's stack, 8-aligned, above the previous
+ * one: a program (or a library) without frame pointers ends the walk, it never
+ * makes it read outside the stack. Returns the frames taken, 0 when ra was not
+ * met. */
+static __attribute__((noinline)) int fp_walk(void **pcs, int max, void *ra) {
+  if (UNLIKELY(!stack_hi)) stack_bounds();
+  uintptr_t fp = (uintptr_t)__builtin_frame_address(0), lo = stack_lo, hi = stack_hi;
+  int n = 0, skipped = 0;
+  while (n < max) {
+    if (fp < lo || fp > hi - 16 || (fp & 7)) break;
+    uintptr_t next = ((uintptr_t *)fp)[0];
+    void *pc = (void *)((uintptr_t *)fp)[1];
+    if (n == 0 && pc != ra) {
+      if (++skipped > SKIP_MAX) return 0;
+    } else {
+      if ((uintptr_t)pc < 4096) break;
+      pcs[n++] = pc;
+    }
+    if (next <= fp) break;
+    fp = next;
+  }
+  return n;
+}
+
 static uint32_t capture_site(void *ra) {
   void *pcs[MAX_DEPTH + SKIP_MAX];
+  if (!use_backtrace) {
+    int n = fp_walk(pcs, depth, ra);
+    return n ? site_of(pcs, n) : site_of(&ra, 1);
+  }
   int n = backtrace(pcs, depth + SKIP_MAX);
   for (int i = 0; i < n && i < SKIP_MAX; i++) {
     if (pcs[i] != ra) continue;
@@ -245,7 +336,9 @@ static __attribute__((noinline)) void track_new(void *p, size_t n, void *ra) {
   o->size = o->max_size = n;
   o->t_alloc = now();
   o->site = site;
-  o->tid = (uint32_t)syscall(SYS_gettid);
+  if (UNLIKELY(!my_tid)) my_tid = (uint32_t)syscall(SYS_gettid);
+  o->tid = my_tid;
+  range_add((uintptr_t)p, n);
   shadow_set((uintptr_t)p, n, (uint32_t)id);
 }
 
@@ -312,6 +405,7 @@ V void *realloc(void *p, size_t n) {
   }
   struct obj *o = &objs[id];
   if (q) {
+    range_add((uintptr_t)q, n);
     o->base = (uint64_t)q;
     o->size = n;
     if (n > o->max_size) o->max_size = n;
@@ -388,17 +482,20 @@ V void *memset(void *d, int c, size_t n) {
 }
 
 /* ---- the compilers' access hooks ---- */
+/* The hooks need no frame of their own (the allocation stack's walk never passes
+ * through them). */
+#define HOOK V __attribute__((optimize("omit-frame-pointer")))
 #define SANCOV(n)                                                          \
-  V void __sanitizer_cov_load##n(void *a) { count(a, n, 0); }             \
-  V void __sanitizer_cov_store##n(void *a) { count(a, n, 1); }
+  HOOK void __sanitizer_cov_load##n(void *a) { count(a, n, 0); }          \
+  HOOK void __sanitizer_cov_store##n(void *a) { count(a, n, 1); }
 SANCOV(1) SANCOV(2) SANCOV(4) SANCOV(8) SANCOV(16)
 #define TSAN(n)                                                            \
-  V void __tsan_read##n(void *a) { count(a, n, 0); }                      \
-  V void __tsan_write##n(void *a) { count(a, n, 1); }                     \
-  V void __tsan_unaligned_read##n(void *a) { count(a, n, 0); }            \
-  V void __tsan_unaligned_write##n(void *a) { count(a, n, 1); }           \
-  V void __tsan_volatile_read##n(void *a) { count(a, n, 0); }             \
-  V void __tsan_volatile_write##n(void *a) { count(a, n, 1); }
+  HOOK void __tsan_read##n(void *a) { count(a, n, 0); }                   \
+  HOOK void __tsan_write##n(void *a) { count(a, n, 1); }                  \
+  HOOK void __tsan_unaligned_read##n(void *a) { count(a, n, 0); }         \
+  HOOK void __tsan_unaligned_write##n(void *a) { count(a, n, 1); }        \
+  HOOK void __tsan_volatile_read##n(void *a) { count(a, n, 0); }          \
+  HOOK void __tsan_volatile_write##n(void *a) { count(a, n, 1); }
 TSAN(1) TSAN(2) TSAN(4) TSAN(8) TSAN(16)
 V void __tsan_init(void) {}
 V void __tsan_func_entry(void *p) { (void)p; }
@@ -466,7 +563,7 @@ static __attribute__((destructor(101))) void finish(void) {
   if (fd < 0) return;
   uint64_t n = __atomic_load_n(&next_id, __ATOMIC_RELAXED);
   if (n > max_objs) n = max_objs;
-  uint64_t hdr[12] = {0};
+  uint64_t hdr[14] = {0};
   real_memcpy ? real_memcpy(hdr, MAGIC, 8) : slow_copy(hdr, MAGIC, 8);
   hdr[1] = n - 1;
   hdr[2] = nsites - 1;
@@ -476,9 +573,11 @@ static __attribute__((destructor(101))) void finish(void) {
   hdr[6] = end;
   hdr[7] = counted ? 0 : 1;
   hdr[8] = sites_dropped;
-  hdr[9] = sample_windows;
+  hdr[9] = sample_signals;
   hdr[10] = sample_hits;
   hdr[11] = sample_lost;
+  hdr[12] = use_backtrace;
+  hdr[13] = sample_steps;
   write_all(fd, hdr, sizeof hdr);
   for (uint32_t i = 1; i < MAX_SITES; i++) {
     if (!sites[i].hash) continue;
@@ -487,10 +586,7 @@ static __attribute__((destructor(101))) void finish(void) {
   }
   for (uint64_t id = 1; id < n; id++) {
     uint64_t t[4];
-    if (counted)
-      totals((uint32_t)id, t);
-    else
-      sample_estimate(id, end, t);
+    totals((uint32_t)id, t); /* sampled mode: the samples */
     objs[id].reads = t[0];
     objs[id].writes = t[1];
     objs[id].rbytes = t[2];
@@ -519,6 +615,7 @@ static void init(void) {
     if (depth > MAX_DEPTH) depth = MAX_DEPTH;
   }
   if ((s = getenv("WEFT_MEMPROF_MAX_OBJECTS"))) max_objs = strtoull(s, 0, 10) + 1;
+  use_backtrace = (s = getenv("WEFT_MEMPROF_STACK")) && !strcmp(s, "unwind");
   const char *mode = getenv("WEFT_MEMPROF_MODE");
   int sampled = mode && !strcmp(mode, "sampled");
   objs = map(max_objs * sizeof(struct obj));
@@ -531,8 +628,10 @@ static void init(void) {
   /* backtrace's first call loads libgcc_s (which mallocs): do it now, untracked. */
   void *pcs[2];
   in_hook = 1;
-  backtrace(pcs, 2);
+  if (use_backtrace) backtrace(pcs, 2);
+  stack_bounds();
   in_hook = 0;
+  pthread_atfork(0, 0, forget_tid);
   counted = !sampled;
   active = 1;
   if (sampled) sample_start();

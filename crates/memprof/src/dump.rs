@@ -5,8 +5,8 @@
 
 use anyhow::{bail, Result};
 
-pub const MAGIC: &[u8; 8] = b"WEFTMP02";
-const HEADER: usize = 12 * 8;
+pub const MAGIC: &[u8; 8] = b"WEFTMP03";
+const HEADER: usize = 14 * 8;
 const SITE: usize = 8 + 4 + 4 + 16 * 8;
 const OBJ: usize = 5 * 8 + 4 * 4 + 4 * 8;
 
@@ -57,9 +57,14 @@ pub struct Dump {
     pub t_end: u64,
     pub sampled: bool,
     pub sites_dropped: u64,
-    pub sample_windows: u64,
+    /// Sampled mode: the samples taken (signals handled).
+    pub samples: u64,
     pub sample_hits: u64,
     pub sample_lost: u64,
+    /// Allocation stacks came from `backtrace()` (else the frame-pointer walk).
+    pub unwound: bool,
+    /// Sampled mode: single steps taken to reach an access.
+    pub sample_steps: u64,
     pub sites: Vec<Site>,
     pub objects: Vec<Object>,
     pub maps: String,
@@ -85,9 +90,11 @@ pub fn parse(b: &[u8]) -> Result<Dump> {
         t_end: u64_at(b, 48),
         sampled: u64_at(b, 56) == 1,
         sites_dropped: u64_at(b, 64),
-        sample_windows: u64_at(b, 72),
+        samples: u64_at(b, 72),
         sample_hits: u64_at(b, 80),
         sample_lost: u64_at(b, 88),
+        unwound: u64_at(b, 96) == 1,
+        sample_steps: u64_at(b, 104),
         ..Dump::default()
     };
     let need = HEADER + nsites * SITE + nobjs * OBJ;

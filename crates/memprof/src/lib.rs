@@ -19,8 +19,12 @@ use anyhow::{anyhow, bail, Context, Result};
 pub static RUNTIME: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libweft_memprof.so"));
 /// The inert hooks counted-mode binaries link against.
 pub static STUB: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libweft_memstub.so"));
+/// The hooks as LLVM bitcode for a clang `-flto` build to inline (empty when
+/// weft was built without clang).
+pub static HOOKS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libweft_memhooks.a"));
 pub const RUNTIME_FILE: &str = "libweft_memprof.so";
 pub const STUB_FILE: &str = "libweft_memstub.so";
+pub const HOOKS_FILE: &str = "libweft_memhooks.a";
 
 /// Where the two libraries are written: `$WEFT_LIB_DIR`, else `weft-lib/` beside
 /// the `weft` executable (a stable place: counted-mode binaries keep its path in
@@ -48,12 +52,19 @@ fn writable(dir: &Path) -> bool {
     ok
 }
 
-/// Writes both libraries into [`lib_dir`] (when their bytes differ) and returns the
+/// Writes the libraries into [`lib_dir`] (when their bytes differ) and returns the
 /// directory.
 pub fn install() -> Result<PathBuf> {
     let dir = lib_dir()?;
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    for (name, bytes) in [(RUNTIME_FILE, RUNTIME), (STUB_FILE, STUB)] {
+    for (name, bytes) in [
+        (RUNTIME_FILE, RUNTIME),
+        (STUB_FILE, STUB),
+        (HOOKS_FILE, HOOKS),
+    ] {
+        if bytes.is_empty() {
+            continue;
+        }
         let path = dir.join(name);
         if std::fs::read(&path).ok().as_deref() == Some(bytes) {
             continue;
@@ -74,30 +85,42 @@ pub enum Compiler {
 }
 
 /// Compile flags for counted mode. clang: SanitizerCoverage's load/store hooks (no
-/// sanitizer runtime is linked for them). gcc: ThreadSanitizer's instrumentation
-/// without its function entry/exit hooks; compile only with it (linking with
-/// `-fsanitize=thread` would pull libtsan in).
-pub fn cflags(c: Compiler) -> &'static str {
+/// sanitizer runtime is linked for them), with `-flto` when weft has the hooks as
+/// bitcode ([`HOOKS`]) so the link inlines them. gcc: ThreadSanitizer's
+/// instrumentation without its function entry/exit hooks; compile only with it
+/// (linking with `-fsanitize=thread` would pull libtsan in).
+pub fn cflags(c: Compiler) -> String {
     match c {
-        Compiler::Clang => {
-            "-fsanitize-coverage=func,trace-loads,trace-stores -fno-omit-frame-pointer"
-        }
+        Compiler::Clang => format!(
+            "-fsanitize-coverage=func,trace-loads,trace-stores -fno-omit-frame-pointer{}",
+            if HOOKS.is_empty() { "" } else { " -flto" }
+        ),
         Compiler::Gcc => {
             "-fsanitize=thread --param tsan-instrument-func-entry-exit=0 -fno-omit-frame-pointer"
+                .into()
         }
     }
 }
 
-/// Link flags: the inert hooks, found through the run path.
-pub fn ldflags(dir: &Path) -> String {
-    format!(
+/// Link flags: the inert hooks, found through the run path; for clang (with
+/// [`HOOKS`]) also `-flto` and the bitcode hooks, which the link inlines.
+pub fn ldflags(dir: &Path, c: Compiler) -> String {
+    let stub = format!(
         "-L{d} -Wl,-rpath,{d} -Wl,--no-as-needed -lweft_memstub -Wl,--as-needed",
         d = dir.display()
-    )
+    );
+    match c {
+        Compiler::Clang if !HOOKS.is_empty() => {
+            format!("-flto {} {stub}", dir.join(HOOKS_FILE).display())
+        }
+        _ => stub,
+    }
 }
 
 /// The names the access hooks have in a binary built for counted mode.
 const HOOK_PREFIXES: &[&str] = &[
+    // What the hooks an LTO build inlined call.
+    "weft_memprof_count_slow",
     "__sanitizer_cov_load",
     "__sanitizer_cov_store",
     "__tsan_read",
@@ -114,11 +137,50 @@ pub fn has_access_hooks(path: &Path) -> Result<bool> {
         .any(|i| HOOK_PREFIXES.iter().any(|p| i.name.starts_with(p))))
 }
 
+/// How the runtime takes an allocation's stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stack {
+    /// Frame pointers when the program was built with them ([`has_frame_pointers`]),
+    /// else `Unwind`.
+    Auto,
+    /// The frame-pointer chain, each frame pointer checked against the thread's
+    /// stack: cheap, and stops early in code without frame pointers.
+    FramePointers,
+    /// glibc's `backtrace()` (the unwinder, through `.eh_frame`): any code, but a
+    /// few microseconds per allocation.
+    Unwind,
+}
+
+/// Whether most of `path`'s functions set up a frame pointer (`push rbp; mov
+/// rbp, rsp`, after an `endbr64` if any): a program built with
+/// `-fno-omit-frame-pointer` (as `--cflags` asks) does in every function.
+pub fn has_frame_pointers(path: &Path) -> Result<bool> {
+    let elf = weft_symbols::ElfFile::open(path).map_err(|e| anyhow!("{e}"))?;
+    let (mut with, mut all) = (0usize, 0usize);
+    for f in elf.functions() {
+        if f.ifunc || f.size < 16 || f.name().starts_with('_') {
+            continue;
+        }
+        let Ok(b) = elf.read_vaddr(f.vaddr, 12) else {
+            continue;
+        };
+        let b = b.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa][..]).unwrap_or(b);
+        all += 1;
+        if b.starts_with(&[0x55, 0x48, 0x89, 0xe5]) {
+            with += 1;
+        }
+    }
+    Ok(all > 0 && with * 2 > all)
+}
+
 /// A launch's settings.
 #[derive(Clone, Debug)]
 pub struct Options {
     pub sampled: bool,
     pub depth: u32,
+    /// How allocation stacks are taken (`Auto` is decided by [`environment`]'s
+    /// caller through [`resolve_stack`]).
+    pub stack: Stack,
     pub max_objects: u64,
     /// Sampled mode: sampling period, µs.
     pub period_us: u64,
@@ -141,6 +203,15 @@ pub fn check(exe: &Path, opts: &Options) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `Auto` made concrete for `exe`.
+pub fn resolve_stack(exe: &Path, stack: Stack) -> Stack {
+    match stack {
+        Stack::Auto if has_frame_pointers(exe).unwrap_or(false) => Stack::FramePointers,
+        Stack::Auto => Stack::Unwind,
+        s => s,
+    }
 }
 
 /// The environment the launched program needs: the runtime preloaded, and where to
@@ -166,6 +237,15 @@ pub fn environment(dir: &Path, out: &Path, parent: u32, opts: &Options) -> Vec<(
             if opts.sampled { "sampled" } else { "counted" }.into(),
         ),
         ("WEFT_MEMPROF_PERIOD_US".into(), opts.period_us.to_string()),
+        (
+            "WEFT_MEMPROF_STACK".into(),
+            if opts.stack == Stack::Unwind {
+                "unwind"
+            } else {
+                "fp"
+            }
+            .into(),
+        ),
     ]
 }
 

@@ -224,9 +224,14 @@ impl Profile {
     fn mode(&self) -> String {
         if self.dump.sampled {
             format!(
-                "sampled (estimates: {} sampling windows, {} hits, {} lost; \
-                 counts are hits scaled by the fraction of the run each object was watched)",
-                self.dump.sample_windows, self.dump.sample_hits, self.dump.sample_lost
+                "sampled ({} samples, {} on objects, {} single steps, {} threads not sampled; \
+                 reads and writes are samples: accesses seen at instants spread evenly over each \
+                 thread's CPU time, so they rank objects by accesses weighted by their cost, they \
+                 do not count them)",
+                self.dump.samples,
+                self.dump.sample_hits,
+                self.dump.sample_steps,
+                self.dump.sample_lost
             )
         } else {
             "counted (exact: compiler access hooks, memcpy/memmove/memset)".into()
@@ -250,6 +255,15 @@ impl Profile {
             d.t_end.saturating_sub(d.t_start) / 1_000_000
         );
         let _ = writeln!(out, "mode: {}", self.mode());
+        let _ = writeln!(
+            out,
+            "stacks: {}",
+            if d.unwound {
+                "unwound (backtrace)"
+            } else {
+                "frame pointers"
+            }
+        );
         if d.dropped > 0 {
             let _ = writeln!(
                 out,
@@ -342,7 +356,8 @@ impl Profile {
             "cmd": self.command, "pid": self.pid,
             "duration_ns": d.t_end.saturating_sub(d.t_start),
             "dropped_objects": d.dropped,
-            "sample": { "windows": d.sample_windows, "hits": d.sample_hits, "lost": d.sample_lost },
+            "stacks": if d.unwound { "unwind" } else { "fp" },
+            "sample": { "samples": d.samples, "hits": d.sample_hits, "steps": d.sample_steps, "lost": d.sample_lost },
             "sites": sites,
             "objects": objects,
         })
