@@ -45,10 +45,16 @@ pub enum Command {
     /// Turn the -finstrument-functions calls of a binary into NOP placeholders and
     /// record the probe list in it (iProbe's ColdPatch).
     Coldpatch(crate::coldpatch_cmd::ColdpatchArgs),
+    /// Rewrite a binary built with no instrumentation flag so that each function's
+    /// entry jumps to a stub with a NOP placeholder (iProbe's static rewriting mode).
+    Prepare(crate::prepare_cmd::PrepareArgs),
     /// Reads and writes per heap object and per allocation site: `weft memprof --
     /// ./app` (a binary built with `weft memprof --cflags`), or `--sampled` for any
     /// dynamically linked binary.
     Memprof(crate::memprof_cmd::MemprofArgs),
+    /// Run a SystemTap script (`.stp`) on weft's engine: no kernel module, no
+    /// Dyninst (the SystemTap-sans-kernel seed).
+    Stap(StapArgs),
     /// Build the bundled demo program and weave into it.
     Demo {
         /// Requests the demo program handles.
@@ -115,8 +121,40 @@ fn pid_parser() -> clap::builder::RangedI64ValueParser<i32> {
     clap::value_parser!(i32).range(1..)
 }
 
+/// `weft stap SCRIPT.stp [-x PID | -c CMD] [-e SCRIPT] [-v]`, stap's own flags.
+#[derive(Args, Debug, Clone)]
+pub struct StapArgs {
+    /// The script text (instead of a script file).
+    #[arg(short = 'e', value_name = "SCRIPT")]
+    pub script: Option<String>,
+    /// Run this command (its pid is `target()`) and trace it from its start.
+    #[arg(short = 'c', value_name = "CMD")]
+    pub command: Option<String>,
+    /// Attach to this running process (its pid is `target()`).
+    #[arg(short = 'x', value_name = "PID", value_parser = pid_parser())]
+    pub pid: Option<i32>,
+    /// Say what weft does (attach points, timing).
+    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Write the output to this file.
+    #[arg(short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Check and translate the script, run nothing.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+    /// Dump a stage (`ast` is the translated script).
+    #[arg(short = 'd', value_name = "STAGE")]
+    pub dump: Vec<String>,
+    /// The script file, then its arguments.
+    #[arg(value_name = "SCRIPT_OR_ARGS")]
+    pub args: Vec<String>,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct TraceArgs {
+    /// The program is SystemTap's language (`weft stap`, or a `.stp` file).
+    #[arg(skip)]
+    pub stap: bool,
     /// The program text (instead of a program file).
     #[arg(short = 'e', value_name = "PROGRAM")]
     pub program: Option<String>,
@@ -196,8 +234,9 @@ pub struct TraceArgs {
     /// named parse, expand, check, lower), on stderr.
     #[arg(short = 'd', long = "debug", value_name = "STAGE")]
     pub dump: Vec<String>,
-    /// Accepted for bpftrace's command lines (`-k`, `-kk`: warn when a read of
-    /// memory fails): weft always counts failed reads and reports them at the end.
+    /// Warn, where it happens, when a map read finds no element or `delete` has
+    /// nothing to delete (bpftrace's `-k`, in its words); weft always counts failed
+    /// reads of memory and reports them at the end.
     #[arg(short = 'k', long = "warnings", action = clap::ArgAction::Count)]
     pub warnings: u8,
     /// Run only the probes whose name (`uprobe:./app:parse`, `BEGIN`, ...) matches
@@ -223,8 +262,10 @@ pub struct TraceArgs {
     /// What this weft supports and the system it runs on, then exit.
     #[arg(long = "info")]
     pub info: bool,
-    /// Allow system() and signal() in advice (advice never writes the target's
-    /// memory).
+    /// Allow advice that changes what the program does: `around` advice (it may
+    /// skip or replace a call), override() of a return value, `new = EXPR` in a
+    /// set: advice (it changes the value the program writes: the only advice that
+    /// writes the target's memory), signal() to the target, and system().
     #[arg(long = "unsafe")]
     pub unsafe_ok: bool,
     /// Most target threads running advice at once (default 1024). Threads that
@@ -234,8 +275,10 @@ pub struct TraceArgs {
     pub max_threads: Option<u32>,
     /// How data pointcuts (`set:`, `get:`, `watchpoint:`) catch accesses: `auto`
     /// (the default: a hardware watchpoint when one can take the bytes, at most 4,
-    /// else page protection), `hw` (hardware watchpoints only) or `page` (page
-    /// protection: any size, any number). `rewrite` is not implemented yet.
+    /// else page protection), `hw` (hardware watchpoints only), `page` (page
+    /// protection: any size, any number) or `rewrite` (also `direct`: the
+    /// instructions that name the variable jump to a trampoline; exact and fastest
+    /// for those, blind to accesses through pointers; never chosen by `auto`).
     #[arg(long = "data-mechanism", value_name = "MECHANISM")]
     pub data_mechanism: Option<String>,
     /// Always use the general trampoline (for comparisons and debugging).

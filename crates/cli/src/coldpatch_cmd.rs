@@ -102,7 +102,7 @@ fn list(binary: &Path) -> Result<i32> {
 /// Writes `bytes` to `path` through a temporary file in the same directory and a
 /// rename, with the permissions of `like`: a reader never sees half a file, and a
 /// failure leaves `path` as it was.
-fn write_replacing(path: &Path, bytes: &[u8], like: &Path) -> Result<()> {
+pub(crate) fn write_replacing(path: &Path, bytes: &[u8], like: &Path) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),

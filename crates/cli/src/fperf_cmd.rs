@@ -17,12 +17,33 @@
 //! under a tight budget, calls of callees that were not sampled count as the
 //! caller's own time).
 //!
-//! The control loop (a leaky bucket, as FPerf's daemon): every interval (100 ms)
-//! weft estimates the time the target spent in probes — calls × the cost of a
-//! probe hit + samples × the cost of a sample, both measured when weft starts —
-//! over the interval's wall time, scales the per-function quota by how far that is
-//! from the budget, and refills every function's quota (`@fperf_used` zeroed). The
-//! quota is never below 1, so a function called for the first time is sampled.
+//! The overhead is *measured*: each probe reads the clock (`nsecs`) as its advice
+//! starts and ends and adds the difference to `@fperf_ns` (every hit, sampled or
+//! not, entry and return; at most `HIT_CAP_NS` a run: longer is a thread preempted
+//! inside the advice). What that leaves out is the trampolines around the
+//! advice (register saves, the return-address hijack): a fixed cost per hit,
+//! `HEAD_NS` (`WEFT_FPERF_HEAD_NS` overrides it), added per call counted. The
+//! stops of the world that reweaving needs are measured by the engine and added
+//! too. The overhead is that time over the target's own (wall time less it).
+//!
+//! The control loop (a leaky bucket over time, as FPerf's daemon over samples):
+//! every tick (2 ms) weft reads the time spent so far; when it is over the budget
+//! (`budget` × wall time since the start), every function called since the last
+//! interval began is *unwoven* (`Session::functions`, `Session::unweave`: its
+//! entry site goes, no stop of the world). Every interval (100 ms), if the
+//! bucket is not in debt, the unwoven functions are woven back together (one
+//! `Session::reweave`, one stop per process) and every function's sample quota
+//! is refilled (`@fperf_used` zeroed); the quota halves after an interval that
+//! went over the budget and doubles after one well under it. The quota is never
+//! below 1, and a function never called stays woven, so every function called
+//! gets a sample (its first call in an interval is sampled).
+//!
+//! Unweaving with calls open is exact because return probes keep the
+//! return-address hijack here (`Options::return_sites` off): a return probe runs
+//! for exactly the calls whose entry ran, so the bit stack's pushes and pops
+//! pair up however often a function goes out and comes back. Calls are counted
+//! only while their function is woven: under a tight budget `CALLS` is the calls
+//! seen, and the totals (mean × calls seen) are those of the woven time.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -32,7 +53,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use weft_engine::{segment, target, Options, RunEnd, Session};
+use weft_engine::{segment, target, Options, RunEnd, Session, Weaving};
 use weft_trace::{Context as SinkContext, Event, MapSnapshot, Record, Sink};
 
 use crate::trace::Target;
@@ -40,8 +61,9 @@ use crate::trace::Target;
 #[derive(Args, Debug, Clone)]
 pub struct FperfArgs {
     /// The counter read at each sampled function's entry and exit: `wall` (wall
-    /// clock in ns, from the TSC; the default). `--list-events` shows what this
-    /// machine has.
+    /// clock in ns, from the TSC; the default), `cputime` (the thread's CPU time),
+    /// `page-faults` (`minor-faults`, `major-faults`) or `context-switches` (the
+    /// thread's, from getrusage). `--list-events` shows what this machine has.
     #[arg(
         short = 'e',
         long = "event",
@@ -82,10 +104,21 @@ pub struct FperfArgs {
     pub cmd: Vec<String>,
 }
 
-/// The control loop's period.
+/// The control loop's period: quotas refilled, unwoven functions woven back.
 const INTERVAL: Duration = Duration::from_millis(100);
+/// How often the time spent is compared with the budget.
+const TICK: Duration = Duration::from_millis(2);
+/// The trampolines' cost per call, around the advice (which times itself): the
+/// generic entry head and the return-address hijack and its return trampoline.
+const HEAD_NS: f64 = 40.0;
+/// The most one advice run counts (see `program_text`).
+const HIT_CAP_NS: u64 = 50_000;
 /// The first interval's per-function quota.
 const FIRST_QUOTA: u64 = 64;
+/// The period of the pc samples that measure the probes' share of the target's
+/// CPU time (`WEFT_FPERF_SAMPLE_US`; 0: none). Each costs the target a timer
+/// interrupt, some microseconds on a virtual machine: 2 ms keeps that under 1 %.
+const SAMPLE_NS: u64 = 2_000_000;
 /// The quota with no budget: every call.
 const UNLIMITED: u64 = 1 << 62;
 
@@ -93,6 +126,54 @@ const UNLIMITED: u64 = 1 << 62;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Counter {
     Wall,
+    /// The thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`, a system call a read).
+    CpuTime,
+    /// A software event of the thread, from `getrusage(RUSAGE_THREAD)` (a system
+    /// call a read): a `weft_ir::RUSAGE_*` counter.
+    Software(u64),
+}
+
+impl Counter {
+    fn name(self) -> &'static str {
+        match self {
+            Counter::Wall => "wall",
+            Counter::CpuTime => "cputime",
+            Counter::Software(weft_ir::RUSAGE_MINOR_FAULTS) => "minor-faults",
+            Counter::Software(weft_ir::RUSAGE_MAJOR_FAULTS) => "major-faults",
+            Counter::Software(weft_ir::RUSAGE_CONTEXT_SWITCHES) => "context-switches",
+            Counter::Software(_) => "page-faults",
+        }
+    }
+
+    /// What the counter counts: `ns` for the clocks, else events.
+    fn unit(self) -> &'static str {
+        match self {
+            Counter::Wall | Counter::CpuTime => "ns",
+            Counter::Software(weft_ir::RUSAGE_CONTEXT_SWITCHES) => "switches",
+            Counter::Software(_) => "faults",
+        }
+    }
+
+    /// The hidden variable advice reads it from; none for the events' own time.
+    fn variable(self) -> Option<&'static str> {
+        match self {
+            Counter::Wall => None,
+            Counter::CpuTime => Some("__weft_cputime"),
+            Counter::Software(weft_ir::RUSAGE_MINOR_FAULTS) => Some("__weft_minflt"),
+            Counter::Software(weft_ir::RUSAGE_MAJOR_FAULTS) => Some("__weft_majflt"),
+            Counter::Software(weft_ir::RUSAGE_CONTEXT_SWITCHES) => Some("__weft_csw"),
+            Counter::Software(_) => Some("__weft_faults"),
+        }
+    }
+
+    /// A value of the counter as the report shows it.
+    fn show(self, v: f64) -> String {
+        match self.unit() {
+            "ns" => ns(v),
+            _ if v >= 100.0 || v == v.trunc() => format!("{v:.0}"),
+            _ => format!("{v:.2}"),
+        }
+    }
 }
 
 /// Hardware events: refused on a machine without a PMU, with the reason.
@@ -108,7 +189,7 @@ const HARDWARE: &[&str] = &[
     "bus-cycles",
     "ref-cycles",
 ];
-/// Software events and the per-thread CPU clock: not read by fperf yet.
+/// Software events fperf reads per thread (`getrusage(RUSAGE_THREAD)`).
 const SOFTWARE: &[&str] = &[
     "page-faults",
     "faults",
@@ -116,30 +197,35 @@ const SOFTWARE: &[&str] = &[
     "major-faults",
     "context-switches",
     "cs",
-    "cpu-migrations",
-    "task-clock",
-    "cpu-clock",
-    "cputime",
 ];
+/// Software events the kernel counts but no per-thread read serves.
+const SOFTWARE_UNREAD: &[&str] = &["cpu-migrations", "migrations"];
 
 fn parse_event(e: &str) -> Result<Counter> {
     match e {
         "wall" | "time" => Ok(Counter::Wall),
+        "cputime" | "task-clock" | "cpu-clock" => Ok(Counter::CpuTime),
         _ if HARDWARE.contains(&e) => match weft_kernel::perf::hardware() {
             Ok(()) => {
                 bail!("-e {e}: hardware events are not read by weft fperf yet (rdpmc); use -e wall")
             }
             Err(why) => bail!("-e {e}: a hardware event, unavailable on this machine: {why}"),
         },
-        _ if SOFTWARE.contains(&e) => bail!(
-            "-e {e}: not read by weft fperf yet (a read() system call per sample, or \
-             clock_gettime(CLOCK_THREAD_CPUTIME_ID), which is a system call here); use -e wall"
+        "page-faults" | "faults" => Ok(Counter::Software(weft_ir::RUSAGE_FAULTS)),
+        "minor-faults" => Ok(Counter::Software(weft_ir::RUSAGE_MINOR_FAULTS)),
+        "major-faults" => Ok(Counter::Software(weft_ir::RUSAGE_MAJOR_FAULTS)),
+        "context-switches" | "cs" => Ok(Counter::Software(weft_ir::RUSAGE_CONTEXT_SWITCHES)),
+        _ if SOFTWARE_UNREAD.contains(&e) => bail!(
+            "-e {e}: not read by weft fperf: a thread's resource usage (getrusage) does not \
+             count migrations, and a perf counter per thread is not opened; use -e \
+             context-switches or -e wall"
         ),
         _ => {
-            let all: Vec<&str> = ["wall"]
+            let all: Vec<&str> = ["wall", "cputime"]
                 .iter()
                 .chain(HARDWARE)
                 .chain(SOFTWARE)
+                .chain(SOFTWARE_UNREAD)
                 .copied()
                 .collect();
             let near = all
@@ -186,7 +272,10 @@ fn parse_budget(s: &str) -> Result<Option<f64>> {
 
 fn list_events() -> String {
     let mut s = String::from(
-        "wall            yes: wall-clock ns from the TSC (vDSO CLOCK_MONOTONIC), the default\n",
+        "wall            yes: wall-clock ns from the TSC (vDSO CLOCK_MONOTONIC), the default\n\
+         cputime         yes: the thread's CPU time in ns (also task-clock, cpu-clock): \
+         clock_gettime(CLOCK_THREAD_CPUTIME_ID), a system call at each sampled entry and exit \
+         (the budget counts it)\n",
     );
     let hw = weft_kernel::perf::hardware();
     for e in ["cycles", "instructions", "cache-misses", "branch-misses"] {
@@ -197,17 +286,12 @@ fn list_events() -> String {
             Err(why) => s.push_str(&format!("{e:<15} no: {why}\n")),
         }
     }
-    let sw = match weft_kernel::perf::software() {
-        Ok(()) => {
-            "the kernel has it; weft fperf does not read it yet (a read() per sample)".to_string()
-        }
-        Err(why) => why,
-    };
-    for e in ["page-faults", "context-switches"] {
-        s.push_str(&format!("{e:<15} no: {sw}\n"));
-    }
     s.push_str(
-        "cputime         no: clock_gettime(CLOCK_THREAD_CPUTIME_ID) is a system call, not a vDSO read\n",
+        "page-faults     yes: the thread's page faults (also faults; minor-faults, major-faults \
+         apart): getrusage(RUSAGE_THREAD), a system call at each sampled entry and exit\n\
+         context-switches yes: the thread's context switches, voluntary and involuntary (also cs): \
+         getrusage(RUSAGE_THREAD), as page-faults\n\
+         cpu-migrations  no: a thread's resource usage does not count them\n",
     );
     s.push_str(&format!(
         "(event sources of this kernel: {})\n",
@@ -222,7 +306,7 @@ pub fn run(a: FperfArgs) -> Result<i32> {
         print!("{}", list_events());
         return Ok(0);
     }
-    let _counter = parse_event(&a.event)?;
+    let counter = parse_event(&a.event)?;
     let budget = parse_budget(&a.budget)?;
     let target = match (&a.command, a.pid, a.cmd.is_empty()) {
         (Some(c), None, true) => Target::Launch(target::split_command(c)?),
@@ -242,8 +326,8 @@ pub fn run(a: FperfArgs) -> Result<i32> {
     } else {
         UNLIMITED
     };
-    let text = program_text(&program, &patterns, first)?;
-    let out = crate::front_end(&text, "weft fperf", &weft_lang::Options::default())?;
+    let text = program_text(&program, &patterns, first, counter)?;
+    let out = crate::front_end(&text, "weft fperf", &weft_lang::Options::default(), None)?;
     if !out.diagnostics.is_empty() {
         eprint!(
             "{}",
@@ -253,13 +337,6 @@ pub fn run(a: FperfArgs) -> Result<i32> {
     let Some(prog) = out.program else {
         return Ok(1);
     };
-    let cost = Costs::measure();
-    if a.verbose {
-        eprintln!(
-            "weft: fperf: a probe hit costs ~{:.0} ns, a sample ~{:.0} ns more (measured now)",
-            cost.hit_ns, cost.sample_ns
-        );
-    }
     let map = |name: &str| {
         prog.maps
             .iter()
@@ -271,11 +348,23 @@ pub fn run(a: FperfArgs) -> Result<i32> {
         quota: map("@fperf_quota")?,
         used: map("@fperf_used")?,
         calls: map("@fperf_calls")?,
+        ns: map("@fperf_ns")?,
     };
     let engine = Options {
-        sizes: segment::Sizes::default(),
+        // Sampled calls are events: with no budget, every call is two. Rings of
+        // 8 MiB whose producers wait for weft when full (as `weft record`'s): a
+        // sample is never lost while weft keeps up, and a wait is advice time the
+        // advice's own timing counts against the budget.
+        sizes: segment::Sizes {
+            ring_size: 8 << 20,
+            lossless: true,
+            ..segment::Sizes::default()
+        },
         verbose: a.verbose,
         progress: crate::progress::TermProgress::hook(false),
+        // The hijack: return advice runs exactly for the calls whose entry ran,
+        // so a function unwoven with calls open keeps its bit stack paired.
+        return_sites: false,
         ..Options::default()
     };
     let attaching = matches!(target, Target::Attach(_));
@@ -289,34 +378,67 @@ pub fn run(a: FperfArgs) -> Result<i32> {
     }
     let mut profile = Profile {
         calls_map: ids.calls,
+        counter_values: counter != Counter::Wall,
         ..Profile::default()
     };
+    let head_ns = std::env::var("WEFT_FPERF_HEAD_NS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(HEAD_NS);
     let mut control = Control {
         budget,
         quota: first,
-        cost,
-        last_calls: 0,
-        last_samples: 0,
-        spent_ns: 0.0,
+        head_ns,
+        functions: Vec::new(),
+        advice_ns: 0,
+        calls: 0,
+        pause: Duration::ZERO,
+        interval_over: false,
+        interval_calls: HashMap::new(),
+        unweaves: 0,
+        reweaves: 0,
+        reweave_cost: 0.0,
+        // Everything is woven at the start, as after a reweave: its cost until
+        // the first unweave is the first reweave's estimate.
+        reweave_from: Some(0.0),
         verbose: a.verbose,
+        sampler: None,
     };
+    let sample_ns = std::env::var("WEFT_FPERF_SAMPLE_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(SAMPLE_NS, |us| us * 1000);
     let mut started = Instant::now();
     let result = (|| -> Result<()> {
         session.prepare()?;
         session.begin(&mut profile);
         session.go()?;
         started = Instant::now();
+        if sample_ns > 0 {
+            control.sampler = session
+                .first_pid()
+                .and_then(|pid| crate::fperf_sample::PcSampler::new(pid, sample_ns));
+        }
+        control.functions = session
+            .functions()
+            .into_iter()
+            .map(|(f, w)| Func { addr: f, w })
+            .collect();
         let stop = crate::trace::stop_flag();
-        let mut next = Instant::now() + INTERVAL;
+        let mut interval = Instant::now();
+        let mut next = interval + TICK;
         loop {
             match session.run_until(&mut profile, stop, Some(next))? {
                 RunEnd::Deadline => {}
                 _ => break,
             }
             let now = Instant::now();
-            let wall = now.saturating_duration_since(next - INTERVAL);
-            control.step(&session, &ids, &profile, wall);
-            next = now + INTERVAL;
+            control.tick(&mut session, &ids, now - started)?;
+            if now >= interval + INTERVAL {
+                control.interval(&mut session, &ids, now - started)?;
+                interval = now;
+            }
+            next = Instant::now() + TICK;
         }
         Ok(())
     })();
@@ -324,45 +446,86 @@ pub fn run(a: FperfArgs) -> Result<i32> {
         session.abandon();
         return Err(e);
     }
-    let done = session.finish(&mut profile)?;
+    // The last stretch, since the last tick; the run's time ends here (what
+    // finishing takes is weft's, after the target).
+    control.read(&session, &ids);
     let elapsed = started.elapsed();
-    // The last stretch of the run, since the last control step.
+    let done = session.finish(&mut profile)?;
+    let spent = control.spent_ns();
+    let overhead = overhead(spent, elapsed);
     let calls_total = profile.calls.values().sum::<u64>();
     let samples_total = profile.samples_total;
-    control.spent_ns += (calls_total.saturating_sub(control.last_calls)) as f64
-        * control.cost.hit_ns
-        + (samples_total.saturating_sub(control.last_samples)) as f64 * control.cost.sample_ns;
-    // The slowdown: time in probes over the time the target would have taken
-    // without them.
-    let el = elapsed.as_nanos().max(1) as f64;
-    let overhead = control.spent_ns / (el - control.spent_ns).max(el * 0.01);
     let rows = profile.rows();
     let mut stdout = std::io::stdout().lock();
-    write_table(&mut stdout, &rows)?;
+    write_table(&mut stdout, &rows, counter)?;
     let budget_text = match budget {
         Some(b) => format!("{:.1}%", b * 100.0),
         None => "none".to_string(),
     };
     writeln!(
         stdout,
-        "weft: fperf: {} functions called, {} sampled; {} calls, {} samples; estimated \
-         overhead {:.2}% of {:.2} s (budget {budget_text})",
+        "weft: fperf: {} functions called, {} sampled; {} calls seen, {} samples; {} unweaves, \
+         {} reweaves",
         rows.len(),
         rows.iter().filter(|r| r.samples > 0).count(),
         calls_total,
         samples_total,
+        control.unweaves,
+        control.reweaves,
+    )?;
+    writeln!(
+        stdout,
+        "weft: fperf: measured overhead {:.2}% of {:.2} s (budget {budget_text}): advice {:.1} ms \
+         (timed), trampolines {:.1} ms ({} hits x {:.0} ns), reweave stops {:.1} ms",
         overhead * 100.0,
         elapsed.as_secs_f64(),
+        control.advice_ns as f64 / 1e6,
+        control.calls as f64 * control.head_ns / 1e6,
+        control.calls,
+        control.head_ns,
+        control.pause.as_secs_f64() * 1e3,
     )?;
+    let sampled = control.sampler.as_ref();
+    match sampled {
+        Some(p) => writeln!(
+            stdout,
+            "weft: fperf: the target's pc sampled every {:.1} ms of CPU time: {} of {} samples in \
+             probes ({:.1} ms){}; the larger of the two measures counts",
+            sample_ns as f64 / 1e6,
+            p.in_probes,
+            p.total,
+            p.probe_ns() / 1e6,
+            if p.lost > 0 {
+                format!(", {} samples lost", p.lost)
+            } else {
+                String::new()
+            }
+        )?,
+        None if sample_ns > 0 => writeln!(
+            stdout,
+            "weft: fperf: the target's pc could not be sampled (perf events): the advice's \
+             timing alone measured the overhead"
+        )?,
+        None => {}
+    }
     if let Some(p) = &a.output {
         let json = serde_json::json!({
-            "event": "wall",
-            "unit": "ns",
+            "event": counter.name(),
+            "unit": counter.unit(),
             "budget_percent": budget.map(|b| b * 100.0),
             "overhead_percent": overhead * 100.0,
             "seconds": elapsed.as_secs_f64(),
-            "probe_hit_ns": control.cost.hit_ns,
-            "sample_ns": control.cost.sample_ns,
+            "advice_ns": control.advice_ns,
+            "trampoline_ns_per_hit": control.head_ns,
+            "hits": control.calls,
+            "reweave_pause_ns": control.pause.as_nanos() as u64,
+            "unweaves": control.unweaves,
+            "reweaves": control.reweaves,
+            "orphan_exits": profile.orphans,
+            "pc_samples": sampled.map(|p| p.total),
+            "pc_samples_in_probes": sampled.map(|p| p.in_probes),
+            "pc_sample_period_ns": sampled.map(|_| sample_ns),
+            "events_lost": done.losses.events_lost,
             "functions": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });
         std::fs::write(p, serde_json::to_string_pretty(&json)? + "\n")
@@ -378,37 +541,73 @@ pub fn run(a: FperfArgs) -> Result<i32> {
         std::fs::write(p, lines.join("\n") + "\n")
             .with_context(|| format!("writing {}", p.display()))?;
     }
+    if done.losses.events_lost > 0 {
+        eprintln!(
+            "weft: fperf: {} events of sampled calls were lost (a ring stayed full): those \
+             calls are missing from the samples",
+            done.losses.events_lost
+        );
+    }
     for line in done.losses.report() {
         eprintln!("{line}");
     }
     Ok(done.exit_code)
 }
 
+/// The slowdown: time in probes over the time the target would have taken
+/// without them.
+fn overhead(spent_ns: f64, elapsed: Duration) -> f64 {
+    let el = elapsed.as_nanos().max(1) as f64;
+    spent_ns / (el - spent_ns).max(el * 0.01)
+}
+
 /// The program `weft fperf` runs.
-fn program_text(program: &Path, patterns: &[String], quota: u64) -> Result<String> {
+fn program_text(
+    program: &Path,
+    patterns: &[String],
+    quota: u64,
+    counter: Counter,
+) -> Result<String> {
+    // The counter, when it is not the events' own time: recorded after the
+    // (no) arguments at entry, in place of the return value at exit.
+    let value = counter.variable().unwrap_or("");
+    let (entry_value, exit_value) = if value.is_empty() {
+        (String::new(), String::new())
+    } else {
+        (format!(", {value}"), value.to_string())
+    };
     let mut text = format!("BEGIN {{ @fperf_quota = {quota}; }}\n");
     for p in patterns {
         let (binary, functions) = crate::record_cmd::checked_pattern(p, program)?;
         // The bit stack: push 2b+s at entry, pop b>>1 at return (as sums of the
-        // thread's accumulator: + (b + s), + ((b >> 1) - b)).
+        // thread's accumulator: + (b + s), + ((b >> 1) - b)). Each advice times
+        // itself into @fperf_ns, at most HIT_CAP_NS a hit (more is a thread
+        // preempted inside the advice: the machine's time, not the probe's).
         text.push_str(&format!(
             "uprobe:{binary}:{functions} {{\n  \
+               $t = nsecs;\n  \
                @fperf_calls[func] = count();\n  \
                $b = (uint64)__weft_thread(@fperf_bits);\n  \
                $u = @fperf_used[func];\n  \
                if ($u < @fperf_quota) {{\n    \
                  @fperf_used[func] = $u + 1;\n    \
                  @fperf_bits = sum($b + 1);\n    \
-                 __weft_entry(0);\n  \
+                 __weft_entry(0{entry_value});\n  \
                }} else {{\n    \
                  @fperf_bits = sum($b);\n  \
-               }}\n\
+               }}\n  \
+               $d = nsecs - $t;\n  \
+               @fperf_ns = sum($d < {cap} ? $d : {cap});\n\
              }}\n\
              uretprobe:{binary}:{functions} {{\n  \
+               $t = nsecs;\n  \
                $b = (uint64)__weft_thread(@fperf_bits);\n  \
                @fperf_bits = sum(($b >> 1) - $b);\n  \
-               if ($b & 1) {{ __weft_exit(); }}\n\
-             }}\n"
+               if ($b & 1) {{ __weft_exit({exit_value}); }}\n  \
+               $d = nsecs - $t;\n  \
+               @fperf_ns = sum($d < {cap} ? $d : {cap});\n\
+             }}\n",
+            cap = HIT_CAP_NS,
         ));
     }
     Ok(text)
@@ -418,110 +617,145 @@ struct MapIds {
     quota: u32,
     used: u32,
     calls: u32,
+    ns: u32,
 }
 
-/// What a probe hit and a sample cost the target, measured as weft starts.
-#[derive(Clone, Copy, Debug)]
-struct Costs {
-    hit_ns: f64,
-    sample_ns: f64,
+/// One function's sites.
+struct Func {
+    addr: u64,
+    w: Weaving,
 }
 
-impl Costs {
-    /// A probe hit is an entry and a return probe: the trampolines and the
-    /// advice's map updates. A sample adds two events, each a clock read and a
-    /// ring write. The clock read is timed here (it dominates a sample on a
-    /// virtual machine: 20 to 200 ns); the rest are fixed estimates from
-    /// `bench/run fperf` on this kind of machine.
-    fn measure() -> Costs {
-        if let Some(c) = std::env::var("WEFT_FPERF_COSTS").ok().and_then(|v| {
-            let (h, s) = v.split_once(',')?;
-            Some(Costs {
-                hit_ns: h.parse().ok()?,
-                sample_ns: s.parse().ok()?,
-            })
-        }) {
-            return c;
-        }
-        let n = 20_000u32;
-        let mut best = f64::MAX;
-        for _ in 0..5 {
-            let t = Instant::now();
-            let mut x = 0u64;
-            for _ in 0..n {
-                x = x.wrapping_add(weft_runtime::clock::monotonic_ns());
-            }
-            std::hint::black_box(x);
-            best = best.min(t.elapsed().as_nanos() as f64 / f64::from(n));
-        }
-        Costs {
-            hit_ns: 80.0,
-            sample_ns: 2.0 * (best + 25.0),
-        }
-    }
-}
-
-/// The leaky bucket.
+/// The leaky bucket, over the measured time in probes.
 struct Control {
     /// `None`: no limit.
     budget: Option<f64>,
     quota: u64,
-    cost: Costs,
-    last_calls: u64,
-    last_samples: u64,
-    /// Estimated time spent in probes so far.
-    spent_ns: f64,
+    /// The trampolines' cost per call, around the advice.
+    head_ns: f64,
+    functions: Vec<Func>,
+    /// Time the advice measured itself spending (`@fperf_ns`), so far.
+    advice_ns: u64,
+    /// Calls seen so far (probe hits: an entry and a return each).
+    calls: u64,
+    /// Stops of the world reweaving needed.
+    pause: Duration,
+    /// The budget was exceeded in this interval.
+    interval_over: bool,
+    /// Calls per function when the interval began.
+    interval_calls: HashMap<u64, u64>,
+    unweaves: u64,
+    reweaves: u64,
+    /// What a reweave cost until its functions went out again (its stop and the
+    /// probes' time meanwhile), the most lately: the headroom the next one waits
+    /// for.
+    reweave_cost: f64,
+    /// Time spent when the last reweave began, while its cost is being measured.
+    reweave_from: Option<f64>,
     verbose: bool,
+    /// The target's pc, sampled: the probes' share of its CPU time, whatever the
+    /// advice's own timing misses (`None` where perf events cannot be opened).
+    sampler: Option<crate::fperf_sample::PcSampler>,
+}
+
+/// A keyless or per-key u64 value of a snapshot.
+fn word(v: &[u8]) -> u64 {
+    v.get(..8)
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
 }
 
 impl Control {
-    /// One interval of `wall` ended: estimate its overhead, set the next quota,
-    /// refill every function's.
-    fn step(&mut self, s: &Session<'_>, ids: &MapIds, p: &Profile, wall: Duration) {
-        let shm = &s.seg.shm;
-        let calls_snap = s.snapshot(ids.calls);
-        let calls: u64 = calls_snap
+    fn spent_ns(&self) -> f64 {
+        let timed = self.advice_ns as f64 + self.calls as f64 * self.head_ns;
+        let sampled = self.sampler.as_ref().map_or(0.0, |s| s.probe_ns());
+        timed.max(sampled) + self.pause.as_nanos() as f64
+    }
+
+    /// Per-function calls so far.
+    fn calls_by_function(s: &Session<'_>, ids: &MapIds) -> HashMap<u64, u64> {
+        s.snapshot(ids.calls)
             .entries
             .iter()
-            .map(|(_, v)| {
-                v.get(..8)
-                    .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap()))
-            })
-            .sum();
-        let hits = calls.saturating_sub(self.last_calls) as f64;
-        let samples = p.samples_total.saturating_sub(self.last_samples) as f64;
-        self.last_calls = calls;
-        self.last_samples = p.samples_total;
-        let spent = hits * self.cost.hit_ns + samples * self.cost.sample_ns;
-        self.spent_ns += spent;
+            .filter_map(|(k, v)| Some((u64::from_le_bytes(k.as_slice().try_into().ok()?), word(v))))
+            .collect()
+    }
+
+    /// Read the time spent and the calls so far.
+    fn read(&mut self, s: &Session<'_>, ids: &MapIds) {
+        if let Some(p) = self.sampler.as_mut() {
+            p.read();
+        }
+        self.advice_ns = s
+            .snapshot(ids.ns)
+            .entries
+            .first()
+            .map_or(0, |(_, v)| word(v));
+        self.calls = Self::calls_by_function(s, ids).values().sum();
+    }
+
+    /// Over the budget: unweave every woven function called in this interval.
+    fn tick(&mut self, s: &mut Session<'_>, ids: &MapIds, elapsed: Duration) -> Result<()> {
+        self.read(s, ids);
         let Some(budget) = self.budget else {
-            return;
+            return Ok(());
         };
-        // The target's own time in the interval: the wall time less the probes'.
-        let wall_ns = (wall.as_nanos().max(1) as f64 - spent).max(wall.as_nanos() as f64 * 0.01);
-        let allowed = budget * wall_ns - hits * self.cost.hit_ns;
-        let sample_time = samples * self.cost.sample_ns;
-        let old = self.quota;
-        self.quota = if allowed <= 0.0 {
-            1
-        } else if sample_time <= 0.0 {
-            (self.quota * 2).min(1 << 20)
-        } else {
-            // Samples scale with the quota as far as functions use it: aim at
-            // 80 % of what is allowed, grow at most 4x a step.
-            let f = (0.8 * allowed / sample_time).min(4.0);
-            ((self.quota as f64 * f) as u64).clamp(1, 1 << 20)
-        };
+        // A tenth of the budget is kept for what runs until the next tick.
+        let over = overhead(self.spent_ns(), elapsed);
+        if over <= 0.9 * budget {
+            return Ok(());
+        }
+        self.interval_over = true;
+        let spent = self.spent_ns();
+        let now = Self::calls_by_function(s, ids);
+        let mut out = Vec::new();
+        for f in self.functions.iter_mut().filter(|f| f.w.woven) {
+            let before = self.interval_calls.get(&f.addr).copied().unwrap_or(0);
+            if now.get(&f.addr).copied().unwrap_or(0) > before {
+                out.push(f);
+            }
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        let mut all = Weaving::union(out.iter().map(|f| &f.w));
+        s.unweave(&mut all)?;
+        for f in &mut out {
+            f.w.woven = false;
+        }
+        self.unweaves += out.len() as u64;
+        // The most a reweave cost lately (a stop of the world takes far longer
+        // on a busy machine, and varies): a decaying maximum.
+        if let Some(from) = self.reweave_from.take() {
+            self.reweave_cost = (spent - from).max(0.8 * self.reweave_cost);
+        }
         if self.verbose {
             eprintln!(
-                "weft: fperf: {:.0} ms: {} calls, {} samples, overhead ~{:.2}%; quota {old} -> {}",
-                wall_ns / 1e6,
-                hits,
-                samples,
-                spent / wall_ns * 100.0,
-                self.quota
+                "weft: fperf: {:.0} ms: overhead {:.2}% over the budget: unwove {} functions",
+                elapsed.as_secs_f64() * 1e3,
+                over * 100.0,
+                out.len()
             );
         }
+        Ok(())
+    }
+
+    /// An interval ended: set the quota, refill every function's, weave the
+    /// unwoven back unless the bucket is in debt.
+    fn interval(&mut self, s: &mut Session<'_>, ids: &MapIds, elapsed: Duration) -> Result<()> {
+        if let Some(p) = self.sampler.as_mut() {
+            p.refresh();
+        }
+        let Some(budget) = self.budget else {
+            return Ok(());
+        };
+        let over = overhead(self.spent_ns(), elapsed);
+        let old = self.quota;
+        if self.interval_over {
+            self.quota = (self.quota / 2).max(1);
+        } else if over < budget / 2.0 {
+            self.quota = (self.quota * 2).min(1 << 20);
+        }
+        let shm = &s.seg.shm;
         let d = shm.map(ids.quota);
         if let Some(i) = weft_runtime::map::insert(shm, d, &[]).index() {
             let v = weft_runtime::map::plain_value_ptr(shm, d, i)
@@ -531,6 +765,40 @@ impl Control {
             unsafe { (*v).store(self.quota, Ordering::Relaxed) };
         }
         weft_runtime::map::zero(shm, shm.map(ids.used));
+        self.interval_over = false;
+        self.interval_calls = Self::calls_by_function(s, ids);
+        // Weave back only with room for what the last reweave cost (and half
+        // again, for a burst that runs longer: a late tick), so the bucket stays
+        // under the budget through the next one too.
+        let spent = self.spent_ns();
+        let room = budget * (elapsed.as_nanos() as f64 - spent) - spent;
+        let out: Vec<&mut Func> = self.functions.iter_mut().filter(|f| !f.w.woven).collect();
+        if out.is_empty() || room < 1.5 * self.reweave_cost {
+            if self.verbose && old != self.quota {
+                eprintln!("weft: fperf: quota {old} -> {}", self.quota);
+            }
+            return Ok(());
+        }
+        let mut all = Weaving::union(out.iter().map(|f| &f.w));
+        self.reweave_from = Some(spent);
+        s.reweave(&mut all)?;
+        self.pause += all.pause;
+        self.reweaves += out.len() as u64;
+        if self.verbose {
+            eprintln!(
+                "weft: fperf: {:.0} ms: overhead {:.2}%: rewove {} functions (target stopped {:.2} \
+                 ms); quota {old} -> {}",
+                elapsed.as_secs_f64() * 1e3,
+                over * 100.0,
+                out.len(),
+                all.pause.as_secs_f64() * 1e3,
+                self.quota
+            );
+        }
+        for f in out {
+            f.w.woven = true;
+        }
+        Ok(())
     }
 }
 
@@ -544,6 +812,8 @@ struct Open {
 
 #[derive(Default, Clone)]
 struct Stat {
+    /// Sampled entries; `samples` of them saw their exit.
+    entries: u64,
     samples: u64,
     incl: u64,
     incl_sq: f64,
@@ -565,6 +835,10 @@ struct Profile {
     /// Exits that closed no sampled entry (a bit stack deeper than 64 calls).
     orphans: u64,
     calls_map: u32,
+    /// Entries carry the counter's value as their last argument, exits in place
+    /// of the return value (`-e cputime`, `-e page-faults`...); else the events'
+    /// own times count.
+    counter_values: bool,
 }
 
 impl Profile {
@@ -601,15 +875,25 @@ impl Sink for Profile {
             Event::Function { func, name } => {
                 self.names.insert((r.pid, *func), name.clone());
             }
-            Event::FunctionEntry { func, .. } => {
+            Event::FunctionEntry { func, args } => {
+                let start = match (self.counter_values, args.last()) {
+                    (true, Some(&v)) => v,
+                    _ => r.nsecs,
+                };
                 self.samples_total += 1;
+                self.stats.entry((r.pid, *func)).or_default().entries += 1;
                 self.stacks.entry((r.pid, r.tid)).or_default().push(Open {
                     func: *func,
-                    start: r.nsecs,
+                    start,
                     children: 0,
                 });
             }
-            Event::FunctionExit { func, .. } => {
+            Event::FunctionExit { func, retval } => {
+                let end = if self.counter_values {
+                    *retval
+                } else {
+                    r.nsecs
+                };
                 let names = &self.names;
                 let name = |f: u64| {
                     names
@@ -628,7 +912,7 @@ impl Sink for Profile {
                 // Entries above it never saw their exit: dropped.
                 stack.truncate(at + 1);
                 let o = stack.pop().expect("an entry at `at`");
-                let incl = r.nsecs.saturating_sub(o.start);
+                let incl = end.saturating_sub(o.start);
                 let excl = incl.saturating_sub(o.children);
                 if let Some(parent) = stack.last_mut() {
                     parent.children += incl;
@@ -649,7 +933,7 @@ impl Sink for Profile {
         }
     }
 
-    fn finish(&mut self, maps: &[MapSnapshot], _cx: &SinkContext<'_>) {
+    fn finish(&mut self, maps: &[MapSnapshot], cx: &SinkContext<'_>) {
         // `@fperf_calls`: keys the function's address, values the count.
         let Some(m) = maps.iter().find(|m| m.map == self.calls_map) else {
             return;
@@ -666,6 +950,13 @@ impl Sink for Profile {
                 .map_or(0, |&(p, _)| p);
             *self.calls.entry((pid, func)).or_default() +=
                 u64::from_le_bytes(v.try_into().unwrap());
+            // A function called but never sampled has no name from the events
+            // (a name comes with a function's first recorded call): the symbols'.
+            if let std::collections::hash_map::Entry::Vacant(e) = self.names.entry((pid, func)) {
+                if let Some(sym) = cx.resolver.usym(func).filter(|s| s.offset == 0) {
+                    e.insert(sym.name);
+                }
+            }
         }
     }
 }
@@ -675,6 +966,8 @@ struct Row {
     name: String,
     calls: u64,
     samples: u64,
+    /// Sampled entries that saw no exit (calls open at the end).
+    open: u64,
     mean_incl: f64,
     min_incl: u64,
     mean_excl: f64,
@@ -703,6 +996,7 @@ impl Row {
             name,
             calls,
             samples: s.samples,
+            open: s.entries.saturating_sub(s.samples),
             mean_incl,
             min_incl: s.incl_min,
             mean_excl,
@@ -717,6 +1011,7 @@ impl Row {
             "function": self.name,
             "calls": self.calls,
             "samples": self.samples,
+            "open_samples": self.open,
             "mean_inclusive": self.mean_incl,
             "min_inclusive": self.min_incl,
             "mean_exclusive": self.mean_excl,
@@ -727,7 +1022,7 @@ impl Row {
     }
 }
 
-fn write_table(out: &mut dyn Write, rows: &[Row]) -> Result<()> {
+fn write_table(out: &mut dyn Write, rows: &[Row], counter: Counter) -> Result<()> {
     writeln!(
         out,
         "{:<32} {:>10} {:>9} {:>12} {:>12} {:>12} {:>12} {:>7}",
@@ -752,10 +1047,10 @@ fn write_table(out: &mut dyn Write, rows: &[Row]) -> Result<()> {
             r.name,
             r.calls,
             r.samples,
-            ns(r.mean_incl),
-            ns(r.mean_excl),
-            ns(r.total_incl),
-            ns(r.total_excl),
+            counter.show(r.mean_incl),
+            counter.show(r.mean_excl),
+            counter.show(r.total_incl),
+            counter.show(r.total_excl),
             err
         )?;
     }
@@ -788,14 +1083,19 @@ mod tests {
         assert!(parse_budget("abc").is_err());
         assert!(parse_budget("101").is_err());
         assert_eq!(parse_event("wall").unwrap(), Counter::Wall);
+        assert_eq!(parse_event("cputime").unwrap(), Counter::CpuTime);
+        assert_eq!(parse_event("task-clock").unwrap(), Counter::CpuTime);
         let e = parse_event("wal").unwrap_err().to_string();
         assert!(e.contains("did you mean `wall`"), "{e}");
     }
 
     #[test]
     fn the_program_compiles() {
-        let text = program_text(Path::new("/bin/app"), &["f*".into()], 3).unwrap();
+        let text = program_text(Path::new("/bin/app"), &["f*".into()], 3, Counter::Wall).unwrap();
         assert!(text.starts_with("BEGIN { @fperf_quota = 3; }\n"));
-        assert!(program_text(Path::new("/bin/app"), &["a b".into()], 3).is_err());
+        assert!(program_text(Path::new("/bin/app"), &["a b".into()], 3, Counter::Wall).is_err());
+        let text = program_text(Path::new("/bin/app"), &["f".into()], 3, Counter::CpuTime).unwrap();
+        assert!(text.contains("__weft_entry(0, __weft_cputime)"), "{text}");
+        assert!(text.contains("__weft_exit(__weft_cputime)"), "{text}");
     }
 }

@@ -19,9 +19,11 @@ pub mod dump_cmd;
 pub mod events;
 pub mod export;
 pub mod fperf_cmd;
+mod fperf_sample;
 pub mod headers;
 pub mod list_cmd;
 pub mod memprof_cmd;
+pub mod prepare_cmd;
 pub mod printer;
 pub mod progress;
 pub mod record_cmd;
@@ -41,7 +43,7 @@ use weft_engine::{dwarf, segment, target};
 pub fn main() -> Result<i32> {
     // Usage errors exit 1, as bpftrace's (and every other error of weft) do; help
     // and version go to stdout with 0.
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(named_params_last(std::env::args_os().collect())) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 1 } else { 0 };
@@ -54,9 +56,11 @@ pub fn main() -> Result<i32> {
         Some(Command::List(l)) => list_cmd::run(l),
         Some(Command::Demo { requests }) => demo::run(requests),
         Some(Command::Coldpatch(c)) => coldpatch_cmd::run(c),
+        Some(Command::Prepare(p)) => prepare_cmd::run(p),
         Some(Command::Memprof(m)) => memprof_cmd::run(m),
         Some(Command::Record(r)) => record_cmd::run(r),
         Some(Command::Fperf(f)) => fperf_cmd::run(f),
+        Some(Command::Stap(a)) => trace(stap_trace_args(a)?),
         Some(Command::Replay(r)) => replay_cmd::replay(r),
         Some(Command::Report(r)) => replay_cmd::report(r),
         Some(Command::Dump(d)) => dump_cmd::run(d),
@@ -64,6 +68,30 @@ pub fn main() -> Result<i32> {
             if cli.trace.list {
                 if cli.trace.pids().len() > 1 {
                     bail!("-l lists the probes of one process: give one -p PID");
+                }
+                // `-l -e PROGRAM` or `-l FILE.bt`: the probes the program names, as
+                // bpftrace lists them.
+                let file = match cli.trace.args.as_slice() {
+                    [f] if f.ends_with(".bt") && std::path::Path::new(f).is_file() => {
+                        Some(f.clone())
+                    }
+                    _ => None,
+                };
+                if cli.trace.program.is_some() || file.is_some() {
+                    let (text, name) = match (&cli.trace.program, file) {
+                        (Some(p), _) => (p.clone(), "-e".to_string()),
+                        (None, Some(f)) => (
+                            std::fs::read_to_string(&f).with_context(|| format!("reading {f}"))?,
+                            f,
+                        ),
+                        (None, None) => unreachable!(),
+                    };
+                    return list_cmd::program(
+                        &text,
+                        &name,
+                        cli.trace.pids().first().copied(),
+                        cli.trace.verbose,
+                    );
                 }
                 return list_cmd::run(ListArgs {
                     args: cli.trace.args.clone(),
@@ -75,6 +103,155 @@ pub fn main() -> Result<i32> {
             trace(cli.trace)
         }
     }
+}
+
+/// `weft stap`'s flags as `weft trace`'s.
+fn stap_trace_args(a: args::StapArgs) -> Result<TraceArgs> {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        t: TraceArgs,
+    }
+    let mut argv: Vec<String> = vec!["weft".into()];
+    if let Some(e) = &a.script {
+        argv.extend(["-e".into(), e.clone()]);
+    }
+    if let Some(c) = &a.command {
+        argv.extend(["-c".into(), c.clone()]);
+    }
+    if let Some(p) = a.pid {
+        argv.extend(["-p".into(), p.to_string()]);
+    }
+    if a.verbose > 0 {
+        argv.push("-v".into());
+    }
+    if let Some(o) = &a.output {
+        argv.extend(["-o".into(), o.display().to_string()]);
+    }
+    if a.dry_run {
+        argv.push("--dry-run".into());
+    }
+    for d in &a.dump {
+        argv.extend(["-d".into(), d.clone()]);
+    }
+    if !a.args.is_empty() {
+        argv.push("--".into());
+    }
+    let mut t = Wrap::try_parse_from(argv)
+        .map_err(|e| anyhow!("{}", e.to_string().trim()))?
+        .t;
+    // After `--` they would be parameters; a script file comes first.
+    t.args = a.args;
+    t.program_params.clear();
+    t.stap = true;
+    Ok(t)
+}
+
+/// What `target()` and a path-less `process` name for a SystemTap script.
+fn stap_options(t: &TraceArgs, executable: Option<String>) -> weft_lang::stap::StapOptions {
+    let pid = t.pids().first().copied();
+    let target_binary = match pid {
+        Some(p) => std::fs::read_link(format!("/proc/{p}/exe"))
+            .ok()
+            .map(|p| p.display().to_string()),
+        None => executable,
+    };
+    weft_lang::stap::StapOptions {
+        target_pid: pid,
+        command: t.command.is_some(),
+        target_binary,
+        marks: Some(std::sync::Arc::new(SdtMarks)),
+    }
+}
+
+/// SDT notes of a program, for `process.mark("*")`.
+struct SdtMarks;
+
+impl weft_lang::stap::MarkResolver for SdtMarks {
+    fn marks(&self, binary: &str) -> Result<Vec<(String, String)>, String> {
+        let elf = weft_symbols::ElfFile::open(binary).map_err(|e| format!("{binary}: {e:#}"))?;
+        Ok(elf
+            .usdt_probes()
+            .into_iter()
+            .map(|p| (p.provider, p.name))
+            .collect())
+    }
+}
+
+/// bpftrace takes program parameters anywhere after the program: `--NAME[=VALUE]`
+/// that is none of weft's options is a named parameter (`getopt`) wherever it is
+/// (`weft -e PROG --aa=20 pos1 -- pos2`). They are moved behind `--`, where clap
+/// keeps the program's parameters, in their order and before the ones there.
+fn named_params_last(argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let sub = argv.get(1).and_then(|a| a.to_str()).unwrap_or("");
+    let trace_cmd = if sub == "trace" {
+        cmd.find_subcommand("trace").cloned()
+    } else if cmd.get_subcommands().any(|c| c.get_name() == sub) {
+        return argv;
+    } else {
+        Some(cmd.clone())
+    };
+    let Some(trace_cmd) = trace_cmd else {
+        return argv;
+    };
+    let known: Vec<String> = trace_cmd
+        .get_arguments()
+        .flat_map(|a| {
+            a.get_long_and_visible_aliases()
+                .unwrap_or_default()
+                .into_iter()
+                .chain(a.get_all_aliases().unwrap_or_default())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .chain(["help".to_string(), "version".to_string()])
+        .collect();
+    let start = if sub == "trace" { 2 } else { 1 };
+    let dashes = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
+    // Without a program, an unknown option is a usage error, as bpftrace's.
+    let has_program = argv[start.min(dashes)..dashes].iter().any(|a| {
+        a.to_str().is_some_and(|s| {
+            s == "-e" || s.starts_with("--program") || (!s.starts_with('-') && !s.is_empty())
+        })
+    });
+    if !has_program {
+        return argv;
+    }
+    let mut kept: Vec<std::ffi::OsString> = Vec::new();
+    let mut named = Vec::new();
+    for (i, a) in argv.iter().enumerate() {
+        let name = a
+            .to_str()
+            .filter(|_| i >= start && i < dashes)
+            .and_then(|s| s.strip_prefix("--"))
+            .map(|s| s.split('=').next().unwrap_or(s));
+        // The value of an option that takes one (`-e '--x'`) stays where it is.
+        let after_value_option = i > 0
+            && argv[i - 1]
+                .to_str()
+                .is_some_and(|p| matches!(p, "-e" | "-o" | "-c" | "-p" | "-f" | "-B" | "-I"));
+        match name {
+            Some(n) if !n.is_empty() && !known.iter().any(|k| k == n) && !after_value_option => {
+                named.push(a.clone())
+            }
+            _ => kept.push(a.clone()),
+        }
+    }
+    if named.is_empty() {
+        return argv;
+    }
+    match kept.iter().position(|a| a == "--") {
+        Some(d) => {
+            kept.splice(d + 1..d + 1, named);
+        }
+        None => {
+            kept.push("--".into());
+            kept.extend(named);
+        }
+    }
+    kept
 }
 
 pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
@@ -97,6 +274,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
             let name = if file == "-" { "stdin" } else { file.as_str() };
             (program_text(name, bytes)?, name.to_string(), rest.to_vec())
         }
+        (None, None) if t.stap => bail!("no script: give -e 'SCRIPT' or a .stp file"),
         (None, None) => bail!("no program: give -e 'PROGRAM' or a program file"),
     };
     let dump: Vec<weft_lang::Stage> = t
@@ -118,6 +296,7 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
             .ok()
             .and_then(|v| target::which(&v[0]))
     });
+    let executable_path = executable.as_ref().map(|p| p.display().to_string());
     // Checked before anything runs: a bad --export is a one-line error.
     let exports = t
         .export
@@ -165,8 +344,16 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
         headers: Some(std::sync::Arc::new(headers)),
         include_files: t.include_files.clone(),
         groups: t.groups(),
+        ncpus: weft_kernel::probes::possible_cpus().map_or(0, u64::from),
+        env_config: std::env::vars()
+            .filter(|(k, _)| k.starts_with("BPFTRACE_"))
+            .collect(),
+        clock_offsets: clock_offsets(),
+        helper_warnings: t.warnings > 0,
     };
-    let out = front_end(&text, &file, &opts)?;
+    let stap =
+        (t.stap || file.ends_with(".stp")).then(|| stap_options(&t, executable_path.clone()));
+    let out = front_end(&text, &file, &opts, stap.as_ref())?;
     for (stage, d) in &out.dumps {
         eprintln!("=== {} ===\n{d}", stage.name());
     }
@@ -272,12 +459,16 @@ pub(crate) fn front_end(
     text: &str,
     file: &str,
     opts: &weft_lang::Options,
+    stap: Option<&weft_lang::stap::StapOptions>,
 ) -> Result<weft_lang::Output> {
     std::thread::scope(|s| {
         let worker = std::thread::Builder::new()
             .name("front-end".into())
             .stack_size(FRONT_END_STACK)
-            .spawn_scoped(s, || weft_lang::compile(text, file, opts))
+            .spawn_scoped(s, || match stap {
+                Some(so) => weft_lang::stap::compile(text, file, opts, so),
+                None => weft_lang::compile(text, file, opts),
+            })
             .context("starting the front end's thread")?;
         match worker.join() {
             Ok(out) => Ok(out),
@@ -367,4 +558,24 @@ fn info() -> String {
         kernel_probe("/sys/kernel/tracing/uprobe_events"),
         if features.btf.is_some() { "yes" } else { "no" },
     )
+}
+
+/// Other clocks' offsets from CLOCK_MONOTONIC, now (`nsecs(boot)`, `nsecs(tai)`).
+fn clock_offsets() -> weft_lang::ClockOffsets {
+    let ns = |clock: libc::clockid_t| -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes the timespec it is given.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        (ts.tv_sec as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(ts.tv_nsec as u64)
+    };
+    let mono = ns(libc::CLOCK_MONOTONIC);
+    weft_lang::ClockOffsets {
+        boot: ns(libc::CLOCK_BOOTTIME).wrapping_sub(mono),
+        tai: ns(libc::CLOCK_TAI).wrapping_sub(mono),
+    }
 }

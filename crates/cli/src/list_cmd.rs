@@ -15,7 +15,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use weft_symbols::glob::{has_wildcards, Glob};
 use weft_symbols::{ElfFile, LibrarySearch, ProcMaps, TargetContext};
 
@@ -90,6 +90,8 @@ fn parse(pattern: &str) -> Result<Pattern> {
                  uretprobe, usdt and tracepoint probes"
             )
         }
+        // A wildcard probe type (`*:./app:*`): every kind weft lists in BIN.
+        _ if provider.contains(['*', '?']) && rest.contains(':') => Kind::Any,
         _ if !pattern.contains(['/', '.']) && !provider.contains(['*', '?']) => bail!(
             "{pattern}: unknown probe type `{provider}` (weft lists uprobe, uretprobe and usdt)"
         ),
@@ -128,6 +130,39 @@ fn parse(pattern: &str) -> Result<Pattern> {
 struct File {
     shown: PathBuf,
     open: PathBuf,
+}
+
+/// `-l -e PROGRAM` (or `-l FILE.bt`): each attach point of the program, listed as
+/// its pattern would be (`uprobe:`, `uretprobe:` and `usdt:` ones expanded over
+/// their binary or the process `pid`); other kinds as written.
+pub fn program(text: &str, file: &str, pid: Option<i32>, verbose: bool) -> Result<i32> {
+    let (ast, diags) = weft_lang::parse(text);
+    if diags.iter().any(weft_lang::Diagnostic::is_error) {
+        eprint!("{}", weft_lang::render(&diags, text, file));
+        bail!("{file}: the program does not parse");
+    }
+    for item in &ast.items {
+        let weft_lang::ast::Item::Probe(p) = item else {
+            continue;
+        };
+        for a in &p.attach {
+            let user = matches!(
+                a.provider.as_str(),
+                "uprobe" | "u" | "uretprobe" | "ur" | "usdt" | "U"
+            );
+            if user {
+                run(ListArgs {
+                    args: vec![a.raw.clone()],
+                    binary: None,
+                    pid,
+                    verbose,
+                })?;
+            } else {
+                println!("{}", a.raw);
+            }
+        }
+    }
+    Ok(0)
 }
 
 pub fn run(l: ListArgs) -> Result<i32> {
@@ -316,6 +351,33 @@ fn files(pat: &Pattern, beside: Option<&str>, pid: Option<i32>, text: &str) -> R
                 }
             }
         }
+        // `./dir/app*`: the files of the directory whose names match (as bpftrace
+        // expands a path's wildcards), shown under the directory as written.
+        (None, Some(s))
+            if has_wildcards(s)
+                && s.contains('/')
+                && !has_wildcards(s.rsplit_once('/').map_or("", |(d, _)| d)) =>
+        {
+            let (dir, glob) = s.rsplit_once('/').unwrap_or((".", s));
+            let g = Glob::new(glob);
+            let read = std::fs::read_dir(if dir.is_empty() { "/" } else { dir })
+                .with_context(|| format!("{text}: reading {dir}"))?;
+            let mut found: Vec<File> = read
+                .filter_map(|e| e.ok())
+                .filter(|e| g.matches(&e.file_name().to_string_lossy()))
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter(|e| ElfFile::open(e.path()).is_ok())
+                .map(|e| File {
+                    shown: PathBuf::from(format!("{dir}/{}", e.file_name().to_string_lossy())),
+                    open: e.path(),
+                })
+                .collect();
+            found.sort_by(|a, b| a.shown.cmp(&b.shown));
+            if found.is_empty() {
+                bail!("{text}: no executable or library matches {s}");
+            }
+            Ok(found)
+        }
         (None, Some(s)) if has_wildcards(s) => bail!(
             "{text}: a wildcard binary lists the modules of a process: give -p PID \
              (or name the binary)"
@@ -331,8 +393,15 @@ fn files(pat: &Pattern, beside: Option<&str>, pid: Option<i32>, text: &str) -> R
                 search: &search,
             };
             let t = weft_symbols::resolve_target(s, &ctx).map_err(|e| anyhow!("{e}"))?;
+            // A path is shown as written (`uprobe:./app:main`, as bpftrace lists it);
+            // a library name as the file it resolved to.
+            let shown = if s.contains('/') {
+                PathBuf::from(s)
+            } else {
+                t.path.clone()
+            };
             Ok(vec![File {
-                shown: t.path.clone(),
+                shown,
                 open: t.path,
             }])
         }

@@ -10,12 +10,22 @@ use std::process::Command;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
-use weft_memprof::{report::Profile, Compiler, Options};
+use weft_memprof::{report::Profile, Compiler, Options, Stack};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Cc {
     Clang,
     Gcc,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum StackArg {
+    /// Frame pointers if the program was built with them, else unwind.
+    Auto,
+    /// The frame-pointer chain (cheap; stops early in code without them).
+    Fp,
+    /// glibc's backtrace() through .eh_frame (any code, slower).
+    Unwind,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -27,7 +37,7 @@ pub struct MemprofArgs {
     /// runs without weft) and exit.
     #[arg(long)]
     pub ldflags: bool,
-    /// The compiler `--cflags` is for.
+    /// The compiler `--cflags` and `--ldflags` are for.
     #[arg(long, value_enum, default_value = "clang")]
     pub cc: Cc,
     /// Estimate access counts on an unmodified binary (no rebuild) instead of
@@ -43,14 +53,17 @@ pub struct MemprofArgs {
     /// Frames kept of each allocation's stack (1-16).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub depth: u32,
+    /// How each allocation's stack is taken.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub stack: StackArg,
     /// Rows in each table of the report.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
     /// Objects the table holds; later allocations are counted as dropped.
     #[arg(long, default_value_t = 1 << 24)]
     pub max_objects: u64,
-    /// Sampled mode: microseconds between sampling windows.
-    #[arg(long, default_value_t = 1000)]
+    /// Sampled mode: microseconds of each thread's CPU time between samples.
+    #[arg(long, default_value_t = 50)]
     pub period: u64,
     /// The command to run.
     #[arg(last = true, value_name = "CMD")]
@@ -60,18 +73,16 @@ pub struct MemprofArgs {
 pub fn run(a: MemprofArgs) -> Result<i32> {
     let mut out = std::io::stdout().lock();
     if a.cflags || a.ldflags {
+        let cc = match a.cc {
+            Cc::Clang => Compiler::Clang,
+            Cc::Gcc => Compiler::Gcc,
+        };
         let mut parts = Vec::new();
         if a.cflags {
-            parts.push(
-                weft_memprof::cflags(match a.cc {
-                    Cc::Clang => Compiler::Clang,
-                    Cc::Gcc => Compiler::Gcc,
-                })
-                .to_string(),
-            );
+            parts.push(weft_memprof::cflags(cc));
         }
         if a.ldflags {
-            parts.push(weft_memprof::ldflags(&weft_memprof::install()?));
+            parts.push(weft_memprof::ldflags(&weft_memprof::install()?, cc));
         }
         writeln!(out, "{}", parts.join(" "))?;
         return Ok(0);
@@ -83,10 +94,22 @@ pub fn run(a: MemprofArgs) -> Result<i32> {
     let opts = Options {
         sampled: a.sampled,
         depth: a.depth,
+        stack: Stack::Auto,
         max_objects: a.max_objects,
         period_us: a.period.max(1),
     };
     weft_memprof::check(&exe, &opts)?;
+    let opts = Options {
+        stack: weft_memprof::resolve_stack(
+            &exe,
+            match a.stack {
+                StackArg::Auto => Stack::Auto,
+                StackArg::Fp => Stack::FramePointers,
+                StackArg::Unwind => Stack::Unwind,
+            },
+        ),
+        ..opts
+    };
     let dir = weft_memprof::install()?;
     let tmp = std::env::temp_dir().join(format!("weft-memprof-{}.dump", std::process::id()));
     let _ = std::fs::remove_file(&tmp);

@@ -68,6 +68,10 @@ impl Printer<'_> {
                 let mut line = format!("{}: {level}: ", m.location()).into_bytes();
                 line.extend_from_slice(text);
                 line.push(b'\n');
+                for c in &m.context {
+                    line.extend_from_slice(c.as_bytes());
+                    line.push(b'\n');
+                }
                 let _ = std::io::stderr().write_all(&line);
             }
             OutputFormat::Json => {
@@ -113,7 +117,11 @@ impl Sink for Printer<'_> {
                             .and_then(|f| f.take(max).read_to_end(&mut bytes))
                         {
                             Ok(_) => self.write_message("cat", &bytes),
-                            Err(err) => eprintln!("weft: cat {arg}: {err}"),
+                            // Upstream's words (the run goes on).
+                            Err(err) => eprintln!(
+                                "ERROR: failed to open file '{arg}' ({})",
+                                os_message(&err)
+                            ),
                         }
                     } else if self.unsafe_ok {
                         let _ = self.out.flush();
@@ -172,7 +180,9 @@ impl Sink for Printer<'_> {
             // `weft record`'s events go to its file, not to the printer.
             | Event::FunctionEntry { .. }
             | Event::FunctionExit { .. }
-            | Event::Function { .. } => {}
+            | Event::Function { .. }
+            | Event::Functions { .. }
+            | Event::Site { .. } => {}
         }
     }
 
@@ -241,6 +251,15 @@ fn join_parts(args: &[weft_ir::Type], payload: &[u8]) -> Vec<Vec<u8>> {
             field[..n].to_vec()
         })
         .collect()
+}
+
+/// An IO error's message without Rust's ` (os error N)`: `No such file or directory`.
+fn os_message(e: &std::io::Error) -> String {
+    let s = e.to_string();
+    match s.rfind(" (os error ") {
+        Some(i) => s[..i].to_string(),
+        None => s,
+    }
 }
 
 #[cfg(test)]

@@ -176,6 +176,7 @@ pub fn run_with(
     });
     // No -p, no -c: the probes apply to every process that maps a probed file.
     let system_wide = needs_target && matches!(opts.target, Target::None);
+    missing_probes(prog, &selected, opts.no_warnings, system_wide)?;
     let watched = if system_wide {
         watched_files(prog, &selected)?
     } else {
@@ -218,8 +219,10 @@ pub fn run_with(
     };
     // A group's forked children join it (and must be woven to run its probes).
     let groups = prog.maps.iter().any(|m| weft_ir::is_inherited_map(&m.name));
-    let follow = opts.follow_fork || system_wide || groups || through_wrapper(prog, &opts.target);
-    if follow && !opts.follow_fork && !system_wide && !groups && opts.verbose {
+    let wrapper = through_wrapper(prog, &opts.target);
+    let follow = opts.follow_fork || system_wide || groups || wrapper.is_some();
+    let wrappers_only = follow && !opts.follow_fork && !system_wide && !groups;
+    if wrappers_only && opts.verbose {
         eprintln!(
             "weft: the command does not run the probed binary itself: following its \
              children and the programs it executes (as --follow-fork)"
@@ -231,11 +234,14 @@ pub fn run_with(
         verbose: opts.verbose,
         all_or_nothing: opts.all_or_nothing,
         follow_fork: follow,
+        follow_wrappers_only: wrappers_only,
+        follow_to: wrapper.unwrap_or_default(),
         system_wide,
         only_probes: only.clone(),
         kernel_all: opts.kernel_system || matches!(opts.target, Target::None),
         progress: crate::progress::TermProgress::hook(opts.quiet),
         data_mechanism: opts.data_mechanism,
+        pack_functions: opts.record.is_some(),
         ..Options::default()
     };
     let attaching = matches!(opts.target, Target::Attach(_)) || system_wide;
@@ -264,7 +270,16 @@ pub fn run_with(
         sinks.push(&mut **e);
     }
     let mut sink = weft_trace::sink::Tee(sinks);
-    match weave_and_run(&mut session, &mut sink, opts) {
+    // Only BEGIN/END probes and no process: nothing can fire after BEGIN, so the
+    // session ends once BEGIN has run (upstream bpftrace exits then too).
+    let begin_end_only = matches!(opts.target, Target::None)
+        && (0..prog.probes.len()).filter(selected).all(|i| {
+            prog.probes[i]
+                .attach
+                .iter()
+                .all(|a| matches!(a, AttachPoint::Begin | AttachPoint::End))
+        });
+    match weave_and_run(&mut session, &mut sink, opts, begin_end_only) {
         Ok(()) => {}
         Err(e) => {
             // A target that dies mid-session breaks the agent's connection: say what
@@ -335,6 +350,77 @@ fn attach_all(session: &mut Session<'_>, pids: &[i32], all_or_nothing: bool) -> 
     }
 }
 
+/// Probes on a function or USDT probe their binary (a file named without wildcards)
+/// lacks, found before anything starts: system-wide, an error (else a session would
+/// wait for a process in which the probe can never be woven; with -p or -c the
+/// engine says so, once the process is there); with bpftrace's
+/// `missing_probes = "warn"` a warning in upstream's words (the engine skips them);
+/// with `"ignore"` nothing.
+fn missing_probes(
+    prog: &Program,
+    selected: &dyn Fn(&usize) -> bool,
+    no_warnings: bool,
+    system_wide: bool,
+) -> Result<()> {
+    let mode = prog.config.missing_probes;
+    if mode == weft_ir::MissingProbes::Ignore
+        || (mode == weft_ir::MissingProbes::Error && !system_wide)
+    {
+        return Ok(());
+    }
+    let search = weft_symbols::LibrarySearch::system();
+    let ctx = weft_symbols::TargetContext {
+        process: None,
+        executable: None,
+        search: &search,
+    };
+    for a in (0..prog.probes.len())
+        .filter(selected)
+        .flat_map(|i| &prog.probes[i].attach)
+    {
+        let (target, what) = match a {
+            AttachPoint::Uprobe { target, func, .. } | AttachPoint::Uretprobe { target, func } => {
+                (target, func.clone())
+            }
+            AttachPoint::Usdt {
+                target,
+                provider,
+                name,
+            } => (target, format!("{provider}:{name}")),
+            _ => continue,
+        };
+        if target.is_empty() || weft_symbols::glob::has_wildcards(target) {
+            continue;
+        }
+        // What cannot be resolved without a process is left to the engine.
+        let Ok(t) = weft_symbols::resolve_target(target, &ctx) else {
+            continue;
+        };
+        let Ok(elf) = weft_symbols::ElfFile::open(&t.path) else {
+            continue;
+        };
+        let err = match a {
+            AttachPoint::Usdt { provider, name, .. } => {
+                weft_symbols::resolve_usdt(&elf, provider, name).err()
+            }
+            _ if what.starts_with("0x") || what.bytes().all(|b| b.is_ascii_digit()) => None,
+            _ => weft_symbols::match_functions(&elf, &what).err(),
+        };
+        let Some(err) = err else { continue };
+        match mode {
+            weft_ir::MissingProbes::Error => bail!(
+                "{a}: {err} (with config `missing_probes = \"warn\"` or `\"ignore\"` the \
+                 probe is skipped)"
+            ),
+            weft_ir::MissingProbes::Warn if !no_warnings => {
+                eprintln!("WARNING: Could not resolve symbol: {target}:{what}, skipping probe.")
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// The files the probes name, for a system-wide session: each probe's binary or
 /// library, as a path or a library name (`libc`), resolved without a process.
 fn watched_files(
@@ -365,6 +451,36 @@ fn watched_files(
         else {
             continue;
         };
+        // `usdt:./dir/app*:...`: every ELF file of the directory whose name
+        // matches (the resolver then takes the modules matching it in each process).
+        if matches!(a, AttachPoint::Usdt { .. }) && target.contains('/') {
+            if let Some((dir, pattern)) = target
+                .rsplit_once('/')
+                .filter(|(d, f)| !d.contains(['*', '?', '[']) && f.contains(['*', '?', '[']))
+            {
+                let g = weft_symbols::glob::Glob::new(pattern);
+                let read = std::fs::read_dir(if dir.is_empty() { "/" } else { dir })
+                    .with_context(|| format!("{a}: reading {dir}"))?;
+                let mut found = false;
+                for e in read.filter_map(|e| e.ok()) {
+                    if !g.matches(&e.file_name().to_string_lossy())
+                        || !e.file_type().is_ok_and(|t| t.is_file())
+                        || weft_symbols::ElfFile::open(e.path()).is_err()
+                    {
+                        continue;
+                    }
+                    found = true;
+                    let w = watch::WatchedFile::new(&e.path())?;
+                    if !files.iter().any(|f| f.path == w.path) {
+                        files.push(w);
+                    }
+                }
+                if !found {
+                    bail!("{a}: no executable or library matches {target}");
+                }
+                continue;
+            }
+        }
         if target.contains(['*', '?', '[']) {
             bail!(
                 "{target}: a wildcard binary needs a target process (-p PID or -c CMD); \
@@ -448,6 +564,7 @@ fn weave_and_run(
     session: &mut Session<'_>,
     sink: &mut dyn weft_trace::Sink,
     opts: &TraceOptions,
+    begin_end_only: bool,
 ) -> Result<()> {
     let n_probes = session.prepare()?;
     if !opts.quiet {
@@ -459,7 +576,9 @@ fn weave_and_run(
     }
     session.begin(sink);
     session.go()?;
-    session.run(sink, &STOP)?;
+    if !begin_end_only {
+        session.run(sink, &STOP)?;
+    }
     Ok(())
 }
 
@@ -468,13 +587,14 @@ fn weave_and_run(
 /// a probe names a program by path that is not the command's executable. bpftrace's
 /// uprobes are set on the file and fire in whatever process runs it; weft then
 /// follows the command's children and execs, so the probes reach that process.
-fn through_wrapper(prog: &Program, target: &Target) -> bool {
+/// `Some`: follow, with the programs the probes name by path (canonical), the
+/// first of which the wrapper runs is where following stops (none: the first image
+/// that is not a wrapper, `weft_abi::WRAPPERS`).
+fn through_wrapper(prog: &Program, target: &Target) -> Option<Vec<std::path::PathBuf>> {
     let Target::Launch(argv) = target else {
-        return false;
+        return None;
     };
-    let Some(exe) = target::which(&argv[0]) else {
-        return false;
-    };
+    let exe = target::which(&argv[0])?;
     // A program by path; a library (`.so` in its name) is the command's own.
     let probes_a_path = |t: &str| {
         t.contains('/')
@@ -499,16 +619,20 @@ fn through_wrapper(prog: &Program, target: &Target) -> bool {
         })
         .collect();
     if targets.is_empty() {
-        return false;
+        return None;
     }
-    if target::script_interpreter(&exe).is_some() {
-        return true;
-    }
-    let exe = exe.canonicalize().unwrap_or(exe);
-    targets.iter().any(|t| {
-        probes_a_path(t)
-            && std::path::Path::new(t)
-                .canonicalize()
-                .is_ok_and(|p| p != exe)
-    })
+    let canonical = exe.canonicalize().unwrap_or(exe.clone());
+    let mut programs: Vec<std::path::PathBuf> = targets
+        .iter()
+        .filter(|t| probes_a_path(t))
+        .filter_map(|t| std::path::Path::new(t).canonicalize().ok())
+        .filter(|p| *p != canonical)
+        .collect();
+    programs.sort();
+    programs.dedup();
+    // A script, or a shell, `env` and their kind: the probes are for what it runs
+    // (a library's too: `uprobe:libc:malloc -c 'sh -c ./app'` counts the app's).
+    let wrapper =
+        target::script_interpreter(&exe).is_some() || weft_abi::is_wrapper(&exe.to_string_lossy());
+    (wrapper || !programs.is_empty()).then_some(programs)
 }
