@@ -32,6 +32,23 @@
  *                    string instructions or vector stores): prints "done BAD"
  *   data plain N     `counter` += N plain writes (the bench's baseline and its
  *                    watched run), timed: prints "ns_per_write X"
+ *   data many N      `many[600]` (of 1024 longs) = 1..N, its neighbours
+ *                    `many[599]` = 7 and `many[601]` = 8 once: prints "done N"
+ *   data heapbig N   a heap block of 1024 longs whose address goes through
+ *                    `got_object`; once argv[3] exists, word 600 = 1..N, word 602
+ *                    = 9, word 601 = 5: prints "done N"
+ *   data misc N      for i = 1..N: the file's static `file_static` = i, bump()
+ *                    (its own static `calls` += 1: the symbol table names it
+ *                    `calls.0`), `packed_rec.v` = i (8 bytes at offset 1 of a
+ *                    packed struct: unaligned), `nosize` = i (a symbol defined in
+ *                    assembly, with no size; `bare`, beside it, is never written
+ *                    and has no DWARF either), scale(i) (a parameter `factor` and
+ *                    a local `scaled`, in registers): prints "done N N N"
+ *   data odd N       as heap, but the object is a packed record whose `long` is
+ *                    at offset 1 (unaligned); once argv[3] exists, it = 1..N:
+ *                    prints "done N"
+ *   data rw N        reads `source` N times (their sum printed), then writes it N
+ *                    times (1..N): prints "done SUM N" (one more read)
  *
  * Each mode prints "done" and its result. No mode waits for weft by sleeping: with
  * -c the program starts only once weft is in, and the others wait for a line or a
@@ -70,6 +87,35 @@ struct bulk {
     char tail[3384];
 } big;
 static unsigned char bulk_src[sizeof big];
+/* Too many elements for weft's DWARF reader to list: `many[600]` is found from
+ * the element size. */
+volatile long many[1024];
+
+/* The `misc` mode's variables. */
+static volatile long file_static;
+struct __attribute__((packed)) rec {
+    char tag;
+    long v;
+};
+volatile struct rec packed_rec;
+/* Objects with no size in the symbol table (no `.size`): `nosize`, whose type
+ * DWARF has from the declaration below, and `bare`, which nothing describes. */
+__asm__(".pushsection .data\n.globl nosize\n.type nosize, @object\n.balign 8\n"
+        "nosize: .quad 0\n.globl bare\n.type bare, @object\nbare: .quad 0\n"
+        ".popsection\n");
+extern volatile long nosize;
+
+__attribute__((noinline)) static long bump(void) {
+    static volatile long calls;
+    calls = calls + 1;
+    return calls;
+}
+
+__attribute__((noinline)) long scale(long factor) {
+    long scaled = factor * 3;
+    __asm__ volatile("" : "+r"(scaled));
+    return scaled + 1;
+}
 
 static long per_thread;
 static pthread_barrier_t start_round, end_round;
@@ -287,6 +333,51 @@ int main(int argc, char **argv) {
                 *(volatile long *)(uintptr_t)(16 + (i & 1)) = i;
         }
         printf("done %ld\nown faults %d\n", seq, own_faults);
+    } else if (!strcmp(mode, "many")) {
+        for (long i = 1; i <= n; i++)
+            many[600] = i;
+        many[599] = 7;
+        many[601] = 8;
+        printf("done %ld\n", many[600]);
+    } else if (!strcmp(mode, "heapbig")) {
+        printf("heapbig\n");
+        volatile long *p = calloc(1024, sizeof *p);
+        got_object((long *)p);
+        printf("object %p\n", (void *)p);
+        while (argc > 3 && access(argv[3], F_OK) != 0)
+            usleep(1000);
+        for (long i = 1; i <= n; i++)
+            p[600] = i;
+        p[602] = 9;
+        p[601] = 5;
+        printf("done %ld\n", p[600]);
+    } else if (!strcmp(mode, "misc")) {
+        long b = 0, sc = 0;
+        for (long i = 1; i <= n; i++) {
+            file_static = i;
+            b = bump();
+            packed_rec.v = i;
+            nosize = i;
+            sc += scale(i);
+        }
+        printf("done %ld %ld %ld %ld\n", file_static, b, packed_rec.v, sc > 0 ? nosize : 0);
+    } else if (!strcmp(mode, "odd")) {
+        void *mem = calloc(1, sizeof(struct rec));
+        struct rec *r = mem;
+        got_object(mem);
+        printf("object %p\n", (void *)r);
+        while (argc > 3 && access(argv[3], F_OK) != 0)
+            usleep(1000);
+        for (long i = 1; i <= n; i++)
+            ((volatile struct rec *)r)->v = i;
+        printf("done %ld\n", ((volatile struct rec *)r)->v);
+    } else if (!strcmp(mode, "rw")) {
+        long sum = 0;
+        for (long i = 0; i < n; i++)
+            sum += source;
+        for (long i = 1; i <= n; i++)
+            source = i;
+        printf("done %ld %ld\n", sum, source);
     } else if (!strcmp(mode, "plain")) {
         long t0 = now_ns();
         for (long i = 0; i < n; i++)

@@ -8,6 +8,11 @@
  *                              blocker is allocated after it), written 5 times more
  *   F, G (alloc_f, alloc_g)    memcpy(G, F, 40): one read of F, one write of G
  *   H (alloc_h)                three objects of 32 B allocated and freed in a loop
+ *   E (chain_inner, called by chain_middle, called by chain_outer)  24 B, written
+ *                              3 times: the allocation stack's 3 innermost frames
+ *   BIG (alloc_big, 64 MiB: mmap'ed by malloc, far from the other objects, so the
+ *                              heap range grows) written 7 times; then AFTER
+ *                              (alloc_after, 48 B) read 13 times
  * Built twice: plain (-O2) and with `weft memprof --cflags`. Prints what
  * weft_mem_access_count says of A at the end (0 without weft). */
 #include <pthread.h>
@@ -31,6 +36,11 @@ NOINLINE long *alloc_d(void) { long *p = malloc(16); KEEP(p); return p; }
 NOINLINE char *alloc_f(void) { char *p = malloc(40); KEEP(p); return p; }
 NOINLINE char *alloc_g(void) { char *p = malloc(40); KEEP(p); return p; }
 NOINLINE void *alloc_h(void) { void *p = malloc(32); KEEP(p); return p; }
+NOINLINE long *chain_inner(void) { long *p = malloc(24); KEEP(p); return p; }
+NOINLINE long *chain_middle(void) { long *p = chain_inner(); KEEP(p); return p; }
+NOINLINE long *chain_outer(void) { long *p = chain_middle(); KEEP(p); return p; }
+NOINLINE char *alloc_big(void) { char *p = malloc(64 << 20); KEEP(p); return p; }
+NOINLINE long *alloc_after(void) { long *p = malloc(48); KEEP(p); return p; }
 
 static void *work(void *arg) {
   (void)arg;
@@ -58,6 +68,14 @@ int main(int argc, char **argv) {
   volatile size_t n = 40;
   memcpy(g, f, n);
   for (int i = 0; i < 3; i++) free(alloc_h());
+  volatile long *e = chain_outer();
+  for (int i = 0; i < 3; i++) e[i] = i;
+  volatile char *big = alloc_big();
+  for (int i = 0; i < 7; i++) big[(long)i << 23] = (char)i;
+  volatile long *after = alloc_after();
+  long s = 0;
+  for (int i = 0; i < 13; i++) s += after[i % 6];
+  KEEP(s);
   if (threads <= 1) {
     work(0);
   } else {
@@ -74,5 +92,8 @@ int main(int argc, char **argv) {
   free(c);
   free(f);
   free(g);
+  free((void *)e);
+  free((void *)big);
+  free((void *)after);
   return 0;
 }

@@ -10,6 +10,7 @@ long check_regs(void (*fn)(void));
 void victim_jump(void);  /* 5-byte nop; ret: a plain jump site */
 void victim_short(void); /* ret only: too short, uses the padding or an int3 */
 void victim_int3(void);  /* a jump into its own first bytes: must be an int3 site */
+void victim_access(void); /* writes regs_var: an access site for set:regs:regs_var */
 
 __asm__(".text\n"
         ".p2align 4\n"
@@ -30,6 +31,12 @@ __asm__(".text\n"
         "1: nop\n  nop\n  nop\n"
         "  ret\n"
         ".size victim_int3, .-victim_int3\n"
+        ".p2align 4\n"
+        ".globl victim_access\n.type victim_access,@function\n"
+        "victim_access:\n"
+        "  movq $7, regs_var(%rip)\n"
+        "  ret\n"
+        ".size victim_access, .-victim_access\n"
         ".p2align 4\n"
         ".globl check_regs\n.type check_regs,@function\n"
         "check_regs:\n"
@@ -97,6 +104,7 @@ __asm__(".text\n"
         "  .fill 256, 1, 0x5a\n"
         "xmm_out: .fill 256, 1, 0\n"
         "saved_fn: .quad 0\nsaved_rax: .quad 0\nflags_before: .quad 0\nflags_after: .quad 0\nmask: .quad 0\n"
+        ".globl regs_var\n.type regs_var,@object\n.size regs_var, 8\nregs_var: .quad 0\n"
         ".text\n");
 
 extern unsigned char xmm_values[256], xmm_out[256];
@@ -118,6 +126,7 @@ int main(int argc, char **argv) {
     bad |= check(victim_jump);
     bad |= check(victim_short);
     bad |= check(victim_int3);
+    bad |= check(victim_access);
   }
   printf("clobbered=%#lx\n", bad);
   return bad != 0;

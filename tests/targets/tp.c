@@ -13,6 +13,16 @@
  *   tp race PATH          stat()s PATH, says "checked", waits for SIGUSR1, then
  *                         open()s PATH (a check-then-use window another process may
  *                         use to replace the file).
+ *   tp toctou PATH WHO    the same window without a signal: stat()s PATH; then
+ *                         WHO replaces it: "other" forks a child that execs
+ *                         `tp replace PATH` (another process) and waits for it,
+ *                         "modifier" one that execs `tp modify PATH`, "self"
+ *                         replaces it in this process, "none" leaves it;
+ *                         then open()s PATH for reading and says "opened PID
+ *                         REPLACER" (its pid, the child's pid or 0).
+ *   tp replace PATH       replaces PATH by a new file (unlink, then create it with
+ *                         open(O_WRONLY | O_CREAT | O_EXCL) and write "v2").
+ *   tp modify PATH        rewrites PATH in place (open(O_WRONLY | O_TRUNC), "v3").
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -56,8 +66,58 @@ static void wait_usr1(const char *what)
 		sigsuspend(&old);
 }
 
+/* Replace `path` by a new file; 0 on success. */
+static int replace(const char *path)
+{
+	if (unlink(path) != 0)
+		return 1;
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	if (fd < 0)
+		return 1;
+	int bad = write(fd, "v2", 2) != 2;
+	return close(fd) != 0 || bad;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "replace") == 0)
+		return replace(argv[2]) ? 9 : 0;
+	if (argc == 3 && strcmp(argv[1], "modify") == 0) {
+		int fd = open(argv[2], O_WRONLY | O_TRUNC);
+		if (fd < 0 || write(fd, "v3", 2) != 2)
+			return 9;
+		return close(fd) != 0 ? 9 : 0;
+	}
+	if (argc == 4 && strcmp(argv[1], "toctou") == 0) {
+		struct stat st;
+		pid_t p = 0;
+		if (stat(argv[2], &st) != 0)
+			return 6;
+		int other = strcmp(argv[3], "other") == 0;
+		if (other || strcmp(argv[3], "modifier") == 0) {
+			p = fork();
+			if (p == 0) {
+				execl("/proc/self/exe", argv[0], other ? "replace" : "modify", argv[2],
+				      (char *)NULL);
+				_exit(10);
+			}
+			int status;
+			if (p < 0 || waitpid(p, &status, 0) != p || !WIFEXITED(status) ||
+			    WEXITSTATUS(status) != 0)
+				return 11;
+		} else if (strcmp(argv[3], "self") == 0) {
+			if (replace(argv[2]) != 0)
+				return 9;
+		} else if (strcmp(argv[3], "none") != 0) {
+			return 2;
+		}
+		int fd = open(argv[2], O_RDONLY);
+		if (fd < 0)
+			return 7;
+		close(fd);
+		printf("opened %d %d\n", (int)getpid(), (int)p);
+		return 0;
+	}
 	if (argc == 3 && strcmp(argv[1], "wait") == 0) {
 		wait_usr1("waiting");
 		work(atoi(argv[2]));

@@ -347,3 +347,48 @@ fn around_at_call_sites_replaces_one_callers_calls() {
         assert_eq!(map_value(&out, "@r"), Some(3), "{opt}\n{out}");
     }
 }
+
+/// Around advice that proceeds with the caller's arguments and returns the result
+/// only observes: it is woven exactly as an entry probe (what `-v` says of the
+/// site is the same), and still runs at every call.
+#[test]
+fn observe_only_around_is_woven_as_entry_advice() {
+    let bin = target("-O2");
+    let b = bin.to_str().unwrap();
+    let site = |prog: &str| {
+        let o = weft(
+            &[
+                "trace",
+                "-v",
+                "--unsafe",
+                "-e",
+                &prog.replace("BIN", b),
+                "-c",
+                b,
+            ],
+            T,
+        );
+        let out = ok(&o);
+        assert_eq!(map_value(&out, "@c"), Some(10), "{prog}\n{out}");
+        assert_eq!(line(&out, "compute sum"), "compute sum 4570", "{out}");
+        // `weft: uprobe:BIN:compute at 0xADDR: HOW`, without the address.
+        let err = text(&o.stderr);
+        let l = err
+            .lines()
+            .find(|l| l.starts_with(&format!("weft: uprobe:{b}:compute at ")))
+            .unwrap_or_else(|| panic!("{err}"))
+            .to_string();
+        l.split_once(": ")
+            .unwrap()
+            .1
+            .split_once(": ")
+            .unwrap()
+            .1
+            .to_string()
+    };
+    let entry = site("uprobe:BIN:compute { @c = count(); }");
+    assert_eq!(
+        site("around uprobe:BIN:compute { @c = count(); return proceed(); }"),
+        entry
+    );
+}

@@ -14,8 +14,9 @@ use common::*;
 
 const T: Duration = Duration::from_secs(120);
 
-/// The mechanisms each test forces in turn.
-const MECHS: [&str; 2] = ["hw", "page"];
+/// The mechanisms each test forces in turn (`rewrite` where the accesses name
+/// the variable: not for a heap object).
+const MECHS: [&str; 3] = ["hw", "page", "rewrite"];
 
 fn data(variant: Variant) -> PathBuf {
     build("data.c", variant, &[])
@@ -121,6 +122,35 @@ fn field_watched(m: &str) {
 fn a_heap_object_watched_at_an_address_a_uprobe_learned() {
     heap_object("hw", "hardware watchpoint");
     heap_object("page", "page protection");
+}
+
+/// Instruction rewriting cannot watch memory known only at run time: a clear
+/// error, nothing woven.
+#[test]
+fn rewrite_refuses_an_address_learned_at_run_time() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let prog =
+        format!("uprobe:{b}:got_object {{ @p = arg0; }} set:addr(@p, 8) {{ @w = count(); }}");
+    let cmd = format!("{b} heap 10");
+    let out = weft(
+        &[
+            "trace",
+            "--data-mechanism",
+            "rewrite",
+            "-e",
+            &prog,
+            "-c",
+            &cmd,
+        ],
+        T,
+    );
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(
+        e.contains("set:addr(@p, 8): --data-mechanism rewrite rewrites the instructions that name a variable"),
+        "{e}"
+    );
 }
 
 /// Page protection on a heap word whose page the target's 4 threads share with
@@ -443,19 +473,24 @@ fn errors_are_located() {
         e.contains("error: old can only be used in set probes") && e.contains(" --> -e:1:"),
         "{e}"
     );
-    let e = run(
-        &format!("set:{b}:seq {{ }}"),
-        &["--data-mechanism", "rewrite"],
-    );
+    let e = run(&format!("set:{b}:seq {{ new = 3; }}"), &[]);
     assert!(
-        e.contains("--data-mechanism rewrite (instruction rewriting) is not implemented yet"),
+        e.contains("error: assigning `new` needs --unsafe") && e.contains(" --> -e:1:"),
+        "{e}"
+    );
+    let e = run(&format!("get:{b}:source {{ new = 3; }}"), &["--unsafe"]);
+    assert!(
+        e.contains("error: assigning `new` can only be used in set probes"),
         "{e}"
     );
     let e = run(
         &format!("set:{b}:seq {{ }}"),
         &["--data-mechanism", "pages"],
     );
-    assert!(e.contains("expected auto, hw or page"), "{e}");
+    assert!(
+        e.contains("expected auto, hw, page or rewrite (direct)"),
+        "{e}"
+    );
 }
 
 /// Page protection: a watched word on a page with a hot one (written 100000
@@ -622,4 +657,609 @@ fn detach_restores_the_pages_protection() {
     drop(stdin);
     let st = target.wait().unwrap();
     assert!(st.success(), "target ended with {st}");
+}
+
+/// `-p` with `--data-mechanism rewrite`: weft rewrites the instructions that write
+/// `counter` (-v lists each, read or write, with its function and offset), counts
+/// one round exactly, and on detach gives the text back byte for byte; the target
+/// runs on unharmed.
+#[test]
+fn rewrite_attach_then_detach_leaves_the_text_as_the_file() {
+    for v in variants() {
+        let bin = data(v);
+        let mut target = Command::new(&bin)
+            .args(["wait", "1000"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = target.stdin.take().unwrap();
+        let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+        let mut next = || lines.next().unwrap().unwrap();
+        assert_eq!(next(), "ready");
+        let pid = target.id() as i32;
+        let b = bin.display();
+        let prog = format!("set:{b}:counter {{ @w = count(); @in[func] = count(); }}");
+        let mut w = Background::start(&[
+            "trace",
+            "-v",
+            "--data-mechanism",
+            "rewrite",
+            "-e",
+            &prog,
+            "-p",
+            &pid.to_string(),
+        ]);
+        w.wait_line("Attached 1 probe", true, T);
+        w.wait_line("weft: patched ", true, T);
+        assert!(
+            !code_matches_file(pid, &bin),
+            "{}: nothing rewritten",
+            v.name()
+        );
+        writeln!(stdin, "go").unwrap();
+        assert_eq!(next(), "done 1000");
+        w.signal(libc::SIGINT);
+        let out = w.finish(T);
+        let stdout = ok(&out);
+        let stderr = text(&out.stderr);
+        assert_eq!(
+            map_value(&stdout, "@w"),
+            Some(1000),
+            "{}: {stdout}",
+            v.name()
+        );
+        assert_eq!(
+            keyed(&stdout, "@in").get("main"),
+            Some(&1000),
+            "{}: {stdout}",
+            v.name()
+        );
+        assert!(
+            stderr.contains(&format!(
+                "set:{b}:counter: data mechanism rewrite (instruction rewriting)"
+            )) && stderr.contains("from other modules (through the GOT) are not seen"),
+            "{stderr}"
+        );
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.contains(&format!("set:{b}:counter: write `"))
+                    && l.contains(" in main+0x")
+                    && l.ends_with("access site: jump to trampoline")),
+            "{stderr}"
+        );
+        assert!(
+            code_restored_within(pid, &bin, T),
+            "{}: the text differs from the file after detach",
+            v.name()
+        );
+        writeln!(stdin, "again").unwrap();
+        assert_eq!(next(), "done 2000");
+        drop(stdin);
+        let st = target.wait().unwrap();
+        assert!(st.success(), "target ended with {st}");
+    }
+}
+
+/// `new = EXPR` under `--unsafe` changes the value written, with each mechanism:
+/// `seq = i` becomes `seq = 10 * i` (the next write's `old` shows it), and in
+/// `counter = counter + 1`, run 1000 times, each write adds 2.
+#[test]
+fn new_assigned_under_unsafe_changes_the_value_written() {
+    for (v, m) in variants().into_iter().flat_map(|v| MECHS.map(|m| (v, m))) {
+        let bin = data(v);
+        let b = bin.display();
+        let prog = format!("set:{b}:seq {{ printf(\"%d -> %d\\n\", old, new); new = new * 10; }}");
+        let cmd = format!("{b} seq 5");
+        let stdout = ok(&weft(
+            &[
+                "trace",
+                "--unsafe",
+                "--data-mechanism",
+                m,
+                "-e",
+                &prog,
+                "-c",
+                &cmd,
+            ],
+            T,
+        ));
+        let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("->")).collect();
+        assert_eq!(
+            lines,
+            ["0 -> 1", "10 -> 2", "20 -> 3", "30 -> 4", "40 -> 5"],
+            "{} {m}: {stdout}",
+            v.name()
+        );
+        assert!(stdout.contains("done 50\n"), "{} {m}: {stdout}", v.name());
+        let prog = format!("set:{b}:counter {{ new = new + 1; @w = count(); }}");
+        let cmd = format!("{b} plain 1000");
+        let stdout = ok(&weft(
+            &[
+                "trace",
+                "--unsafe",
+                "--data-mechanism",
+                m,
+                "-e",
+                &prog,
+                "-c",
+                &cmd,
+            ],
+            T,
+        ));
+        assert!(stdout.contains("done 2000\n"), "{} {m}: {stdout}", v.name());
+        assert_eq!(
+            map_value(&stdout, "@w"),
+            Some(1000),
+            "{} {m}: {stdout}",
+            v.name()
+        );
+    }
+}
+
+/// `many[600]` of a `long[1024]` (too many elements for weft's DWARF reader to
+/// list: the offset comes from the element size), with each mechanism: its 1000
+/// writes counted, not its neighbours'; an index past the end is refused.
+#[test]
+fn an_element_of_a_large_array() {
+    for m in MECHS {
+        let bin = data(Variant::O2_PIE);
+        let b = bin.display();
+        let prog = format!("set:{b}:many[600] {{ @n = count(); @last = new; }}");
+        let cmd = format!("{b} many 1000");
+        let stdout = ok(&weft(
+            &["trace", "--data-mechanism", m, "-e", &prog, "-c", &cmd],
+            T,
+        ));
+        assert!(stdout.contains("done 1000\n"), "{m}: {stdout}");
+        assert_eq!(map_value(&stdout, "@n"), Some(1000), "{m}: {stdout}");
+        assert_eq!(map_value(&stdout, "@last"), Some(1000), "{m}: {stdout}");
+    }
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let out = weft(
+        &[
+            "trace",
+            "-e",
+            &format!("set:{b}:many[1024] {{ }}"),
+            "-c",
+            &format!("{b} many 1"),
+        ],
+        T,
+    );
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(
+        e.contains("`many[1024]`: index [1024] is outside `int64[1024]`")
+            && e.contains(" --> -e:1:1"),
+        "{e}"
+    );
+}
+
+/// `set:addr(@p, 4816)`, more than 255 bytes of a heap block: the 1000 writes of
+/// word 600 and the one of word 601 are counted, not word 602's (just past the
+/// range).
+#[test]
+fn a_heap_range_of_more_than_255_bytes() {
+    for m in ["auto", "page"] {
+        let bin = data(Variant::O2_PIE);
+        let b = bin.display();
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("data-heap");
+        std::fs::create_dir_all(&dir).unwrap();
+        let go = dir.join(format!("go-{}-big-{m}", std::process::id()));
+        let _ = std::fs::remove_file(&go);
+        let prog = format!(
+            "uprobe:{b}:got_object {{ @p = arg0; }} set:addr(@p, 4816) {{ @n = count(); }}"
+        );
+        let cmd = format!("{b} heapbig 1000 {}", go.display());
+        let mut w = Background::start(&[
+            "trace",
+            "-v",
+            "--data-mechanism",
+            m,
+            "-e",
+            &prog,
+            "-c",
+            &cmd,
+        ]);
+        w.wait_line("set:addr(@p, 4816): watching 4816 bytes at", true, T);
+        std::fs::write(&go, b"").unwrap();
+        let out = w.finish(T);
+        let _ = std::fs::remove_file(&go);
+        let stdout = ok(&out);
+        assert!(stdout.contains("done 1000\n"), "{m}: {stdout}");
+        assert_eq!(map_value(&stdout, "@n"), Some(1001), "{m}: {stdout}");
+    }
+}
+
+/// Two `set` pointcuts on one variable share each rewritten instruction's site
+/// (advice in program order); one on overlapping other bytes is refused, naming
+/// the first.
+#[test]
+fn rewrite_two_pointcuts_on_one_variable() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let prog = format!("set:{b}:seq {{ @a = count(); }} set:{b}:seq /new > 2/ {{ @b = count(); }}");
+    let cmd = format!("{b} seq 5");
+    let stdout = ok(&weft(
+        &[
+            "trace",
+            "--data-mechanism",
+            "rewrite",
+            "-e",
+            &prog,
+            "-c",
+            &cmd,
+        ],
+        T,
+    ));
+    assert_eq!(map_value(&stdout, "@a"), Some(5), "{stdout}");
+    assert_eq!(map_value(&stdout, "@b"), Some(3), "{stdout}");
+    let prog = format!("set:{b}:pair {{ }} set:{b}:pair.b {{ }}");
+    let cmd = format!("{b} field 5");
+    let out = weft(
+        &[
+            "trace",
+            "--data-mechanism",
+            "rewrite",
+            "-e",
+            &prog,
+            "-c",
+            &cmd,
+        ],
+        T,
+    );
+    assert!(!out.status.success());
+    let e = text(&out.stderr);
+    assert!(
+        e.contains(&format!("set:{b}:pair.b: the instruction at 0x"))
+            && e.contains(&format!("is rewritten for set:{b}:pair already")),
+        "{e}"
+    );
+}
+
+/// weft killed (SIGKILL) while instructions are rewritten: the agent writes the
+/// original bytes back when the socket closes (the text equals the file again) and
+/// the target runs on.
+#[test]
+fn weft_killed_while_rewriting_leaves_the_text_as_the_file() {
+    let bin = data(Variant::O2_PIE);
+    let mut target = Command::new(&bin)
+        .args(["wait", "500"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = target.stdin.take().unwrap();
+    let mut lines = BufReader::new(target.stdout.take().unwrap()).lines();
+    let mut next = || lines.next().unwrap().unwrap();
+    assert_eq!(next(), "ready");
+    let pid = target.id() as i32;
+    let prog = format!("set:{}:counter {{ @w = count(); }}", bin.display());
+    let mut w = Background::start(&[
+        "trace",
+        "-v",
+        "--data-mechanism",
+        "rewrite",
+        "-e",
+        &prog,
+        "-p",
+        &pid.to_string(),
+    ]);
+    w.wait_line("weft: patched ", true, T);
+    writeln!(stdin, "go").unwrap();
+    assert_eq!(next(), "done 500");
+    w.signal(libc::SIGKILL);
+    let _ = w.finish(T);
+    assert!(
+        code_restored_within(pid, &bin, T),
+        "the text differs from the file after weft died"
+    );
+    for round in 2..=4 {
+        writeln!(stdin, "again").unwrap();
+        assert_eq!(next(), format!("done {}", round * 500));
+    }
+    drop(stdin);
+    let st = target.wait().unwrap();
+    assert!(st.success(), "target ended with {st}");
+}
+
+/// `uaddr` of a global variable points to a value of its width, as upstream types it
+/// (a 1, 2 or 4-byte variable that width, a larger one 64 bits); a function's
+/// address points to a byte.
+#[test]
+fn uaddr_of_a_global_reads_its_width() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display().to_string();
+    let prog = format!(
+        "uprobe:{b}:main {{ printf(\"%d %d %d\\n\", *uaddr(\"source\"), sizeof(*uaddr(\"source\")), sizeof(*uaddr(\"main\"))); }}"
+    );
+    let out = ok(&weft(&["-e", &prog, "-c", &format!("{b} reads 1")], T));
+    assert!(
+        out.contains("\n3 8 1\n") || out.starts_with("3 8 1\n"),
+        "{out}"
+    );
+}
+
+/// Statics by name: a file's `static` and a function's (the symbol table calls it
+/// `calls.0`; DWARF gives its address), each written 500 times: counted exactly,
+/// with their last value, under each mechanism and build.
+#[test]
+fn static_variables_by_name() {
+    for v in variants() {
+        let bin = data(v);
+        let b = bin.display();
+        let prog = format!(
+            "set:{b}:file_static {{ @f = count(); @lf = new; }} \
+             set:{b}:calls {{ @c = count(); @lc = new; }}"
+        );
+        let cmd = format!("{b} misc 500");
+        for m in ["hw", "page", "rewrite"] {
+            let stdout = ok(&weft(
+                &["trace", "--data-mechanism", m, "-e", &prog, "-c", &cmd],
+                T,
+            ));
+            assert!(stdout.contains("done 500 500 500 500\n"), "{m}: {stdout}");
+            for (name, want) in [("@f", 500), ("@lf", 500), ("@c", 500), ("@lc", 500)] {
+                assert_eq!(
+                    map_value(&stdout, name),
+                    Some(want),
+                    "{m} {}: {name}: {stdout}",
+                    v.name()
+                );
+            }
+        }
+    }
+}
+
+/// What cannot be watched says why and what to use instead: a symbol with no size
+/// (defined in assembly, no DWARF), a parameter and a local (in registers: the
+/// message names the function and the uprobe to read them with, and that uprobe
+/// works), and a name nothing has (the local-variable hint, always).
+#[test]
+fn variables_that_cannot_be_watched_name_the_alternative() {
+    for v in variants() {
+        let bin = data(v);
+        let b = bin.display();
+        let cmd = format!("{b} misc 10");
+        let run = |prog: &str| {
+            let out = weft(&["trace", "-e", prog, "-c", &cmd], T);
+            assert!(!out.status.success(), "{prog}: weft succeeded");
+            text(&out.stderr)
+        };
+        let e = run(&format!("set:{b}:bare {{ }}"));
+        assert!(
+            e.contains(&format!(
+                "error: set:{b}:bare: `bare` has no size in the symbol table and no type \
+                 in DWARF: weft cannot tell which bytes to watch"
+            )) && e.contains(" --> -e:1:1"),
+            "{e}"
+        );
+        let e = run(&format!("set:{b}:factor {{ }}"));
+        assert!(
+            e.contains(&format!(
+                "`factor` is a parameter of `scale`: it lives in a register or on the stack, \
+                 with no fixed address to watch; read it where `scale` starts: \
+                 `uprobe:{b}:scale {{ print(args.factor); }}`"
+            )) && e.contains(" --> -e:1:1"),
+            "{e}"
+        );
+        let e = run(&format!("get:{b}:scaled {{ }}"));
+        assert!(
+            e.contains(
+                "`scaled` is a local variable of `scale`: it lives in a register or on the stack"
+            ) && e.contains(&format!("`uprobe:{b}:scale {{ print(args); }}`"))
+                && e.contains(&format!("`uretprobe:{b}:scale {{ print(retval); }}`")),
+            "{e}"
+        );
+        let e = run(&format!("set:{b}:nothing_here {{ }}"));
+        assert!(
+            e.contains("no global or static variable `nothing_here`")
+                && e.contains(
+                    "(if it is a local variable or a parameter, it lives in a register or on \
+                     the stack: read it in a uprobe on its function, with args)"
+                ),
+            "{e}"
+        );
+        // A near name is suggested, and the hint is still there.
+        let e = run(&format!("set:{b}:file_statik {{ }}"));
+        assert!(
+            e.contains("did you mean `file_static`?") && e.contains("read it in a uprobe"),
+            "{e}"
+        );
+        // The alternative the message gives works: 1 + 2 + ... + 10. And a symbol
+        // with no size whose type DWARF has (from a C declaration) is watched with
+        // DWARF's size.
+        let stdout = ok(&weft(
+            &[
+                "trace",
+                "-e",
+                &format!(
+                    "uprobe:{b}:scale {{ @s = sum(args.factor); }} \
+                     set:{b}:nosize {{ @n = count(); @last = new; }}"
+                ),
+                "-c",
+                &cmd,
+            ],
+            T,
+        ));
+        assert_eq!(map_value(&stdout, "@s"), Some(55), "{}: {stdout}", v.name());
+        assert_eq!(map_value(&stdout, "@n"), Some(10), "{}: {stdout}", v.name());
+        assert_eq!(
+            map_value(&stdout, "@last"),
+            Some(10),
+            "{}: {stdout}",
+            v.name()
+        );
+    }
+}
+
+/// An unaligned member (a packed struct's `long` at offset 1): a hardware
+/// watchpoint cannot take it, so `auto` uses page protection and `-v` says why;
+/// `hw` is refused with the reason; every write is counted.
+#[test]
+fn an_unaligned_member_falls_back_to_page_protection() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let prog = format!("set:{b}:packed_rec.v {{ @n = count(); @last = new; }}");
+    let cmd = format!("{b} misc 300");
+    let out = weft(&["trace", "-v", "-e", &prog, "-c", &cmd], T);
+    let stdout = ok(&out);
+    assert_eq!(map_value(&stdout, "@n"), Some(300), "{stdout}");
+    assert_eq!(map_value(&stdout, "@last"), Some(300), "{stdout}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "falls back to page protection: `packed_rec.v` is not aligned to its size (8 \
+             bytes): a hardware watchpoint cannot watch it"
+        ),
+        "{stderr}"
+    );
+    let out = weft(
+        &["trace", "--data-mechanism", "hw", "-e", &prog, "-c", &cmd],
+        T,
+    );
+    assert!(!out.status.success());
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("`packed_rec.v` is not aligned to its size (8 bytes)"),
+        "{stderr}"
+    );
+}
+
+/// `set:addr` at an address a uprobe learned that turns out unaligned (a packed
+/// record's `long`, one byte into a heap block): `auto` falls back to page
+/// protection (-v says so) and counts every write; `hw` says, without -v, that it
+/// cannot watch it, and the target runs to its end.
+#[test]
+fn an_unaligned_address_falls_back_to_page_protection() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("data-heap");
+    std::fs::create_dir_all(&dir).unwrap();
+    let prog = format!(
+        "uprobe:{b}:got_object {{ @p = arg0 + 1; }} \
+         set:addr(@p, 8) {{ @n = count(); @last = new; }}"
+    );
+    for (m, want) in [
+        ("auto", "falls back to page protection"),
+        ("hw", "not watched"),
+    ] {
+        let go = dir.join(format!("go-{}-odd-{m}", std::process::id()));
+        let _ = std::fs::remove_file(&go);
+        let cmd = format!("{b} odd 400 {}", go.display());
+        let mut args = vec!["trace", "--data-mechanism", m, "-e", &prog, "-c", &cmd];
+        if m == "auto" {
+            args.insert(1, "-v");
+        }
+        let mut w = Background::start(&args);
+        w.wait_line(want, true, T);
+        std::fs::write(&go, b"").unwrap();
+        let out = w.finish(T);
+        let _ = std::fs::remove_file(&go);
+        let stdout = ok(&out);
+        let stderr = text(&out.stderr);
+        assert!(stdout.contains("done 400\n"), "{m}: {stdout}");
+        if m == "auto" {
+            assert!(
+                stderr.contains("is not aligned to 8 bytes: falls back to page protection"),
+                "{stderr}"
+            );
+            assert_eq!(map_value(&stdout, "@n"), Some(400), "{stdout}");
+            assert_eq!(map_value(&stdout, "@last"), Some(400), "{stdout}");
+        } else {
+            assert!(
+                stderr.contains(
+                    "is not aligned to 8 bytes: a hardware watchpoint cannot watch it, and \
+                     --data-mechanism hw allows nothing else; not watched"
+                ),
+                "{stderr}"
+            );
+            assert_eq!(map_value(&stdout, "@n").unwrap_or(0), 0, "{stdout}");
+        }
+    }
+}
+
+/// bpftrace's `watchpoint:` modes `r` and `rw` (and `w`) on a global read 200
+/// times, written 200 times, then read once more (printed): `r` counts the 201
+/// reads (an access that leaves the value unchanged), `w` the 200 writes, `rw`
+/// all 401.
+#[test]
+fn watchpoint_read_and_read_write_modes() {
+    let v = Variant {
+        opt: "-O2",
+        pie: false,
+        cet: true,
+    };
+    let bin = data(v);
+    let addr = weft_symbol_addr(&bin, "source");
+    let cmd = format!("{} rw 200", bin.display());
+    for (mode, want) in [("r", 201), ("w", 200), ("rw", 401)] {
+        let prog = format!("watchpoint:{addr:#x}:8:{mode} {{ @n = count(); }}");
+        let stdout = ok(&weft(&["trace", "-e", &prog, "-c", &cmd], T));
+        assert!(stdout.contains("done 600 200\n"), "{mode}: {stdout}");
+        assert_eq!(map_value(&stdout, "@n"), Some(want), "{mode}: {stdout}");
+    }
+}
+
+/// `ip` in data advice is the accessing instruction under every mechanism (a
+/// hardware watchpoint traps after it: weft finds the instruction that ends
+/// there; page protection decodes the faulting one; rewrite knows it), and `func`
+/// its function: one address, the same for hw, page and rewrite, where objdump
+/// shows the access to the variable. For a write (`set:seq`) and a read
+/// (`get:source`), at -O0 and -O2.
+#[test]
+fn ip_is_the_accessing_instruction_under_every_mechanism() {
+    for v in [
+        Variant {
+            opt: "-O0",
+            pie: false,
+            cet: false,
+        },
+        Variant {
+            opt: "-O2",
+            pie: false,
+            cet: true,
+        },
+    ] {
+        let bin = data(v);
+        let b = bin.display();
+        let dump = text(
+            &Command::new("objdump")
+                .args(["-d", "--no-show-raw-insn"])
+                .arg(&bin)
+                .output()
+                .expect("objdump")
+                .stdout,
+        );
+        for (mode, pointcut, var) in [("seq 5", "set", "seq"), ("reads 5", "get", "source")] {
+            let prog = format!("{pointcut}:{b}:{var} {{ @ip[ip] = count(); @f[func] = count(); }}");
+            let cmd = format!("{b} {mode}");
+            let mut seen = Vec::new();
+            for m in ["hw", "page", "rewrite"] {
+                let stdout = ok(&weft(
+                    &["trace", "--data-mechanism", m, "-e", &prog, "-c", &cmd],
+                    T,
+                ));
+                let ips = keyed(&stdout, "@ip");
+                assert_eq!(ips.len(), 1, "{m} {}: {stdout}", v.name());
+                let (ip, n) = ips.into_iter().next().unwrap();
+                assert_eq!(n, 5, "{m} {}: {stdout}", v.name());
+                assert_eq!(map_value(&stdout, "@f[main]"), Some(5), "{m}: {stdout}");
+                let ip: u64 = ip.parse().unwrap();
+                let line = dump
+                    .lines()
+                    .find(|l| l.trim_start().starts_with(&format!("{ip:x}:")))
+                    .unwrap_or_else(|| panic!("{m} {}: no instruction at {ip:#x}", v.name()));
+                assert!(
+                    line.contains(&format!("<{var}>")),
+                    "{m} {}: {ip:#x} is `{line}`, not an access to {var}",
+                    v.name()
+                );
+                seen.push(ip);
+            }
+            assert!(seen.iter().all(|&ip| ip == seen[0]), "{var}: {seen:x?}");
+        }
+    }
 }

@@ -99,6 +99,29 @@ fn kernel_printf_builtins_and_exit_fields() {
     assert_eq!(map_value(&stdout, "@ok"), Some(6), "{stdout}");
 }
 
+/// `exit()` in a kernel probe: the code after it is never reached, and the
+/// kernel's verifier refuses unreachable code, so it is left out. The first call
+/// ends the session; as in bpftrace, a kernel probe's `exit()` is asynchronous, so
+/// calls made before weft reads it still count (at most the command's 6).
+#[test]
+fn exit_in_a_kernel_probe_ends_the_session_at_the_first_event() {
+    let cmd = format!("{} 3 2", tp());
+    let out = weft(
+        &[
+            "trace",
+            "-e",
+            "tracepoint:syscalls:sys_enter_getppid { $z = 0; @d = 5 / $z; @n = count(); exit(); }",
+            "-c",
+            &cmd,
+        ],
+        T,
+    );
+    let stdout = ok(&out);
+    let n = map_value(&stdout, "@n").unwrap_or(0);
+    assert!((1..=6).contains(&n), "{stdout}");
+    assert_eq!(map_value(&stdout, "@d"), Some(1), "{stdout}");
+}
+
 #[test]
 fn array_and_data_loc_fields_are_strings() {
     let bin = tp();
@@ -346,6 +369,57 @@ fn the_stat_open_race_fires_only_when_another_process_replaces_the_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 14's seed 1 as a sequence keyed by the path, with the file's check, its
+/// replacement and its use as kernel events: process A (`tp toctou`, the command)
+/// stat()s a path; another process B (`tp replace` or `tp modify`, a program A
+/// forks and execs) replaces the file or rewrites it in place; A opens it. The aspect reports "race condition" with A's pid,
+/// B's pid and the path (a string bound in the first step, read in the last).
+/// Without B nothing is reported, nor when A replaces the file itself. `--system`:
+/// B's events are seen whatever process makes them.
+#[test]
+fn toctou_as_a_seq_reports_both_pids_and_the_path_only_when_another_process_changes_the_file() {
+    let bin = tp();
+    let dir = std::env::temp_dir().join(format!("weft-toctou-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("config");
+    let p = path.to_str().unwrap().to_string();
+    let prog = "seq race[str(args.filename)] { \
+                  tracepoint:syscalls:sys_enter_newfstatat, tracepoint:syscalls:sys_enter_statx /pid == cpid/ \
+                    { $a = pid; $path = str(args.filename); } \
+                  tracepoint:syscalls:sys_enter_openat /pid != $a && (args.flags & 3) != 0/ { $b = pid; } \
+                  tracepoint:syscalls:sys_enter_openat /pid == $a/ \
+                    { printf(\"race condition %d %d %s\\n\", $a, $b, $path); } \
+                }";
+    for who in ["other", "modifier", "none", "self"] {
+        std::fs::write(&path, "v1").unwrap();
+        let cmd = format!("{bin} toctou {p} {who}");
+        let out = weft(&["trace", "--system", "-e", prog, "-c", &cmd], T);
+        let stdout = ok(&out);
+        // `opened A B`: the command's pid and its replacer's (0: none).
+        let opened: Vec<&str> = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("opened "))
+            .unwrap_or_else(|| panic!("{stdout}"))
+            .split_whitespace()
+            .collect();
+        let races: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("race condition"))
+            .collect();
+        if who == "other" || who == "modifier" {
+            assert_eq!(
+                races,
+                vec![format!("race condition {} {} {p}", opened[0], opened[1])],
+                "{stdout}"
+            );
+        } else {
+            assert_eq!(races, Vec::<&str>::new(), "{who}: {stdout}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `syscalls:` probes run from the raw `sys_enter`/`sys_exit` tracepoints (no
 /// record is built for a process the filter leaves out), and from the perf
 /// tracepoint when asked (`WEFT_PERF_TRACEPOINTS=1`): the same counts and values
@@ -447,14 +521,23 @@ fn kernel_division_by_zero_gives_1_with_upstreams_warning() {
     assert_eq!(map_value(&stdout, "@d"), Some(n), "{stdout}");
     assert_eq!(map_value(&stdout, "@m"), Some(n), "{stdout}");
     let err = text(&out.stderr);
+    // Each one warned where it happened, as upstream, then their number at exit.
+    for (col, len) in [(78, 17), (108, 17)] {
+        let warning = format!(
+            "stdin:1:{col}-{}: WARNING: Divide or modulo by 0 detected. This can lead to unexpected results. 1 is being used as the result.\n",
+            col + len
+        );
+        assert_eq!(
+            err.matches(&warning).count(),
+            n as usize,
+            "{warning}: {err}"
+        );
+    }
     assert!(
-        err.contains(
-            "WARNING: Divide or modulo by 0 detected. This can lead to unexpected results. 1 is being used as the result.\n"
-        ),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("Additional Info - divisions by zero: {}\n", 2 * n)),
+        err.contains(&format!(
+            "weft: {} divisions or remainders by zero gave 1 (each warned where it happened)\n",
+            2 * n
+        )),
         "{err}"
     );
 }

@@ -7,7 +7,11 @@
 //! function, so a site's label names the object: A (alloc_a) read 1000 times per
 //! thread, B (alloc_b) written 10 times per thread, C (alloc_c) never touched, D
 //! (alloc_d) written 5 times, realloc'ed (moved) and written 5 times more, memcpy
-//! from F (alloc_f) to G (alloc_g), three H (alloc_h) allocated and freed.
+//! from F (alloc_f) to G (alloc_g), three H (alloc_h) allocated and freed, E
+//! (chain_inner ← chain_middle ← chain_outer) written 3 times, BIG (alloc_big, 64
+//! MiB, mmap'ed far from the rest) written 7 times and AFTER (alloc_after) read 13
+//! times. tests/targets/memprof_rates.c: 20 objects read at rates 1.3× apart, for
+//! sampled mode's ranking.
 
 mod common;
 
@@ -20,9 +24,9 @@ use serde_json::Value;
 
 const T: Duration = Duration::from_secs(120);
 
-/// The link flags `weft memprof --ldflags` prints.
-fn ldflags() -> Vec<String> {
-    let o = weft(&["memprof", "--ldflags"], T);
+/// The link flags `weft memprof --ldflags --cc CC` prints.
+fn ldflags(cc: &str) -> Vec<String> {
+    let o = weft(&["memprof", "--ldflags", "--cc", cc], T);
     ok(&o).split_whitespace().map(String::from).collect()
 }
 
@@ -33,7 +37,7 @@ fn cflags(cc: &str) -> Vec<String> {
 
 /// Builds the target for counted mode: `cc` compiles with `weft memprof --cflags`
 /// and links with `--ldflags` (separately for gcc: linking with -fsanitize=thread
-/// would pull libtsan in).
+/// would pull libtsan in). clang's build is an LTO one whose hooks are inlined.
 fn build_counted(cc: &'static str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(&str, PathBuf)>> = std::sync::Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap();
@@ -61,7 +65,7 @@ fn build_counted(cc: &'static str) -> PathBuf {
         .arg(&obj)
         .arg("-o")
         .arg(&out)
-        .args(ldflags())
+        .args(ldflags(cc))
         .arg("-lpthread")
         .status()
         .unwrap();
@@ -145,6 +149,10 @@ fn check_counts(out: &str, v: &Value, threads: u64) {
     let h = objects(v, "alloc_h");
     assert_eq!(h.len(), 3);
     assert!(h.iter().all(|o| !o["free_ns"].is_null()));
+    // The heap range grew with the mmap'ed BIG: nothing before or after it is lost.
+    assert_eq!(rw(one(v, "chain_inner")), (0, 3));
+    assert_eq!(rw(one(v, "alloc_big")), (0, 7));
+    assert_eq!(rw(one(v, "alloc_after")), (13, 0));
     // The program's own view (include/weft.h), and the report's order.
     assert!(
         out.contains(&format!("A accesses {}\n", 1000 * threads)),
@@ -159,6 +167,17 @@ fn check_counts(out: &str, v: &Value, threads: u64) {
 #[test]
 fn counted_clang_one_thread_exact() {
     let bin = build_counted("clang");
+    // The LTO build inlined the hooks: no call to them is left, only their slow
+    // path's (a thread's first count).
+    let elf = weft_symbols::ElfFile::open(&bin).unwrap();
+    let imports: Vec<&str> = elf.imports().iter().map(|i| i.name.as_str()).collect();
+    assert!(imports.contains(&"weft_memprof_count_slow"), "{imports:?}");
+    assert!(
+        !imports
+            .iter()
+            .any(|i| i.starts_with("__sanitizer_cov_load")),
+        "{imports:?}"
+    );
     let (out, v) = memprof(&bin, &[], &["1"], "clang1");
     check_counts(&out, &v, 1);
 }
@@ -310,7 +329,7 @@ fn sampled_ranks_a_above_b_above_c() {
     let bin = build("memprof.c", Variant::O2_PIE, &["-I", inc.to_str().unwrap()]);
     let (out, v) = memprof(&bin, &["--sampled"], &["1", "50000"], "sampled");
     assert_eq!(v["mode"], "sampled");
-    assert!(v["sample"]["windows"].as_u64().unwrap() > 0, "{out}");
+    assert!(v["sample"]["samples"].as_u64().unwrap() > 0, "{out}");
     let acc = |l: &str| {
         let o = one(&v, l);
         o["reads"].as_u64().unwrap() + o["writes"].as_u64().unwrap()
@@ -318,4 +337,81 @@ fn sampled_ranks_a_above_b_above_c() {
     let (a, b, c) = (acc("alloc_a"), acc("alloc_b"), acc("alloc_c"));
     assert!(a > b && b > c && c == 0, "A {a}, B {b}, C {c}\n{out}");
     assert!(out.contains("mode: sampled"), "{out}");
+}
+
+fn address(o: &Value) -> u64 {
+    u64::from_str_radix(o["address"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+}
+
+/// The frame-pointer walk (chosen by `--stack auto` for a `--cflags` build, which
+/// keeps frame pointers) names the allocation's call chain exactly, innermost
+/// first; `--stack unwind` (glibc's backtrace) gives the same frames.
+#[test]
+fn frame_pointer_stack_names_the_call_chain() {
+    let bin = build_counted("clang");
+    for (args, stacks) in [(&[][..], "fp"), (&["--stack", "unwind"][..], "unwind")] {
+        let (out, v) = memprof(&bin, args, &["1"], &format!("stack-{stacks}"));
+        assert_eq!(v["stacks"], stacks, "{out}");
+        let frames: Vec<&str> = site(&v, "chain_inner")["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        assert!(frames.len() >= 3, "{frames:?}");
+        for (f, name) in frames
+            .iter()
+            .zip(["chain_inner+", "chain_middle+", "chain_outer+"])
+        {
+            assert!(f.starts_with(name), "{stacks}: {frames:?}");
+        }
+        check_counts(&out, &v, 1);
+    }
+}
+
+/// The hooks drop every address outside the heap range before looking it up;
+/// the range follows the heap: a 64 MiB object (mmap'ed by malloc, far above the
+/// other objects) and one allocated after it are counted exactly, as are those
+/// allocated before.
+#[test]
+fn heap_range_filter_keeps_every_heap_access() {
+    let bin = build_counted("clang");
+    let (out, v) = memprof(&bin, &[], &["2"], "range");
+    let (a, big, after) = (
+        address(one(&v, "alloc_a")),
+        address(one(&v, "alloc_big")),
+        address(one(&v, "alloc_after")),
+    );
+    assert!(big.abs_diff(a) > 1 << 30, "BIG {big:#x} is near A {a:#x}");
+    assert!(
+        big.abs_diff(after) > 1 << 30,
+        "BIG {big:#x}, AFTER {after:#x}"
+    );
+    check_counts(&out, &v, 2);
+}
+
+/// Sampled mode ranks 20 objects read at rates 1.3× apart (the first 4 reads per
+/// round, the last 585) in their known order: Spearman's ρ ≥ 0.9. About 5,000
+/// samples at the default period.
+#[test]
+fn sampled_ranks_twenty_objects_in_order() {
+    let bin = build("memprof_rates.c", Variant::O2_PIE, &[]);
+    let (out, v) = memprof(&bin, &["--sampled"], &["200000"], "rates");
+    let known: Vec<f64> = out
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(known.len(), 20, "{out}");
+    let mut objs = objects(&v, "alloc_rate");
+    objs.sort_by_key(|o| o["id"].as_u64().unwrap());
+    let sampled: Vec<f64> = objs
+        .iter()
+        .map(|o| (o["reads"].as_u64().unwrap() + o["writes"].as_u64().unwrap()) as f64)
+        .collect();
+    assert_eq!(sampled.len(), 20, "{out}");
+    let rho = weft_memprof::spearman(&known, &sampled);
+    assert!(rho >= 0.9, "rho {rho}: {sampled:?}\n{out}");
 }

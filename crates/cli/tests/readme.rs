@@ -86,11 +86,7 @@ fn strip_comment<'a>(before: &str, line: &'a str) -> (&'a str, bool) {
 /// A directory holding `app` (and its source, for the README's `gcc` lines),
 /// `input.txt`, `run.sh` (a script running app) and `scripts` (the repository's).
 fn workdir() -> PathBuf {
-    let dir = repo_root()
-        .join("target/tmp")
-        .join(format!("readme-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("readme");
     let include = repo_root().join("include");
     let app = build(
         "app.c",
@@ -135,7 +131,24 @@ fn run(cmd: &str, dir: &Path, target: Option<&Spawned>) -> std::process::Output 
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let ends_by_itself = cmd.contains("exit()") || cmd.contains(" -l") || cmd.contains(" list ");
+    // A program of only BEGIN/END probes, with no process, ends after BEGIN.
+    let begin_end_only = [
+        "probe:",
+        "usdt:",
+        "interval:",
+        "profile:",
+        "tracepoint:",
+        "watchpoint:",
+        "set:",
+        "get:",
+        "call:",
+        " -p ",
+        " -c ",
+    ]
+    .iter()
+    .all(|k| !cmd.contains(k));
+    let ends_by_itself =
+        cmd.contains("exit()") || cmd.contains(" -l") || cmd.contains(" list ") || begin_end_only;
     if let (Some(t), false) = (target, ends_by_itself) {
         let app = dir.join("app");
         let start = Instant::now();

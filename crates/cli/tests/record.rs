@@ -320,6 +320,52 @@ fn record_attached(bin: &Path, meddle: impl FnOnce(&Path)) {
     assert_eq!(main_entries, 1, "{names:?}");
 }
 
+/// A million calls as fast as one thread makes them (two million events, far
+/// more than a ring holds): `weft record`'s producers wait for weft when a ring is
+/// full, so none is lost, and the file holds every one, in order.
+#[test]
+fn a_burst_of_calls_faster_than_weft_drains_loses_nothing() {
+    const N: u64 = 1_000_000;
+    let bin = build("calls.c", Variant::O2_PIE, &[]);
+    let dir = tempdir();
+    let file = dir.join("burst.rec");
+    let o = weft(
+        &[
+            "record",
+            "-F",
+            "work",
+            "-o",
+            file.to_str().unwrap(),
+            "--",
+            bin.to_str().unwrap(),
+            &N.to_string(),
+        ],
+        T,
+    );
+    ok(&o);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "weft: recorded {N} entries and {N} exits of 1 functions in 1 threads"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("Lost"), "{err}");
+    let (records, _) = read(&file);
+    assert_eq!(records.len() as u64, 2 * N);
+    let mut last = 0;
+    for (i, r) in records.iter().enumerate() {
+        assert!(r.nsecs >= last, "time went back at record {i}");
+        last = r.nsecs;
+        match (&r.event, i % 2) {
+            (Event::FunctionEntry { .. }, 0) => {}
+            (Event::FunctionExit { retval, .. }, 1) => assert_eq!(*retval, i as u64 / 2 * 2 + 1),
+            (e, _) => panic!("record {i}: {e:?}"),
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn record_refuses_bad_requests_clearly() {
     let bin = build("calltree.c", Variant::O2_PIE, &["-pthread"]);

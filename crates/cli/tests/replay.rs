@@ -398,23 +398,49 @@ fn calls_still_open_at_the_end_are_closed_and_marked() {
     use weft_trace::Event;
     let whole = std::fs::read(recorded().join("weft.rec")).unwrap();
     let mut r = Reader::new(&whole[..]).unwrap();
+    // The file again, one frame per record (kinds 15 to 17, as the format allows)
+    // up to main's exit, which is left out.
+    let meta = serde_json::to_vec(&r.metadata).unwrap();
+    let mut cut = b"WEFTREC\0".to_vec();
+    cut.extend_from_slice(&1u32.to_le_bytes());
+    cut.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+    cut.extend_from_slice(&meta);
     let mut main = None;
-    let cut = loop {
-        let at = r.offset() as usize;
-        let frame = r.next_frame().unwrap();
-        if let Some(Frame::Record(rec)) = frame {
-            match rec.event {
-                Event::Function { func, name } if name == "main" => main = Some(func),
-                Event::FunctionExit { func, .. } if Some(func) == main => break at,
-                _ => {}
+    loop {
+        let Some(Frame::Record(rec)) = r.next_frame().unwrap() else {
+            panic!("main's exit is not in the record");
+        };
+        let (kind, payload): (u16, Vec<u8>) = match &rec.event {
+            Event::Function { func, name } => {
+                if name == "main" {
+                    main = Some(*func);
+                }
+                (17, [&func.to_le_bytes()[..], name.as_bytes()].concat())
             }
-        } else {
-            assert!(frame.is_some(), "main's exit is not in the record");
-        }
-    };
+            Event::FunctionEntry { func, args } => (
+                15,
+                std::iter::once(func)
+                    .chain(args)
+                    .flat_map(|w| w.to_le_bytes())
+                    .collect(),
+            ),
+            Event::FunctionExit { func, .. } if Some(*func) == main => break,
+            Event::FunctionExit { func, retval } => {
+                (16, [func.to_le_bytes(), retval.to_le_bytes()].concat())
+            }
+            _ => continue,
+        };
+        cut.extend_from_slice(&(20 + payload.len() as u32).to_le_bytes());
+        cut.extend_from_slice(&kind.to_le_bytes());
+        cut.extend_from_slice(&0u16.to_le_bytes());
+        cut.extend_from_slice(&rec.nsecs.to_le_bytes());
+        cut.extend_from_slice(&rec.pid.to_le_bytes());
+        cut.extend_from_slice(&rec.tid.to_le_bytes());
+        cut.extend_from_slice(&payload);
+    }
     let dir = tempdir();
     let file = dir.join("open.rec");
-    std::fs::write(&file, &whole[..cut]).unwrap();
+    std::fs::write(&file, &cut).unwrap();
     let f = file.to_str().unwrap();
     let out = ok(&weft(&["replay", f], T));
     let (tree, _) = normalized(&out);

@@ -27,11 +27,7 @@ struct Targets {
 
 impl Targets {
     fn build(test: &str) -> Targets {
-        let dir = repo_root()
-            .join("target/tmp")
-            .join(format!("sw-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch_dir(&format!("sw-{test}"));
         let src = repo_root().join("tests/targets");
         let (prog, lib) = (src.join("sw.c"), src.join("swlib.c"));
         let (prog, lib) = (prog.to_str().unwrap(), lib.to_str().unwrap());
@@ -317,6 +313,44 @@ fn sigkill_of_weft_with_a_process_caught_or_held_leaves_it_running() {
     }
 }
 
+/// weft SIGKILLed while a process it caught is still in the kernel's ring, unread
+/// (weft is kept from reading it: stopped): the guardian continues it too, once
+/// weft's process is gone, and it runs to its end with its own result.
+#[test]
+fn sigkill_of_weft_with_a_caught_process_it_never_read_leaves_it_running() {
+    let t = Targets::build("unread");
+    let bin = t.s("sw");
+    let prog = format!("uprobe:{bin}:f {{ @ = count(); }} {WOVEN}");
+    let mut w = Background::start(&["-e", &prog]);
+    w.wait_line("woven", false, T);
+    w.signal(libc::SIGSTOP);
+    let c = Command::new(&bin)
+        .arg("5")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The kernel stops it as it starts (weft, stopped, cannot read it).
+    let stat = format!("/proc/{}/stat", c.id());
+    let state = || {
+        let s = std::fs::read_to_string(&stat).unwrap_or_default();
+        s.rsplit_once(')')
+            .and_then(|(_, r)| r.trim_start().chars().next())
+    };
+    let until = std::time::Instant::now() + T;
+    while state() != Some('T') {
+        assert!(std::time::Instant::now() < until, "never caught");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    w.signal(libc::SIGKILL);
+    // (Stopped for good, it would be killed at the timeout and fail here.)
+    let o = wait_output(c, T);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(text(&o.stdout), "15\n");
+    let done = w.finish(T);
+    assert_eq!(done.status.signal(), Some(libc::SIGKILL), "{done:?}");
+}
+
 /// Where the kernel cannot catch processes (no eBPF; forced here with
 /// `WEFT_TEST_NO_EBPF`), weft says so and finds new processes in `/proc`: a process
 /// started after weft is woven within a scan, and counted exactly from then on.
@@ -346,5 +380,68 @@ fn without_ebpf_new_processes_are_found_in_proc() {
         BTreeMap::from([(late.pid() as i64, 4)]),
         "{out}\n{}",
         text(&o.stderr)
+    );
+}
+
+/// A program whose probed function is not in it (a stripped copy), with
+/// `missing_probes = "warn"`: the probe is skipped with upstream's warning, and the
+/// program runs on at once, never held until weft ends.
+#[test]
+fn a_process_left_out_runs_on_at_once() {
+    let t = Targets::build("leftout");
+    let stripped = t.path("sw_stripped");
+    std::fs::copy(t.path("sw"), &stripped).unwrap();
+    let st = Command::new("strip")
+        .arg("-s")
+        .arg(&stripped)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let bin = stripped.to_str().unwrap();
+    // Refused at once by default (below); skipped with a warning, the probe's file
+    // is still watched and its processes caught.
+    let prog = format!(
+        "config = {{ missing_probes = \"warn\" }} uprobe:{bin}:f {{ @c = count(); }} {WOVEN}"
+    );
+    let w = start_weft(&["-e", &prog]);
+    // Held until weft ends, it would be killed by the timeout.
+    let o = Command::new("timeout")
+        .args(["60", bin, "3"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(text(&o.stdout), t.run("sw", &["3"]));
+    w.signal(libc::SIGINT);
+    let o = w.finish(T);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "Could not resolve symbol: {bin}:f, skipping probe."
+        )),
+        "{err}"
+    );
+    assert_eq!(map_value(&ok(&o), "@c"), Some(0));
+}
+
+/// A probe on a function its file lacks is refused before anything starts (it could
+/// never be woven: the session would wait forever), with the way to skip it.
+#[test]
+fn system_wide_missing_function_is_refused_at_once() {
+    let t = Targets::build("missing");
+    let bin = t.path("sw");
+    let b = bin.display();
+    let o = weft(
+        &["-e", &format!("uprobe:{b}:no_such_fn {{ @ = count(); }}")],
+        T,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "weft: uprobe:{b}:no_such_fn: function `no_such_fn` not found in "
+        )) && err.contains(
+            "(with config `missing_probes = \"warn\"` or `\"ignore\"` the probe is skipped)"
+        ),
+        "{err}"
     );
 }

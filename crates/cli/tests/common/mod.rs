@@ -61,6 +61,18 @@ pub fn all_variants() -> Vec<Variant> {
     v
 }
 
+/// An empty directory of this test process under `target/tmp`: `NAME-PID`, whatever
+/// an earlier run left there removed.
+#[allow(dead_code)]
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = repo_root()
+        .join("target/tmp")
+        .join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -566,9 +578,28 @@ impl Background {
 
     /// [`Background::start`] with more environment variables.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Background {
-        let mut child = Command::new(weft_bin())
-            .args(args)
-            .envs(env.iter().copied())
+        let mut cmd = Command::new(weft_bin());
+        cmd.args(args).envs(env.iter().copied());
+        Background::spawn(cmd)
+    }
+
+    /// [`Background::start`] as a shell starts a job: weft leads a process group of
+    /// its own, which a launched command joins, so [`Background::signal_group`] is
+    /// a terminal's Ctrl-C.
+    pub fn start_in_own_group(args: &[&str]) -> Background {
+        let mut cmd = Command::new(weft_bin());
+        std::os::unix::process::CommandExt::process_group(cmd.args(args), 0);
+        Background::spawn(cmd)
+    }
+
+    /// `sig` to weft's whole process group (see [`Background::start_in_own_group`]).
+    pub fn signal_group(&self, sig: i32) {
+        // SAFETY: kill takes no pointers; the group is the one weft leads.
+        unsafe { libc::kill(-self.pid(), sig) };
+    }
+
+    fn spawn(mut cmd: Command) -> Background {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
