@@ -3,6 +3,8 @@
  *
  *   data write N   `counter = counter + 1` N times
  *   data read N    `sum += source` N times
+ *   data alias N   `sum += *alias` N times, `alias` a pointer to `source` (Arachne's
+ *                  "local alias read": no instruction names `source`)
  *   data floor N   the writes, with the program's own perf breakpoint event on
  *                  `counter` (synchronous SIGTRAP, an empty handler): the kernel's
  *                  cost per hit, without weft
@@ -23,6 +25,7 @@
 volatile long counter;
 volatile long source = 1;
 static volatile long traps;
+volatile long *volatile alias = &source;
 
 static void on_trap(int sig, siginfo_t *si, void *uc) {
     (void)sig, (void)si, (void)uc;
@@ -62,7 +65,7 @@ int main(int argc, char **argv) {
     if (argc < 3)
         return 2;
     long n = atol(argv[2]), sum = 0;
-    int reads = !strcmp(argv[1], "read");
+    int reads = !strcmp(argv[1], "read"), aliased = !strcmp(argv[1], "alias");
     if (!strcmp(argv[1], "floor") && watch_self() != 0) {
         perror("perf_event_open");
         return 1;
@@ -71,6 +74,9 @@ int main(int argc, char **argv) {
     if (reads)
         for (long i = 0; i < n; i++)
             sum += source;
+    else if (aliased)
+        for (long i = 0; i < n; i++)
+            sum += *alias;
     else
         for (long i = 0; i < n; i++)
             counter = counter + 1;

@@ -16,6 +16,7 @@
  */
 #include <pthread.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -37,8 +38,19 @@ NEVER_XRAY static void count_handler(int32_t fid, int type) {
 
 static const char *const names[4] = {"get", "put", "delete", "scan"};
 
+#ifdef TWO_CLOCK_READS
+/* The latency idiom's floor: the two TSC reads it cannot do without, in the
+ * function itself (bench row plain_tsc2). */
+#include <x86intrin.h>
+static volatile uint64_t tsc_sink;
+#endif
+
 __attribute__((noinline)) void empty(long n, const char *name) {
     asm volatile("" : : "r"(n), "r"(name) : "memory");
+#ifdef TWO_CLOCK_READS
+    uint64_t t0 = __rdtsc();
+    tsc_sink += __rdtsc() - t0;
+#endif
 }
 
 __attribute__((noinline)) void after_empty(void) {
@@ -49,6 +61,19 @@ NEVER_XRAY static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static struct rusage ru0; /* taken just before the timed loop(s) */
+
+static long long us(struct timeval tv) {
+    return (long long)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+static void print_rusage(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("utime_us=%lld stime_us=%lld\n", us(ru.ru_utime) - us(ru0.ru_utime),
+           us(ru.ru_stime) - us(ru0.ru_stime));
 }
 
 static long n_calls;
@@ -75,6 +100,7 @@ NEVER_XRAY int main(int argc, char **argv) {
         for (int t = 0; t < threads; t++)
             pthread_create(&th[t], NULL, loop, NULL);
         after_empty();
+        getrusage(RUSAGE_SELF, &ru0);
         pthread_barrier_wait(&start);
         uint64_t t0 = now_ns();
         for (int t = 0; t < threads; t++)
@@ -82,6 +108,7 @@ NEVER_XRAY int main(int argc, char **argv) {
         uint64_t t1 = now_ns();
         printf("calls=%ld ns_per_call=%.3f loop_ns=%llu\n", n * threads,
                n ? (double)(t1 - t0) / (double)n : 0.0, (unsigned long long)(t1 - t0));
+        print_rusage();
         fflush(stdout);
         return 0;
     }
@@ -93,6 +120,7 @@ NEVER_XRAY int main(int argc, char **argv) {
     }
 #endif
     after_empty();
+    getrusage(RUSAGE_SELF, &ru0);
     uint64_t t0 = now_ns();
     for (long i = 0; i < n; i++)
         empty(i, names[i & 3]);
@@ -102,6 +130,7 @@ NEVER_XRAY int main(int argc, char **argv) {
 #ifdef XRAY
     printf("xray_events=%llu\n", (unsigned long long)xray_events);
 #endif
+    print_rusage();
     fflush(stdout);
     return 0;
 }

@@ -75,6 +75,29 @@ pub enum Type {
     Inet,
     /// A MAC address from `macaddr()`: its 6 bytes, printed `AA:BB:CC:DD:EE:FF`.
     MacAddr,
+    /// A value of an enum (an enumerator, a variable holding one, a cast to `enum
+    /// X`): a signed 64-bit integer in registers and storage, printed as its
+    /// enumerator's name where it has one (upstream symbolizes them; JSON keeps the
+    /// number). Arithmetic on it gives a plain integer.
+    Enum(EnumType),
+}
+
+/// An enum's name and enumerators, for printing its values.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct EnumType {
+    /// Empty for an anonymous `enum { ... }`.
+    pub name: String,
+    pub variants: std::sync::Arc<[(String, i64)]>,
+}
+
+impl EnumType {
+    /// The enumerator named for `v`: the first one with that value.
+    pub fn name_of(&self, v: i64) -> Option<&str> {
+        self.variants
+            .iter()
+            .find(|(_, x)| *x == v)
+            .map(|(n, _)| n.as_str())
+    }
 }
 
 /// Bytes of a [`Type::Inet`]: the family (8) and room for an IPv6 address (16).
@@ -153,7 +176,7 @@ impl Type {
             Type::Buf { cap } => cap.saturating_add(4),
             Type::Tuple(fields) => layout(fields.iter()).1,
             Type::Record(fields) => layout(fields.iter().map(|(_, t)| t)).1,
-            Type::USym | Type::ProbeName | Type::Ptr(_) => 8,
+            Type::USym | Type::ProbeName | Type::Ptr(_) | Type::Enum(_) => 8,
             Type::UStack { depth, .. } => depth.saturating_mul(8).saturating_add(8),
             Type::Timestamp => 16,
             Type::CStruct(s) => s.size,
@@ -175,7 +198,8 @@ impl Type {
             | Type::Ptr(_)
             | Type::UStack { .. }
             | Type::Timestamp
-            | Type::Inet => 8,
+            | Type::Inet
+            | Type::Enum(_) => 8,
             // As C lays it out: its strictest member (an array: its element's).
             Type::CStruct(s) => s.fields.iter().map(|f| f.ty.align()).max().unwrap_or(1),
         }
@@ -194,12 +218,17 @@ impl Type {
     pub fn is_scalar(&self) -> bool {
         matches!(
             self,
-            Type::Int { .. } | Type::Bool | Type::USym | Type::ProbeName | Type::Ptr(_)
+            Type::Int { .. }
+                | Type::Bool
+                | Type::USym
+                | Type::ProbeName
+                | Type::Ptr(_)
+                | Type::Enum(_)
         )
     }
 
     pub fn is_signed(&self) -> bool {
-        matches!(self, Type::Int { signed: true, .. })
+        matches!(self, Type::Int { signed: true, .. } | Type::Enum(_))
     }
 }
 
@@ -261,6 +290,8 @@ impl fmt::Display for Type {
             Type::CStruct(s) => write!(f, "struct {}", s.name),
             Type::Inet => write!(f, "inet"),
             Type::MacAddr => write!(f, "macaddr"),
+            Type::Enum(e) if e.name.is_empty() => write!(f, "enum"),
+            Type::Enum(e) => write!(f, "enum {}", e.name),
         }
     }
 }
@@ -315,6 +346,32 @@ pub struct Config {
     /// functions inlined there (bpftrace's `show_debug_info`; weft's default: off,
     /// so output stays that of bpftrace without it).
     pub show_debug_info: bool,
+    /// What a probe on a function or USDT probe the binary does not have does
+    /// (bpftrace's `missing_probes`).
+    pub missing_probes: MissingProbes,
+    /// Maps declared with their own number of keys (`let @a = hash(N)`): name, N.
+    /// Others hold `max_map_keys`.
+    pub map_keys: Vec<(String, u32)>,
+}
+
+impl Config {
+    /// The number of keys map `name` holds.
+    pub fn max_keys_of(&self, name: &str) -> u32 {
+        self.map_keys
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(self.max_map_keys, |(_, k)| *k)
+    }
+}
+
+/// bpftrace's `missing_probes`: a probe that names what its binary lacks is an error
+/// (the default), is skipped with a warning, or is skipped silently.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MissingProbes {
+    #[default]
+    Error,
+    Warn,
+    Ignore,
 }
 
 impl Default for Config {
@@ -328,6 +385,8 @@ impl Default for Config {
             unsafe_ok: false,
             print_maps_on_exit: true,
             show_debug_info: false,
+            missing_probes: MissingProbes::Error,
+            map_keys: Vec::new(),
         }
     }
 }
@@ -370,6 +429,130 @@ pub fn is_hidden_map(name: &str) -> bool {
 /// Maps keyed by pid whose entry a forked child copies from its parent.
 pub fn is_inherited_map(name: &str) -> bool {
     name.starts_with(GROUP_MAP_PREFIX)
+}
+
+/// The map an instruction reads or changes, if any.
+pub fn map_of(inst: &Inst) -> Option<MapId> {
+    Some(match inst {
+        Inst::ThreadSum { map, .. }
+        | Inst::MapLoad { map, .. }
+        | Inst::MapStore { map, .. }
+        | Inst::MapAgg { map, .. }
+        | Inst::MapDelete { map, .. }
+        | Inst::MapHasKey { map, .. }
+        | Inst::MapLen { map, .. }
+        | Inst::MapIterStart { map, .. }
+        | Inst::MapIterNext { map, .. } => *map,
+        Inst::Emit {
+            kind:
+                EventKind::PrintMap { map, .. } | EventKind::ClearMap(map) | EventKind::ZeroMap(map),
+            ..
+        } => *map,
+        _ => return None,
+    })
+}
+
+/// Maps each thread only ever touches at its own id: plain maps of 8-byte values
+/// whose every use, in every probe, is a load, store or delete keyed by `tid` in
+/// user space (`@start[tid] = nsecs` … `nsecs - @start[tid]` … `delete(@start[tid])`):
+/// nothing iterates, counts, prints or clears them while the session runs, and no
+/// kernel probe uses them. A thread's entry of such a map can live in the thread's
+/// own slot, read and written without a lookup or an atomic operation (weft prints
+/// them with the rest at exit).
+pub fn thread_keyed_maps(prog: &Program) -> Vec<bool> {
+    let mut ok: Vec<bool> = prog
+        .maps
+        .iter()
+        .map(|m| {
+            matches!(&m.value, MapValue::Plain(t) if t.size() == 8)
+                && m.key.as_ref().is_some_and(|k| k.size() == 8)
+        })
+        .collect();
+    for p in &prog.probes {
+        let kernel = p.attach.iter().any(AttachPoint::runs_in_kernel);
+        let code = &p.body.code;
+        for (i, inst) in code.iter().enumerate() {
+            let Some(m) = map_of(inst) else { continue };
+            let Some(flag) = ok.get_mut(m.0 as usize) else {
+                continue;
+            };
+            let key = match inst {
+                Inst::MapLoad {
+                    key: Some(k),
+                    dst_place: None,
+                    ..
+                }
+                | Inst::MapStore {
+                    key: Some(k),
+                    src_reg: Some(_),
+                    src_place: None,
+                    ..
+                }
+                | Inst::MapDelete { key: Some(k), .. } => Some(*k),
+                _ => None,
+            };
+            if kernel || !key.is_some_and(|k| i > 0 && holds_tid(&p.body, &code[i - 1], k)) {
+                *flag = false;
+            }
+        }
+    }
+    ok
+}
+
+/// Whether `prev` (the instruction before a map access keyed at `key`) stores the
+/// thread's id there: `Store { key, r, 8 }` with `r` defined once, by `Ctx Tid`.
+fn holds_tid(f: &Function, prev: &Inst, key: Place) -> bool {
+    let Inst::Store {
+        place,
+        src,
+        size: 8,
+    } = prev
+    else {
+        return false;
+    };
+    if *place != key {
+        return false;
+    }
+    let mut defs = f.code.iter().filter(|i| defines(i, *src));
+    matches!(
+        (defs.next(), defs.next()),
+        (
+            Some(Inst::Ctx {
+                value: CtxValue::Tid,
+                ..
+            }),
+            None
+        )
+    )
+}
+
+/// Whether `inst` writes register `r` (for [`holds_tid`]: any instruction with a
+/// destination register counts, so an unknown one makes the answer "no").
+fn defines(inst: &Inst, r: Reg) -> bool {
+    match inst {
+        Inst::Ctx { dst, .. }
+        | Inst::Const { dst, .. }
+        | Inst::Mov { dst, .. }
+        | Inst::Binary { dst, .. }
+        | Inst::Unary { dst, .. }
+        | Inst::Extend { dst, .. }
+        | Inst::ThreadSum { dst, .. }
+        | Inst::SymbolAddr { dst, .. } => *dst == r,
+        Inst::MapLoad { dst_reg, .. } => *dst_reg == Some(r),
+        Inst::MapDelete { dst, .. } => *dst == Some(r),
+        Inst::Store { .. }
+        | Inst::Zero { .. }
+        | Inst::MapStore { .. }
+        | Inst::MapAgg { .. }
+        | Inst::Label(_)
+        | Inst::Jump(_)
+        | Inst::Branch { .. }
+        | Inst::Return
+        | Inst::Emit { .. }
+        | Inst::CountError(_) => false,
+        // Anything else may write any register, as far as this check knows.
+        _ => format!("{inst:?}").contains(&format!("Reg({})", r.0)),
+    }
 }
 
 /// What a map stores per key.
@@ -520,6 +703,10 @@ pub struct Message {
     pub line: u32,
     pub col: u32,
     pub end_col: u32,
+    /// Lines printed under the location line: for a run-time warning, the source
+    /// line and `~` under the statement, as upstream shows them; empty for
+    /// `errorf`/`warnf`.
+    pub context: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -561,6 +748,10 @@ pub struct Probe {
     /// function and decides what happens ([`Inst::AroundEnter`], [`Inst::Proceed`],
     /// [`Inst::AroundReturn`]). Its attach points are function entries.
     pub around: bool,
+    /// A kernel probe that runs for every process even when the session traces
+    /// some (`-p`/`-c`): SystemTap's `scheduler.cpu_on`, whose tracepoint fires in
+    /// the context of the task leaving the CPU.
+    pub system: bool,
 }
 
 /// Where a probe fires. Providers that later issues add (`call:`, `get:`, `set:`,
@@ -636,7 +827,7 @@ pub enum DataPlace {
     },
     /// `addr(@map, SIZE)`: the address a key-less map holds, watched (again) each
     /// time weft sees the map's value change; nothing while it is 0.
-    Map { map: String, size: u8 },
+    Map { map: String, size: u32 },
     /// An absolute address (`watchpoint:ADDR:LEN:MODE`).
     Addr { addr: u64, len: u8 },
 }
@@ -839,6 +1030,11 @@ pub enum UnOp {
     Bswap(u8),
 }
 
+/// [`CtxValue::ThreadRusage`]'s counters (the runtime's helper reads them).
+pub use weft_abi::{
+    RUSAGE_CONTEXT_SWITCHES, RUSAGE_FAULTS, RUSAGE_MAJOR_FAULTS, RUSAGE_MINOR_FAULTS,
+};
+
 /// Values from the probe's context, read into a register.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CtxValue {
@@ -867,6 +1063,13 @@ pub enum CtxValue {
     Nsecs,
     /// CLOCK_REALTIME nanoseconds (for `time`/`strftime`).
     RealtimeNsecs,
+    /// The thread's CPU time in nanoseconds (`__weft_cputime`, for `weft fperf -e
+    /// cputime`: a system call a read).
+    ThreadCpuTime,
+    /// One of the thread's resource counters, a `weft_abi::RUSAGE_*` value
+    /// (`__weft_faults`, `__weft_minflt`, `__weft_majflt`, `__weft_csw`, for `weft
+    /// fperf -e page-faults`...: a system call a read).
+    ThreadRusage(u8),
     /// Nanoseconds since the program started.
     Elapsed,
     Cpu,
@@ -1030,6 +1233,11 @@ pub enum Inst {
     Override {
         value: Reg,
     },
+    /// `set` probe: the value the watched bytes take instead of what the access
+    /// wrote (`new = EXPR`, `--unsafe`); `new` reads it from then on.
+    SetDataNew {
+        value: Reg,
+    },
 
     Const {
         dst: Reg,
@@ -1186,6 +1394,14 @@ pub enum Inst {
     /// `strncmp` as bpftrace defines it: `dst` = 0 when the first `len` bytes (up to
     /// a NUL) are equal, 1 otherwise (not an ordering: bpftrace returns 1 both ways).
     StrCmp {
+        dst: Reg,
+        a: Place,
+        b: Place,
+        len: u32,
+    },
+    /// Order two strings of at most `len` bytes (stopping at NUL), bytewise: `dst` =
+    /// -1, 0 or 1 (`weft stap`'s sorted `foreach` on a string).
+    StrOrder {
         dst: Reg,
         a: Place,
         b: Place,
@@ -1396,6 +1612,12 @@ impl fmt::Display for Program {
         }
         Ok(())
     }
+}
+
+/// Whether `f` assigns `new` ([`Inst::SetDataNew`]): its data pointcut's mechanism
+/// then writes the value back.
+pub fn writes_data_new(f: &Function) -> bool {
+    f.code.iter().any(|i| matches!(i, Inst::SetDataNew { .. }))
 }
 
 #[cfg(test)]
