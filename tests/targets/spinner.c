@@ -1,6 +1,7 @@
 /* Runs until killed, checking its own results: tick(s) must return s + 1.
  * Prints "ready" once started; exits 3 on a wrong result. Used by attach tests.
- * Built with -DIGNORE_TERM it ignores SIGTERM. */
+ * Built with -DIGNORE_TERM it ignores SIGTERM; with -DCRASH_AFTER=N it kills
+ * itself with SIGSEGV right after its N-th tick. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,9 @@ int main(void) {
       exit(3);
     }
     s = r;
+#ifdef CRASH_AFTER
+    if (i == CRASH_AFTER) raise(SIGSEGV);
+#endif
     if (i % 4096 == 0) usleep(200);
   }
 }

@@ -47,15 +47,11 @@ fn writes_from_four_threads_counted_exactly() {
             T,
         );
         let stdout = ok(&out);
-        assert!(stdout.contains("done 80000"), "{}: {stdout}", v.name());
-        assert_eq!(
-            map_value(&stdout, "@w"),
-            Some(80000),
-            "{}: {stdout}",
-            v.name()
-        );
+        let why = || format!("{} {m}: {stdout}\nstderr:\n{}", v.name(), text(&out.stderr));
+        assert!(stdout.contains("done 80000"), "{}", why());
+        assert_eq!(map_value(&stdout, "@w"), Some(80000), "{}", why());
         let per: Vec<i64> = keyed(&stdout, "@t").into_values().collect();
-        assert_eq!(per, vec![20000; 4], "{}: {stdout}", v.name());
+        assert_eq!(per, vec![20000; 4], "{}", why());
     }
 }
 

@@ -362,6 +362,38 @@ fn ctrl_c_ends_weft_and_its_command_quietly() {
     }
 }
 
+/// A launched command that crashes on its own: weft's status stays 0 (as
+/// bpftrace's), but it says which signal ended the command, and the maps hold
+/// every call made before.
+#[test]
+fn a_command_killed_by_a_signal_is_said() {
+    let bin = build("spinner.c", Variant::O2_PIE, &["-DCRASH_AFTER=5000"]);
+    let b = bin.to_str().unwrap();
+    let o = weft(
+        &[
+            "trace",
+            "-e",
+            &format!("uprobe:{b}:tick {{ @c = count(); }}"),
+            "-c",
+            b,
+        ],
+        T,
+    );
+    let out = ok(&o);
+    let err = text(&o.stderr);
+    assert_eq!(map_value(&out, "@c"), Some(5000), "{out}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("was killed by"))
+        .collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].starts_with("weft: the command (pid ")
+            && said[0].contains(") was killed by SIGSEGV"),
+        "{err}"
+    );
+}
+
 /// Two SIGINTs in a row to a weft attached to a running process: the process is
 /// unwoven and keeps running, unharmed.
 #[test]

@@ -1224,14 +1224,37 @@ impl<'p> Session<'p> {
 
     /// Notice members that ended; true when none is left.
     fn reap_members(&mut self, sink: &mut dyn Sink) -> Result<bool> {
+        use std::os::unix::process::ExitStatusExt;
         let mut left = Vec::new();
+        let mut killed = Vec::new();
         for m in &mut self.members {
             if !m.alive {
                 continue;
             }
             let gone = match m.child.as_mut() {
-                // As bpftrace: weft's status does not follow the command's.
-                Some(c) => c.try_wait()?.is_some(),
+                // As bpftrace: weft's status does not follow the command's; but a
+                // command a signal ended is said (a crash is never silent).
+                Some(c) => match c.try_wait()? {
+                    Some(st) => {
+                        // Not the signals that ask a program to end (a
+                        // terminal's Ctrl-C reaches the command with weft).
+                        let asked = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+                        if let Some(sig) = st.signal().filter(|s| !asked.contains(s)) {
+                            let core = if st.core_dumped() {
+                                " (core dumped)"
+                            } else {
+                                ""
+                            };
+                            killed.push(format!(
+                                "the command (pid {}) was killed by {}{core}",
+                                m.pid,
+                                weft_inject::signal_name(sig)
+                            ));
+                        }
+                        true
+                    }
+                    None => false,
+                },
                 None => !target::alive(m.pid),
             };
             if gone {
@@ -1243,6 +1266,9 @@ impl<'p> Session<'p> {
                     event: weft_trace::Event::ProcessLeft { pid: m.pid as u32 },
                 });
             }
+        }
+        for k in killed {
+            self.note(&k);
         }
         if !left.is_empty() {
             self.deliver(&left, sink);

@@ -459,9 +459,8 @@ const SW_BYTES: u64 = 464;
 /// its offset, its size, and whether the kernel gives it to a task only on request
 /// (a component `xfd` can disable, as AMX's tile data). CPUID leaf 0xd.
 fn cpu_component(i: u32) -> Option<(usize, usize, bool)> {
-    // SAFETY: cpuid is available on every x86-64 CPU; leaf 0xd on any with xsave,
-    // which is the only way an `xsave` image exists.
-    let r = unsafe { core::arch::x86_64::__cpuid_count(0xd, i) };
+    // Leaf 0xd exists on any CPU with xsave, the only way an `xsave` image exists.
+    let r = core::arch::x86_64::__cpuid_count(0xd, i);
     (r.eax != 0).then_some((r.ebx as usize, r.eax as usize, r.ecx & 4 != 0))
 }
 
