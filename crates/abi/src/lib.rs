@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 19;
+pub const VERSION: u32 = 20;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -121,6 +121,12 @@ pub struct ShmHeader {
     /// is dropped (0: drop at once, as bpftrace does). `weft record` sets it, so
     /// nothing is lost while weft keeps up; see [`ThreadSlot::ring_stalled`].
     pub ring_wait_spins: u64,
+    /// `set:addr(@map, N)` bindings: advice that stored an address in such a map
+    /// takes a number by raising `watch_bind_req` and waits until weft, having
+    /// armed the watches at the maps' addresses as they were when it looked,
+    /// raises `watch_bind_done` to the request it saw (see [`Helper::WatchBind`]).
+    pub watch_bind_req: AtomicU64,
+    pub watch_bind_done: AtomicU64,
 }
 
 /// CLOCK_MONOTONIC read from the TSC: `base_ns + ((tsc - base_tsc) * mult) >> 32`,
@@ -828,9 +834,18 @@ pub enum Helper {
     /// (`getrusage(RUSAGE_THREAD)`, a system call; only `weft fperf`'s sampled
     /// calls read it): `which` is a [`RUSAGE_FAULTS`].. constant.
     ThreadRusage,
+    /// `(frame) -> u64`: advice just stored an address in a map that a
+    /// `set:addr(@map, N)` pointcut watches; wait (up to
+    /// [`WATCH_BIND_WAIT_NS`]) until weft has armed the watch there, so that no
+    /// access after the store is missed. 1 when armed in time, 0 (counted as
+    /// `ErrorKind::WatchLate`) when not.
+    WatchBind,
 }
 
-pub const HELPER_COUNT: usize = Helper::ThreadRusage as usize + 1;
+pub const HELPER_COUNT: usize = Helper::WatchBind as usize + 1;
+/// The longest a [`Helper::WatchBind`] waits for weft (a stopped weft must not
+/// stop the target for long).
+pub const WATCH_BIND_WAIT_NS: u64 = 200_000_000;
 /// [`Helper::ThreadRusage`]'s counters: page faults (minor and major), minor
 /// faults, major faults, context switches (voluntary and involuntary).
 pub const RUSAGE_FAULTS: u64 = 0;

@@ -892,6 +892,7 @@ impl Gen<'_> {
             CtxValue::ThreadRusage(_) => {
                 return Err(unsupported("a thread's page faults or context switches"))
             }
+            CtxValue::WatchBind => return Err(unsupported("binding a watched address")),
             CtxValue::Retval => return Err(unsupported("retval")),
             CtxValue::Reg(_) => return Err(unsupported("reg()")),
             CtxValue::FuncAddr => return Err(unsupported("func")),

@@ -120,6 +120,37 @@ fn a_heap_object_watched_at_an_address_a_uprobe_learned() {
     heap_object("page", "page protection");
 }
 
+/// The address is watched from the store on: the target writes the word right
+/// after `got_object` returns (no file to wait for), and the advice that stored
+/// `@p` waited for weft to arm the watch, so every write is seen, the first one
+/// with `old` 0 (Arachne's alias pointcut: bind, then watch, nothing between).
+#[test]
+fn a_heap_object_is_watched_from_the_store_of_its_address_on() {
+    let bin = data(Variant::O2_PIE);
+    let b = bin.display();
+    let prog = format!(
+        "uprobe:{b}:got_object {{ @p = arg0; }} \
+         set:addr(@p, 8) {{ @n = count(); @first = min(old); @last = new; @sum = sum(new - old); }}"
+    );
+    let cmd = format!("{b} heap 1000");
+    for m in ["hw", "page"] {
+        for round in 0..3 {
+            let out = weft(
+                &["trace", "--data-mechanism", m, "-e", &prog, "-c", &cmd],
+                T,
+            );
+            let stdout = ok(&out);
+            let why = format!("{m} round {round}: {stdout}\n{}", text(&out.stderr));
+            assert!(stdout.contains("done 1000"), "{why}");
+            assert_eq!(map_value(&stdout, "@n"), Some(1000), "{why}");
+            assert_eq!(map_value(&stdout, "@first"), Some(0), "{why}");
+            assert_eq!(map_value(&stdout, "@last"), Some(1000), "{why}");
+            assert_eq!(map_value(&stdout, "@sum"), Some(1000), "{why}");
+            assert!(!text(&out.stderr).contains("not watched in time"), "{why}");
+        }
+    }
+}
+
 /// Instruction rewriting cannot watch memory known only at run time: a clear
 /// error, nothing woven.
 #[test]

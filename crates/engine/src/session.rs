@@ -1027,7 +1027,7 @@ impl<'p> Session<'p> {
             if self.watcher.is_some() {
                 self.join_caught();
             }
-            self.rearm_watches();
+            self.bind_watches();
             if Instant::now() >= next_release {
                 self.release_gone_processes();
                 self.join_group_members();
@@ -1059,6 +1059,9 @@ impl<'p> Session<'p> {
                 } else {
                     Duration::from_millis(1)
                 }
+            } else if self.binds_watches() {
+                // Advice that stored a `set:addr` address waits for weft to arm it.
+                Duration::from_millis(1)
             } else {
                 Duration::from_millis(5 << idle)
             };
@@ -1134,10 +1137,31 @@ impl<'p> Session<'p> {
         }
     }
 
+    /// Whether some member has a `set:addr(@p, N)` watch.
+    fn binds_watches(&self) -> bool {
+        self.members
+            .iter()
+            .any(|m| m.alive && m.watches.iter().any(|(_, w, _)| w.map.is_some()))
+    }
+
+    /// [`Self::rearm_watches`], then the advice waiting since it stored an
+    /// address (`weft_abi::Helper::WatchBind`) goes on: every request made before
+    /// weft looked at the maps is answered.
+    fn bind_watches(&mut self) {
+        let h = self.seg.shm.header();
+        let req = h.watch_bind_req.load(Ordering::Acquire);
+        self.rearm_watches();
+        let h = self.seg.shm.header();
+        if h.watch_bind_done.load(Ordering::Relaxed) < req {
+            h.watch_bind_done.store(req, Ordering::Release);
+        }
+    }
+
     /// `set:addr(@p, N)`: (re)arm each member's watch at the address `@p` holds
-    /// when it changed since the last look (every pass of the run loop: 5 to 20
-    /// ms). Accesses between the probe that stored the address and this are not
-    /// seen; an address of 0 disarms the watch.
+    /// when it changed since the last look (every pass of the run loop, every
+    /// millisecond while there are such watches). The advice that stored the
+    /// address waits for this (see [`Self::bind_watches`]), so no access after the
+    /// store is missed; an address of 0 disarms the watch.
     fn rearm_watches(&mut self) {
         let shm = &self.seg.shm;
         let mut notes = Vec::new();

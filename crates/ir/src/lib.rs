@@ -1070,6 +1070,10 @@ pub enum CtxValue {
     /// (`__weft_faults`, `__weft_minflt`, `__weft_majflt`, `__weft_csw`, for `weft
     /// fperf -e page-faults`...: a system call a read).
     ThreadRusage(u8),
+    /// Wait until weft has armed the `set:addr(@map, N)` watches at the address
+    /// just stored in such a map (the lowering adds it after each such store in
+    /// advice that runs in the target): 1 when armed in time, else 0.
+    WatchBind,
     /// Nanoseconds since the program started.
     Elapsed,
     Cpu,
@@ -1197,6 +1201,9 @@ pub enum ErrorKind {
     LoopBound = 3,
     /// The event ring was full; the event was dropped.
     EventLost = 4,
+    /// An address stored for a `set:addr(@map, N)` pointcut was not watched
+    /// within `weft_abi::WATCH_BIND_WAIT_NS`: accesses right after may be missed.
+    WatchLate = 5,
 }
 
 /// One instruction. `dst` is written; other registers and places are read.

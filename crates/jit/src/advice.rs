@@ -942,6 +942,10 @@ impl Cx<'_> {
                 self.a.mov(edi, u32::from(which))?;
                 self.call(Helper::ThreadRusage)?
             }
+            CtxValue::WatchBind => {
+                self.a.mov(rdi, rbx)?;
+                self.call(Helper::WatchBind)?
+            }
             CtxValue::Elapsed => {
                 self.a.mov(rdi, rbx)?;
                 self.call(Helper::Nsecs)?;

@@ -66,10 +66,53 @@ pub fn lower(ck: &Checked) -> (ir::Program, Vec<Diagnostic>) {
             spans.push(p.attach.first().map(|a| a.span).unwrap_or(p.span));
         }
     }
+    bind_watched_maps(&mut prog);
     if diags.list.is_empty() {
         check_kernel_probes(&prog, &spans, &mut diags);
     }
     (prog, diags.list)
+}
+
+/// After each store to a map that a `set:addr(@map, N)` pointcut watches, advice
+/// running in the target waits until weft has armed the watch at the address
+/// stored ([`CtxValue::WatchBind`]): an access right after the store (the
+/// object's first initialisation, as Arachne's alias pointcuts see it) is not
+/// missed. BEGIN, END and interval probes run in weft, which arms the watch
+/// before the target goes on.
+fn bind_watched_maps(prog: &mut ir::Program) {
+    let bound: Vec<u32> = prog
+        .probes
+        .iter()
+        .flat_map(|p| &p.attach)
+        .filter_map(|a| match a {
+            ir::AttachPoint::Data {
+                place: ir::DataPlace::Map { map, .. },
+                ..
+            } => prog.maps.iter().position(|m| &m.name == map),
+            _ => None,
+        })
+        .map(|i| i as u32)
+        .collect();
+    if bound.is_empty() {
+        return;
+    }
+    for p in &mut prog.probes {
+        if !p.attach.iter().all(ir::AttachPoint::runs_in_target) {
+            continue;
+        }
+        let code = std::mem::take(&mut p.body.code);
+        for inst in code {
+            let binds = matches!(&inst, Inst::MapStore { map, .. } if bound.contains(&map.0));
+            p.body.code.push(inst);
+            if binds {
+                let dst = p.body.new_reg();
+                p.body.code.push(Inst::Ctx {
+                    dst,
+                    value: CtxValue::WatchBind,
+                });
+            }
+        }
+    }
 }
 
 /// Kernel probes run as eBPF: what the code generator cannot compile (or a map the

@@ -27,6 +27,7 @@ pub const ERR_DIV_ZERO: usize = 1;
 pub const ERR_MAP_FULL: usize = 2;
 pub const ERR_LOOP_BOUND: usize = 3;
 pub const ERR_EVENT_LOST: usize = 4;
+pub const ERR_WATCH_LATE: usize = 5;
 
 #[inline]
 fn frame<'a>(f: *mut Frame) -> &'a Frame {
@@ -192,6 +193,34 @@ pub unsafe extern "C" fn weft_h_thread_cputime() -> u64 {
 
 pub unsafe extern "C" fn weft_h_thread_rusage(which: u64) -> u64 {
     crate::clock::thread_rusage(which)
+}
+
+/// After advice stored an address in a map a `set:addr(@map, N)` pointcut
+/// watches: wait until weft has armed the watch there (see
+/// `weft_abi::Helper::WatchBind`), so the thread's next access is seen. Not the
+/// hot path: one wait per binding, a few hundred microseconds while weft arms
+/// (spinning briefly, then yielding the CPU, which weft may need).
+pub unsafe extern "C" fn weft_h_watch_bind(f: *mut Frame) -> u64 {
+    let fr = frame(f);
+    let s = shm(fr);
+    let h = s.header();
+    let me = h.watch_bind_req.fetch_add(1, Ordering::AcqRel) + 1;
+    let start = crate::clock::monotonic_ns();
+    let mut spins = 0u32;
+    while h.watch_bind_done.load(Ordering::Acquire) < me {
+        spins = spins.wrapping_add(1);
+        if spins < 4096 {
+            core::hint::spin_loop();
+            continue;
+        }
+        if crate::clock::monotonic_ns().saturating_sub(start) > weft_abi::WATCH_BIND_WAIT_NS {
+            count_error_in(slot(fr), ERR_WATCH_LATE);
+            return 0;
+        }
+        // SAFETY: sched_yield has no memory effects.
+        unsafe { libc::sched_yield() };
+    }
+    1
 }
 
 pub unsafe extern "C" fn weft_h_cpu() -> u64 {
@@ -704,6 +733,11 @@ pub fn helper_table() -> [u64; HELPER_COUNT] {
         &mut t,
         Helper::ThreadRusage,
         weft_h_thread_rusage as *const () as usize,
+    );
+    set(
+        &mut t,
+        Helper::WatchBind,
+        weft_h_watch_bind as *const () as usize,
     );
     set(&mut t, Helper::Rand, weft_h_rand as *const () as usize);
     set(&mut t, Helper::UStack, weft_h_ustack as *const () as usize);

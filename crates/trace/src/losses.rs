@@ -116,6 +116,13 @@ impl Losses {
             v.push(map_full_warning(m));
             v.push(format!("Additional Info - map: {m}, updates dropped: {n}"));
         }
+        let late = self.errors[ErrorKind::WatchLate as usize];
+        if late > 0 {
+            v.push(format!(
+                "weft: {late} addresses stored for set:addr() were not watched in time (weft did not arm the watch within {} ms); accesses right after those stores may be missed",
+                weft_abi::WATCH_BIND_WAIT_NS / 1_000_000
+            ));
+        }
         let loop_bound = self.errors[ErrorKind::LoopBound as usize];
         if loop_bound > 0 {
             v.push(format!(

@@ -6,9 +6,9 @@
 //! change (x86 debug registers watch writes, or reads and writes, never reads
 //! alone): a read-modify-write that changes the value counts as a write, and a
 //! write of the same value as a read. `set:addr(@p, N)` has no address yet: weft
-//! arms it when it sees `@p` hold one (`Session::rearm_watches`, at most every
-//! 10 ms of the run loop), so accesses right after the probe that set `@p` ran are
-//! missed until then.
+//! arms it when it sees `@p` hold one (`Session::bind_watches`); the advice that
+//! stored the address waits for that (`weft_abi::Helper::WatchBind`), so no access
+//! after the store is missed.
 
 use anyhow::{anyhow, Result};
 use weft_ir::{AttachPoint, DataAccess, DataPlace};
