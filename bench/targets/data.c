@@ -8,6 +8,9 @@
  *   data floor N   the writes, with the program's own perf breakpoint event on
  *                  `counter` (synchronous SIGTRAP, an empty handler): the kernel's
  *                  cost per hit, without weft
+ *   data hot N     `shared.hot = shared.hot + 1` N times: the word beside
+ *                  `shared.watched` on one page (what page protection costs the
+ *                  program's unrelated data; `watched` is never written)
  *
  * prints "calls=N ns_per_call=F counter=C sum=S" (F per loop iteration).
  */
@@ -26,6 +29,11 @@ volatile long counter;
 volatile long source = 1;
 static volatile long traps;
 volatile long *volatile alias = &source;
+/* Two words on one page (the struct is 16-byte aligned, so never split). */
+struct {
+    long hot;
+    long watched;
+} __attribute__((aligned(16))) volatile shared;
 
 static void on_trap(int sig, siginfo_t *si, void *uc) {
     (void)sig, (void)si, (void)uc;
@@ -66,6 +74,7 @@ int main(int argc, char **argv) {
         return 2;
     long n = atol(argv[2]), sum = 0;
     int reads = !strcmp(argv[1], "read"), aliased = !strcmp(argv[1], "alias");
+    int hot = !strcmp(argv[1], "hot");
     if (!strcmp(argv[1], "floor") && watch_self() != 0) {
         perror("perf_event_open");
         return 1;
@@ -77,6 +86,9 @@ int main(int argc, char **argv) {
     else if (aliased)
         for (long i = 0; i < n; i++)
             sum += *alias;
+    else if (hot)
+        for (long i = 0; i < n; i++)
+            shared.hot = shared.hot + 1;
     else
         for (long i = 0; i < n; i++)
             counter = counter + 1;

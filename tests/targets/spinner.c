@@ -1,7 +1,8 @@
 /* Runs until killed, checking its own results: tick(s) must return s + 1.
  * Prints "ready" once started; exits 3 on a wrong result. Used by attach tests.
  * Built with -DIGNORE_TERM it ignores SIGTERM; with -DCRASH_AFTER=N it kills
- * itself with SIGSEGV right after its N-th tick. */
+ * itself with SIGSEGV right after its N-th tick; with -DTRAP_AFTER=N it runs an
+ * int3 of its own there (no SIGTRAP handler: the trap ends it). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,9 @@ int main(void) {
     s = r;
 #ifdef CRASH_AFTER
     if (i == CRASH_AFTER) raise(SIGSEGV);
+#endif
+#ifdef TRAP_AFTER
+    if (i == TRAP_AFTER) __asm__ volatile("int3");
 #endif
     if (i % 4096 == 0) usleep(200);
   }

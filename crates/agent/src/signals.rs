@@ -376,6 +376,53 @@ pub unsafe extern "C" fn weft_agent_sigaction(
 
 /// Deliver a guarded signal that is not weft's to the target's disposition, as the
 /// kernel would have. Called from the agent's handlers.
+/// A trap none of weft's mechanisms claimed, about to end a program that has no
+/// SIGTRAP handler of its own: one line on its stderr with what the kernel said,
+/// so a crash during a session can be told from one weft caused. No allocation
+/// (a signal handler): the line is built on the stack.
+fn say_fatal_trap(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel's siginfo and ucontext for this delivery.
+    let (code, rip) = unsafe {
+        let uc = &*(ctx as *const libc::ucontext_t);
+        (
+            (*info).si_code,
+            uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64,
+        )
+    };
+    let mut buf = [0u8; 128];
+    let mut n = 0;
+    let mut put = |b: &[u8]| {
+        let k = b.len().min(buf.len() - n);
+        buf[n..n + k].copy_from_slice(&b[..k]);
+        n += k;
+    };
+    put(b"weft-agent: a SIGTRAP no weft mechanism claimed (si_code ");
+    let mut dec = [0u8; 11];
+    let mut k = dec.len();
+    let mut v = code.unsigned_abs();
+    loop {
+        k -= 1;
+        dec[k] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    if code < 0 {
+        put(b"-");
+    }
+    put(&dec[k..]);
+    put(b", rip 0x");
+    let mut hex = [0u8; 16];
+    for (i, h) in hex.iter_mut().enumerate() {
+        *h = b"0123456789abcdef"[((rip >> (60 - 4 * i)) & 0xf) as usize];
+    }
+    put(&hex);
+    put(b"): the program's default action ends it\n");
+    // SAFETY: writing our stack buffer to stderr.
+    unsafe { libc::write(2, buf.as_ptr() as *const libc::c_void, n) };
+}
+
 pub fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let a = app_action(sig);
     // SAFETY: the kernel's siginfo for this delivery.
@@ -395,6 +442,9 @@ pub fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_voi
             ..KAction::default()
         };
         raw_sigaction(sig, Some(&dfl), None);
+        if sig == libc::SIGTRAP && synchronous {
+            say_fatal_trap(info, ctx);
+        }
         if sig == libc::SIGTRAP || !synchronous {
             // SAFETY: sending a signal to our own thread.
             unsafe {

@@ -392,6 +392,30 @@ fn a_command_killed_by_a_signal_is_said() {
             && said[0].contains(") was killed by SIGSEGV"),
         "{err}"
     );
+
+    // A trap of the program's own that none of weft's mechanisms claims: the
+    // agent says so on the program's stderr (a crash weft caused would be told
+    // apart by that line), then the default action ends it, as without weft.
+    let bin = build("spinner.c", Variant::O2_PIE, &["-DTRAP_AFTER=300"]);
+    let b = bin.to_str().unwrap();
+    let o = weft(
+        &[
+            "trace",
+            "-e",
+            &format!("uprobe:{b}:tick {{ @c = count(); }}"),
+            "-c",
+            b,
+        ],
+        T,
+    );
+    let out = ok(&o);
+    let err = text(&o.stderr);
+    assert_eq!(map_value(&out, "@c"), Some(300), "{out}");
+    assert!(
+        err.contains("weft-agent: a SIGTRAP no weft mechanism claimed (si_code 128, rip 0x"),
+        "{err}"
+    );
+    assert!(err.contains(") was killed by SIGTRAP"), "{err}");
 }
 
 /// Two SIGINTs in a row to a weft attached to a running process: the process is
