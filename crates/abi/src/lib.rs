@@ -623,6 +623,36 @@ pub const EVENT_EXIT: u32 = 10;
 pub const EVENT_FUNC_ENTRY: u32 = 11;
 /// A function returned: `id` is the site, `arg0 | arg1 << 32` the return value.
 pub const EVENT_FUNC_EXIT: u32 = 12;
+/// A function entry (no arguments) or exit (no return value) in 16 bytes, as
+/// inline advice writes them for `weft record`: `u32` length 16, a `u32` whose low
+/// byte is this kind and whose upper 24 bits are the site, the `u64` time. Readers
+/// see them as [`EVENT_FUNC_ENTRY`] / [`EVENT_FUNC_EXIT`] headers
+/// ([`short_event_header`]).
+pub const EVENT_FUNC_ENTRY_SHORT: u32 = 13;
+pub const EVENT_FUNC_EXIT_SHORT: u32 = 14;
+/// Bytes of a short function event.
+pub const SHORT_EVENT_SIZE: u32 = 16;
+/// Sites a short function event can name (24 bits).
+pub const SHORT_EVENT_SITES: u32 = 1 << 24;
+
+/// The header a short function event stands for, from its first two words and
+/// its time; `None` when the record is not one.
+pub fn short_event_header(len: u32, word: u32, nsecs: u64) -> Option<EventHeader> {
+    let kind = match word & 0xff {
+        EVENT_FUNC_ENTRY_SHORT => EVENT_FUNC_ENTRY,
+        EVENT_FUNC_EXIT_SHORT => EVENT_FUNC_EXIT,
+        _ => return None,
+    };
+    (len == SHORT_EVENT_SIZE).then_some(EventHeader {
+        len,
+        kind,
+        id: word >> 8,
+        payload_len: 0,
+        arg0: 0,
+        arg1: 0,
+        nsecs,
+    })
+}
 
 // ---------------------------------------------------------------------------------
 // Sites

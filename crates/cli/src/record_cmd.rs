@@ -26,8 +26,8 @@ pub struct RecordArgs {
     #[arg(long = "args", value_name = "N", default_value_t = 0,
           value_parser = clap::value_parser!(u8).range(0..=6))]
     pub args: u8,
-    /// Show return values in `weft replay` and `dump` (every exit records the
-    /// return value register; this says the functions return something).
+    /// Record each call's return value, shown by `weft replay` and `dump` (without
+    /// it an exit is a 16-byte record with its time only).
     #[arg(short = 'r', long = "retval")]
     pub retval: bool,
     /// The record file to write; a directory (one that exists, or a path ending
@@ -77,7 +77,7 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         a.functions.clone()
     };
     let output = output_file(&a.output)?;
-    let text = program_text(&program, &patterns, a.args)?;
+    let text = program_text(&program, &patterns, a.args, a.retval)?;
     let out = crate::front_end(&text, "weft record", &weft_lang::Options::default(), None)?;
     if !out.diagnostics.is_empty() {
         eprint!(
@@ -177,14 +177,16 @@ pub(crate) fn traced_program(target: &Target) -> Result<PathBuf> {
 }
 
 /// The program `weft record` runs: for each pattern, advice at the entry and the
-/// return of every function it matches.
-fn program_text(program: &Path, patterns: &[String], args: u8) -> Result<String> {
+/// return of every function it matches. Without arguments or return values each
+/// event is a 16-byte record (`weft_abi::EVENT_FUNC_ENTRY_SHORT`).
+fn program_text(program: &Path, patterns: &[String], args: u8, retval: bool) -> Result<String> {
     let mut text = String::new();
+    let value = if retval { "retval" } else { "" };
     for p in patterns {
         let (binary, functions) = checked_pattern(p, program)?;
         text.push_str(&format!(
             "uprobe:{binary}:{functions} {{ __weft_entry({args}); }}\n\
-             uretprobe:{binary}:{functions} {{ __weft_exit(); }}\n"
+             uretprobe:{binary}:{functions} {{ __weft_exit({value}); }}\n"
         ));
     }
     Ok(text)
@@ -307,7 +309,8 @@ mod tests {
 
     #[test]
     fn the_program_has_an_entry_and_a_return_probe_per_pattern() {
-        let text = program_text(Path::new("/bin/app"), &["a*".into(), "b".into()], 2).unwrap();
+        let text =
+            program_text(Path::new("/bin/app"), &["a*".into(), "b".into()], 2, false).unwrap();
         assert_eq!(
             text,
             "uprobe:/bin/app:a* { __weft_entry(2); }\n\
@@ -315,7 +318,13 @@ mod tests {
              uprobe:/bin/app:b { __weft_entry(2); }\n\
              uretprobe:/bin/app:b { __weft_exit(); }\n"
         );
-        assert!(program_text(Path::new("/bin/app"), &["a b".into()], 0).is_err());
-        assert!(program_text(Path::new("/bin/app"), &["".into()], 0).is_err());
+        let text = program_text(Path::new("/bin/app"), &["c".into()], 0, true).unwrap();
+        assert_eq!(
+            text,
+            "uprobe:/bin/app:c { __weft_entry(0); }\n\
+             uretprobe:/bin/app:c { __weft_exit(retval); }\n"
+        );
+        assert!(program_text(Path::new("/bin/app"), &["a b".into()], 0, false).is_err());
+        assert!(program_text(Path::new("/bin/app"), &["".into()], 0, false).is_err());
     }
 }

@@ -152,6 +152,7 @@ fn record_writes_the_exact_call_tree_of_every_thread() {
                 "leaf",
                 "--args",
                 "2",
+                "--retval",
                 "-o",
                 file.to_str().unwrap(),
                 "--",
@@ -202,6 +203,94 @@ fn record_writes_the_exact_call_tree_of_every_thread() {
             "leaf(2 + 100) returning 306 is missing"
         );
     }
+}
+
+/// Without `--args` or `--retval` every event is a 16-byte record: the same call
+/// tree, nested and timed, read by weft and by the Python reader, in a smaller
+/// file than with return values.
+#[test]
+fn record_without_arguments_or_values_writes_short_events() {
+    let bin = build("calltree.c", Variant::O2_PIE, &["-pthread"]);
+    let dir = tempdir();
+    let run = |file: &Path, extra: &[&str]| {
+        let mut args = vec!["record", "-F", "run", "-F", "parse", "-F", "leaf"];
+        args.extend_from_slice(extra);
+        args.extend([
+            "-o",
+            file.to_str().unwrap(),
+            "--",
+            bin.to_str().unwrap(),
+            "3",
+        ]);
+        let o = weft(&args, T);
+        ok(&o);
+        assert!(
+            text(&o.stderr)
+                .contains("weft: recorded 40 entries and 40 exits of 3 functions in 4 threads to"),
+            "{}",
+            text(&o.stderr)
+        );
+    };
+    let short = dir.join("short.rec");
+    let long = dir.join("long.rec");
+    run(&short, &[]);
+    run(&long, &["--retval"]);
+    let (records, names) = read(&short);
+    let mut counts: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut stacks: HashMap<u32, (Vec<String>, u64)> = HashMap::new();
+    for r in &records {
+        let (stack, last) = stacks.entry(r.tid).or_default();
+        assert!(r.nsecs >= *last, "time went back on thread {}", r.tid);
+        *last = r.nsecs;
+        match &r.event {
+            Event::FunctionEntry { func, args } => {
+                assert!(args.is_empty());
+                let name = names[&(r.pid, *func)].clone();
+                counts.entry(name.clone()).or_default().0 += 1;
+                stack.push(name);
+            }
+            Event::FunctionExit { func, retval } => {
+                assert_eq!(*retval, 0, "a short exit carries no value");
+                let name = &names[&(r.pid, *func)];
+                assert_eq!(stack.pop().as_ref(), Some(name));
+                counts.entry(name.clone()).or_default().1 += 1;
+            }
+            _ => unreachable!(),
+        }
+    }
+    let want: BTreeMap<String, (u64, u64)> = [
+        ("leaf".to_string(), (24, 24)),
+        ("parse".to_string(), (12, 12)),
+        ("run".to_string(), (4, 4)),
+    ]
+    .into();
+    assert_eq!(counts, want);
+    // 40 exits 24 bytes shorter each (16 against 32 + the value): 960 bytes,
+    // less what a drain splitting a thread's events into one more frame adds.
+    let size = |f: &Path| std::fs::metadata(f).unwrap().len();
+    assert!(
+        size(&short) + 40 * 16 < size(&long),
+        "{} {}",
+        size(&short),
+        size(&long)
+    );
+    let dump = std::process::Command::new(repo_root().join("scripts/weft-record-dump"))
+        .arg(&short)
+        .output()
+        .unwrap();
+    assert!(dump.status.success(), "{}", text(&dump.stderr));
+    let lines = text(&dump.stdout);
+    let n = |kind: &str| {
+        lines
+            .lines()
+            .filter(|l| l.contains(&format!("\"kind\": \"{kind}\"")))
+            .count()
+    };
+    assert_eq!((n("entry"), n("exit")), (40, 40));
+    assert!(!lines
+        .lines()
+        .any(|l| l.contains("\"kind\": \"exit\"") && l.contains("retval")));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// calltree.c's printed sum when its callers pass `ts`.
@@ -259,6 +348,7 @@ fn record_attached(bin: &Path, meddle: impl FnOnce(&Path)) {
             "record",
             "--args",
             "2",
+            "--retval",
             "-o",
             file.to_str().unwrap(),
             "-p",
@@ -334,6 +424,7 @@ fn a_burst_of_calls_faster_than_weft_drains_loses_nothing() {
             "record",
             "-F",
             "work",
+            "--retval",
             "-o",
             file.to_str().unwrap(),
             "--",

@@ -741,7 +741,18 @@ impl<'a> Cx<'a> {
             other => other.record().expect("every other event is the program's"),
         };
         let size = self.site.ring_size;
-        let rec = u64::from(round8(EVENT_HEADER_SIZE + len));
+        // An entry without arguments or an exit without a value: 16 bytes, half
+        // the memory `weft record` moves (weft_abi::EVENT_FUNC_ENTRY_SHORT).
+        let short = match kind {
+            EventKind::FuncEntry => len == 0,
+            EventKind::FuncExit => payload.is_none(),
+            _ => false,
+        } && id < weft_abi::SHORT_EVENT_SITES;
+        let rec = if short {
+            u64::from(weft_abi::SHORT_EVENT_SIZE)
+        } else {
+            u64::from(round8(EVENT_HEADER_SIZE + len))
+        };
         let ring = self.site.ring_off as i32;
         let slot = |f: usize| (f) as i32;
         let head = slot(core::mem::offset_of!(ThreadSlot, ring_head));
@@ -757,7 +768,7 @@ impl<'a> Cx<'a> {
         }
         // [rsp] spins waited, [rsp+8] the time, [rsp+16] the arguments word; the
         // body's cells are 24 bytes further.
-        if kind == EventKind::FuncExit {
+        if kind == EventKind::FuncExit && !short {
             let m = self.at(self.fr.rax());
             self.a.push(m)?;
         } else {
@@ -800,21 +811,33 @@ impl<'a> Cx<'a> {
         self.a.add(rcx, rax)?;
         self.a.xor(edx, edx)?;
         self.bind(&mut write)?;
-        self.a.mov(rax, rec | (u64::from(k) << 32))?;
-        self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
-        self.a.mov(rax, u64::from(id) | (u64::from(len) << 32))?;
-        self.a.mov(qword_ptr(r11 + rdx + ring + 8), rax)?;
-        self.a.mov(rax, qword_ptr(rsp + 16))?;
-        self.a.mov(qword_ptr(r11 + rdx + ring + 16), rax)?;
-        self.a.mov(rax, qword_ptr(rsp + 8))?;
-        self.a.mov(qword_ptr(r11 + rdx + ring + 24), rax)?;
-        if let Some(p) = payload {
-            let at = self.place(p) + 24;
-            let mut o = 0;
-            while o < len as i32 {
-                self.a.mov(rax, qword_ptr(rsp + at + o))?;
-                self.a.mov(qword_ptr(r11 + rdx + ring + 32 + o), rax)?;
-                o += 8;
+        if short {
+            let code = if kind == EventKind::FuncEntry {
+                weft_abi::EVENT_FUNC_ENTRY_SHORT
+            } else {
+                weft_abi::EVENT_FUNC_EXIT_SHORT
+            };
+            self.a.mov(rax, rec | (u64::from(code | (id << 8)) << 32))?;
+            self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
+            self.a.mov(rax, qword_ptr(rsp + 8))?;
+            self.a.mov(qword_ptr(r11 + rdx + ring + 8), rax)?;
+        } else {
+            self.a.mov(rax, rec | (u64::from(k) << 32))?;
+            self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
+            self.a.mov(rax, u64::from(id) | (u64::from(len) << 32))?;
+            self.a.mov(qword_ptr(r11 + rdx + ring + 8), rax)?;
+            self.a.mov(rax, qword_ptr(rsp + 16))?;
+            self.a.mov(qword_ptr(r11 + rdx + ring + 16), rax)?;
+            self.a.mov(rax, qword_ptr(rsp + 8))?;
+            self.a.mov(qword_ptr(r11 + rdx + ring + 24), rax)?;
+            if let Some(p) = payload {
+                let at = self.place(p) + 24;
+                let mut o = 0;
+                while o < len as i32 {
+                    self.a.mov(rax, qword_ptr(rsp + at + o))?;
+                    self.a.mov(qword_ptr(r11 + rdx + ring + 32 + o), rax)?;
+                    o += 8;
+                }
             }
         }
         self.a.add(rcx, rec as i32)?;

@@ -156,13 +156,10 @@ pub unsafe fn consume_each(
         }
         if kind != EVENT_PAD {
             // SAFETY: a complete record of `len` bytes starts at pos.
-            let header = unsafe { (ring.add(pos) as *const EventHeader).read_unaligned() };
-            let plen = (header.payload_len as usize).min(len as usize - EVENT_HEADER_SIZE as usize);
-            // SAFETY: the payload follows the header inside the record.
-            let payload = unsafe {
-                core::slice::from_raw_parts(ring.add(pos + EVENT_HEADER_SIZE as usize), plen)
-            };
-            f(&header, payload);
+            let rec = unsafe { core::slice::from_raw_parts(ring.add(pos), len as usize) };
+            if let Some((header, payload)) = parse(rec) {
+                f(&header, payload);
+            }
         }
         tail += u64::from(len);
     }
@@ -206,7 +203,11 @@ pub unsafe fn consume_runs(
         // SAFETY: pos is inside the ring; the producer published up to head.
         let (len, kind, id) = unsafe {
             let p = ring.add(pos) as *const u32;
-            (p.read(), p.add(1).read(), p.add(2).read())
+            let (len, word) = (p.read(), p.add(1).read());
+            match weft_abi::short_event_header(len, word, 0) {
+                Some(h) => (len, h.kind, h.id),
+                None => (len, word, p.add(2).read()),
+            }
         };
         if len == 0 || u64::from(len) > size {
             tail = head;
@@ -225,14 +226,10 @@ pub unsafe fn consume_runs(
             flush(&mut open, &mut run);
             if kind != EVENT_PAD {
                 // SAFETY: a complete record of `len` bytes starts at pos.
-                let header = unsafe { (ring.add(pos) as *const EventHeader).read_unaligned() };
-                let plen =
-                    (header.payload_len as usize).min(len as usize - EVENT_HEADER_SIZE as usize);
-                // SAFETY: the payload follows the header inside the record.
-                let payload = unsafe {
-                    core::slice::from_raw_parts(ring.add(pos + EVENT_HEADER_SIZE as usize), plen)
-                };
-                f(&header, payload);
+                let rec = unsafe { core::slice::from_raw_parts(ring.add(pos), len as usize) };
+                if let Some((header, payload)) = parse(rec) {
+                    f(&header, payload);
+                }
             }
         }
         tail += u64::from(len);
@@ -253,17 +250,9 @@ pub fn records(bytes: &[u8]) -> impl Iterator<Item = Option<(EventHeader, &[u8])
         if at >= bytes.len() {
             return None;
         }
-        let hs = EVENT_HEADER_SIZE as usize;
         let item = (|| {
-            let rec = bytes.get(at..at + hs)?;
-            // SAFETY: rec holds EVENT_HEADER_SIZE bytes; any bytes are a valid header.
-            let h = unsafe { (rec.as_ptr() as *const EventHeader).read_unaligned() };
-            let len = h.len as usize;
-            if len < hs || at + len > bytes.len() {
-                return None;
-            }
-            let plen = (h.payload_len as usize).min(len - hs);
-            let payload = &bytes[at + hs..at + hs + plen];
+            let len = u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?) as usize;
+            let (h, payload) = parse(bytes.get(at..at + len)?)?;
             at += len;
             Some((h, payload))
         })();
@@ -272,6 +261,33 @@ pub fn records(bytes: &[u8]) -> impl Iterator<Item = Option<(EventHeader, &[u8])
         }
         Some(item)
     })
+}
+
+/// One whole record (`rec` is exactly its bytes): its header, a short function
+/// event expanded (`weft_abi::short_event_header`), and its payload. `None` for a
+/// record too short for what it says it is.
+pub fn parse(rec: &[u8]) -> Option<(EventHeader, &[u8])> {
+    let word = |o: usize| Some(u32::from_le_bytes(rec.get(o..o + 4)?.try_into().ok()?));
+    let (len, kind) = (word(0)?, word(4)?);
+    if rec.len() == weft_abi::SHORT_EVENT_SIZE as usize {
+        let nsecs = u64::from_le_bytes(rec.get(8..16)?.try_into().ok()?);
+        if let Some(h) = weft_abi::short_event_header(len, kind, nsecs) {
+            return Some((h, &[]));
+        }
+    }
+    let hs = EVENT_HEADER_SIZE as usize;
+    if rec.len() < hs {
+        return None;
+    }
+    // SAFETY: rec holds EVENT_HEADER_SIZE bytes; any bytes are a valid header.
+    let h = unsafe { (rec.as_ptr() as *const EventHeader).read_unaligned() };
+    let plen = (h.payload_len as usize).min(rec.len() - hs);
+    Some((h, &rec[hs..hs + plen]))
+}
+
+/// The time of the record at the start of `bytes` (whole records), short or not.
+pub fn first_time(bytes: &[u8]) -> Option<u64> {
+    records(bytes).next().flatten().map(|(h, _)| h.nsecs)
 }
 
 /// Spins of [`core::hint::spin_loop`] (`pause`) that take at least about `ns`
@@ -294,6 +310,49 @@ pub fn spins_for(ns: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_function_events_read_as_entries_and_exits() {
+        let mut bytes = Vec::new();
+        // A short entry of site 70,000 at time 5, a full exit, a short exit.
+        let short = |b: &mut Vec<u8>, code: u32, site: u32, t: u64| {
+            b.extend_from_slice(&16u32.to_le_bytes());
+            b.extend_from_slice(&(code | site << 8).to_le_bytes());
+            b.extend_from_slice(&t.to_le_bytes());
+        };
+        short(&mut bytes, weft_abi::EVENT_FUNC_ENTRY_SHORT, 70_000, 5);
+        let full = EventHeader {
+            len: 32,
+            kind: weft_abi::EVENT_FUNC_EXIT,
+            id: 3,
+            payload_len: 0,
+            arg0: 9,
+            arg1: 0,
+            nsecs: 6,
+        };
+        // SAFETY: EventHeader is plain data, 32 bytes.
+        bytes.extend_from_slice(unsafe {
+            core::slice::from_raw_parts(&full as *const EventHeader as *const u8, 32)
+        });
+        short(&mut bytes, weft_abi::EVENT_FUNC_EXIT_SHORT, 70_000, 7);
+        let got: Vec<(u32, u32, u64, u32)> = records(&bytes)
+            .map(|r| r.map(|(h, _)| (h.kind, h.id, h.nsecs, h.arg0)).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (weft_abi::EVENT_FUNC_ENTRY, 70_000, 5, 0),
+                (weft_abi::EVENT_FUNC_EXIT, 3, 6, 9),
+                (weft_abi::EVENT_FUNC_EXIT, 70_000, 7, 0)
+            ]
+        );
+        assert_eq!(first_time(&bytes), Some(5));
+        // A 16-byte record of another kind is not a function event; cut short, nothing.
+        let mut odd = bytes[..16].to_vec();
+        odd[4] = 1;
+        assert!(records(&odd).next().unwrap().is_none());
+        assert!(records(&bytes[..12]).next().unwrap().is_none());
+    }
 
     #[test]
     fn runs_hold_whole_records_cut_by_others_and_the_ring_end() {

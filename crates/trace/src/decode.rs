@@ -106,7 +106,7 @@ impl Decoder {
                         is_func,
                         |bytes| {
                             // The first record's time (a run holds whole records).
-                            let at = u64::from_le_bytes(bytes[24..32].try_into().unwrap());
+                            let at = ring::first_time(bytes).unwrap_or(0);
                             first_packed.get_or_insert(at);
                             packed_records.push(Record {
                                 nsecs: at,
