@@ -367,21 +367,16 @@ fn ctrl_c_ends_weft_and_its_command_quietly() {
 /// every call made before.
 #[test]
 fn a_command_killed_by_a_signal_is_said() {
-    let bin = build("spinner.c", Variant::O2_PIE, &["-DCRASH_AFTER=5000"]);
-    let b = bin.to_str().unwrap();
-    let o = weft(
-        &[
-            "trace",
-            "-e",
-            &format!("uprobe:{b}:tick {{ @c = count(); }}"),
-            "-c",
-            b,
-        ],
-        T,
-    );
-    let out = ok(&o);
-    let err = text(&o.stderr);
-    assert_eq!(map_value(&out, "@c"), Some(5000), "{out}");
+    // spinner.c built to end itself after N ticks: `@c` and weft's stderr.
+    let run = |flag: &str| {
+        let bin = build("spinner.c", Variant::O2_PIE, &[flag]);
+        let b = bin.to_str().unwrap();
+        let prog = format!("uprobe:{b}:tick {{ @c = count(); }}");
+        let o = weft(&["trace", "-e", &prog, "-c", b], T);
+        (map_value(&ok(&o), "@c"), text(&o.stderr))
+    };
+    let (c, err) = run("-DCRASH_AFTER=5000");
+    assert_eq!(c, Some(5000), "{err}");
     let said: Vec<&str> = err
         .lines()
         .filter(|l| l.contains("was killed by"))
@@ -396,21 +391,8 @@ fn a_command_killed_by_a_signal_is_said() {
     // A trap of the program's own that none of weft's mechanisms claims: the
     // agent says so on the program's stderr (a crash weft caused would be told
     // apart by that line), then the default action ends it, as without weft.
-    let bin = build("spinner.c", Variant::O2_PIE, &["-DTRAP_AFTER=300"]);
-    let b = bin.to_str().unwrap();
-    let o = weft(
-        &[
-            "trace",
-            "-e",
-            &format!("uprobe:{b}:tick {{ @c = count(); }}"),
-            "-c",
-            b,
-        ],
-        T,
-    );
-    let out = ok(&o);
-    let err = text(&o.stderr);
-    assert_eq!(map_value(&out, "@c"), Some(300), "{out}");
+    let (c, err) = run("-DTRAP_AFTER=300");
+    assert_eq!(c, Some(300), "{err}");
     assert!(
         err.contains("weft-agent: a SIGTRAP no weft mechanism claimed (si_code 128, rip 0x"),
         "{err}"
