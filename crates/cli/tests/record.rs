@@ -233,12 +233,32 @@ fn record_without_arguments_or_values_writes_short_events() {
     };
     let short = dir.join("short.rec");
     let long = dir.join("long.rec");
+    let monotonic = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: ts is a valid timespec for the call to fill.
+        assert_eq!(
+            unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
+            0
+        );
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    let before = monotonic();
     run(&short, &[]);
+    let after = monotonic();
     run(&long, &["--retval"]);
     let (records, names) = read(&short);
     let mut counts: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut stacks: HashMap<u32, (Vec<String>, u64)> = HashMap::new();
     for r in &records {
+        // CLOCK_MONOTONIC nanoseconds, within the run.
+        assert!(
+            (before..=after).contains(&r.nsecs),
+            "{} outside {before}..{after}",
+            r.nsecs
+        );
         let (stack, last) = stacks.entry(r.tid).or_default();
         assert!(r.nsecs >= *last, "time went back on thread {}", r.tid);
         *last = r.nsecs;
