@@ -86,6 +86,9 @@ pub(crate) extern "C" fn on_trap(
     if crate::page::on_trap(si, uc) {
         return;
     }
+    if crate::watch::on_unclaimed_trap(si, uc) {
+        return;
+    }
     if si.si_code != SI_KERNEL && weft_stray_trap(si.si_code, uc) {
         return;
     }
