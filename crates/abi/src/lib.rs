@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 20;
+pub const VERSION: u32 = 21;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -588,7 +588,7 @@ pub const THREAD_HEADER_SIZE: u64 = 256;
 /// record that would cross the end of the ring is preceded by an [`EVENT_PAD`] record
 /// filling the rest.
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventHeader {
     /// Total bytes of the record, header included, rounded up to 8.
     pub len: u32,
@@ -630,17 +630,27 @@ pub const EVENT_FUNC_EXIT: u32 = 12;
 /// ([`short_event_header`]).
 pub const EVENT_FUNC_ENTRY_SHORT: u32 = 13;
 pub const EVENT_FUNC_EXIT_SHORT: u32 = 14;
+/// As [`EVENT_FUNC_ENTRY_SHORT`] / [`EVENT_FUNC_EXIT_SHORT`], but timed by the raw
+/// TSC: what inline advice writes when the segment's clock is the TSC, so that
+/// nothing converts it on the hot path, nor in weft's drain. They stay so in the
+/// record file, which carries the clock's lines (`weft_runtime::clock::TscLines`);
+/// readers convert where they read. [`short_event_header`] gives their header
+/// these kinds, the time still raw ([`tsc_event_kind`] tells them apart).
+pub const EVENT_FUNC_ENTRY_TSC: u32 = 15;
+pub const EVENT_FUNC_EXIT_TSC: u32 = 16;
 /// Bytes of a short function event.
 pub const SHORT_EVENT_SIZE: u32 = 16;
 /// Sites a short function event can name (24 bits).
 pub const SHORT_EVENT_SITES: u32 = 1 << 24;
 
 /// The header a short function event stands for, from its first two words and
-/// its time; `None` when the record is not one.
+/// its time; `None` when the record is not one. A TSC-timed one keeps its kind
+/// ([`EVENT_FUNC_ENTRY_TSC`], [`EVENT_FUNC_EXIT_TSC`]) and its raw time.
 pub fn short_event_header(len: u32, word: u32, nsecs: u64) -> Option<EventHeader> {
     let kind = match word & 0xff {
         EVENT_FUNC_ENTRY_SHORT => EVENT_FUNC_ENTRY,
         EVENT_FUNC_EXIT_SHORT => EVENT_FUNC_EXIT,
+        k @ (EVENT_FUNC_ENTRY_TSC | EVENT_FUNC_EXIT_TSC) => k,
         _ => return None,
     };
     (len == SHORT_EVENT_SIZE).then_some(EventHeader {
@@ -652,6 +662,16 @@ pub fn short_event_header(len: u32, word: u32, nsecs: u64) -> Option<EventHeader
         arg1: 0,
         nsecs,
     })
+}
+
+/// The kind a TSC-timed function event stands for ([`EVENT_FUNC_ENTRY`] or
+/// [`EVENT_FUNC_EXIT`]), `None` for any other kind.
+pub fn tsc_event_kind(kind: u32) -> Option<u32> {
+    match kind {
+        EVENT_FUNC_ENTRY_TSC => Some(EVENT_FUNC_ENTRY),
+        EVENT_FUNC_EXIT_TSC => Some(EVENT_FUNC_EXIT),
+        _ => None,
+    }
 }
 
 // ---------------------------------------------------------------------------------

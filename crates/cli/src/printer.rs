@@ -182,6 +182,7 @@ impl Sink for Printer<'_> {
             | Event::FunctionExit { .. }
             | Event::Function { .. }
             | Event::Functions { .. }
+            | Event::Clock { .. }
             | Event::Site { .. } => {}
         }
     }

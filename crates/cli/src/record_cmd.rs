@@ -227,8 +227,6 @@ struct Tally {
     threads: HashSet<(u32, u32)>,
     /// Sites' functions, by id.
     sites: Vec<u64>,
-    /// The last (pid, site) counted: a run of calls of one function looks once.
-    last: Option<(u32, u32)>,
 }
 
 impl Sink for Tally {
@@ -247,19 +245,18 @@ impl Sink for Tally {
                 }
                 self.sites[i] = *func;
             }
-            Event::Functions { ring } => {
+            Event::Functions {
+                entries,
+                exits,
+                new_sites,
+                ..
+            } => {
                 self.threads.insert((r.pid, r.tid));
-                for (h, _) in weft_runtime::ring::records(ring).flatten() {
-                    if h.kind != weft_abi::EVENT_FUNC_ENTRY {
-                        self.exits += 1;
-                        continue;
-                    }
-                    self.entries += 1;
-                    if self.last != Some((r.pid, h.id)) {
-                        self.last = Some((r.pid, h.id));
-                        if let Some(&func) = self.sites.get(h.id as usize) {
-                            self.functions.insert((r.pid, func));
-                        }
+                self.entries += entries;
+                self.exits += exits;
+                for &id in new_sites {
+                    if let Some(&func) = self.sites.get(id as usize) {
+                        self.functions.insert((r.pid, func));
                     }
                 }
             }

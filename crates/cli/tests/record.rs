@@ -313,6 +313,83 @@ fn record_without_arguments_or_values_writes_short_events() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The kinds of a record file's frames, in file order (the reader keeps clock
+/// frames to itself).
+fn frame_kinds(path: &Path) -> Vec<u16> {
+    let data = std::fs::read(path).unwrap();
+    let u32_at = |at: usize| u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) as usize;
+    let mut at = 16 + u32_at(12);
+    let mut kinds = Vec::new();
+    while at < data.len() {
+        kinds.push(u16::from_le_bytes(data[at + 4..at + 6].try_into().unwrap()));
+        at += 4 + u32_at(at);
+    }
+    kinds
+}
+
+/// A short entry keeps the raw TSC, and the file the clock's lines (kind 21):
+/// over 2 s weft recalibrates several times, and each entry's time, converted
+/// where the file is read, lies between the `nsecs` its advice read just before
+/// and just after it, on every line — as weft's reader and the Python one read it.
+#[test]
+fn raw_times_are_read_on_the_clock_line_of_their_moment() {
+    let bin = build("clock.c", Variant::O2_PIE, &[]);
+    let b = bin.to_str().unwrap();
+    let dir = tempdir();
+    let file = dir.join("clock.rec");
+    let n = 400;
+    let prog = format!(
+        "uprobe:{b}:stamp {{ printf(\"%llu\\n\", nsecs); __weft_entry(0); printf(\"%llu\\n\", nsecs); }}"
+    );
+    let cmd = format!("{b} {n} 5000");
+    let o = weft_with_input(
+        &[
+            "trace",
+            "--record",
+            file.to_str().unwrap(),
+            "-e",
+            &prog,
+            "-c",
+            &cmd,
+        ],
+        &[],
+        b"go\n",
+        T,
+    );
+    let stdout = text(&o.stdout);
+    assert!(o.status.success(), "{stdout}{}", text(&o.stderr));
+    let seen: Vec<u64> = stdout.lines().filter_map(|l| l.parse().ok()).collect();
+    assert_eq!(seen.len(), 2 * n, "{stdout}");
+    let (records, _) = read(&file);
+    let entries: Vec<u64> = records
+        .iter()
+        .filter(|r| matches!(r.event, Event::FunctionEntry { .. }))
+        .map(|r| r.nsecs)
+        .collect();
+    assert_eq!(entries.len(), n);
+    for (i, &t) in entries.iter().enumerate() {
+        let (lo, hi) = (seen[2 * i], seen[2 * i + 1]);
+        assert!(lo <= t && t <= hi, "entry {i}: {t} not within {lo}..={hi}");
+    }
+    let clocks = frame_kinds(&file).iter().filter(|&&k| k == 21).count();
+    assert!(clocks >= 3, "{clocks} clock lines in 2 s");
+    let dump = std::process::Command::new(repo_root().join("scripts/weft-record-dump"))
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(dump.status.success(), "{}", text(&dump.stderr));
+    let dumped: Vec<u64> = text(&dump.stdout)
+        .lines()
+        .filter(|l| l.contains("\"kind\": \"entry\""))
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["nsecs"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(dumped, entries);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// calltree.c's printed sum when its callers pass `ts`.
 fn calltree_sum(ts: &[u64]) -> String {
     let s: u64 = ts

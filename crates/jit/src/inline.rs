@@ -775,7 +775,16 @@ impl<'a> Cx<'a> {
             self.a.mov(rax, args)?;
             self.a.push(rax)?;
         }
-        self.tsc_nsecs()?;
+        if short {
+            // The raw TSC: readers convert it on the clock's line of the moment
+            // (weft_abi::EVENT_FUNC_ENTRY_TSC); inline advice runs only when the
+            // segment's clock is the TSC (Caps::tsc_clock).
+            self.a.rdtsc()?;
+            self.a.shl(rdx, 32)?;
+            self.a.or(rax, rdx)?;
+        } else {
+            self.tsc_nsecs()?;
+        }
         self.a.push(rax)?;
         self.a.push(0)?;
         self.a.add(qword_ptr(r11 + produced), 1)?;
@@ -813,9 +822,9 @@ impl<'a> Cx<'a> {
         self.bind(&mut write)?;
         if short {
             let code = if kind == EventKind::FuncEntry {
-                weft_abi::EVENT_FUNC_ENTRY_SHORT
+                weft_abi::EVENT_FUNC_ENTRY_TSC
             } else {
-                weft_abi::EVENT_FUNC_EXIT_SHORT
+                weft_abi::EVENT_FUNC_EXIT_TSC
             };
             self.a.mov(rax, rec | (u64::from(code | (id << 8)) << 32))?;
             self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;

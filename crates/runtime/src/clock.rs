@@ -72,22 +72,90 @@ fn line(mult: u64, base_tsc: u64, base_ns: u64, tsc: u64) -> u64 {
 /// segment's TSC clock, or the vDSO's when it has none.
 #[inline]
 pub fn now(h: &ShmHeader) -> u64 {
-    let c = &h.clock;
-    loop {
-        let s = c.seq.load(Ordering::Acquire);
-        if s & 1 == 0 {
-            let mult = c.mult.load(Ordering::Relaxed);
-            let base_tsc = c.base_tsc.load(Ordering::Relaxed);
-            let base_ns = c.base_ns.load(Ordering::Relaxed);
-            fence(Ordering::Acquire);
-            if c.seq.load(Ordering::Relaxed) == s {
-                if mult == 0 {
-                    return monotonic_ns();
+    let l = TscLine::read(&h.clock);
+    if l.mult == 0 {
+        return monotonic_ns();
+    }
+    l.ns(tsc())
+}
+
+/// One line of a [`TscClock`]: `base_ns + ((tsc - base_tsc) * mult) >> 32`
+/// (`mult` 0: the clock is not the TSC).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TscLine {
+    pub mult: u64,
+    pub base_tsc: u64,
+    pub base_ns: u64,
+}
+
+impl TscLine {
+    /// The clock's line now (a seqlock read).
+    pub fn read(c: &TscClock) -> TscLine {
+        loop {
+            let s = c.seq.load(Ordering::Acquire);
+            if s & 1 == 0 {
+                let l = TscLine {
+                    mult: c.mult.load(Ordering::Relaxed),
+                    base_tsc: c.base_tsc.load(Ordering::Relaxed),
+                    base_ns: c.base_ns.load(Ordering::Relaxed),
+                };
+                fence(Ordering::Acquire);
+                if c.seq.load(Ordering::Relaxed) == s {
+                    return l;
                 }
-                return line(mult, base_tsc, base_ns, tsc());
+            }
+            core::hint::spin_loop();
+        }
+    }
+
+    /// CLOCK_MONOTONIC ns of a TSC reading on this line, exactly as inline
+    /// advice computes it.
+    #[inline]
+    pub fn ns(&self, tsc: u64) -> u64 {
+        line(self.mult, self.base_tsc, self.base_ns, tsc)
+    }
+}
+
+/// Every line a segment's clock has had, for TSC readings kept raw
+/// (`weft_abi::EVENT_FUNC_ENTRY_TSC`): weft's drain notes each new line, the record
+/// file carries them, and a reading is converted on the line that was current
+/// when it was read — the last one starting at or before it. weft recalibrates
+/// continuously (a new line starts where the old one is, and never goes back), so
+/// converted times are the ones advice reading `nsecs` would have seen, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TscLines(Vec<TscLine>);
+
+impl TscLines {
+    /// Note a line; `true` when it is new. A line without a TSC is ignored.
+    pub fn add(&mut self, l: TscLine) -> bool {
+        if l.mult == 0 {
+            return false;
+        }
+        match self.0.binary_search_by_key(&l.base_tsc, |x| x.base_tsc) {
+            Ok(i) if self.0[i] == l => false,
+            Ok(i) => {
+                self.0[i] = l;
+                true
+            }
+            Err(i) => {
+                self.0.insert(i, l);
+                true
             }
         }
-        core::hint::spin_loop();
+    }
+
+    /// CLOCK_MONOTONIC ns of a raw TSC reading (the reading itself with no line
+    /// known: a file cut before its first clock frame).
+    pub fn ns(&self, tsc: u64) -> u64 {
+        let i = self.0.partition_point(|l| l.base_tsc <= tsc);
+        match self.0.get(i.saturating_sub(1)) {
+            Some(l) => l.ns(tsc),
+            None => tsc,
+        }
+    }
+
+    pub fn lines(&self) -> &[TscLine] {
+        &self.0
     }
 }
 
@@ -243,6 +311,40 @@ pub fn cpu() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_raw_reading_is_converted_on_the_line_it_was_read_under() {
+        // 1 ns a tick from tsc 0; from tsc 1000 (where the first was at 1000 ns),
+        // 2 ns a tick; from tsc 2000 (at 3000 ns), 1 ns a tick again.
+        let a = TscLine {
+            mult: 1 << TSC_SHIFT,
+            base_tsc: 0,
+            base_ns: 0,
+        };
+        let b = TscLine {
+            mult: 2 << TSC_SHIFT,
+            base_tsc: 1000,
+            base_ns: 1000,
+        };
+        let c = TscLine {
+            mult: 1 << TSC_SHIFT,
+            base_tsc: 2000,
+            base_ns: 3000,
+        };
+        let mut l = TscLines::default();
+        assert_eq!(l.ns(7), 7);
+        // Noted out of order, twice, and one without a TSC: three lines.
+        assert!(l.add(c) && l.add(a) && l.add(b));
+        assert!(!l.add(b));
+        assert!(!l.add(TscLine::default()));
+        assert_eq!(l.lines(), &[a, b, c]);
+        assert_eq!(l.ns(999), 999);
+        assert_eq!(l.ns(1000), 1000);
+        assert_eq!(l.ns(1010), 1020);
+        assert_eq!(l.ns(1999), 2998);
+        assert_eq!(l.ns(2000), 3000);
+        assert_eq!(l.ns(2500), 3500);
+    }
     use core::sync::atomic::AtomicU64;
 
     fn clock() -> TscClock {

@@ -182,7 +182,7 @@ pub unsafe fn consume_runs(
     slot: *mut ThreadSlot,
     ring: *const u8,
     size: u64,
-    raw: impl Fn(u32, u32) -> bool,
+    mut raw: impl FnMut(u32, u32) -> bool,
     mut run: impl FnMut(&[u8]),
     mut f: impl FnMut(&EventHeader, &[u8]),
 ) {
@@ -285,9 +285,25 @@ pub fn parse(rec: &[u8]) -> Option<(EventHeader, &[u8])> {
     Some((h, &rec[hs..hs + plen]))
 }
 
-/// The time of the record at the start of `bytes` (whole records), short or not.
-pub fn first_time(bytes: &[u8]) -> Option<u64> {
-    records(bytes).next().flatten().map(|(h, _)| h.nsecs)
+/// A header as its readers take it: a TSC-timed function event
+/// (`weft_abi::EVENT_FUNC_ENTRY_TSC`) becomes the entry or exit it stands for,
+/// its time converted on `lines`; any other header is left as it is.
+#[inline]
+pub fn timed(mut h: EventHeader, lines: &crate::clock::TscLines) -> EventHeader {
+    if let Some(kind) = weft_abi::tsc_event_kind(h.kind) {
+        h.kind = kind;
+        h.nsecs = lines.ns(h.nsecs);
+    }
+    h
+}
+
+/// The time of the record at the start of `bytes` (whole records), short or not,
+/// raw or not.
+pub fn first_time(bytes: &[u8], lines: &crate::clock::TscLines) -> Option<u64> {
+    records(bytes)
+        .next()
+        .flatten()
+        .map(|(h, _)| timed(h, lines).nsecs)
 }
 
 /// Spins of [`core::hint::spin_loop`] (`pause`) that take at least about `ns`
@@ -346,7 +362,35 @@ mod tests {
                 (weft_abi::EVENT_FUNC_EXIT, 70_000, 7, 0)
             ]
         );
-        assert_eq!(first_time(&bytes), Some(5));
+        let none = crate::clock::TscLines::default();
+        assert_eq!(first_time(&bytes, &none), Some(5));
+        // TSC-timed ones: their own kinds, raw, until `timed` converts them on the
+        // line they were read under.
+        let mut raw = Vec::new();
+        short(&mut raw, weft_abi::EVENT_FUNC_ENTRY_TSC, 4, 1500);
+        short(&mut raw, weft_abi::EVENT_FUNC_EXIT_TSC, 4, 1600);
+        let heads: Vec<EventHeader> = records(&raw).map(|r| r.unwrap().0).collect();
+        assert_eq!(
+            (heads[0].kind, heads[1].kind, heads[1].nsecs),
+            (
+                weft_abi::EVENT_FUNC_ENTRY_TSC,
+                weft_abi::EVENT_FUNC_EXIT_TSC,
+                1600
+            )
+        );
+        let mut lines = crate::clock::TscLines::default();
+        lines.add(crate::clock::TscLine {
+            mult: 2 << weft_abi::TSC_SHIFT,
+            base_tsc: 1000,
+            base_ns: 50,
+        });
+        let exit = timed(heads[1], &lines);
+        assert_eq!(
+            (exit.kind, exit.id, exit.nsecs),
+            (weft_abi::EVENT_FUNC_EXIT, 4, 1250)
+        );
+        assert_eq!(first_time(&raw, &lines), Some(1050));
+        assert_eq!(timed(full, &lines), full);
         // A 16-byte record of another kind is not a function event; cut short, nothing.
         let mut odd = bytes[..16].to_vec();
         odd[4] = 1;

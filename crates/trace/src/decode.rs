@@ -34,6 +34,12 @@ pub struct Decoder {
     pub pack_functions: bool,
     /// Sites already told of with an [`Event::Site`] (packing).
     sites_told: u32,
+    /// The segment's clock lines seen so far: TSC-timed function events are
+    /// converted on them, or (packing) kept raw with an [`Event::Clock`] per line.
+    lines: weft_runtime::clock::TscLines,
+    /// (process, site) pairs entered so far (packing: [`Event::Functions`] names
+    /// each once).
+    entered: std::collections::HashSet<(u32, u32)>,
 }
 
 impl Decoder {
@@ -65,6 +71,19 @@ impl Decoder {
         let mut told = Vec::new();
         let sites = h.site_count.load(Ordering::Acquire);
         let pack = self.pack_functions;
+        // The clock's line now: weft recalibrates in the loop that drains, so
+        // every raw time in the rings was read under a line seen by now.
+        let line = weft_runtime::clock::TscLine::read(&h.clock);
+        if self.lines.add(line) && pack {
+            // Time 0, as sites: before every frame that may use it.
+            told.push(Record {
+                nsecs: 0,
+                pid: 0,
+                tid: 0,
+                event: Event::Clock { line },
+            });
+        }
+        let lines = &self.lines;
         if pack {
             // Sites first (time 0: a stable sort keeps them before everything).
             for id in self.sites_told..sites {
@@ -89,15 +108,39 @@ impl Decoder {
             let mut first_packed = None;
             let mut each = |hd: &weft_abi::EventHeader, payload: &[u8]| {
                 one.push(ring::Event {
-                    header: *hd,
+                    header: ring::timed(*hd, lines),
                     payload: payload.to_vec(),
                 })
             };
             // SAFETY: as above.
             unsafe {
                 if pack {
+                    // What a run holds, counted in the same walk that finds it
+                    // (the ring's words are in hand): its entries and exits, and
+                    // the sites its process entered for the first time.
+                    let counts = std::cell::Cell::new((0u64, 0u64));
+                    let new_sites = std::cell::RefCell::new(Vec::new());
+                    let entered = &mut self.entered;
+                    let mut last = None;
                     let is_func = |kind: u32, id: u32| {
-                        matches!(kind, EVENT_FUNC_ENTRY | EVENT_FUNC_EXIT) && id < sites
+                        let (e, x) = counts.get();
+                        match kind {
+                            EVENT_FUNC_ENTRY | EVENT_FUNC_ENTRY_TSC if id < sites => {
+                                counts.set((e + 1, x));
+                                if last != Some(id) {
+                                    last = Some(id);
+                                    if entered.insert((pid, id)) {
+                                        new_sites.borrow_mut().push(id);
+                                    }
+                                }
+                                true
+                            }
+                            EVENT_FUNC_EXIT | EVENT_FUNC_EXIT_TSC if id < sites => {
+                                counts.set((e, x + 1));
+                                true
+                            }
+                            _ => false,
+                        }
                     };
                     ring::consume_runs(
                         slot,
@@ -106,7 +149,7 @@ impl Decoder {
                         is_func,
                         |bytes| {
                             // The first record's time (a run holds whole records).
-                            let at = ring::first_time(bytes).unwrap_or(0);
+                            let at = ring::first_time(bytes, lines).unwrap_or(0);
                             first_packed.get_or_insert(at);
                             packed_records.push(Record {
                                 nsecs: at,
@@ -114,6 +157,9 @@ impl Decoder {
                                 tid,
                                 event: Event::Functions {
                                     ring: bytes.to_vec(),
+                                    entries: counts.get().0,
+                                    exits: counts.replace((0, 0)).1,
+                                    new_sites: new_sites.take(),
                                 },
                             });
                         },

@@ -60,23 +60,40 @@ pub enum Event {
     /// record per event could not keep up with): whole `EventHeader` records back
     /// to back, `EVENT_FUNC_ENTRY` (the arguments as payload) or `EVENT_FUNC_EXIT`
     /// (the return value in `arg0`, `arg1`), each `id` a probe site an earlier
-    /// [`Event::Site`] named. The record's time is the first one's. See
-    /// [`unpack_ring`].
-    Functions { ring: Vec<u8> },
+    /// [`Event::Site`] named, or 16-byte short ones, whose time may be the raw
+    /// TSC (`weft_abi::EVENT_FUNC_ENTRY_TSC`: read on the lines of the
+    /// [`Event::Clock`]s before it). The record's time is the first one's, in ns.
+    /// See [`unpack_ring`].
+    Functions {
+        ring: Vec<u8>,
+        /// Its entries and exits.
+        entries: u64,
+        exits: u64,
+        /// The sites (see [`Event::Site`]) the record's process enters here for
+        /// the first time in the session.
+        new_sites: Vec<u32>,
+    },
+    /// A line of the segment's TSC clock (weft recalibrates about every second):
+    /// the raw times of the [`Event::Functions`] after it are converted on the
+    /// line current when each was read ([`weft_runtime::clock::TscLines`]).
+    Clock { line: weft_runtime::clock::TscLine },
     /// Probe site `id` is in function `func` (an address in the processes whose
     /// [`Event::Functions`] name it), called `name`; before the first use.
     Site { id: u32, func: u64, name: String },
 }
 
-/// The entries and exits of an [`Event::Functions`] with their times and site ids,
-/// through `site` (a site id's function), as `FunctionEntry`/`FunctionExit`;
+/// The entries and exits of an [`Event::Functions`] with their times (raw ones
+/// converted on `lines`) and site ids, through `site` (a site id's function), as
+/// `FunctionEntry`/`FunctionExit`;
 /// `None` where the bytes stop making sense or a site is unknown.
 pub fn unpack_ring<'a>(
     ring: &'a [u8],
+    lines: &'a weft_runtime::clock::TscLines,
     site: impl Fn(u32) -> Option<u64> + 'a,
 ) -> impl Iterator<Item = Option<(u64, u32, Event)>> + 'a {
     weft_runtime::ring::records(ring).map(move |r| {
         let (h, payload) = r?;
+        let h = weft_runtime::ring::timed(h, lines);
         let func = site(h.id)?;
         let event = match h.kind {
             weft_abi::EVENT_FUNC_ENTRY => Event::FunctionEntry {

@@ -17,13 +17,15 @@ use std::io::{self, Read, Write};
 use serde_json::{json, Value as Json};
 use weft_ir::{MapValue, Program, Type};
 
+use weft_runtime::clock::TscLine;
+
 use crate::event::{Event, MapSnapshot, Record};
 use crate::sink::{Context, Sink};
 
 /// The file's first bytes.
 pub const MAGIC: &[u8; 8] = b"WEFTREC\0";
-/// The version this crate writes and reads.
-pub const VERSION: u32 = 1;
+/// The version this crate writes (and the newest it reads: it reads 1 too).
+pub const VERSION: u32 = 2;
 
 /// Frame kinds.
 pub mod kind {
@@ -53,6 +55,9 @@ pub mod kind {
     pub const RING_FUNCTIONS: u16 = 19;
     /// A probe site's function and name ([`crate::Event::Site`]).
     pub const SITE: u16 = 20;
+    /// A line of the TSC clock that ring frames' raw times are read on
+    /// ([`crate::Event::Clock`]).
+    pub const CLOCK: u16 = 21;
 }
 
 /// Bytes of a frame after its length field and before its payload.
@@ -241,7 +246,14 @@ impl<W: Write> Sink for Writer<W> {
                 p.extend_from_slice(name.as_bytes());
                 self.frame(kind::FUNCTION, at, &p)
             }
-            Event::Functions { ring } => self.frame(kind::RING_FUNCTIONS, at, ring),
+            Event::Functions { ring, .. } => self.frame(kind::RING_FUNCTIONS, at, ring),
+            Event::Clock { line } => {
+                let mut p = Vec::with_capacity(24);
+                for w in [line.mult, line.base_tsc, line.base_ns] {
+                    p.extend_from_slice(&w.to_le_bytes());
+                }
+                self.frame(kind::CLOCK, at, &p)
+            }
             Event::Site { id, func, name } => {
                 let mut p = Vec::with_capacity(16 + name.len());
                 p.extend_from_slice(&id.to_le_bytes());
@@ -304,7 +316,7 @@ impl std::fmt::Display for ReadError {
             ReadError::Version(v) => {
                 write!(
                     f,
-                    "record file version {v}; this weft reads version {VERSION}"
+                    "record file version {v}; this weft reads versions 1 to {VERSION}"
                 )
             }
             ReadError::Corrupt { what, offset } => {
@@ -340,6 +352,9 @@ pub struct Reader<R: Read> {
     /// Functions named so far, by process (a ring frame's first use of a function
     /// in a process comes out after its [`Event::Function`]).
     named: std::collections::HashSet<(u32, u64)>,
+    /// The clock's lines so far ([`kind::CLOCK`]): ring frames' raw times are
+    /// converted on them.
+    lines: weft_runtime::clock::TscLines,
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
@@ -356,7 +371,9 @@ impl<R: Read> Reader<R> {
             return Err(ReadError::NotARecord);
         }
         let version = u32_at(&head, 8).unwrap_or(0);
-        if version != VERSION {
+        // Version 1 differs only in having no raw times (kind 21, and kinds 15
+        // and 16 in a ring frame, are new in 2): this reader reads both.
+        if !(1..=VERSION).contains(&version) {
             return Err(ReadError::Version(version));
         }
         let len = u32_at(&head, 12).unwrap_or(0) as usize;
@@ -376,6 +393,7 @@ impl<R: Read> Reader<R> {
             pending: Default::default(),
             sites: Default::default(),
             named: Default::default(),
+            lines: Default::default(),
         })
     }
 
@@ -512,9 +530,21 @@ impl<R: Read> Reader<R> {
                 self.sites.insert(id()?, (func, name));
                 return self.next_frame();
             }
+            kind::CLOCK => {
+                match u64s(p).as_deref() {
+                    Some(&[mult, base_tsc, base_ns]) => self.lines.add(TscLine {
+                        mult,
+                        base_tsc,
+                        base_ns,
+                    }),
+                    _ => return Err(bad()),
+                };
+                return self.next_frame();
+            }
             kind::RING_FUNCTIONS => {
                 let sites = &self.sites;
-                for item in crate::event::unpack_ring(p, |id| sites.get(&id).map(|s| s.0)) {
+                let lines = &self.lines;
+                for item in crate::event::unpack_ring(p, lines, |id| sites.get(&id).map(|s| s.0)) {
                     let (nsecs, site, event) = item.ok_or_else(bad)?;
                     let (func, name) = &sites[&site];
                     let func = *func;
