@@ -549,7 +549,8 @@ pub struct ThreadSlot {
     pub state: AtomicU32,
     /// Error counters, indexed by `weft_ir::ErrorKind`.
     pub errors: [AtomicU64; ERROR_KINDS],
-    /// Events written to the ring (including those later lost).
+    /// Events the runtime's `ring::produce` wrote (including those later lost);
+    /// inline advice does not count here. Nothing reports it.
     pub events_produced: AtomicU64,
     /// Events dropped because the ring was full.
     pub events_lost: AtomicU64,

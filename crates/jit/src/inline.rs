@@ -757,7 +757,6 @@ impl<'a> Cx<'a> {
         let slot = |f: usize| (f) as i32;
         let head = slot(core::mem::offset_of!(ThreadSlot, ring_head));
         let tail = slot(core::mem::offset_of!(ThreadSlot, ring_tail));
-        let produced = slot(core::mem::offset_of!(ThreadSlot, events_produced));
         let lost_at = slot(core::mem::offset_of!(ThreadSlot, events_lost));
         let stalled = slot(core::mem::offset_of!(ThreadSlot, ring_stalled));
         let wait = self.site.shm_base + core::mem::offset_of!(ShmHeader, ring_wait_spins) as u64;
@@ -766,12 +765,14 @@ impl<'a> Cx<'a> {
             self.a.mov(rax, flag)?;
             self.a.mov(dword_ptr(rax), 1)?;
         }
-        // [rsp] spins waited, [rsp+8] the time, [rsp+16] the arguments word; the
-        // body's cells are 24 bytes further.
+        // [rsp] spins waited, [rsp+8] the time, [rsp+16] the arguments word (not
+        // for a short event, which has none); the body's cells are `pushed` bytes
+        // further.
+        let pushed: i32 = if short { 16 } else { 24 };
         if kind == EventKind::FuncExit && !short {
             let m = self.at(self.fr.rax());
             self.a.push(m)?;
-        } else {
+        } else if !short {
             self.a.mov(rax, args)?;
             self.a.push(rax)?;
         }
@@ -787,9 +788,10 @@ impl<'a> Cx<'a> {
         }
         self.a.push(rax)?;
         self.a.push(0)?;
-        self.a.add(qword_ptr(r11 + produced), 1)?;
+        // ThreadSlot::events_produced is the runtime's; nothing reads it, and
+        // inline advice leaves it alone (one read-modify-write less an event).
         let mut retry = self.a.create_label();
-        let mut nopad = self.a.create_label();
+        let mut pad = self.a.create_label();
         let mut write = self.a.create_label();
         let mut full = self.a.create_label();
         let mut lost = self.a.create_label();
@@ -799,26 +801,14 @@ impl<'a> Cx<'a> {
         self.a.mov(rcx, qword_ptr(r11 + head))?;
         self.a.mov(rdx, rcx)?;
         self.a.and(rdx, (size - 1) as i32)?;
-        // rax = the pad before the record (0 when it fits before the end).
-        self.a.xor(eax, eax)?;
+        // A record that would cross the ring's end goes after a pad (out of line).
         self.a.cmp(rdx, (size - rec) as i32)?;
-        self.a.jbe(nopad)?;
-        self.a.mov(rax, size)?;
-        self.a.sub(rax, rdx)?;
-        self.bind(&mut nopad)?;
-        // Room when head + pad - tail <= size - len.
-        self.a.add(rax, rcx)?;
+        self.a.ja(pad)?;
+        // Room when head - tail <= size - len.
+        self.a.mov(rax, rcx)?;
         self.a.sub(rax, qword_ptr(r11 + tail))?;
         self.a.cmp(rax, (size - rec) as i32)?;
         self.a.ja(full)?;
-        self.a.cmp(rdx, (size - rec) as i32)?;
-        self.a.jbe(write)?;
-        self.a.mov(rax, size)?;
-        self.a.sub(rax, rdx)?;
-        // A pad record: its length, kind EVENT_PAD (0).
-        self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
-        self.a.add(rcx, rax)?;
-        self.a.xor(edx, edx)?;
         self.bind(&mut write)?;
         if short {
             let code = if kind == EventKind::FuncEntry {
@@ -840,7 +830,7 @@ impl<'a> Cx<'a> {
             self.a.mov(rax, qword_ptr(rsp + 8))?;
             self.a.mov(qword_ptr(r11 + rdx + ring + 24), rax)?;
             if let Some(p) = payload {
-                let at = self.place(p) + 24;
+                let at = self.place(p) + pushed;
                 let mut o = 0;
                 while o < len as i32 {
                     self.a.mov(rax, qword_ptr(rsp + at + o))?;
@@ -852,6 +842,21 @@ impl<'a> Cx<'a> {
         self.a.add(rcx, rec as i32)?;
         self.a.mov(qword_ptr(r11 + head), rcx)?;
         self.a.jmp(done)?;
+        // rax = the pad; room when head + pad - tail <= size - len; then a pad
+        // record (its length, kind EVENT_PAD: 0) and the record at the start.
+        self.bind(&mut pad)?;
+        self.a.mov(rax, size)?;
+        self.a.sub(rax, rdx)?;
+        self.a.add(rax, rcx)?;
+        self.a.sub(rax, qword_ptr(r11 + tail))?;
+        self.a.cmp(rax, (size - rec) as i32)?;
+        self.a.ja(full)?;
+        self.a.mov(rax, size)?;
+        self.a.sub(rax, rdx)?;
+        self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
+        self.a.add(rcx, rax)?;
+        self.a.xor(edx, edx)?;
+        self.a.jmp(write)?;
         self.bind(&mut full)?;
         self.a.mov(rax, wait)?;
         self.a.mov(rax, qword_ptr(rax))?;
@@ -870,7 +875,7 @@ impl<'a> Cx<'a> {
         self.bind(&mut count)?;
         self.a.add(qword_ptr(r11 + lost_at), 1)?;
         self.bind(&mut done)?;
-        self.a.add(rsp, 24)?;
+        self.a.add(rsp, pushed)?;
         Ok(())
     }
 
