@@ -2483,6 +2483,17 @@ impl<'a> Fx<'a> {
             });
             return;
         }
+        // A value held in the frame (an array kept in a variable or read from a
+        // map, as `$a = pton("::1")` holds it): its bytes are here, not at an
+        // address in the target.
+        if let (Val::Place(src), Type::CStruct(_)) = (v, &e.ty) {
+            self.emit(Inst::Copy {
+                dst,
+                src,
+                len: len.min(e.ty.size()),
+            });
+            return;
+        }
         let addr = self.reg_of(v);
         self.read_bytes(addr, dst, len);
     }
