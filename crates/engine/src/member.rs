@@ -280,6 +280,7 @@ impl Member {
             });
             // Sites one instruction apart (USDT NOPs, call sites): a jump must not
             // cover another.
+            // In increasing order: the planner looks for the ones in a range.
             let others: Vec<u64> = specs
                 .iter()
                 .chain(&calls)
@@ -290,16 +291,31 @@ impl Member {
                         .filter(|p| !restored(seg, p))
                         .map(|p| p.addr),
                 )
+                .collect::<std::collections::BTreeSet<u64>>()
+                .into_iter()
+                .collect();
+            // The patches in place (start -> index in `planned`), which do not
+            // overlap, and the call and access sites among them: each site is
+            // checked against them in log time, not against every planned site.
+            let live = |p: &Planned| !matches!(p.outcome, Outcome::Skipped(_)) && !restored(seg, p);
+            let mut patches: BTreeMap<u64, usize> = self
+                .planned
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| live(p))
+                .map(|(i, p)| (p.addr, i))
+                .collect();
+            let mut rewritten: Vec<usize> = (0..self.planned.len())
+                .filter(|&i| is_rewrite(&self.planned[i]))
                 .collect();
             for s in &specs {
                 // A site inside the bytes another's jump replaced (a return site's
                 // window, a prologue) would write into that jump.
-                let covered = self.planned.iter().find(|p| {
-                    !matches!(p.outcome, Outcome::Skipped(_))
-                        && !restored(seg, p)
-                        && p.addr < s.site_addr
-                        && s.site_addr < p.addr + p.patch.len() as u64
-                });
+                let covered = patches
+                    .range(..s.site_addr)
+                    .next_back()
+                    .map(|(_, &i)| &self.planned[i])
+                    .filter(|p| s.site_addr < p.addr + p.patch.len() as u64);
                 let ps = if let Some(other) = covered {
                     vec![crate::weave::Planned::refused(
                         s,
@@ -315,7 +331,7 @@ impl Member {
                           (so that weft's signal handlers stay first) and cannot probe it \
                           too; probe its callers (`sigaction`, `signal`) instead",
                     )]
-                } else if let Some(c) = call_site_at(&self.planned, s, &others) {
+                } else if let Some(c) = call_site_at(&self.planned, &rewritten, s, &others) {
                     vec![crate::weave::Planned::refused(
                         s,
                         &format!(
@@ -331,6 +347,13 @@ impl Member {
                 }
                 for p in ps {
                     note(format!("{} at {:#x}: {}", p.label, p.addr, p.outcome));
+                    let i = self.planned.len();
+                    if live(&p) {
+                        patches.insert(p.addr, i);
+                    }
+                    if is_rewrite(&p) {
+                        rewritten.push(i);
+                    }
                     self.planned.push(p);
                 }
                 step.advance(1);
@@ -603,6 +626,8 @@ impl Member {
                 .filter(|p| !restored(seg, p))
                 .map(|p| p.addr)
                 .chain(rewrites.keys().copied())
+                .collect::<std::collections::BTreeSet<u64>>()
+                .into_iter()
                 .collect();
             let mut woven: HashMap<String, usize> = HashMap::new();
             for (s, acc, access, labels) in rewrites.values() {
@@ -928,29 +953,36 @@ fn restored(seg: &Segment, p: &Planned) -> bool {
 /// (its patch point is the call instruction): named, for the reason `s` is refused.
 /// A call site strictly inside the bytes a jump would displace is in `others`, which
 /// already turns the jump into an int3.
-fn call_site_at(planned: &[Planned], s: &crate::weave::SiteSpec, others: &[u64]) -> Option<String> {
-    let in_func = |p: &&Planned| {
-        matches!(
-            p.outcome,
-            Outcome::CallStub | Outcome::CallStubInline | Outcome::AccessSite
-        ) && s.func.addr <= p.addr
-            && p.addr < s.func.end()
-    };
-    if !planned.iter().any(|p| in_func(&p)) {
-        return None;
-    }
-    let at = weft_x86::plan_site_among(&s.func, s.site_addr, others).patch_addr()?;
-    planned
+fn call_site_at(
+    planned: &[Planned],
+    rewritten: &[usize],
+    s: &crate::weave::SiteSpec,
+    others: &[u64],
+) -> Option<String> {
+    let in_func = |p: &&Planned| s.func.addr <= p.addr && p.addr < s.func.end();
+    let mut here = rewritten
         .iter()
+        .map(|&i| &planned[i])
         .filter(in_func)
-        .find(|p| p.addr == at)
-        .map(|p| {
-            let what = match p.outcome {
-                Outcome::AccessSite => "the access site",
-                _ => "the call site",
-            };
-            format!("{what} {} at {:#x}", p.label, p.addr)
-        })
+        .peekable();
+    here.peek()?;
+    let at = weft_x86::plan_site_among(&s.func, s.site_addr, others).patch_addr()?;
+    here.find(|p| p.addr == at).map(|p| {
+        let what = match p.outcome {
+            Outcome::AccessSite => "the access site",
+            _ => "the call site",
+        };
+        format!("{what} {} at {:#x}", p.label, p.addr)
+    })
+}
+
+/// A call or access site: an instruction rewritten in place, which a function's
+/// own site must not patch again.
+fn is_rewrite(p: &Planned) -> bool {
+    matches!(
+        p.outcome,
+        Outcome::CallStub | Outcome::CallStubInline | Outcome::AccessSite
+    )
 }
 
 /// The agent's description of watch `w` at `addr`.

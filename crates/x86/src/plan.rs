@@ -281,10 +281,18 @@ pub fn plan_site(func: &FunctionCode, site_addr: u64) -> SitePlan {
     plan_site_among(func, site_addr, &[])
 }
 
-/// [`plan_site`] for a site with other sites near it (`others`: their addresses,
-/// this one's may be among them): a jump whose displaced bytes would cover another
-/// site (USDT probes one NOP apart) would overwrite that site's instruction, so the
-/// site takes an `int3` instead.
+/// The addresses of `sorted` (in increasing order) in `lo..hi`: a binary search, so
+/// that weaving N sites, each checked against every other, costs N log N.
+pub fn in_range(sorted: &[u64], lo: u64, hi: u64) -> &[u64] {
+    let a = sorted.partition_point(|&x| x < lo);
+    let b = sorted.partition_point(|&x| x < hi).max(a);
+    &sorted[a..b]
+}
+
+/// [`plan_site`] for a site with other sites near it (`others`: their addresses in
+/// increasing order, this one's may be among them): a jump whose displaced bytes
+/// would cover another site (USDT probes one NOP apart) would overwrite that site's
+/// instruction, so the site takes an `int3` instead.
 pub fn plan_site_among(func: &FunctionCode, site_addr: u64, others: &[u64]) -> SitePlan {
     let plan = plan_site_alone(func, site_addr);
     if let SitePlan::Jump {
@@ -296,7 +304,7 @@ pub fn plan_site_among(func: &FunctionCode, site_addr: u64, others: &[u64]) -> S
     } = plan
     {
         let end = patch_addr + displaced_len as u64;
-        if let Some(&at) = others.iter().find(|&&a| patch_addr < a && a < end) {
+        if let Some(&at) = in_range(others, patch_addr + 1, end).first() {
             let offset = (patch_addr - func.addr) as usize;
             if let Some(first) = decode::decode_one(&func.bytes[offset..], patch_addr) {
                 return SitePlan::Int3 {

@@ -110,7 +110,8 @@ impl fmt::Display for NoReturnSites {
 }
 
 /// The return sites of `func`, whose entry is patched by `entry` (a jump plan);
-/// `others` are the addresses of other probe sites in the process. See the module
+/// `others` are the addresses of other probe sites in the process, in increasing
+/// order. See the module
 /// documentation.
 pub fn return_sites(
     func: &FunctionCode,
@@ -171,9 +172,9 @@ pub fn return_sites(
         }
     }
     let padded_end = end + func.padding.len() as u64;
-    if let Some(&at) = others
+    if let Some(&at) = crate::plan::in_range(others, start, padded_end)
         .iter()
-        .find(|&&a| a != start && a != *entry_at && start <= a && a < padded_end)
+        .find(|&&a| a != start && a != *entry_at)
     {
         return Err(NoReturnSites::OtherSite { at });
     }
