@@ -60,6 +60,57 @@ fn keyed_counts_and_sums_are_exact_inline_and_not() {
     }
 }
 
+/// Keys the site knows before it runs (`func`, `probe`, literals, tuples of them)
+/// are hashed when the site is compiled, not at each hit: the counts, sums and
+/// stored values are the generic path's, exact, with two sites sharing a map, and
+/// with a key deleted between the rounds and revived.
+#[test]
+fn keys_known_before_the_site_runs_are_exact_inline_and_not() {
+    let bin = build("keys.c", Variant::O2_PIE, &["-pthread"]);
+    let b = bin.to_str().unwrap();
+    let n: i64 = 2000;
+    let prog = format!(
+        "uprobe:{b}:hit {{ @f[func] = count(); @p[probe, 7] = count(); @k[3] = sum(arg1); \
+                           @last[1] = arg0; }} \
+         uprobe:{b}:drop_key {{ @p[probe, 7] = count(); delete(@k[3]); }}"
+    );
+    let cmd = format!("{b} {n}");
+    let hit = format!("uprobe:{b}:hit, 7");
+    let drop = format!("uprobe:{b}:drop_key, 7");
+    for flags in [&["-v"][..], &["--no-inline"][..]] {
+        let mut args = vec!["trace"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["-e", &prog, "-c", &cmd]);
+        let (stdout, stderr) = run(&args);
+        if flags == ["-v"] {
+            assert!(stderr.contains("(advice inline)"), "{stderr}");
+        }
+        let what = format!("{flags:?}\n{stdout}");
+        // 4 threads call hit(i, i) for i < n, twice; drop_key once in between.
+        assert_eq!(
+            keyed(&stdout, "@f"),
+            BTreeMap::from([("hit".to_string(), 8 * n)]),
+            "{what}"
+        );
+        assert_eq!(
+            keyed(&stdout, "@p"),
+            BTreeMap::from([(hit.clone(), 8 * n), (drop.clone(), 1)]),
+            "{what}"
+        );
+        // The first round's sum was deleted: the second's, 4 threads' 0 + ... + n-1.
+        assert_eq!(
+            keyed(&stdout, "@k"),
+            BTreeMap::from([("3".to_string(), 4 * n * (n - 1) / 2)]),
+            "{what}"
+        );
+        assert_eq!(
+            keyed(&stdout, "@last"),
+            BTreeMap::from([("1".to_string(), n - 1)]),
+            "{what}"
+        );
+    }
+}
+
 /// `@[tid] = count()`: one key per thread, each thread's own count.
 #[test]
 fn counts_keyed_by_thread_are_exact() {

@@ -25,6 +25,8 @@
 //! yet) falls back to the site's generic trampoline before any side effect, so advice
 //! runs exactly once either way.
 
+use std::collections::HashMap;
+
 use iced_x86::code_asm::*;
 use weft_abi::*;
 use weft_ir::{
@@ -358,6 +360,13 @@ struct Cx<'a> {
     slots: Vec<i32>,
     /// Each map's key-table address, as a constant after the code.
     tables: Vec<(MapId, CodeLabel)>,
+    /// What this site knows before it runs, along the straight code since the
+    /// last label: registers holding a constant (a literal, `probe`, `func`)
+    /// and 8-byte frame words (by offset from rsp) holding one. A map key made
+    /// only of such words is hashed here, not at every hit (`@[probe]`,
+    /// `@[func, 3]`: the classic one-liners).
+    known_regs: HashMap<u32, u64>,
+    known_words: HashMap<i32, u64>,
 }
 
 type R = Result<(), IcedError>;
@@ -511,13 +520,73 @@ impl<'a> Cx<'a> {
         self.bind(&mut ok)
     }
 
-    /// edx = the index of the entry of the key at `[rsp + koff]` in map `map`
-    /// ([`Cx::probe_key`]), inserted by the `MapIndex` helper when it is not
+    /// [`Cx::probe_key`] for a key known before the site runs (`words`, also at
+    /// `[rsp + koff]` for the helper): its hash and the slots it may be in are
+    /// constants here, so a hit compares the slot's state, hash and key words.
+    fn probe_known_key(
+        &mut self,
+        map: MapId,
+        words: &[u64],
+        found: CodeLabel,
+        absent: CodeLabel,
+    ) -> R {
+        const PROBES: u32 = 4;
+        let m = self.maps[map.0 as usize];
+        let table = self.table(map);
+        let mask = m.capacity - 1;
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let hash = weft_abi::key_hash(&bytes);
+        let mut unsure = self.a.create_label();
+        self.a.mov(rcx, qword_ptr(table))?;
+        for j in 0..PROBES.min(m.capacity) {
+            let index = hash.wrapping_add(j) & mask;
+            let Ok(at) = i32::try_from(u64::from(index) * u64::from(m.entry_size)) else {
+                return self.a.jmp(unsure);
+            };
+            let mut next = self.a.create_label();
+            let mut not_live = self.a.create_label();
+            self.a.cmp(dword_ptr(rcx + at), ENTRY_LIVE as i32)?;
+            self.a.jne(not_live)?;
+            self.a.cmp(dword_ptr(rcx + at + 4), hash as i32)?;
+            self.a.jne(next)?;
+            for (w, &v) in words.iter().enumerate() {
+                let o = at + 8 + 8 * w as i32;
+                match i32::try_from(v as i64) {
+                    Ok(imm) => self.a.cmp(qword_ptr(rcx + o), imm)?,
+                    Err(_) => {
+                        self.a.mov(rax, v)?;
+                        self.a.cmp(qword_ptr(rcx + o), rax)?;
+                    }
+                }
+                self.a.jne(next)?;
+            }
+            self.a.mov(edx, index)?;
+            self.a.jmp(found)?;
+            self.bind(&mut not_live)?;
+            self.a.cmp(dword_ptr(rcx + at), ENTRY_EMPTY as i32)?;
+            self.a.je(absent)?;
+            self.a.cmp(dword_ptr(rcx + at), ENTRY_DELETED as i32)?;
+            self.a.jne(unsure)?;
+            self.bind(&mut next)?;
+        }
+        self.bind(&mut unsure)
+    }
+
+    /// edx = the index of the entry of the key at `key` in map `map`
+    /// ([`Cx::probe_key`], or [`Cx::probe_known_key`] when the key is known
+    /// before the site runs), inserted by the `MapIndex` helper when it is not
     /// found; to `full` when the map has no room (the helper counted it).
-    fn index_or_insert(&mut self, map: MapId, koff: i32, full: CodeLabel) -> R {
+    fn index_or_insert(&mut self, map: MapId, key: weft_ir::Place, full: CodeLabel) -> R {
+        let m = self.maps[map.0 as usize];
+        let koff = self.place(key);
         let mut found = self.a.create_label();
         let mut insert = self.a.create_label();
-        self.probe_key(map, koff, found, insert)?;
+        match self.known_key(key, m.key_size / 8) {
+            Some(words) if !m.string_key && m.key_size.is_multiple_of(8) => {
+                self.probe_known_key(map, &words, found, insert)?
+            }
+            _ => self.probe_key(map, koff, found, insert)?,
+        }
         self.bind(&mut insert)?;
         self.call_map_helper(self.site.map_index, map, koff, HelperArg::Slot)?;
         self.a.test(rax, rax)?;
@@ -540,9 +609,8 @@ impl<'a> Cx<'a> {
     fn keyed_agg(&mut self, map: MapId, key: weft_ir::Place, op: AggOp) -> Result<(), JitError> {
         let m = self.maps[map.0 as usize];
         let acc = (self.site.thread_agg_off + m.agg_off) as i32;
-        let koff = self.place(key);
         let mut skip = self.a.create_label();
-        self.index_or_insert(map, koff, skip)?;
+        self.index_or_insert(map, key, skip)?;
         self.a.imul_3(edx, edx, m.value_size as i32)?;
         match op {
             AggOp::Count => self.a.add(qword_ptr(r11 + rdx + acc), 1)?,
@@ -606,9 +674,8 @@ impl<'a> Cx<'a> {
             return self.a.mov(qword_ptr(r11 + acc), 1);
         }
         let (_, voff, _) = entry_layout(8, 8);
-        let koff = self.place(key);
         let mut skip = self.a.create_label();
-        self.index_or_insert(map, koff, skip)?;
+        self.index_or_insert(map, key, skip)?;
         self.entry_at(map)?;
         self.load(rax, src)?;
         self.a.mov(qword_ptr(rdx + voff as i32), rax)?;
@@ -1156,6 +1223,7 @@ impl<'a> Cx<'a> {
         self.symbol = b.symbol;
         let code = &b.f.code;
         let mut k = 0;
+        self.forget();
         while k < code.len() {
             // `@m = sum(K - __weft_thread(@m))` (a sequence's next step, cflow's
             // counters reset): this thread's own accumulator becomes K, a store.
@@ -1168,6 +1236,7 @@ impl<'a> Cx<'a> {
                     self.a.mov(rax, value as u64)?;
                     self.a.mov(qword_ptr(r11 + acc), rax)?;
                 }
+                self.forget();
                 k += 4;
                 continue;
             }
@@ -1201,6 +1270,7 @@ impl<'a> Cx<'a> {
                         _ => self.a.jae(t)?,
                     }
                     self.a.jmp(f)?;
+                    self.forget();
                     k += 2;
                     continue;
                 }
@@ -1214,6 +1284,76 @@ impl<'a> Cx<'a> {
     }
 
     fn inst(&mut self, i: &Inst) -> Result<(), JitError> {
+        self.compile_inst(i)?;
+        self.track(i);
+        Ok(())
+    }
+
+    /// Note what `i` leaves known before the site runs ([`Cx::known_words`]);
+    /// any instruction not understood here forgets everything.
+    fn track(&mut self, i: &Inst) {
+        let word_range = |at: i32, len: i32| (at.div_euclid(8) * 8..at + len).step_by(8);
+        match i {
+            Inst::Const { dst, value } => {
+                self.known_regs.insert(dst.0, *value as u64);
+            }
+            Inst::Ctx { dst, value } => {
+                let v = match value {
+                    CtxValue::ProbeId => Some(u64::from(self.probe)),
+                    CtxValue::FuncAddr => Some(self.site.func),
+                    _ => None,
+                };
+                match v {
+                    Some(v) => self.known_regs.insert(dst.0, v),
+                    None => self.known_regs.remove(&dst.0),
+                };
+            }
+            Inst::Zero { place, len } => {
+                let at = self.place(*place);
+                for w in word_range(at, *len as i32) {
+                    if w >= at && w + 8 <= at + *len as i32 {
+                        self.known_words.insert(w, 0);
+                    } else {
+                        self.known_words.remove(&w);
+                    }
+                }
+            }
+            Inst::Store { place, src, size } => {
+                let at = self.place(*place);
+                match self.known_regs.get(&src.0) {
+                    Some(&v) if *size == 8 && at % 8 == 0 => {
+                        self.known_words.insert(at, v);
+                    }
+                    _ => {
+                        for w in word_range(at, i32::from(*size)) {
+                            self.known_words.remove(&w);
+                        }
+                    }
+                }
+            }
+            Inst::MapAgg { .. } | Inst::CountError(_) => {}
+            _ => self.forget(),
+        }
+    }
+
+    fn forget(&mut self) {
+        self.known_regs.clear();
+        self.known_words.clear();
+    }
+
+    /// The words of an 8-byte-aligned key at `key` of `words` words when every one
+    /// is known before the site runs.
+    fn known_key(&self, key: weft_ir::Place, words: u32) -> Option<Vec<u64>> {
+        let at = self.place(key);
+        if at % 8 != 0 {
+            return None;
+        }
+        (0..words as i32)
+            .map(|w| self.known_words.get(&(at + 8 * w)).copied())
+            .collect()
+    }
+
+    fn compile_inst(&mut self, i: &Inst) -> Result<(), JitError> {
         match i {
             Inst::Label(l) => {
                 let mut lab = self.labels[l.0 as usize];
@@ -1567,6 +1707,8 @@ pub fn inline_head(
         symbol: &no_symbols,
         last_label_at: None,
         slots: Vec::new(),
+        known_regs: HashMap::new(),
+        known_words: HashMap::new(),
         tables: Vec::new(),
     };
     let mut fallback = g.a.create_label();
@@ -1688,6 +1830,8 @@ pub fn return_stub(
         symbol: &no_symbols,
         last_label_at: None,
         slots: Vec::new(),
+        known_regs: HashMap::new(),
+        known_words: HashMap::new(),
         tables: Vec::new(),
     };
     let mut fallback = g.a.create_label();
