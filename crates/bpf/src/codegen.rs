@@ -415,6 +415,7 @@ impl Gen<'_> {
             | Inst::Proceed { .. }
             | Inst::AroundReturn { .. }
             | Inst::Override { .. }
+            | Inst::SetArg { .. }
             | Inst::SetDataNew { .. } => {
                 return Err(unsupported(
                     "around advice, override and `new =` (they change a user-space program)",

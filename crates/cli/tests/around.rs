@@ -348,6 +348,50 @@ fn around_at_call_sites_replaces_one_callers_calls() {
     }
 }
 
+/// Around advice that ends by proceeding with new arguments runs only before the
+/// call: it is woven as entry advice that sets the arguments (inline: the live
+/// registers, and the head's saved rdx and rcx it puts back), all evaluated from
+/// the caller's before any is set; the same results with the generic path.
+#[test]
+fn around_that_proceeds_with_new_arguments_is_woven_as_entry_advice() {
+    for opt in ["-O0", "-O2"] {
+        let bin = target(opt);
+        let b = bin.to_str().unwrap();
+        let prog = "around uprobe:BIN:many { return proceed(arg5, arg4, arg3, arg2, arg1, arg0); } \
+                    around uprobe:BIN:compute /arg0 % 2 == 0/ { @c = count(); \
+                                                               return proceed(arg0, arg1 + arg0); }"
+            .replace("BIN", b);
+        let mut wovens = Vec::new();
+        for flags in [&["-v"][..], &["-v", "--no-inline"][..]] {
+            let mut args = vec!["trace", "--unsafe"];
+            args.extend_from_slice(flags);
+            args.extend_from_slice(&["-e", &prog, "-c", b]);
+            let o = weft(&args, T);
+            let out = ok(&o);
+            let what = format!("{opt} {flags:?}\n{out}");
+            // many(6, 5, 4, 3, 2, 1, 7, 8): the first six reversed, the stack's two kept.
+            assert_eq!(line(&out, "many"), "many 169", "{what}");
+            // compute(i, 7 + i) for the even i, compute(i, 7) for the odd.
+            assert_eq!(line(&out, "compute sum"), "compute sum 4590", "{what}");
+            assert_eq!(map_value(&out, "@c"), Some(5), "{what}");
+            let err = text(&o.stderr);
+            let how = |f: &str| {
+                err.lines()
+                    .find(|l| l.starts_with(&format!("weft: uprobe:{b}:{f} at ")))
+                    .and_then(|l| l.rsplit_once(": "))
+                    .map(|(_, how)| how.to_string())
+                    .unwrap_or_else(|| panic!("{err}"))
+            };
+            wovens.push((how("many"), how("compute")));
+        }
+        // Inline: entry advice (around advice proper is never inline), for both.
+        assert!(
+            wovens[0].0.ends_with("(advice inline)") && wovens[0].1.ends_with("(advice inline)"),
+            "{wovens:?}"
+        );
+    }
+}
+
 /// Around advice that proceeds with the caller's arguments and returns the result
 /// only observes: it is woven exactly as an entry probe (what `-v` says of the
 /// site is the same), and still runs at every call.

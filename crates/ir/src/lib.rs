@@ -1111,6 +1111,22 @@ pub enum MachineReg {
     Flags,
 }
 
+impl MachineReg {
+    /// The register of integer argument `index` (System V AMD64: rdi, rsi, rdx,
+    /// rcx, r8, r9); `None` past the sixth.
+    pub fn arg(index: u8) -> Option<MachineReg> {
+        const ARGS: [MachineReg; 6] = [
+            MachineReg::Rdi,
+            MachineReg::Rsi,
+            MachineReg::Rdx,
+            MachineReg::Rcx,
+            MachineReg::R8,
+            MachineReg::R9,
+        ];
+        ARGS.get(usize::from(index)).copied()
+    }
+}
+
 /// An aggregation update.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AggOp {
@@ -1238,6 +1254,14 @@ pub enum Inst {
     },
     /// Return probe: replace the function's return value (`override(EXPR)`).
     Override {
+        value: Reg,
+    },
+    /// Entry advice: the function receives `value` as its argument `index` (0 to
+    /// 5, the integer argument registers). What around advice that ends by
+    /// proceeding with new arguments (`...; return proceed(arg0 + 1);`) is woven
+    /// as: it runs before the function, which then runs with them.
+    SetArg {
+        index: u8,
         value: Reg,
     },
     /// `set` probe: the value the watched bytes take instead of what the access

@@ -400,6 +400,14 @@ impl Cx<'_> {
                 let m = self.regs_field(MachineReg::Rax);
                 self.a.mov(m, rax)?;
             }
+            // The head restores the registers from the frame after the advice.
+            Inst::SetArg { index, value } => {
+                let r = MachineReg::arg(*index)
+                    .ok_or_else(|| JitError::BadProgram(format!("argument {index}")))?;
+                self.load(rax, *value)?;
+                let m = self.regs_field(r);
+                self.a.mov(m, rax)?;
+            }
             // The mechanism writes it to the watched bytes after the advice.
             Inst::SetDataNew { value } => {
                 self.load(rax, *value)?;
@@ -851,21 +859,13 @@ impl Cx<'_> {
     }
 
     fn ctx(&mut self, v: CtxValue) -> Result<(), JitError> {
-        const ARG_REGS: [MachineReg; 6] = [
-            MachineReg::Rdi,
-            MachineReg::Rsi,
-            MachineReg::Rdx,
-            MachineReg::Rcx,
-            MachineReg::R8,
-            MachineReg::R9,
-        ];
         match v {
             CtxValue::Arg(n) => {
                 if let Some(args) = self.env.usdt_args {
                     return self.usdt_arg(args.get(n as usize).cloned());
                 }
-                if (n as usize) < ARG_REGS.len() {
-                    let m = self.regs_field(ARG_REGS[n as usize]);
+                if let Some(r) = MachineReg::arg(n) {
+                    let m = self.regs_field(r);
                     self.a.mov(rax, m)?;
                 } else {
                     // Stack arguments: at entry, arg6 is at [rsp + 8].

@@ -110,20 +110,22 @@ pub fn eligible(f: &Function, maps: &[MapLayout], caps: Caps) -> bool {
 
 /// Whether `f` can be compiled as an inline return stub.
 pub fn eligible_return(f: &Function, maps: &[MapLayout], caps: Caps) -> bool {
-    eligible_with(f, maps, caps, |v| match v {
-        CtxValue::Nsecs => caps.tsc_clock,
-        CtxValue::Retval
-        | CtxValue::Tid
-        | CtxValue::Pid
-        | CtxValue::FuncAddr
-        | CtxValue::ProbeId
-        | CtxValue::Ip
-        | CtxValue::Uid
-        | CtxValue::Gid
-        | CtxValue::Cpid => true,
-        CtxValue::Reg(r) => !matches!(r, MachineReg::Flags),
-        _ => false,
-    })
+    let sets_args = f.code.iter().any(|i| matches!(i, Inst::SetArg { .. }));
+    !sets_args
+        && eligible_with(f, maps, caps, |v| match v {
+            CtxValue::Nsecs => caps.tsc_clock,
+            CtxValue::Retval
+            | CtxValue::Tid
+            | CtxValue::Pid
+            | CtxValue::FuncAddr
+            | CtxValue::ProbeId
+            | CtxValue::Ip
+            | CtxValue::Uid
+            | CtxValue::Gid
+            | CtxValue::Cpid => true,
+            CtxValue::Reg(r) => !matches!(r, MachineReg::Flags),
+            _ => false,
+        })
 }
 
 /// Bytes of stack slots inline code keeps (a string read and the key made of it).
@@ -186,6 +188,7 @@ fn eligible_with(
         Inst::Emit { len, .. } => *len <= SLOT_BYTES && caps.tsc_clock,
         // A constant, resolved when the code is made.
         Inst::SymbolAddr { .. } => true,
+        Inst::SetArg { index, .. } => *index < 6,
         _ => false,
     })
 }
@@ -1331,7 +1334,7 @@ impl<'a> Cx<'a> {
                     }
                 }
             }
-            Inst::MapAgg { .. } | Inst::CountError(_) => {}
+            Inst::MapAgg { .. } | Inst::CountError(_) | Inst::SetArg { .. } => {}
             _ => self.forget(),
         }
     }
@@ -1515,6 +1518,26 @@ impl<'a> Cx<'a> {
                 })?;
                 self.a.mov(rax, addr)?;
                 self.store(*dst, rax)?;
+            }
+            // Entry advice: the live argument registers the body leaves alone,
+            // or the head's saved rdx and rcx, which it restores.
+            Inst::SetArg { index, value } => {
+                self.load(rax, *value)?;
+                match index {
+                    0 => self.a.mov(rdi, rax)?,
+                    1 => self.a.mov(rsi, rax)?,
+                    2 => {
+                        let m = self.at(self.fr.rdx());
+                        self.a.mov(m, rax)?
+                    }
+                    3 => {
+                        let m = self.at(self.fr.rcx());
+                        self.a.mov(m, rax)?
+                    }
+                    4 => self.a.mov(r8, rax)?,
+                    5 => self.a.mov(r9, rax)?,
+                    _ => return Err(JitError::BadProgram(format!("argument {index}"))),
+                }
             }
             _ => unreachable!("checked by eligible()"),
         }

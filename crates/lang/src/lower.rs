@@ -159,6 +159,7 @@ fn lower_probe(
 ) {
     {
         let observing = info.around.then(|| observing(&p.body)).flatten();
+        let as_entry = observing.is_some();
         let mut fx = Fx {
             ck,
             observing,
@@ -198,19 +199,29 @@ fn lower_probe(
             attach,
             body: f,
             hidden: p.hidden,
-            around: info.around && observing.is_none(),
+            around: info.around && !as_entry,
             system: false,
         });
     }
 }
 
-/// Around advice that only observes: it ends by proceeding with the caller's
-/// arguments and handing back the result (`...; return proceed();`, `...;
-/// proceed();`, `...; $r = proceed(); return $r;`), and neither proceeds nor returns
-/// anywhere else. Such advice is entry advice that runs before the function, and is
-/// woven as such (inline and at a few nanoseconds when simple enough); the number of
-/// statements before the final proceed.
-fn observing(body: &Block) -> Option<usize> {
+/// Around advice woven as entry advice: what runs before the final proceed, and the
+/// arguments that proceed passes (none: the caller's, untouched).
+#[derive(Clone, Debug)]
+struct Observing {
+    /// The statements before the final proceed.
+    keep: usize,
+    /// `proceed(E0, E1, ...)`'s arguments: the function's first ones become them.
+    args: Vec<Expr>,
+}
+
+/// Around advice that runs only before the call: it ends by proceeding and handing
+/// back the result (`...; return proceed();`, `...; proceed(arg0 + 1);`, `...; $r =
+/// proceed(); return $r;`), and neither proceeds nor returns anywhere else. Such
+/// advice is entry advice that runs before the function — setting the arguments
+/// the final proceed passes (at most the six in registers) — and is woven as such
+/// (inline and at a few nanoseconds when simple enough).
+fn observing(body: &Block) -> Option<Observing> {
     struct Count(usize);
     impl VisitMut for Count {
         fn expr(&mut self, e: &mut Expr) {
@@ -228,13 +239,20 @@ fn observing(body: &Block) -> Option<usize> {
             walk_block(self, b);
         }
     }
-    let bare = |e: &Expr| matches!(&e.kind, ExprKind::Call { name, args, .. } if name == "proceed" && args.is_empty());
+    let proceeding = |e: &Expr| match &e.kind {
+        ExprKind::Call { name, args, .. } if name == "proceed" && args.len() <= 6 => {
+            Some(args.clone())
+        }
+        _ => None,
+    };
     if body.value.is_some() {
         return None;
     }
     let n = body.stmts.len();
-    let keep = match &body.stmts.last()?.kind {
-        StmtKind::Return(Some(e)) | StmtKind::Expr(e) if bare(e) => n - 1,
+    let (keep, args) = match &body.stmts.last()?.kind {
+        StmtKind::Return(Some(e)) | StmtKind::Expr(e) if proceeding(e).is_some() => {
+            (n - 1, proceeding(e)?)
+        }
         StmtKind::Return(Some(Expr {
             kind: ExprKind::Var(r),
             ..
@@ -243,7 +261,7 @@ fn observing(body: &Block) -> Option<usize> {
                 target: LValue::Var(v),
                 op: None,
                 value,
-            } if v.id == r.id && v.id.is_some() && bare(value) => n - 2,
+            } if v.id == r.id && v.id.is_some() => (n - 2, proceeding(value)?),
             _ => return None,
         },
         _ => return None,
@@ -255,7 +273,10 @@ fn observing(body: &Block) -> Option<usize> {
     };
     let mut c = Count(0);
     c.block(&mut rest);
-    (c.0 == 0).then_some(keep)
+    for a in &args {
+        c.expr(&mut a.clone());
+    }
+    (c.0 == 0).then_some(Observing { keep, args })
 }
 
 /// Where a value is: a register (scalars), a place (everything else), or nothing.
@@ -268,9 +289,8 @@ enum Val {
 
 struct Fx<'a> {
     ck: &'a Checked,
-    /// Around advice lowered as entry advice: the statements before its final
-    /// proceed ([`observing`]).
-    observing: Option<usize>,
+    /// Around advice lowered as entry advice ([`observing`]).
+    observing: Option<Observing>,
     formats: &'a mut Vec<Format>,
     f: Function,
     info: &'a ProbeInfo,
@@ -623,13 +643,27 @@ impl<'a> Fx<'a> {
             });
             self.emit(Inst::Label(body));
         }
-        match self.observing {
-            // The body up to the final proceed, as entry advice.
-            Some(keep) => {
+        match self.observing.clone() {
+            // The body up to the final proceed, as entry advice; then the arguments
+            // that proceed passes, all evaluated before any is set.
+            Some(Observing { keep, args }) => {
                 for s in &p.body.stmts[..keep] {
                     let m = self.mark();
                     self.stmt(s);
                     self.release(m);
+                }
+                let values: Vec<Reg> = args
+                    .iter()
+                    .map(|a| {
+                        let v = self.expr(a);
+                        self.reg_of(v)
+                    })
+                    .collect();
+                for (index, value) in values.into_iter().enumerate() {
+                    self.emit(Inst::SetArg {
+                        index: index as u8,
+                        value,
+                    });
                 }
             }
             None => {
