@@ -111,20 +111,13 @@ pub fn eligible(f: &Function, maps: &[MapLayout], caps: Caps) -> bool {
 /// Whether `f` can be compiled as an inline return stub.
 pub fn eligible_return(f: &Function, maps: &[MapLayout], caps: Caps) -> bool {
     let sets_args = f.code.iter().any(|i| matches!(i, Inst::SetArg { .. }));
+    // What an entry reads, but the return value rather than the arguments.
     !sets_args
         && eligible_with(f, maps, caps, |v| match v {
             CtxValue::Nsecs => caps.tsc_clock,
-            CtxValue::Retval
-            | CtxValue::Tid
-            | CtxValue::Pid
-            | CtxValue::FuncAddr
-            | CtxValue::ProbeId
-            | CtxValue::Ip
-            | CtxValue::Uid
-            | CtxValue::Gid
-            | CtxValue::Cpid => true,
-            CtxValue::Reg(r) => !matches!(r, MachineReg::Flags),
-            _ => false,
+            CtxValue::Retval => true,
+            CtxValue::Arg(_) | CtxValue::ReturnAddress => false,
+            other => ctx_ok(other),
         })
 }
 
