@@ -23,16 +23,48 @@ impl weft_lang::ArgsResolver for DwarfArgs {
         let (info, name) = self.function(attach)?;
         info.function_return_type(&name)
     }
+
+    fn struct_type(&self, attach: &AttachPoint, name: &str) -> Option<Type> {
+        let elf = ElfFile::open(self.binary(attach)?).ok()?;
+        elf.debug_info().ok()??.struct_type(name)
+    }
 }
 
 impl DwarfArgs {
     /// The debug info of the binary an attach point names, and the function's name
     /// (a wildcard's first match).
     fn function(&self, attach: &AttachPoint) -> Option<(weft_symbols::DebugInfo, String)> {
-        let (target, func) = match attach {
-            AttachPoint::Uprobe { target, func, .. }
-            | AttachPoint::Uretprobe { target, func }
-            | AttachPoint::Call { target, func, .. } => (target, func),
+        let func = match attach {
+            AttachPoint::Uprobe { func, .. }
+            | AttachPoint::Uretprobe { func, .. }
+            | AttachPoint::Call { func, .. } => func,
+            _ => return None,
+        };
+        let path = self.binary(attach)?;
+        let elf = ElfFile::open(&path).ok()?;
+        let info = elf.debug_info().ok()??;
+        // A wildcard matches several functions: `args` needs one signature; use the
+        // first matching function that has debug info.
+        let name = if func.contains(['*', '?', '[']) {
+            weft_symbols::match_functions(&elf, func)
+                .ok()?
+                .first()?
+                .1
+                .raw
+                .clone()
+        } else {
+            func.clone()
+        };
+        Some((info, name))
+    }
+
+    /// The file of the binary an attach point names, in the process (`-p`) or as
+    /// the command (`-c`) would load it.
+    fn binary(&self, attach: &AttachPoint) -> Option<PathBuf> {
+        let target = match attach {
+            AttachPoint::Uprobe { target, .. }
+            | AttachPoint::Uretprobe { target, .. }
+            | AttachPoint::Call { target, .. } => target,
             _ => return None,
         };
         let search = LibrarySearch::system();
@@ -58,20 +90,6 @@ impl DwarfArgs {
                 weft_symbols::resolve_target(target, &ctx).ok()?.path
             }
         };
-        let elf = ElfFile::open(&path).ok()?;
-        let info = elf.debug_info().ok()??;
-        // A wildcard matches several functions: `args` needs one signature; use the
-        // first matching function that has debug info.
-        let name = if func.contains(['*', '?', '[']) {
-            weft_symbols::match_functions(&elf, func)
-                .ok()?
-                .first()?
-                .1
-                .raw
-                .clone()
-        } else {
-            func.clone()
-        };
-        Some((info, name))
+        Some(path)
     }
 }

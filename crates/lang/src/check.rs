@@ -247,6 +247,9 @@ struct Checker<'a> {
     /// Structs of included headers weft cannot lay out: name → why (an error where
     /// the script uses one).
     broken: HashMap<String, String>,
+    /// Structs the probed binaries' DWARF defines, by name, as looked up so far
+    /// (`None`: not there) — a cast names them without a preamble.
+    dwarf_structs: std::cell::RefCell<HashMap<String, Option<CStruct>>>,
     /// Enumerators of the program's `enum` definitions: name → value.
     enumerators: HashMap<String, i64>,
     /// The enum each enumerator of an `enum` definition belongs to (its values
@@ -300,6 +303,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
         structs: HashMap::new(),
         typedefs: HashMap::new(),
         broken: HashMap::new(),
+        dwarf_structs: Default::default(),
         enumerators: HashMap::new(),
         enum_of: HashMap::new(),
         enum_types: HashMap::new(),
@@ -1380,6 +1384,28 @@ impl<'a> Checker<'a> {
     }
 
     /// [`Self::resolve_type`] through `depth` typedefs.
+    /// Struct `name` from the DWARF of the binaries the current probe names (the
+    /// first that defines it), looked up once per name.
+    fn dwarf_struct(&self, name: &str) -> Option<CStruct> {
+        let r = self.opts.args_resolver.as_ref()?;
+        if let Some(known) = self.dwarf_structs.borrow().get(name) {
+            return known.clone();
+        }
+        let found = self
+            .attach
+            .iter()
+            .find_map(|a| match r.struct_type(a, name)? {
+                Type::CStruct(s) => Some(s),
+                _ => None,
+            });
+        if !self.attach.is_empty() {
+            self.dwarf_structs
+                .borrow_mut()
+                .insert(name.to_string(), found.clone());
+        }
+        found
+    }
+
     fn resolve_type_in(&self, t: &TypeExpr, depth: u32) -> Result<Type, TypeError> {
         if let (Some(Some(n)), Some((&first, rest))) = (t.array, t.dims.split_first()) {
             // `T x[a][b]...`: an array of `a` arrays `T[b]...` (C order).
@@ -1443,8 +1469,13 @@ impl<'a> Checker<'a> {
             TypeName::Struct(n) if self.broken.contains_key(n) => {
                 return Err(TypeError::Broken(self.broken[n].clone()))
             }
-            TypeName::Struct(n) => match self.structs.get(n) {
-                Some(s) => Type::CStruct(s.clone()),
+            TypeName::Struct(n) => match self
+                .structs
+                .get(n)
+                .cloned()
+                .or_else(|| self.dwarf_struct(n))
+            {
+                Some(s) => Type::CStruct(s),
                 None if t.pointer > 0 => Type::CStruct(CStruct {
                     name: n.clone(),
                     size: 0,

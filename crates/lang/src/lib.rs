@@ -46,6 +46,12 @@ pub trait ArgsResolver {
     fn return_type(&self, _attach: &weft_ir::AttachPoint) -> Option<weft_ir::Type> {
         None
     }
+    /// The struct, class or union `name` as the debug info of the binary an attach
+    /// point names defines it (`(struct point *)arg0` in its probe, as bpftrace
+    /// takes it from the probed binary's DWARF); `None` when it does not.
+    fn struct_type(&self, _attach: &weft_ir::AttachPoint, _name: &str) -> Option<weft_ir::Type> {
+        None
+    }
 }
 
 /// Finds the globals and statics data pointcuts name (implemented by the engine

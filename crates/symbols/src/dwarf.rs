@@ -381,6 +381,34 @@ impl DebugInfo {
         fallback
     }
 
+    /// The struct, class or union named `name` (`struct point` in a cast): a
+    /// complete definition's type (one only declared here is skipped); `None`
+    /// when DWARF does not define it.
+    pub fn struct_type(&self, name: &str) -> Option<Type> {
+        for (ui, u) in self.units.iter().enumerate() {
+            let mut entries = u.unit.entries();
+            while let Ok(Some((_, entry))) = entries.next_dfs() {
+                if !matches!(
+                    entry.tag(),
+                    gimli::DW_TAG_structure_type
+                        | gimli::DW_TAG_class_type
+                        | gimli::DW_TAG_union_type
+                ) || matches!(entry.attr_value(gimli::DW_AT_declaration), Ok(Some(_)))
+                {
+                    continue;
+                }
+                if self.string_attr(ui, entry, gimli::DW_AT_name).as_deref() != Some(name) {
+                    continue;
+                }
+                let ty = self.type_of((ui, entry.offset()), 0, &mut Walk::default(), None);
+                if matches!(&ty, Type::CStruct(c) if !c.fields.is_empty()) {
+                    return Some(ty);
+                }
+            }
+        }
+        None
+    }
+
     /// A variable or parameter named `name` declared inside a function, as DWARF
     /// describes it (data pointcuts explain what cannot be watched, and find a
     /// function's `static`, which the symbol table names `name.N`): a static one
