@@ -151,6 +151,34 @@ fn every_prepared_build_counts_arguments_and_returns_exactly() {
     }
 }
 
+/// Around advice that proceeds with a new argument, woven as entry advice that
+/// sets it, sets it at the function's real entry on every build (never at a
+/// coldpatched placeholder inside the prologue, where the registers are no longer
+/// the arguments): every `leaf(x)` becomes `leaf(7)`.
+#[test]
+fn new_arguments_reach_the_function_on_every_prepared_build() {
+    for style in [
+        "plain",
+        "coldpatched",
+        "patchable",
+        "patchable-cet",
+        "fentry",
+    ] {
+        let bin = prepared(style);
+        let b = bin.to_str().unwrap();
+        let prog = format!(
+            "around uprobe:{b}:leaf {{ return proceed(7); }} \
+             uretprobe:{b}:leaf {{ @r = sum(retval); @n = count(); }}"
+        );
+        let out = ok(&weft(&["--unsafe", "-e", &prog, "-c", b], T));
+        assert_eq!(
+            (map_value(&out, "@n"), map_value(&out, "@r")),
+            (Some(100), Some(100 * 15)),
+            "{style}: {out}"
+        );
+    }
+}
+
 #[test]
 fn coldpatched_binary_runs_like_the_original_and_unweave_restores_the_nops() {
     let cold = prepared("coldpatched");

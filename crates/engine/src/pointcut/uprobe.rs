@@ -243,7 +243,9 @@ fn uses_frame_state(f: &weft_ir::Function) -> bool {
                 | CtxValue::Ip
                 | CtxValue::ReturnAddress
         ),
-        Inst::UStack { .. } | Inst::Override { .. } => true,
+        // New arguments go in the registers the function reads at its entry (a
+        // coldpatched placeholder sits inside the prologue, where they are not).
+        Inst::UStack { .. } | Inst::Override { .. } | Inst::SetArg { .. } => true,
         _ => false,
     })
 }
