@@ -98,18 +98,21 @@ fn prepared(style: &str) -> PathBuf {
     out
 }
 
+/// Every build of the target: the plain one and the placeholder-carrying ones.
+const BUILDS: [&str; 5] = [
+    "plain",
+    "coldpatched",
+    "patchable",
+    "patchable-cet",
+    "fentry",
+];
+
 /// The placeholder-carrying builds, with the -v phrase their sites show.
 const STYLES: [&str; 4] = ["coldpatched", "patchable", "patchable-cet", "fentry"];
 
 #[test]
 fn every_prepared_build_counts_arguments_and_returns_exactly() {
-    for style in [
-        "plain",
-        "coldpatched",
-        "patchable",
-        "patchable-cet",
-        "fentry",
-    ] {
+    for style in BUILDS {
         let bin = prepared(style);
         let b = bin.to_str().unwrap();
         let prog = format!(
@@ -157,13 +160,7 @@ fn every_prepared_build_counts_arguments_and_returns_exactly() {
 /// the arguments): every `leaf(x)` becomes `leaf(7)`.
 #[test]
 fn new_arguments_reach_the_function_on_every_prepared_build() {
-    for style in [
-        "plain",
-        "coldpatched",
-        "patchable",
-        "patchable-cet",
-        "fentry",
-    ] {
+    for style in BUILDS {
         let bin = prepared(style);
         let b = bin.to_str().unwrap();
         let prog = format!(

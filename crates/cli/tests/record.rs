@@ -176,12 +176,7 @@ fn record_writes_the_exact_call_tree_of_every_thread() {
         check_calltree(&calls(&records, &names), &[1, 2, 3, 100]);
 
         // The same file through the reader that is not weft.
-        let dump = std::process::Command::new(repo_root().join("scripts/weft-record-dump"))
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(dump.status.success(), "{}", text(&dump.stderr));
-        let lines = text(&dump.stdout);
+        let lines = python_dump(&file);
         let count = |kind: &str, func: &str| {
             lines
                 .lines()
@@ -294,12 +289,7 @@ fn record_without_arguments_or_values_writes_short_events() {
         size(&short),
         size(&long)
     );
-    let dump = std::process::Command::new(repo_root().join("scripts/weft-record-dump"))
-        .arg(&short)
-        .output()
-        .unwrap();
-    assert!(dump.status.success(), "{}", text(&dump.stderr));
-    let lines = text(&dump.stdout);
+    let lines = python_dump(&short);
     let n = |kind: &str| {
         lines
             .lines()
@@ -311,6 +301,17 @@ fn record_without_arguments_or_values_writes_short_events() {
         .lines()
         .any(|l| l.contains("\"kind\": \"exit\"") && l.contains("retval")));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `scripts/weft-record-dump`'s output for a record file (the reader that is not
+/// weft): one JSON object a line.
+fn python_dump(file: &Path) -> String {
+    let dump = std::process::Command::new(repo_root().join("scripts/weft-record-dump"))
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(dump.status.success(), "{}", text(&dump.stderr));
+    text(&dump.stdout)
 }
 
 /// The kinds of a record file's frames, in file order (the reader keeps clock
@@ -373,12 +374,7 @@ fn raw_times_are_read_on_the_clock_line_of_their_moment() {
     }
     let clocks = frame_kinds(&file).iter().filter(|&&k| k == 21).count();
     assert!(clocks >= 3, "{clocks} clock lines in 2 s");
-    let dump = std::process::Command::new(repo_root().join("scripts/weft-record-dump"))
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(dump.status.success(), "{}", text(&dump.stderr));
-    let dumped: Vec<u64> = text(&dump.stdout)
+    let dumped: Vec<u64> = python_dump(&file)
         .lines()
         .filter(|l| l.contains("\"kind\": \"entry\""))
         .map(|l| {

@@ -121,6 +121,10 @@ pub fn eligible_return(f: &Function, maps: &[MapLayout], caps: Caps) -> bool {
         })
 }
 
+/// Slots of a key table inline code looks at from a key's place before a helper
+/// settles the lookup.
+const KEY_PROBES: u32 = 4;
+
 /// Bytes of stack slots inline code keeps (a string read and the key made of it).
 const SLOT_BYTES: u32 = 160;
 
@@ -405,7 +409,6 @@ impl<'a> Cx<'a> {
     /// through when it cannot tell (an entry being inserted, a longer chain): a
     /// helper settles those. Clobbers rax (the key), rcx (the hash) and rdx.
     fn probe_key(&mut self, map: MapId, koff: i32, found: CodeLabel, absent: CodeLabel) -> R {
-        const PROBES: u32 = 4;
         let m = self.maps[map.0 as usize];
         let table = self.table(map);
         let mask = m.capacity - 1;
@@ -424,7 +427,7 @@ impl<'a> Cx<'a> {
             self.a.mov(rax, qword_ptr(rsp + koff))?;
         }
         let mut unsure = self.a.create_label();
-        for j in 0..PROBES.min(m.capacity) {
+        for j in 0..KEY_PROBES.min(m.capacity) {
             let mut next = self.a.create_label();
             let mut not_live = self.a.create_label();
             self.a.lea(edx, dword_ptr(rcx + j as i32))?;
@@ -456,10 +459,7 @@ impl<'a> Cx<'a> {
             self.a.and(edx, mask as i32)?;
             self.a.jmp(found)?;
             self.bind(&mut not_live)?;
-            self.a.cmp(dword_ptr(rdx), ENTRY_EMPTY as i32)?;
-            self.a.je(absent)?;
-            self.a.cmp(dword_ptr(rdx), ENTRY_DELETED as i32)?;
-            self.a.jne(unsure)?;
+            self.past_unlive(dword_ptr(rdx), absent, unsure)?;
             self.bind(&mut next)?;
         }
         self.bind(&mut unsure)
@@ -516,6 +516,16 @@ impl<'a> Cx<'a> {
         self.bind(&mut ok)
     }
 
+    /// A slot whose entry is not live (`state`): an empty one proves the key
+    /// `absent`; a tombstone continues the chain (falls through); an entry being
+    /// inserted leaves it `unsure`.
+    fn past_unlive(&mut self, state: AsmMemoryOperand, absent: CodeLabel, unsure: CodeLabel) -> R {
+        self.a.cmp(state, ENTRY_EMPTY as i32)?;
+        self.a.je(absent)?;
+        self.a.cmp(state, ENTRY_DELETED as i32)?;
+        self.a.jne(unsure)
+    }
+
     /// [`Cx::probe_key`] for a key known before the site runs (`words`, also at
     /// `[rsp + koff]` for the helper): its hash and the slots it may be in are
     /// constants here, so a hit compares the slot's state, hash and key words.
@@ -526,7 +536,6 @@ impl<'a> Cx<'a> {
         found: CodeLabel,
         absent: CodeLabel,
     ) -> R {
-        const PROBES: u32 = 4;
         let m = self.maps[map.0 as usize];
         let table = self.table(map);
         let mask = m.capacity - 1;
@@ -534,7 +543,7 @@ impl<'a> Cx<'a> {
         let hash = weft_abi::key_hash(&bytes);
         let mut unsure = self.a.create_label();
         self.a.mov(rcx, qword_ptr(table))?;
-        for j in 0..PROBES.min(m.capacity) {
+        for j in 0..KEY_PROBES.min(m.capacity) {
             let index = hash.wrapping_add(j) & mask;
             let Ok(at) = i32::try_from(u64::from(index) * u64::from(m.entry_size)) else {
                 return self.a.jmp(unsure);
@@ -559,10 +568,7 @@ impl<'a> Cx<'a> {
             self.a.mov(edx, index)?;
             self.a.jmp(found)?;
             self.bind(&mut not_live)?;
-            self.a.cmp(dword_ptr(rcx + at), ENTRY_EMPTY as i32)?;
-            self.a.je(absent)?;
-            self.a.cmp(dword_ptr(rcx + at), ENTRY_DELETED as i32)?;
-            self.a.jne(unsure)?;
+            self.past_unlive(dword_ptr(rcx + at), absent, unsure)?;
             self.bind(&mut next)?;
         }
         self.bind(&mut unsure)

@@ -1391,9 +1391,17 @@ impl<'a> Checker<'a> {
         if let Some(known) = self.dwarf_structs.borrow().get(name) {
             return known.clone();
         }
+        // One look per binary (a wildcard's attach points share it).
+        let mut looked = std::collections::HashSet::new();
         let found = self
             .attach
             .iter()
+            .filter(|a| match a {
+                AttachPoint::Uprobe { target, .. }
+                | AttachPoint::Uretprobe { target, .. }
+                | AttachPoint::Call { target, .. } => looked.insert(target.clone()),
+                _ => false,
+            })
             .find_map(|a| match r.struct_type(a, name)? {
                 Type::CStruct(s) => Some(s),
                 _ => None,

@@ -652,13 +652,7 @@ impl<'a> Fx<'a> {
                     self.stmt(s);
                     self.release(m);
                 }
-                let values: Vec<Reg> = args
-                    .iter()
-                    .map(|a| {
-                        let v = self.expr(a);
-                        self.reg_of(v)
-                    })
-                    .collect();
+                let values = self.regs_of(&args);
                 for (index, value) in values.into_iter().enumerate() {
                     self.emit(Inst::SetArg {
                         index: index as u8,
@@ -675,6 +669,17 @@ impl<'a> Fx<'a> {
         }
         self.emit(Inst::Label(exit));
         self.emit(Inst::Return);
+    }
+
+    /// Each expression evaluated, in order, into a register.
+    fn regs_of(&mut self, exprs: &[Expr]) -> Vec<Reg> {
+        exprs
+            .iter()
+            .map(|e| {
+                let v = self.expr(e);
+                self.reg_of(v)
+            })
+            .collect()
     }
 
     fn block(&mut self, b: &Block) -> Val {
@@ -2322,13 +2327,7 @@ impl<'a> Fx<'a> {
                 Val::Reg(d)
             }
             "proceed" => {
-                let args: Vec<Reg> = args
-                    .iter()
-                    .map(|a| {
-                        let v = self.expr(a);
-                        self.reg_of(v)
-                    })
-                    .collect();
+                let args = self.regs_of(args);
                 let d = self.reg();
                 self.emit(Inst::Proceed { dst: d, args });
                 Val::Reg(d)
