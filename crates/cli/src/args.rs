@@ -423,7 +423,7 @@ pub enum SortKey {
 
 /// `weft dump`.
 #[derive(Args, Debug, Clone)]
-#[command(group(clap::ArgGroup::new("format").required(true).args(["chrome", "flame"])))]
+#[command(group(clap::ArgGroup::new("format").required(true).args(["chrome", "flame", "otlp"])))]
 pub struct DumpArgs {
     #[arg(value_name = "PATH", default_value = "weft.data", help = RECORD_HELP)]
     pub path: PathBuf,
@@ -436,6 +436,10 @@ pub struct DumpArgs {
     /// With --flame: an SVG flame graph instead (also when -o ends in .svg).
     #[arg(long = "svg", requires = "flame")]
     pub svg: bool,
+    /// Send every call to an OTLP/HTTP collector as an OpenTelemetry span
+    /// (`http://127.0.0.1:4318`; the path defaults to /v1/traces).
+    #[arg(long = "otlp", value_name = "URL", conflicts_with = "output")]
+    pub otlp: Option<String>,
     /// Write to FILE instead of the standard output.
     #[arg(short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,

@@ -1,6 +1,7 @@
 //! `weft dump`: a record in the formats other tools open — Chrome trace event JSON
 //! (`--chrome`: Perfetto UI, chrome://tracing) and folded stacks or an SVG flame
-//! graph (`--flame`, the SVG drawn by the `inferno` crate).
+//! graph (`--flame`, the SVG drawn by the `inferno` crate), and OpenTelemetry
+//! spans sent to a collector (`--otlp URL`, [`crate::export::spans`]).
 //!
 //! No native Perfetto protobuf (`--perfetto`): Perfetto UI opens the Chrome JSON
 //! itself, and the protobuf would need Perfetto's `.proto` files compiled in (no
@@ -18,6 +19,15 @@ use crate::replay_cmd::{open, walk};
 
 /// Runs `weft dump`.
 pub fn run(a: DumpArgs) -> Result<i32> {
+    if let Some(url) = &a.otlp {
+        let url = crate::export::spans::traces_url(url, "--otlp ")?;
+        let s = crate::export::spans::send_record(&a.path, &url)?;
+        eprintln!(
+            "weft: sent {} spans to {url} in {} requests",
+            s.sent, s.requests
+        );
+        return Ok(0);
+    }
     let out: Box<dyn Write> = match &a.output {
         Some(p) => {
             Box::new(std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?)

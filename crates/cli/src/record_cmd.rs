@@ -55,6 +55,11 @@ pub struct RecordArgs {
     /// How each site was woven, pause times.
     #[arg(short = 'v')]
     pub verbose: bool,
+    /// When the recording ends, send every recorded call as an OpenTelemetry span
+    /// to this OTLP/HTTP collector (`otlp=http://127.0.0.1:4318`; the path
+    /// defaults to /v1/traces). `weft dump --otlp URL` sends a record later.
+    #[arg(long = "export", value_name = "otlp=URL")]
+    pub export: Option<String>,
     /// The command to launch, after `--`.
     #[arg(last = true, value_name = "CMD")]
     pub cmd: Vec<String>,
@@ -71,6 +76,15 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         _ => bail!("give only one of -c CMD, -p PID and -- CMD ARGS..."),
     };
     let program = traced_program(&target)?;
+    let spans_url = match a.export.as_deref() {
+        None => None,
+        Some(e) => match e.split_once('=') {
+            Some(("otlp", url)) => Some(crate::export::spans::traces_url(url, "--export otlp=")?),
+            _ => bail!(
+                "--export {e}: weft record exports its calls as spans to an OTLP collector: --export otlp=URL (e.g. otlp=http://127.0.0.1:4318)"
+            ),
+        },
+    };
     let patterns = if a.functions.is_empty() {
         vec!["*".to_string()]
     } else {
@@ -92,7 +106,14 @@ pub fn run(a: RecordArgs) -> Result<i32> {
         target,
         output: None,
         record: Some(output.clone()),
-        record_note: Some(serde_json::json!({ "args": a.args, "retval": a.retval })),
+        // The clocks' offset turns the record's monotonic times into Unix times
+        // (spans for a collector); the program names the service.
+        record_note: Some(serde_json::json!({
+            "args": a.args,
+            "retval": a.retval,
+            "program": program.display().to_string(),
+            "realtime_offset_ns": crate::export::spans::realtime_offset_now(),
+        })),
         format: OutputFormat::Text,
         quiet: true,
         verbose: a.verbose,
@@ -131,6 +152,23 @@ pub fn run(a: RecordArgs) -> Result<i32> {
             tally.threads.len(),
             output.display()
         );
+    }
+    if let Some(url) = spans_url {
+        match crate::export::spans::send_record(&output, &url) {
+            Ok(s) if !a.quiet => eprintln!(
+                "weft: sent {} spans to {url} in {} requests",
+                s.sent, s.requests
+            ),
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!(
+                    "weft: {e:#}; the record is kept in {}: send it again with `weft dump --otlp URL {}`",
+                    output.display(),
+                    output.display()
+                );
+                return Ok(if code == 0 { 1 } else { code });
+            }
+        }
     }
     Ok(code)
 }

@@ -54,6 +54,11 @@ pub fn open(path: &Path) -> Result<Opened> {
 }
 
 impl Opened {
+    /// The record's metadata (docs/record-format.md).
+    pub fn metadata(&self) -> &serde_json::Value {
+        &self.reader.metadata
+    }
+
     /// Reads the frames, giving each call's entry and exit to `each`. A corrupt
     /// frame is an error naming the file and its offset; a last frame cut short
     /// (weft was stopped while writing it) is a warning, and the frames before it

@@ -15,7 +15,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use std::collections::{BTreeMap, BTreeSet};
+
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value;
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
 use prost::Message;
 
@@ -164,10 +168,7 @@ fn read_request(r: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> {
 
 /// A tiny OTLP/HTTP receiver: each request it gets (head, decoded body), answered
 /// 200 with an empty export response.
-fn receiver() -> (
-    String,
-    mpsc::Receiver<(String, ExportMetricsServiceRequest)>,
-) {
+fn receiver<M: Message + Default + Send + 'static>() -> (String, mpsc::Receiver<(String, M)>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let (tx, rx) = mpsc::channel();
@@ -179,7 +180,7 @@ fn receiver() -> (
                 let mut out = conn.try_clone().unwrap();
                 let mut r = BufReader::new(conn);
                 while let Some((head, body)) = read_request(&mut r) {
-                    let req = ExportMetricsServiceRequest::decode(&body[..]).unwrap();
+                    let req = M::decode(&body[..]).unwrap();
                     let _ = out.write_all(
                         b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n",
                     );
@@ -309,7 +310,7 @@ fn check_running(req: &ExportMetricsServiceRequest) -> Result<(), String> {
 #[test]
 fn otlp_receiver_gets_the_counters_during_and_at_the_end() {
     let bin = build("export.c", Variant::O2_PIE, &[]);
-    let (addr, rx) = receiver();
+    let (addr, rx) = receiver::<ExportMetricsServiceRequest>();
     let mut t = Waiting::start(&bin);
     let prog = program(&bin);
     let pid = t.0.pid().to_string();
@@ -362,7 +363,7 @@ fn otlp_receiver_gets_the_counters_during_and_at_the_end() {
 /// No target at all: the maps of BEGIN go out once, at the end.
 #[test]
 fn otlp_pushes_once_at_the_end() {
-    let (addr, rx) = receiver();
+    let (addr, rx) = receiver::<ExportMetricsServiceRequest>();
     let url = format!("otlp=http://{addr}");
     let o = weft(
         &[
@@ -431,4 +432,227 @@ fn bad_export_values_are_one_line_errors() {
     let o = weft(&["-e", "BEGIN { exit(); }", "--export-interval", "soon"], T);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("--export-interval soon: expected a duration"));
+}
+
+/// A span as the tests compare it: names, links and times.
+#[derive(Clone, Debug)]
+struct SpanSeen {
+    name: String,
+    trace: Vec<u8>,
+    id: Vec<u8>,
+    parent: Vec<u8>,
+    start: u64,
+    end: u64,
+    pid: i64,
+    service: String,
+    ints: BTreeMap<String, i64>,
+}
+
+fn spans_of(reqs: &[(String, ExportTraceServiceRequest)]) -> Vec<SpanSeen> {
+    let mut out = Vec::new();
+    for (_, req) in reqs {
+        for rs in &req.resource_spans {
+            let attr = |k: &str| {
+                rs.resource
+                    .as_ref()
+                    .unwrap()
+                    .attributes
+                    .iter()
+                    .find(|a| a.key == k)
+                    .and_then(|a| a.value.as_ref()?.value.clone())
+            };
+            let pid = match attr("process.pid") {
+                Some(any_value::Value::IntValue(p)) => p,
+                v => panic!("process.pid: {v:?}"),
+            };
+            let service = match attr("service.name") {
+                Some(any_value::Value::StringValue(s)) => s,
+                v => panic!("service.name: {v:?}"),
+            };
+            for ss in &rs.scope_spans {
+                for sp in &ss.spans {
+                    let mut ints = BTreeMap::new();
+                    for a in &sp.attributes {
+                        match a.value.as_ref().and_then(|v| v.value.clone()) {
+                            Some(any_value::Value::IntValue(i)) => {
+                                ints.insert(a.key.clone(), i);
+                            }
+                            Some(any_value::Value::StringValue(f)) => {
+                                assert_eq!(a.key, "code.function.name");
+                                assert_eq!(f, sp.name);
+                            }
+                            v => panic!("{}: {v:?}", a.key),
+                        }
+                    }
+                    assert_eq!(sp.kind, 1, "INTERNAL");
+                    out.push(SpanSeen {
+                        name: sp.name.clone(),
+                        trace: sp.trace_id.clone(),
+                        id: sp.span_id.clone(),
+                        parent: sp.parent_span_id.clone(),
+                        start: sp.start_time_unix_nano,
+                        end: sp.end_time_unix_nano,
+                        pid,
+                        service: service.clone(),
+                        ints,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// replay.c's calls as spans: main(1) → a(1) → b ×3, main → c(5); worker(0) → d
+/// ×2 on a second thread: each call's parent is its caller's span, each thread's
+/// outermost call a trace of its own, times nested and in the Unix clock.
+fn check_replay_spans(spans: &[SpanSeen], before: u64, after: u64) {
+    let names: BTreeMap<&str, usize> = spans.iter().fold(BTreeMap::new(), |mut m, s| {
+        *m.entry(s.name.as_str()).or_default() += 1;
+        m
+    });
+    let want: BTreeMap<&str, usize> = [
+        ("main", 1),
+        ("a", 1),
+        ("b", 3),
+        ("c", 1),
+        ("worker", 1),
+        ("d", 2),
+    ]
+    .into();
+    assert_eq!(names, want, "{spans:#?}");
+    let one = |n: &str| spans.iter().find(|s| s.name == n).unwrap().clone();
+    let (main, a, worker) = (one("main"), one("a"), one("worker"));
+    let ids: BTreeSet<&Vec<u8>> = spans.iter().map(|s| &s.id).collect();
+    assert_eq!(ids.len(), 9, "span ids are unique");
+    for s in spans {
+        assert_eq!(s.id.len(), 8);
+        assert_eq!(s.trace.len(), 16);
+        assert!(s.start <= s.end, "{s:?}");
+        assert!(
+            before <= s.start && s.end <= after,
+            "{before} {s:?} {after}"
+        );
+        assert_eq!(s.pid, main.pid);
+        assert_eq!(s.service, "replay");
+        let parent = match s.name.as_str() {
+            "main" | "worker" => None,
+            "a" | "c" => Some(&main),
+            "b" => Some(&a),
+            "d" => Some(&worker),
+            n => panic!("{n}"),
+        };
+        match parent {
+            None => assert!(s.parent.is_empty(), "{s:?}"),
+            Some(p) => {
+                assert_eq!(s.parent, p.id, "{} in {}", s.name, p.name);
+                assert_eq!(s.trace, p.trace, "{} in {}'s trace", s.name, p.name);
+                assert!(p.start <= s.start && s.end <= p.end, "{s:?} in {p:?}");
+            }
+        }
+    }
+    assert_ne!(
+        main.trace, worker.trace,
+        "each thread's outermost call starts a trace"
+    );
+    assert_ne!(main.ints["thread.id"], worker.ints["thread.id"]);
+    // The recorded argument and return value of each call.
+    let mut b: Vec<(i64, i64)> = spans
+        .iter()
+        .filter(|s| s.name == "b")
+        .map(|s| (s.ints["weft.arg0"], s.ints["weft.retval"]))
+        .collect();
+    b.sort();
+    assert_eq!(b, [(1, 2), (2, 4), (3, 6)]);
+    assert_eq!((a.ints["weft.arg0"], a.ints["weft.retval"]), (1, 12));
+    let c = one("c");
+    assert_eq!((c.ints["weft.arg0"], c.ints["weft.retval"]), (5, 7));
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+#[test]
+fn recorded_calls_reach_an_otlp_receiver_as_spans() {
+    let bin = build("replay.c", Variant::O2_PIE, &["-pthread"]);
+    let dir = scratch_dir("export-spans").join("rec/");
+    let _ = std::fs::remove_dir_all(&dir);
+    let (addr, rx) = receiver::<ExportTraceServiceRequest>();
+    let mut args = vec!["record"];
+    for f in ["main", "a", "b", "c", "d", "worker"] {
+        args.extend(["-F", f]);
+    }
+    let url = format!("otlp=http://{addr}");
+    let d = dir.to_str().unwrap();
+    args.extend(["--args", "1", "--retval", "-o", d, "--export", &url]);
+    args.extend(["--", bin.to_str().unwrap()]);
+    let before = unix_ns();
+    let o = weft(&args, T);
+    let after = unix_ns();
+    assert_eq!(ok(&o), "r=19\n");
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "weft: sent 9 spans to http://{addr}/v1/traces in 1 requests"
+        )),
+        "{err}"
+    );
+    let reqs: Vec<_> = rx.try_iter().collect();
+    assert_eq!(reqs.len(), 1);
+    assert!(reqs[0].0.starts_with("POST /v1/traces "), "{}", reqs[0].0);
+    assert!(reqs[0]
+        .0
+        .to_ascii_lowercase()
+        .contains("content-type: application/x-protobuf"));
+    let live = spans_of(&reqs);
+    check_replay_spans(&live, before, after);
+
+    // The same record sent again later, to a path of the user's choosing: the
+    // same calls and times, new ids.
+    let o = weft(
+        &["dump", "--otlp", &format!("http://{addr}/x/traces"), d],
+        T,
+    );
+    assert_eq!(ok(&o), "");
+    let reqs: Vec<_> = rx.try_iter().collect();
+    assert_eq!(reqs.len(), 1);
+    assert!(reqs[0].0.starts_with("POST /x/traces "), "{}", reqs[0].0);
+    let again = spans_of(&reqs);
+    check_replay_spans(&again, before, after);
+    let times = |v: &[SpanSeen]| -> BTreeSet<(String, u64, u64)> {
+        v.iter().map(|s| (s.name.clone(), s.start, s.end)).collect()
+    };
+    assert_eq!(times(&live), times(&again));
+    assert!(live.iter().all(|s| again.iter().all(|t| t.id != s.id)));
+
+    // A collector that is not there: one line, exit 1, the record kept.
+    let o = weft(&["dump", "--otlp", "http://127.0.0.1:1", d], T);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let err = text(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("sending spans to http://127.0.0.1:1/v1/traces failed"),
+        "{err}"
+    );
+    // Only spans, only to OTLP.
+    let o = weft(
+        &[
+            "record",
+            "--export",
+            "prometheus=127.0.0.1:9",
+            "--",
+            "/bin/true",
+        ],
+        T,
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("--export otlp=URL"),
+        "{}",
+        text(&o.stderr)
+    );
 }

@@ -4,6 +4,8 @@
 //!   from keys), one model for every exporter.
 //! * [`prometheus`]: `prometheus=ADDR`, a `/metrics` endpoint.
 //! * [`otlp`]: `otlp=URL`, OTLP/HTTP pushes every `--export-interval`.
+//! * [`spans`]: a record's calls as OTLP spans (`weft record --export otlp=URL`,
+//!   `weft dump --otlp URL`).
 //!
 //! [`Exporter`] is a `weft_trace::Sink` beside the printer: it asks for the maps
 //! through [`Sink::wants_maps`] (a scrape is waiting, a push is due) and the
@@ -12,6 +14,7 @@
 pub mod metrics;
 pub mod otlp;
 pub mod prometheus;
+pub mod spans;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

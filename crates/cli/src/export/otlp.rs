@@ -31,28 +31,35 @@ use super::metrics::{Family, Kind, PointValue};
 /// The longest one POST may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Check an OTLP/HTTP URL: `http://HOST[:PORT][/PATH]` (a URL without a path gets
-/// the standard `/v1/metrics`).
+/// Check an OTLP/HTTP URL for metrics: `http://HOST[:PORT][/PATH]` (a URL without
+/// a path gets the standard `/v1/metrics`).
 pub fn parse_url(url: &str) -> Result<String> {
+    parse_url_with(url, "/v1/metrics", "--export otlp=")
+}
+
+/// Check an OTLP/HTTP URL given as `flag` (for messages); a URL without a path
+/// gets `path`.
+pub fn parse_url_with(url: &str, path: &str, flag: &str) -> Result<String> {
+    let eg = format!("http://127.0.0.1:4318{path}");
     let Some(rest) = url.strip_prefix("http://") else {
         if url.starts_with("https://") {
-            bail!("--export otlp={url}: https is not supported (weft has no TLS): use an http:// URL, e.g. a local collector's http://127.0.0.1:4318/v1/metrics");
+            bail!("{flag}{url}: https is not supported (weft has no TLS): use an http:// URL, e.g. a local collector's {eg}");
         }
-        bail!("--export otlp={url}: not an http:// URL (e.g. http://127.0.0.1:4318/v1/metrics)");
+        bail!("{flag}{url}: not an http:// URL (e.g. {eg})");
     };
     let host = rest.split('/').next().unwrap_or("");
     if host.is_empty() {
-        bail!("--export otlp={url}: no host in the URL (e.g. http://127.0.0.1:4318/v1/metrics)");
+        bail!("{flag}{url}: no host in the URL (e.g. {eg})");
     }
     if let Some((_, port)) = host.rsplit_once(':') {
         if !host.ends_with(']') && port.parse::<u16>().is_err() {
-            bail!("--export otlp={url}: `{port}` is not a port number");
+            bail!("{flag}{url}: `{port}` is not a port number");
         }
     }
     Ok(if rest.contains('/') {
         url.to_string()
     } else {
-        format!("{url}/v1/metrics")
+        format!("{url}{path}")
     })
 }
 
