@@ -550,6 +550,79 @@ fn a_burst_of_calls_faster_than_weft_drains_loses_nothing() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A weft that stops draining (SIGSTOP) while the program makes more calls than
+/// a ring holds: the program waits once (`RING_WAIT_NS`) for weft, then drops
+/// its events at once, each counted: it finishes its calls with weft still
+/// stopped, and once weft runs again the record holds the events written before
+/// the ring filled, and entries, exits and lost events add up to two per call.
+#[test]
+fn a_stopped_weft_costs_the_program_one_wait_and_every_lost_event_is_counted() {
+    use std::io::Write;
+    const N: u64 = 2_000_000;
+    let bin = build("burst.c", Variant::O2_PIE, &[]);
+    let mut t = Spawned::start_piped(&bin, &[&N.to_string()]);
+    t.wait_line("ready", T);
+    let dir = tempdir();
+    let file = dir.join("stopped.rec");
+    let pid = t.child.id();
+    let w = std::process::Command::new(weft_bin())
+        .args(["record", "-F", "work", "-o", file.to_str().unwrap(), "-p"])
+        .arg(pid.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Woven when the code differs from the file.
+    let start = std::time::Instant::now();
+    while code_matches_file(pid as i32, &bin) {
+        assert!(start.elapsed() < T, "weft never wove the target");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let weft_pid = nix::unistd::Pid::from_raw(w.id() as i32);
+    nix::sys::signal::kill(weft_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let stdin = t.child.stdin.as_mut().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    stdin.flush().unwrap();
+    // Every call made, weft still stopped.
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l == "done") {
+        lines.push(
+            t.lines
+                .recv_timeout(T)
+                .expect("the program finishes its calls"),
+        );
+    }
+    let want = (0..N).map(|i| 2 * i + 1).sum::<u64>();
+    assert_eq!(lines, [format!("sum={want}"), "done".to_string()]);
+    nix::sys::signal::kill(weft_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    t.child.stdin.as_mut().unwrap().write_all(b"end\n").unwrap();
+    assert!(t.child.wait().unwrap().success());
+    let o = wait_output(w, T);
+    let err = text(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let num = |re: &str| -> u64 {
+        let c = regex::Regex::new(re).unwrap().captures(&err);
+        c.unwrap_or_else(|| panic!("no {re} in:\n{err}"))[1]
+            .parse()
+            .unwrap()
+    };
+    let lost = num(r"Lost (\d+) events");
+    let entries = num(r"recorded (\d+) entries");
+    let exits = num(r"entries and (\d+) exits");
+    assert!(lost > 0 && entries > 0, "{err}");
+    assert_eq!(entries + exits + lost, 2 * N, "{err}");
+    // The file holds exactly what was recorded: the first calls, in order.
+    let (records, _) = read(&file);
+    assert_eq!(records.len() as u64, entries + exits);
+    for (i, r) in records.iter().enumerate() {
+        match (&r.event, i % 2) {
+            (Event::FunctionEntry { .. }, 0) | (Event::FunctionExit { .. }, 1) => {}
+            (e, _) => panic!("record {i}: {e:?}"),
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn record_refuses_bad_requests_clearly() {
     let bin = build("calltree.c", Variant::O2_PIE, &["-pthread"]);

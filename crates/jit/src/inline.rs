@@ -817,11 +817,15 @@ impl<'a> Cx<'a> {
             EventKind::FuncExit => payload.is_none(),
             _ => false,
         } && id < weft_abi::SHORT_EVENT_SITES;
-        let rec = if short {
-            u64::from(weft_abi::SHORT_EVENT_SIZE)
-        } else {
-            u64::from(round8(EVENT_HEADER_SIZE + len))
-        };
+        if short {
+            let code = if kind == EventKind::FuncEntry {
+                weft_abi::EVENT_FUNC_ENTRY_TSC
+            } else {
+                weft_abi::EVENT_FUNC_EXIT_TSC
+            };
+            return self.emit_short(code | (id << 8));
+        }
+        let rec = u64::from(round8(EVENT_HEADER_SIZE + len));
         let ring = self.site.ring_off as i32;
         let slot = |f: usize| (f) as i32;
         let head = slot(core::mem::offset_of!(ThreadSlot, ring_head));
@@ -834,27 +838,17 @@ impl<'a> Cx<'a> {
             self.a.mov(rax, flag)?;
             self.a.mov(dword_ptr(rax), 1)?;
         }
-        // [rsp] spins waited, [rsp+8] the time, [rsp+16] the arguments word (not
-        // for a short event, which has none); the body's cells are `pushed` bytes
-        // further.
-        let pushed: i32 = if short { 16 } else { 24 };
-        if kind == EventKind::FuncExit && !short {
+        // [rsp] spins waited, [rsp+8] the time, [rsp+16] the arguments word; the
+        // body's cells are `pushed` bytes further.
+        let pushed: i32 = 24;
+        if kind == EventKind::FuncExit {
             let m = self.at(self.fr.rax());
             self.a.push(m)?;
-        } else if !short {
+        } else {
             self.a.mov(rax, args)?;
             self.a.push(rax)?;
         }
-        if short {
-            // The raw TSC: readers convert it on the clock's line of the moment
-            // (weft_abi::EVENT_FUNC_ENTRY_TSC); inline advice runs only when the
-            // segment's clock is the TSC (Caps::tsc_clock).
-            self.a.rdtsc()?;
-            self.a.shl(rdx, 32)?;
-            self.a.or(rax, rdx)?;
-        } else {
-            self.tsc_nsecs()?;
-        }
+        self.tsc_nsecs()?;
         self.a.push(rax)?;
         self.a.push(0)?;
         // ThreadSlot::events_produced is the runtime's; nothing reads it, and
@@ -879,33 +873,21 @@ impl<'a> Cx<'a> {
         self.a.cmp(rax, (size - rec) as i32)?;
         self.a.ja(full)?;
         self.bind(&mut write)?;
-        if short {
-            let code = if kind == EventKind::FuncEntry {
-                weft_abi::EVENT_FUNC_ENTRY_TSC
-            } else {
-                weft_abi::EVENT_FUNC_EXIT_TSC
-            };
-            self.a.mov(rax, rec | (u64::from(code | (id << 8)) << 32))?;
-            self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
-            self.a.mov(rax, qword_ptr(rsp + 8))?;
-            self.a.mov(qword_ptr(r11 + rdx + ring + 8), rax)?;
-        } else {
-            self.a.mov(rax, rec | (u64::from(k) << 32))?;
-            self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
-            self.a.mov(rax, u64::from(id) | (u64::from(len) << 32))?;
-            self.a.mov(qword_ptr(r11 + rdx + ring + 8), rax)?;
-            self.a.mov(rax, qword_ptr(rsp + 16))?;
-            self.a.mov(qword_ptr(r11 + rdx + ring + 16), rax)?;
-            self.a.mov(rax, qword_ptr(rsp + 8))?;
-            self.a.mov(qword_ptr(r11 + rdx + ring + 24), rax)?;
-            if let Some(p) = payload {
-                let at = self.place(p) + pushed;
-                let mut o = 0;
-                while o < len as i32 {
-                    self.a.mov(rax, qword_ptr(rsp + at + o))?;
-                    self.a.mov(qword_ptr(r11 + rdx + ring + 32 + o), rax)?;
-                    o += 8;
-                }
+        self.a.mov(rax, rec | (u64::from(k) << 32))?;
+        self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
+        self.a.mov(rax, u64::from(id) | (u64::from(len) << 32))?;
+        self.a.mov(qword_ptr(r11 + rdx + ring + 8), rax)?;
+        self.a.mov(rax, qword_ptr(rsp + 16))?;
+        self.a.mov(qword_ptr(r11 + rdx + ring + 16), rax)?;
+        self.a.mov(rax, qword_ptr(rsp + 8))?;
+        self.a.mov(qword_ptr(r11 + rdx + ring + 24), rax)?;
+        if let Some(p) = payload {
+            let at = self.place(p) + pushed;
+            let mut o = 0;
+            while o < len as i32 {
+                self.a.mov(rax, qword_ptr(rsp + at + o))?;
+                self.a.mov(qword_ptr(r11 + rdx + ring + 32 + o), rax)?;
+                o += 8;
             }
         }
         self.a.add(rcx, rec as i32)?;
@@ -946,6 +928,111 @@ impl<'a> Cx<'a> {
         self.bind(&mut done)?;
         self.a.add(rsp, pushed)?;
         Ok(())
+    }
+
+    /// A short event (16 bytes: length, `kind_id` = kind | site << 8, the raw TSC)
+    /// written as [`Cx::emit`] writes one, with nothing on the stack on its way:
+    /// the time stays in rax, the header goes in as two 32-bit immediates, and the
+    /// head is read again rather than kept (r11 = the thread's slot; clobbers rcx
+    /// and rdx). The pad, the wait for room and the count of a lost event are out
+    /// of line.
+    fn emit_short(&mut self, kind_id: u32) -> R {
+        let size = self.site.ring_size;
+        let rec = u64::from(weft_abi::SHORT_EVENT_SIZE);
+        let room = (size - rec) as i32;
+        let ring = self.site.ring_off as i32;
+        let head = core::mem::offset_of!(ThreadSlot, ring_head) as i32;
+        let tail = core::mem::offset_of!(ThreadSlot, ring_tail) as i32;
+        let lost_at = core::mem::offset_of!(ThreadSlot, events_lost) as i32;
+        let stalled = core::mem::offset_of!(ThreadSlot, ring_stalled) as i32;
+        let wait = self.site.shm_base + core::mem::offset_of!(ShmHeader, ring_wait_spins) as u64;
+        let mut retry = self.a.create_label();
+        let mut pad = self.a.create_label();
+        let mut write = self.a.create_label();
+        let mut full = self.a.create_label();
+        let mut spin = self.a.create_label();
+        let mut lost = self.a.create_label();
+        let mut count = self.a.create_label();
+        let mut done = self.a.create_label();
+        // The raw TSC (weft_abi::EVENT_FUNC_ENTRY_TSC): readers convert it on
+        // the clock's line of the moment; inline advice runs only when the
+        // segment's clock is the TSC (Caps::tsc_clock).
+        self.a.rdtsc()?;
+        self.a.shl(rdx, 32)?;
+        self.a.or(rax, rdx)?;
+        self.bind(&mut retry)?;
+        // Room when head - tail <= size - len.
+        self.a.mov(rcx, qword_ptr(r11 + head))?;
+        self.a.sub(rcx, qword_ptr(r11 + tail))?;
+        self.a.cmp(rcx, room)?;
+        self.a.ja(full)?;
+        self.a.mov(rcx, qword_ptr(r11 + head))?;
+        self.a.mov(rdx, rcx)?;
+        self.a.and(rdx, (size - 1) as i32)?;
+        // A record that would cross the ring's end goes after a pad.
+        self.a.cmp(rdx, room)?;
+        self.a.ja(pad)?;
+        self.bind(&mut write)?;
+        self.a.mov(dword_ptr(r11 + rdx + ring), rec as u32)?;
+        self.a.mov(dword_ptr(r11 + rdx + ring + 4), kind_id)?;
+        self.a.mov(qword_ptr(r11 + rdx + ring + 8), rax)?;
+        self.a.add(rcx, rec as i32)?;
+        self.a.mov(qword_ptr(r11 + head), rcx)?;
+        self.bind(&mut done)?;
+        let mut end = self.a.create_label();
+        self.a.jmp(end)?;
+        // The pad, `size - rdx` bytes: room when head + pad - tail <= size - len;
+        // then a pad record (its length, kind EVENT_PAD: 0) and the record at the
+        // ring's start.
+        self.bind(&mut pad)?;
+        self.a.push(rax)?;
+        self.a.mov(rax, size)?;
+        self.a.sub(rax, rdx)?;
+        self.a.add(rax, rcx)?;
+        self.a.sub(rax, qword_ptr(r11 + tail))?;
+        self.a.cmp(rax, room)?;
+        let mut pad_full = self.a.create_label();
+        self.a.ja(pad_full)?;
+        self.a.mov(rax, size)?;
+        self.a.sub(rax, rdx)?;
+        self.a.mov(qword_ptr(r11 + rdx + ring), rax)?;
+        self.a.add(rcx, rax)?;
+        self.a.xor(edx, edx)?;
+        self.a.pop(rax)?;
+        self.a.jmp(write)?;
+        self.bind(&mut pad_full)?;
+        self.a.pop(rax)?;
+        // No room: wait up to `ring_wait_spins` for weft (the count on the stack),
+        // unless this thread's last wait timed out; then drop and count.
+        self.bind(&mut full)?;
+        self.a.cmp(qword_ptr(r11 + stalled), 0)?;
+        self.a.jne(count)?;
+        self.a.push(0)?;
+        self.bind(&mut spin)?;
+        self.a.mov(rcx, wait)?;
+        self.a.mov(rcx, qword_ptr(rcx))?;
+        self.a.cmp(qword_ptr(rsp), rcx)?;
+        self.a.jae(lost)?;
+        self.a.add(qword_ptr(rsp), 1)?;
+        self.a.pause()?;
+        // Room now (a pad's too, at most the whole ring less the record)?
+        self.a.mov(rcx, qword_ptr(r11 + head))?;
+        self.a.sub(rcx, qword_ptr(r11 + tail))?;
+        self.a.cmp(rcx, room)?;
+        self.a.ja(spin)?;
+        self.a.add(rsp, 8)?;
+        self.a.jmp(retry)?;
+        // A wait that ran out: weft is not draining; drop at once from now on
+        // (not when no wait is asked for: a lossy ring).
+        self.bind(&mut lost)?;
+        self.a.cmp(qword_ptr(rsp), 0)?;
+        self.a.lea(rsp, qword_ptr(rsp + 8))?;
+        self.a.je(count)?;
+        self.a.mov(qword_ptr(r11 + stalled), 1)?;
+        self.bind(&mut count)?;
+        self.a.add(qword_ptr(r11 + lost_at), 1)?;
+        self.a.jmp(done)?;
+        self.bind(&mut end)
     }
 
     fn at(&self, off: i32) -> AsmMemoryOperand {
