@@ -181,12 +181,22 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn kv(key: &str, value: &str) -> KeyValue {
+/// A string attribute.
+pub(crate) fn kv(key: &str, value: &str) -> KeyValue {
     KeyValue {
         key: key.to_string(),
         value: Some(AnyValue {
             value: Some(any_value::Value::StringValue(value.to_string())),
         }),
+        ..Default::default()
+    }
+}
+
+/// weft, as the instrumentation scope of what it sends.
+pub(crate) fn scope() -> InstrumentationScope {
+    InstrumentationScope {
+        name: "weft".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
         ..Default::default()
     }
 }
@@ -265,11 +275,7 @@ pub fn request(families: &[Family], start: u64, now: u64) -> ExportMetricsServic
                 ..Default::default()
             }),
             scope_metrics: vec![ScopeMetrics {
-                scope: Some(InstrumentationScope {
-                    name: "weft".into(),
-                    version: env!("CARGO_PKG_VERSION").into(),
-                    ..Default::default()
-                }),
+                scope: Some(scope()),
                 metrics,
                 ..Default::default()
             }],

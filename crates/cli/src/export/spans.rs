@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span, ResourceSpans, ScopeSpans, Span};
 use prost::Message;
@@ -169,7 +169,7 @@ impl Spans {
                 stack.truncate(depth);
                 let mut attributes = vec![
                     int("thread.id", i64::from(thread.1)),
-                    text("code.function.name", &names[name]),
+                    super::otlp::kv("code.function.name", &names[name]),
                 ];
                 for (i, a) in args.iter().enumerate() {
                     attributes.push(int(&format!("weft.arg{i}"), *a as i64));
@@ -252,16 +252,6 @@ pub fn send_record(path: &Path, url: &str) -> Result<Spans> {
     Ok(spans)
 }
 
-fn text(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.to_string(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.to_string())),
-        }),
-        ..Default::default()
-    }
-}
-
 fn int(key: &str, value: i64) -> KeyValue {
     KeyValue {
         key: key.to_string(),
@@ -280,17 +270,13 @@ fn request(service: &str, by_pid: BTreeMap<u32, Vec<Span>>) -> ExportTraceServic
             .map(|(pid, spans)| ResourceSpans {
                 resource: Some(Resource {
                     attributes: vec![
-                        text("service.name", service),
+                        super::otlp::kv("service.name", service),
                         int("process.pid", i64::from(pid)),
                     ],
                     ..Default::default()
                 }),
                 scope_spans: vec![ScopeSpans {
-                    scope: Some(InstrumentationScope {
-                        name: "weft".into(),
-                        version: env!("CARGO_PKG_VERSION").into(),
-                        ..Default::default()
-                    }),
+                    scope: Some(super::otlp::scope()),
                     spans,
                     ..Default::default()
                 }],
