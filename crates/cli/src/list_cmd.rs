@@ -33,7 +33,12 @@ enum Kind {
     Tracepoint,
     /// A bare pattern: functions (as `uprobe`) and USDT probes.
     Any,
+    /// `interval` or `profile` timers: `name` is the unit pattern.
+    Timer(&'static str),
 }
+
+/// The units a timer probe takes, in the order bpftrace lists them.
+const TIMER_UNITS: [&str; 4] = ["hz", "us", "ms", "s"];
 
 /// A parsed pattern: which probes, in which binary (a spec as in a probe: path,
 /// library name or wildcard), and the pattern their names must match (the
@@ -84,6 +89,19 @@ fn parse(pattern: &str) -> Result<Pattern> {
                 name: format!("{}:{}", or_all(category), or_all(name)),
             });
         }
+        "interval" | "i" | "profile" | "p" => {
+            let full = if provider.starts_with('i') {
+                "interval"
+            } else {
+                "profile"
+            };
+            let unit = rest.split(':').next().unwrap_or("");
+            return Ok(Pattern {
+                kind: Kind::Timer(full),
+                binary: None,
+                name: if unit.is_empty() { "*" } else { unit }.to_string(),
+            });
+        }
         "software" | "s" | "hardware" | "h" => {
             bail!(
                 "{pattern}: weft has no perf software or hardware events; it lists uprobe, \
@@ -93,7 +111,7 @@ fn parse(pattern: &str) -> Result<Pattern> {
         // A wildcard probe type (`*:./app:*`): every kind weft lists in BIN.
         _ if provider.contains(['*', '?']) && rest.contains(':') => Kind::Any,
         _ if !pattern.contains(['/', '.']) && !provider.contains(['*', '?']) => bail!(
-            "{pattern}: unknown probe type `{provider}` (weft lists uprobe, uretprobe and usdt)"
+            "{pattern}: unknown probe type `{provider}` (weft lists uprobe, uretprobe, usdt, tracepoint, interval and profile)"
         ),
         // `./app:func`-like: a binary and a function, no probe type.
         _ => {
@@ -157,6 +175,9 @@ pub fn program(text: &str, file: &str, pid: Option<i32>, verbose: bool) -> Resul
                     pid,
                     verbose,
                 })?;
+            } else if let Some(unit) = timer_unit(&a.raw) {
+                // A timer is listed as its type and unit, as bpftrace lists it.
+                println!("{unit}");
             } else {
                 println!("{}", a.raw);
             }
@@ -165,12 +186,41 @@ pub fn program(text: &str, file: &str, pid: Option<i32>, verbose: bool) -> Resul
     Ok(0)
 }
 
+/// `interval:ms:100` → `interval:ms:` (and `i:`/`p:`/`profile:` alike).
+fn timer_unit(raw: &str) -> Option<String> {
+    let (provider, rest) = raw.split_once(':')?;
+    let provider = match provider {
+        "interval" | "i" => "interval",
+        "profile" | "p" => "profile",
+        _ => return None,
+    };
+    let unit = rest.split(':').next()?;
+    TIMER_UNITS
+        .contains(&unit)
+        .then(|| format!("{provider}:{unit}:"))
+}
+
 pub fn run(l: ListArgs) -> Result<i32> {
     let (pattern, binary) = l.split();
     let text = pattern.clone().unwrap_or_else(|| "*".to_string());
     let pat = parse(&text)?;
     let without_binary = pat.binary.is_none() && binary.is_none() && l.pid.is_none();
     match pat.kind {
+        // `interval:*`: the units a timer takes, as bpftrace lists them.
+        Kind::Timer(provider) => {
+            let unit = Glob::new(&pat.name);
+            let units: Vec<&str> = TIMER_UNITS
+                .into_iter()
+                .filter(|u| unit.matches(u))
+                .collect();
+            if units.is_empty() {
+                bail!("no probe matches {text}");
+            }
+            for u in units {
+                println!("{provider}:{u}:");
+            }
+            return Ok(0);
+        }
         Kind::Tracepoint => {
             if !tracepoints(&pat.name, l.verbose)? {
                 bail!("no probe matches {text}");
@@ -422,6 +472,25 @@ mod tests {
             binary: binary.map(str::to_string),
             name: name.to_string(),
         }
+    }
+
+    #[test]
+    fn timers_list_their_units() {
+        assert_eq!(
+            parse("interval:*").unwrap(),
+            p(Kind::Timer("interval"), None, "*")
+        );
+        assert_eq!(
+            parse("p:m*").unwrap(),
+            p(Kind::Timer("profile"), None, "m*")
+        );
+        assert_eq!(parse("profile").unwrap(), p(Kind::Any, None, "profile"));
+        assert_eq!(
+            timer_unit("interval:ms:1000").as_deref(),
+            Some("interval:ms:")
+        );
+        assert_eq!(timer_unit("p:hz:99").as_deref(), Some("profile:hz:"));
+        assert_eq!(timer_unit("uprobe:./a:f"), None);
     }
 
     #[test]
