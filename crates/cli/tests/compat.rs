@@ -123,6 +123,12 @@ const UPSTREAM_FIXED: &[(&str, &str)] = &[
          `func: 'test'`) (golden: uretprobe_func_names_the_function)",
     ),
     (
+        "map_max_negative",
+        "a max() of only negative values: 0.17 never stores it (a signed compare with the \
+         0 of a missing entry) and prints nothing, upstream prints `@mx: -3` \
+         (golden: max_of_negative_and_min_of_large_values)",
+    ),
+    (
         "enum_constants",
         "an enum's value stored in a map: 0.17 prints its number, upstream its enumerator's \
          name (tests/runtime/other, `symbolize enum in map key`) (golden: enum_symbolized)",

@@ -5,14 +5,14 @@
 //! [`MapValue::value_size`]'s layout). As in bpftrace 0.17:
 //! * a scalar `count()` map always has an entry (bpftrace keeps it in an array map), so
 //!   one is printed as `@x: 0` even when none is passed;
-//! * `max()` keeps nothing until a value >= 0 is seen, and `min()` nothing until a value
-//!   <= 0xffffffff (both store with a signed compare against the 0 of a missing entry):
-//!   entries whose merged max is negative, or merged min above 0xffffffff, are not
-//!   printed. (Newer bpftrace prints them.)
+//! * `max()` and `min()` print every entry that saw a value, as upstream bpftrace
+//!   does (0.17 stored with a signed compare against the 0 of a missing entry, so it
+//!   printed no negative max and no min above 0xffffffff); a signed max prints
+//!   signed.
 //!
 //! **Order.**
 //! * `count`, `sum`, `min`, `max` and integer maps: by value, ascending (signed for
-//!   signed values, `max` unsigned). bpftrace's tie order comes from the kernel hash
+//!   signed values). bpftrace's tie order comes from the kernel hash
 //!   table (random per run); weft breaks ties by key as below.
 //! * Other plain maps (strings, tuples, stacks, ...): by key: integer fields (compared
 //!   as unsigned 64-bit) and string fields, first field first; other fields keep the
@@ -215,9 +215,11 @@ fn value_text(style: Style, mv: &MapValue, v: &[u8], div: u32, r: &dyn Resolver)
         MapValue::Count => (read_u64(v, 0) / d).to_string(),
         MapValue::Sum { signed: true } => (read_u64(v, 0) as i64 / d as i64).to_string(),
         MapValue::Sum { signed: false } => (read_u64(v, 0) / d).to_string(),
-        // bpftrace 0.17: `min_value()` is an int64_t, `max_value()` a uint64_t.
-        MapValue::Min { .. } => (read_u64(v, 1) as i64 / d as i64).to_string(),
-        MapValue::Max { .. } => (read_u64(v, 1) / d).to_string(),
+        // `min_value()` is an int64_t; `max_value()` as its values are signed or not.
+        MapValue::Min { .. } | MapValue::Max { signed: true } => {
+            (read_u64(v, 1) as i64 / d as i64).to_string()
+        }
+        MapValue::Max { signed: false } => (read_u64(v, 1) / d).to_string(),
         MapValue::Avg { .. } => (average(v) / d as i64).to_string(),
         MapValue::Stats { .. } => {
             let (count, total) = (read_u64(v, 0) as i64, read_u64(v, 1) as i64);
@@ -270,11 +272,7 @@ fn selected_entries(
     entries: &[(Vec<u8>, Vec<u8>)],
     top: u32,
 ) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut rows: Vec<(Vec<u8>, Vec<u8>)> = entries
-        .iter()
-        .filter(|(_, v)| kept_by_bpftrace(&decl.value, v))
-        .cloned()
-        .collect();
+    let mut rows: Vec<(Vec<u8>, Vec<u8>)> = entries.to_vec();
     if rows.is_empty() && decl.key.is_none() && decl.value == MapValue::Count {
         rows.push((Vec::new(), vec![0; 8]));
     }
@@ -283,17 +281,6 @@ fn selected_entries(
         rows.drain(..rows.len() - top as usize);
     }
     rows
-}
-
-/// False for min/max entries that bpftrace 0.17 would never have stored (see the
-/// module docs).
-fn kept_by_bpftrace(mv: &MapValue, v: &[u8]) -> bool {
-    let (count, value) = (read_u64(v, 0), read_u64(v, 1) as i64);
-    match mv {
-        MapValue::Max { .. } => count == 0 || value >= 0,
-        MapValue::Min { .. } => count == 0 || 0xffff_ffffi64.wrapping_sub(value) >= 0,
-        _ => true,
-    }
 }
 
 fn order(decl: &MapDecl, rows: &mut [(Vec<u8>, Vec<u8>)]) {
@@ -330,8 +317,8 @@ fn sort_value(mv: &MapValue, v: &[u8]) -> Option<i128> {
     Some(match mv {
         MapValue::Count | MapValue::Sum { signed: false } => i128::from(read_u64(v, 0)),
         MapValue::Sum { signed: true } => i128::from(read_u64(v, 0) as i64),
-        MapValue::Min { .. } => i128::from(read_u64(v, 1) as i64),
-        MapValue::Max { .. } => i128::from(read_u64(v, 1)),
+        MapValue::Min { .. } | MapValue::Max { signed: true } => i128::from(read_u64(v, 1) as i64),
+        MapValue::Max { signed: false } => i128::from(read_u64(v, 1)),
         MapValue::Plain(ty @ (Type::Int { .. } | Type::Bool)) => match decode(ty, v) {
             Value::Int(n) => i128::from(n),
             other => i128::from(other.as_u64()),
