@@ -312,7 +312,7 @@ pub fn run(l: ListArgs) -> Result<i32> {
             .and_then(|(_, d)| d.as_ref())
             .and_then(|d| d.function_params(&name));
         for p in params.unwrap_or_default() {
-            writeln!(out, "    {} {}", p.ty, p.name)?;
+            writeln!(out, "    {} {}", p.c_type, p.name)?;
         }
     }
     Ok(0)

@@ -469,7 +469,7 @@ fn list_the_bpftrace_way() {
             "uprobe:{rel}:many_args\n{}",
             ["a", "b", "c", "d", "e", "f", "g", "h"]
                 .iter()
-                .map(|n| format!("    int64 {n}\n"))
+                .map(|n| format!("    long int {n}\n"))
                 .collect::<String>()
         )
     );

@@ -46,6 +46,9 @@ pub struct Param {
     /// The name in the source, or `argN` for an unnamed parameter.
     pub name: String,
     pub ty: Type,
+    /// The type as C spells it (`const char*`, `struct Foo*`, `size_t`), as
+    /// `bpftrace -lv` lists it.
+    pub c_type: String,
 }
 
 /// One unit and the DWARF it is read from (the file's, or its `.dwo`'s for a split
@@ -302,6 +305,7 @@ impl DebugInfo {
                     p.unwrap_or(Param {
                         name: format!("arg{i}"),
                         ty: Type::Void,
+                        c_type: "void".into(),
                     })
                 })
                 .collect()
@@ -529,9 +533,79 @@ impl DebugInfo {
             out.push(ty.map(|t| Param {
                 name: name.unwrap_or_else(|| format!("arg{index}")),
                 ty: self.type_of(t, 0, &mut Walk::default(), None),
+                c_type: self.c_name(t, 0),
             }));
         }
         out
+    }
+
+    /// The type at `die` as C spells it: base types and typedefs by name, `struct X`,
+    /// `union X`, `enum X`, `T*`, `const T`, `T[N]`, a function pointer as
+    /// `R (*)(...)`.
+    fn c_name(&self, die: DieRef, depth: u32) -> String {
+        let (ui, off) = die;
+        let Some(e) = (depth < 32)
+            .then(|| self.units[ui].unit.entry(off).ok())
+            .flatten()
+        else {
+            return "?".into();
+        };
+        let name = self.string_attr(ui, &e, gimli::DW_AT_name);
+        let inner = || {
+            self.reference(ui, &e, gimli::DW_AT_type)
+                .map_or_else(|| "void".to_string(), |t| self.c_name(t, depth + 1))
+        };
+        let named = |kw: &str| format!("{kw} {}", name.as_deref().unwrap_or("(anonymous)"));
+        match e.tag() {
+            gimli::DW_TAG_structure_type => named("struct"),
+            gimli::DW_TAG_class_type => named("class"),
+            gimli::DW_TAG_union_type => named("union"),
+            gimli::DW_TAG_enumeration_type => named("enum"),
+            gimli::DW_TAG_pointer_type => {
+                let to = inner();
+                match to.strip_suffix(" (*)(...)") {
+                    // A pointer to a function is written `R (*)(...)` already.
+                    Some(_) => to,
+                    None => format!("{to}*"),
+                }
+            }
+            gimli::DW_TAG_reference_type => format!("{}&", inner()),
+            gimli::DW_TAG_rvalue_reference_type => format!("{}&&", inner()),
+            gimli::DW_TAG_const_type => format!("const {}", inner()),
+            gimli::DW_TAG_volatile_type => format!("volatile {}", inner()),
+            gimli::DW_TAG_restrict_type | gimli::DW_TAG_atomic_type => inner(),
+            gimli::DW_TAG_subroutine_type => format!("{} (*)(...)", inner()),
+            gimli::DW_TAG_array_type => {
+                let n = self.array_len(die);
+                format!(
+                    "{}[{}]",
+                    inner(),
+                    n.map_or(String::new(), |n| n.to_string())
+                )
+            }
+            _ => name.unwrap_or_else(|| "void".into()),
+        }
+    }
+
+    /// The element count of the array type at `die` (its first dimension).
+    fn array_len(&self, die: DieRef) -> Option<u64> {
+        let (ui, off) = die;
+        let unit = &self.units[ui].unit;
+        let mut tree = unit.entries_tree(Some(off)).ok()?;
+        let root = tree.root().ok()?;
+        let mut children = root.children();
+        while let Ok(Some(child)) = children.next() {
+            let e = child.entry();
+            if e.tag() != gimli::DW_TAG_subrange_type {
+                continue;
+            }
+            if let Some(n) = e.attr_value(gimli::DW_AT_count).ok().flatten() {
+                return n.udata_value();
+            }
+            let upper = e.attr_value(gimli::DW_AT_upper_bound).ok().flatten()?;
+            return upper.udata_value().map(|u| u + 1);
+        }
+        None
     }
 
     fn string_attr(

@@ -62,14 +62,17 @@ fn visit_params() -> Vec<Param> {
         Param {
             name: "r".into(),
             ty: Type::Ptr(Box::new(rec)),
+            c_type: "struct rec*".into(),
         },
         Param {
             name: "n".into(),
             ty: int(32, false),
+            c_type: "unsigned int".into(),
         },
         Param {
             name: "c".into(),
             ty: int(8, true),
+            c_type: "char".into(),
         },
     ]
 }
@@ -191,10 +194,12 @@ fn split_dwarf_from_a_dwp_package_llvm_dwp() {
             Param {
                 name: "p".into(),
                 ty: Type::Ptr(Box::new(s)),
+                c_type: "struct s*".into(),
             },
             Param {
                 name: "n".into(),
                 ty: int(32, true),
+                c_type: "int".into(),
             },
         ])
     );

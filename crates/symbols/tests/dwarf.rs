@@ -100,11 +100,13 @@ fn struct_pointer_parameters() {
             vec![
                 Param {
                     name: "p".into(),
-                    ty: Type::Ptr(Box::new(point))
+                    ty: Type::Ptr(Box::new(point)),
+                    c_type: "struct point*".into(),
                 },
                 Param {
                     name: "n".into(),
-                    ty: int(64, true)
+                    ty: int(64, true),
+                    c_type: "long int".into(),
                 },
             ],
             "{opt}"
@@ -176,7 +178,29 @@ fn struct_pointer_parameters() {
                         field("names", 120, names),
                     ]
                 ))),
+                c_type: "struct grid*".into(),
             }]
+        );
+
+        // As C (and `bpftrace -lv`) spells them.
+        let c: Vec<String> = dbg
+            .function_params("g")
+            .unwrap()
+            .into_iter()
+            .map(|p| p.c_type)
+            .collect();
+        assert_eq!(
+            c,
+            [
+                "pair_t*",
+                "const char*",
+                "double",
+                "enum color",
+                "union number*",
+                "void*",
+                "int (*)(...)"
+            ],
+            "{opt}"
         );
 
         assert_eq!(dbg.function_params("main").unwrap(), vec![]);
