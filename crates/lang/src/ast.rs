@@ -253,6 +253,11 @@ pub struct Stmt {
     pub span: Span,
 }
 
+/// The name a `*` map key is parsed as (an identifier no source can spell):
+/// `delete(@m[10, *])` deletes every entry whose first key is 10
+/// (`crate::wildcard`).
+pub const WILDCARD_KEY: &str = "*";
+
 /// The left side of an assignment.
 #[derive(Clone, Debug, PartialEq)]
 pub enum LValue {

@@ -91,6 +91,8 @@ pub fn expand(program: &mut Program) -> Vec<Diagnostic> {
             _ => {}
         }
     }
+    // `delete(@m[k, *])` (also from macros) becomes a loop over the map.
+    crate::wildcard::desugar(program, &mut ex.diags);
     // Control-flow pointcuts (also those macros brought in) read state that
     // probes added here keep.
     crate::cflow::desugar(program, &pointcuts, &mut ex.diags);

@@ -27,6 +27,7 @@ pub mod pointcut;
 pub mod seq;
 pub mod stap;
 pub mod unsupported;
+pub mod wildcard;
 
 use std::sync::Arc;
 

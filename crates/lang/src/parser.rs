@@ -1711,7 +1711,7 @@ impl<'a> Parser<'a> {
                 self.bump();
                 let keys = if self.at(&Tok::LBracket) {
                     self.bump();
-                    let keys = self.nested(|p| p.expr_list(&Tok::RBracket))?;
+                    let keys = self.nested(|p| p.key_list())?;
                     self.expect(&Tok::RBracket)?;
                     if keys.is_empty() {
                         self.diags.error(
@@ -1782,6 +1782,24 @@ impl<'a> Parser<'a> {
 
     /// Comma-separated expressions up to (not including) `end`; a trailing comma is
     /// allowed.
+    /// A map's keys: expressions, or `*` (any value, [`WILDCARD_KEY`]) where a key
+    /// is a whole element: `delete(@m[10, *])`.
+    fn key_list(&mut self) -> PResult<Vec<Expr>> {
+        let mut out = Vec::new();
+        while !self.at(&Tok::RBracket) {
+            if self.at(&Tok::Star) && matches!(self.peek_tok(1), Tok::Comma | Tok::RBracket) {
+                let span = self.bump().span;
+                out.push(Expr::new(ExprKind::Ident(WILDCARD_KEY.into()), span));
+            } else {
+                out.push(self.expr()?);
+            }
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     fn expr_list(&mut self, end: &Tok) -> PResult<Vec<Expr>> {
         let mut out = Vec::new();
         while !self.at(end) {

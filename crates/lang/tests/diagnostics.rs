@@ -2076,3 +2076,18 @@ fn a_script_define_takes_an_integer() {
         "#]],
     );
 }
+
+#[test]
+fn a_wildcard_key_only_in_delete() {
+    check(
+        "BEGIN { @m[1, 2] = 1; @x = @m[1, *]; delete(@m[*, 2]); }\n",
+        expect![[r#"
+            error: a `*` key matches any value only in a statement `delete(@map[k1, *, ...])`
+             --> script.bt:1:34
+              |
+            1 | BEGIN { @m[1, 2] = 1; @x = @m[1, *]; delete(@m[*, 2]); }
+              |                                  ^
+
+        "#]],
+    );
+}
