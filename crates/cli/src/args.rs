@@ -191,6 +191,12 @@ pub struct TraceArgs {
     /// directory for `#include "..."`, before the system's), as bpftrace's -I.
     #[arg(short = 'I', value_name = "DIR")]
     pub include_dirs: Vec<PathBuf>,
+    /// Look for the separate debug info of stripped binaries in DIR too (before
+    /// /usr/lib/debug): DIR/.build-id/xx/rest.debug by build-id, and the file's
+    /// path under DIR with its .gnu_debuglink name (or FILE.debug), as gdb's
+    /// debug-file-directory and bpftrace's --debuginfo.
+    #[arg(long = "debuginfo", value_name = "DIR")]
+    pub debuginfo: Vec<PathBuf>,
     /// Include the C header FILE before the program (its structs, unions, enums,
     /// typedefs and integer #defines), as bpftrace's --include.
     #[arg(long = "include", value_name = "FILE")]

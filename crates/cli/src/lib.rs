@@ -51,6 +51,11 @@ pub fn main() -> Result<i32> {
             return Ok(code);
         }
     };
+    let debuginfo = match &cli.command {
+        Some(Command::Trace(t)) => &t.debuginfo,
+        _ => &cli.trace.debuginfo,
+    };
+    weft_symbols::DebugSearch::add_user_dirs(debuginfo.clone());
     match cli.command {
         Some(Command::Trace(t)) => trace(t),
         Some(Command::List(l)) => list_cmd::run(l),

@@ -445,6 +445,7 @@ fn watched_files(
             );
         }
         let (AttachPoint::Uprobe { target, .. }
+        | AttachPoint::SourceLine { target, .. }
         | AttachPoint::Uretprobe { target, .. }
         | AttachPoint::Call { target, .. }
         | AttachPoint::Usdt { target, .. }) = a
@@ -608,6 +609,7 @@ fn through_wrapper(prog: &Program, target: &Target) -> Option<Vec<std::path::Pat
         .flat_map(|p| &p.attach)
         .filter_map(|a| match a {
             AttachPoint::Uprobe { target, .. }
+            | AttachPoint::SourceLine { target, .. }
             | AttachPoint::Uretprobe { target, .. }
             | AttachPoint::Call { target, .. }
             | AttachPoint::Usdt { target, .. } => Some(target.as_str()),

@@ -28,6 +28,24 @@ impl weft_lang::ArgsResolver for DwarfArgs {
         let elf = ElfFile::open(self.binary(attach)?).ok()?;
         elf.debug_info().ok()??.struct_type(name)
     }
+
+    fn source_line(&self, attach: &AttachPoint) -> Result<(), String> {
+        let AttachPoint::SourceLine { file, line, .. } = attach else {
+            return Ok(());
+        };
+        let Some(elf) = self.binary(attach).and_then(|p| ElfFile::open(p).ok()) else {
+            return Ok(());
+        };
+        weft_symbols::resolve_line(
+            &elf,
+            &weft_symbols::DebugSearch::system(),
+            file,
+            *line,
+            None,
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+    }
 }
 
 impl DwarfArgs {
@@ -63,6 +81,7 @@ impl DwarfArgs {
     fn binary(&self, attach: &AttachPoint) -> Option<PathBuf> {
         let target = match attach {
             AttachPoint::Uprobe { target, .. }
+            | AttachPoint::SourceLine { target, .. }
             | AttachPoint::Uretprobe { target, .. }
             | AttachPoint::Call { target, .. } => target,
             _ => return None,

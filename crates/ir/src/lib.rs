@@ -767,6 +767,14 @@ pub enum AttachPoint {
         func: String,
         offset: u64,
     },
+    /// The code of a source line (`uprobe:BIN@FILE:LINE`): each address where the
+    /// DWARF line table of `target` says the line's code starts (`file` is a file
+    /// name or a path suffix). The advice runs there, before the line.
+    SourceLine {
+        target: String,
+        file: String,
+        line: u32,
+    },
     /// Return of a function.
     Uretprobe {
         target: String,
@@ -861,6 +869,7 @@ impl AttachPoint {
         matches!(
             self,
             AttachPoint::Uprobe { .. }
+                | AttachPoint::SourceLine { .. }
                 | AttachPoint::Uretprobe { .. }
                 | AttachPoint::Call { .. }
                 | AttachPoint::Usdt { .. }
@@ -891,6 +900,9 @@ impl fmt::Display for AttachPoint {
                 offset,
             } => {
                 write!(f, "uprobe:{target}:{func}+{offset}")
+            }
+            AttachPoint::SourceLine { target, file, line } => {
+                write!(f, "uprobe:{target}@{file}:{line}")
             }
             AttachPoint::Uretprobe { target, func } => write!(f, "uretprobe:{target}:{func}"),
             AttachPoint::Call {

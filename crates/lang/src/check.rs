@@ -1163,6 +1163,7 @@ impl<'a> Checker<'a> {
         };
         let Some(target) = self.attach.iter().find_map(|p| match p {
             AttachPoint::Uprobe { target, .. }
+            | AttachPoint::SourceLine { target, .. }
             | AttachPoint::Uretprobe { target, .. }
             | AttachPoint::Usdt { target, .. } => Some(target.clone()),
             _ => None,
@@ -1398,6 +1399,7 @@ impl<'a> Checker<'a> {
             .iter()
             .filter(|a| match a {
                 AttachPoint::Uprobe { target, .. }
+                | AttachPoint::SourceLine { target, .. }
                 | AttachPoint::Uretprobe { target, .. }
                 | AttachPoint::Call { target, .. } => looked.insert(target.clone()),
                 _ => false,
@@ -1878,6 +1880,22 @@ impl<'a> Checker<'a> {
                         "invalid attach point `{}`: missing function name",
                         a.raw
                     ));
+                }
+                if let Some((target, file, line)) = source_line(&target, &func) {
+                    if prov == "uretprobe" {
+                        return Err(format!(
+                            "uretprobe `{}`: a source line has no return; use uprobe",
+                            a.raw
+                        ));
+                    }
+                    let line = line.map_err(|why| {
+                        format!("invalid line in attach point `{}`: {why}", a.raw)
+                    })?;
+                    let point = AttachPoint::SourceLine { target, file, line };
+                    if let Some(r) = self.opts.args_resolver.as_ref() {
+                        r.source_line(&point)?;
+                    }
+                    return Ok((Kind::Uprobe, Some(point)));
                 }
                 let (func, offset) = match func.rsplit_once('+') {
                     Some((fname, off)) if !fname.is_empty() => {
@@ -4039,6 +4057,13 @@ impl<'a> Checker<'a> {
                 AttachPoint::Uprobe { func, .. }
                 | AttachPoint::Uretprobe { func, .. }
                 | AttachPoint::Call { func, .. } => func.clone(),
+                AttachPoint::SourceLine { .. } => {
+                    self.err(
+                        span,
+                        format!("args names a function's parameters; `{a}` is a source line, not a function's entry"),
+                    );
+                    return Type::Void;
+                }
                 _ => continue,
             };
             let params = self.opts.args_resolver.as_ref().and_then(|r| r.params(&a));
@@ -5310,6 +5335,27 @@ pub fn machine_reg(name: &str) -> Option<RegSource> {
 
 /// Fields split at every `:`, with the `::` of a C++ or Rust path put back: an
 /// empty field between two others joins them (`ns`, ``, `f` is `ns::f`).
+/// `BIN@FILE` and `LINE` of a source-line probe (`uprobe:./app@app.c:22`): a last
+/// field of decimal digits after a binary holding `@`. The binary is split at its
+/// last `@`, so a path with `@` in it still names a binary (`/opt/a@b/app@x.c:3`),
+/// and a function probe on such a path (`uprobe:/opt/a@b/app:main`) is untouched:
+/// no function is named by digits alone.
+fn source_line(target: &str, func: &str) -> Option<(String, String, Result<u32, String>)> {
+    if !func.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (bin, file) = target.rsplit_once('@')?;
+    if file.is_empty() {
+        return None;
+    }
+    let line = match func.parse::<u32>() {
+        Ok(0) => Err("lines count from 1".to_string()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{func}` is not a line number")),
+    };
+    Some((bin.to_string(), file.to_string(), line))
+}
+
 fn join_scopes(fields: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(fields.len());
     let mut i = 0;

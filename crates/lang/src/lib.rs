@@ -53,6 +53,14 @@ pub trait ArgsResolver {
     fn struct_type(&self, _attach: &weft_ir::AttachPoint, _name: &str) -> Option<weft_ir::Type> {
         None
     }
+    /// Whether a source-line attach point (`uprobe:BIN@FILE:LINE`) has code: `Err`
+    /// with a one-line reason (no DWARF line table, no such file, no code on the
+    /// line and the nearest lines that have some) when the binary is found and it
+    /// has none; `Ok` when it has, or when the binary cannot be looked at yet (the
+    /// engine says why later).
+    fn source_line(&self, _attach: &weft_ir::AttachPoint) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Finds the globals and statics data pointcuts name (implemented by the engine

@@ -2091,3 +2091,30 @@ fn a_wildcard_key_only_in_delete() {
         "#]],
     );
 }
+
+#[test]
+fn source_line_probes_are_checked_where_written() {
+    check(
+        "uretprobe:./app@app.c:3 { }\nuprobe:./app@app.c:0 { }\nuprobe:./app@app.c:9 { print(args); }\n",
+        expect![[r#"
+            error: uretprobe `uretprobe:./app@app.c:3`: a source line has no return; use uprobe
+             --> script.bt:1:1
+              |
+            1 | uretprobe:./app@app.c:3 { }
+              | ^^^^^^^^^^^^^^^^^^^^^^^
+
+            error: invalid line in attach point `uprobe:./app@app.c:0`: lines count from 1
+             --> script.bt:2:1
+              |
+            2 | uprobe:./app@app.c:0 { }
+              | ^^^^^^^^^^^^^^^^^^^^
+
+            error: args names a function's parameters; `uprobe:./app@app.c:9` is a source line, not a function's entry
+             --> script.bt:3:30
+              |
+            3 | uprobe:./app@app.c:9 { print(args); }
+              |                              ^^^^
+
+        "#]],
+    );
+}

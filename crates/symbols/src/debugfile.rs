@@ -30,6 +30,9 @@ pub(crate) type R = gimli::EndianReader<LittleEndian, SharedBytes>;
 
 type Elf64<'a> = object::read::elf::ElfFile64<'a, object::LittleEndian>;
 
+/// The `--debuginfo` directories ([`DebugSearch::add_user_dirs`]).
+static USER_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+
 /// gdb's default `debug-file-directory`.
 pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
 
@@ -45,24 +48,29 @@ impl DebugSearch {
     /// ([`DEFAULT_DEBUG_DIR`]): directories separated by `:`, as gdb's setting.
     pub const ENV: &'static str = "WEFT_DEBUG_FILE_DIRECTORY";
 
-    /// `$WEFT_DEBUG_FILE_DIRECTORY` if set, else `/usr/lib/debug`.
+    /// The directories given with [`DebugSearch::add_user_dirs`] (`--debuginfo`),
+    /// then `$WEFT_DEBUG_FILE_DIRECTORY` if set, else `/usr/lib/debug`.
     pub fn system() -> DebugSearch {
+        let mut dirs = USER_DIRS.get().cloned().unwrap_or_default();
         match std::env::var_os(Self::ENV) {
-            Some(v) => DebugSearch {
-                dirs: std::env::split_paths(&v)
-                    .filter(|p| !p.as_os_str().is_empty())
-                    .collect(),
-            },
-            None => DebugSearch {
-                dirs: vec![PathBuf::from(DEFAULT_DEBUG_DIR)],
-            },
+            Some(v) => dirs.extend(std::env::split_paths(&v).filter(|p| !p.as_os_str().is_empty())),
+            None => dirs.push(PathBuf::from(DEFAULT_DEBUG_DIR)),
         }
+        DebugSearch { dirs }
+    }
+
+    /// Directories searched first by every [`DebugSearch::system`] of this process
+    /// (upstream's `--debuginfo=DIR`: the program sets them once, at its start,
+    /// before any DWARF is read; a second call is ignored and returns false).
+    pub fn add_user_dirs(dirs: Vec<PathBuf>) -> bool {
+        USER_DIRS.set(dirs).is_ok()
     }
 
     /// The separate debug file of `elf`: by build-id (`DIR/.build-id/xx/rest.debug`
     /// with the same build-id), then by `.gnu_debuglink` (`FILEDIR/NAME`,
-    /// `FILEDIR/.debug/NAME`, `DIR/FILEDIR/NAME`, with a matching CRC). Only files
-    /// with a `.debug_info` count.
+    /// `FILEDIR/.debug/NAME`, `DIR/FILEDIR/NAME`, with a matching CRC); a file
+    /// without a `.gnu_debuglink` by the name it would have (`DIR/FILEPATH.debug`,
+    /// with the same build-id). Only files with a `.debug_info` count.
     pub fn find_separate(&self, elf: &ElfFile) -> Option<PathBuf> {
         if let Some(id) = elf.build_id_hex().filter(|id| id.len() > 2) {
             let (head, rest) = id.split_at(2);
@@ -83,7 +91,9 @@ impl DebugSearch {
             }
         }
         let obj = Elf64::parse(elf.data()).ok()?;
-        let (name, crc) = obj.gnu_debuglink().ok()??;
+        let Some((name, crc)) = obj.gnu_debuglink().ok()? else {
+            return self.by_path(elf);
+        };
         let name = Path::new(std::str::from_utf8(name).ok()?);
         if name.components().count() != 1 {
             return None; // a bare file name, never a path
@@ -108,6 +118,25 @@ impl DebugSearch {
             };
             crc32fast::hash(&bytes) == crc
                 && Elf64::parse(&*bytes).is_ok_and(|o| has_debug_info(&o))
+        })
+    }
+}
+
+impl DebugSearch {
+    /// `DIR/FILEPATH.debug` (the name `objcopy --only-keep-debug` output is given
+    /// under a debug directory, and a debuglink would name) for a file with no
+    /// `.gnu_debuglink`: its build-id must be the file's (both without one counts).
+    fn by_path(&self, elf: &ElfFile) -> Option<PathBuf> {
+        let own = elf.path().canonicalize().ok()?;
+        let relative = own.strip_prefix("/").ok()?;
+        let mut name = relative.as_os_str().to_os_string();
+        name.push(".debug");
+        self.dirs.iter().map(|d| d.join(&name)).find(|path| {
+            let Ok(bytes) = SharedBytes::map(path) else {
+                return false;
+            };
+            Elf64::parse(&*bytes)
+                .is_ok_and(|o| has_debug_info(&o) && o.build_id().ok().flatten() == elf.build_id())
         })
     }
 }

@@ -66,6 +66,9 @@ pub struct DebugInfo {
     /// The split units' DWARF by DWO id, handed to addr2line when it asks.
     split: HashMap<gimli::DwoId, Arc<gimli::Dwarf<R>>>,
     lines: addr2line::Context<R>,
+    /// The DWARF of the file itself (or its separate debug file): its units, the
+    /// skeletons of split ones too, hold the line tables ([`DebugInfo::line_sites`]).
+    pub(crate) main: Arc<gimli::Dwarf<R>>,
 }
 
 /// One frame of the source-level call chain at an address (see
@@ -163,13 +166,15 @@ impl ElfFile {
                 unit,
             }));
         }
-        let lines = addr2line::Context::from_arc_dwarf(dwarf).map_err(|e| err(e.to_string()))?;
+        let lines =
+            addr2line::Context::from_arc_dwarf(dwarf.clone()).map_err(|e| err(e.to_string()))?;
         Ok(Some(DebugInfo {
             path,
             units,
             missing,
             split,
             lines,
+            main: dwarf,
         }))
     }
 }

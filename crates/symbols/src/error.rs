@@ -79,6 +79,42 @@ pub enum Error {
     #[error("cannot parse USDT argument `{spec}`: {why}")]
     UsdtArg { spec: String, why: &'static str },
 
+    /// `BIN@FILE:LINE` on a file without DWARF line tables.
+    #[error("{} has no DWARF line table to find {file}:{line} in (build it with -g, or give its separate debug file with --debuginfo=DIR)", path.display())]
+    NoLineTable {
+        path: PathBuf,
+        file: String,
+        line: u32,
+    },
+
+    /// `BIN@FILE:LINE` whose FILE no line table names.
+    #[error("no source file `{file}` in the line tables of {}{}", path.display(), Suggestions(suggestions))]
+    SourceFileNotFound {
+        path: PathBuf,
+        file: String,
+        suggestions: Vec<String>,
+    },
+
+    /// `BIN@FILE:LINE` whose line has no code.
+    #[error("{file}:{line} has no code in {}{}", path.display(), Nearest(*before, *after))]
+    NoCodeAtLine {
+        path: PathBuf,
+        /// The file as the line table names it.
+        file: String,
+        line: u32,
+        before: Option<u32>,
+        after: Option<u32>,
+    },
+
+    /// `BIN@FILE:LINE` at an address no function symbol covers.
+    #[error("{file}:{line} is at {vaddr:#x} in {}, which no function symbol covers", path.display())]
+    LineOutsideFunctions {
+        path: PathBuf,
+        file: String,
+        line: u32,
+        vaddr: u64,
+    },
+
     /// DWARF present but unreadable.
     #[error("cannot read the debug info of {}: {why}", path.display())]
     Dwarf { path: PathBuf, why: String },
@@ -109,6 +145,19 @@ impl fmt::Display for Suggestions<'_> {
             write!(f, "`{n}`")?;
         }
         write!(f, "?")
+    }
+}
+
+/// "; the nearest lines with code are 20 and 24" (or the one there is).
+struct Nearest(Option<u32>, Option<u32>);
+
+impl fmt::Display for Nearest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.0, self.1) {
+            (Some(a), Some(b)) => write!(f, "; the nearest lines with code are {a} and {b}"),
+            (Some(l), None) | (None, Some(l)) => write!(f, "; the nearest line with code is {l}"),
+            (None, None) => write!(f, "; no line of it has code"),
+        }
     }
 }
 

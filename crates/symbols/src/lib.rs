@@ -39,6 +39,7 @@ pub mod glob;
 mod maps;
 mod probelist;
 mod resolve;
+mod srcline;
 mod symbolize;
 mod target;
 mod unwind;
@@ -51,9 +52,10 @@ pub use error::{Error, Result};
 pub use maps::{find_module, load_bias, MappedFile, Mapping, Module, Perms, ProcMaps};
 pub use probelist::{parse_weft_probes, WeftProbeKind, WeftProbeSite, WEFT_PROBES_SECTION};
 pub use resolve::{
-    list, list_lines, match_functions, resolve, resolve_in_module, resolve_usdt, ListSource,
-    ResolvedFunction,
+    list, list_lines, match_functions, resolve, resolve_in_module, resolve_line, resolve_usdt,
+    ListSource, ResolvedFunction,
 };
+pub use srcline::LineMiss;
 pub use symbolize::{Symbol, Symbolizer};
 pub use target::{
     library_name_matches, parse_ld_so_cache, resolve_target, LibrarySearch, Target, TargetContext,

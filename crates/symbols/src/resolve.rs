@@ -96,6 +96,70 @@ pub fn resolve(
         .collect())
 }
 
+/// The sites of `FILE:LINE` in `elf` ([`crate::DebugInfo::line_sites`]), each as the
+/// function that holds it and the site's offset in that function; DWARF from the
+/// file or a separate debug file `search` finds.
+pub fn resolve_line(
+    elf: &ElfFile,
+    search: &crate::DebugSearch,
+    file: &str,
+    line: u32,
+    load_bias: Option<u64>,
+) -> Result<Vec<(ResolvedFunction, u64)>> {
+    let path = elf.path().to_path_buf();
+    let Some(debug) = elf.debug_info_in(search)? else {
+        return Err(Error::NoLineTable {
+            path,
+            file: file.to_string(),
+            line,
+        });
+    };
+    let addrs = debug.line_sites(file, line).map_err(|miss| match miss {
+        crate::LineMiss::NoFile { suggestions } => Error::SourceFileNotFound {
+            path: path.clone(),
+            file: file.to_string(),
+            suggestions,
+        },
+        crate::LineMiss::NoCode {
+            file,
+            before,
+            after,
+        } => Error::NoCodeAtLine {
+            path: path.clone(),
+            file,
+            line,
+            before,
+            after,
+        },
+    })?;
+    addrs
+        .into_iter()
+        .map(|vaddr| {
+            let f = elf
+                .function_at(vaddr)
+                .ok_or_else(|| Error::LineOutsideFunctions {
+                    path: path.clone(),
+                    file: file.to_string(),
+                    line,
+                    vaddr,
+                })?;
+            let n = &f.names[0];
+            let resolved = ResolvedFunction {
+                name: n.raw.clone(),
+                demangled: n.demangled.clone(),
+                path: path.clone(),
+                vaddr: f.vaddr,
+                size: f.size,
+                runtime_addr: load_bias.map(|b| f.vaddr.wrapping_add(b)),
+                bytes: function_bytes(elf, f).to_vec(),
+                padding: padding_bytes(elf, f).to_vec(),
+                ifunc: f.ifunc,
+            };
+            Ok((resolved, vaddr - f.vaddr))
+        })
+        .collect()
+}
+
 /// Longest stretch of inter-function padding reported.
 pub const MAX_PADDING: u64 = 64;
 

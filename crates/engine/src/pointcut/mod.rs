@@ -6,6 +6,7 @@
 mod call;
 mod data;
 mod internal;
+mod line;
 mod profile;
 mod uprobe;
 mod usdt;
@@ -88,6 +89,7 @@ pub trait PointcutKind: Sync {
 /// Every kind of pointcut that runs in a target process.
 pub static KINDS: &[&dyn PointcutKind] = &[
     &uprobe::Uprobe,
+    &line::SourceLine,
     &call::CallSites,
     &usdt::Usdt,
     &profile::Profile,
@@ -162,6 +164,7 @@ impl Symbols<'_> {
                 .iter()
                 .find_map(|a| match a {
                     AttachPoint::Uprobe { target, .. }
+                    | AttachPoint::SourceLine { target, .. }
                     | AttachPoint::Uretprobe { target, .. }
                     | AttachPoint::Usdt { target, .. } => Some(target.clone()),
                     _ => None,
