@@ -361,7 +361,7 @@ fn debuginfo_dir_holds_a_stripped_binarys_debug_file() {
     assert_eq!(map_value(&out, "@third"), Some(3), "{out}");
     // `args` of the stripped binary's functions, listed and used.
     let list = ok(&weft(&["-lv", &format!("uprobe:{s}:step"), &flag], T));
-    assert!(list.ends_with(":step\n    int64 i\n"), "{list}");
+    assert!(list.ends_with(":step\n    long int i\n"), "{list}");
     // DIR/<the file's path>.debug (no build-id directory, no debuglink).
     let by_path = dir.join("bypath");
     let target = by_path.join(format!("{}.debug", &s[1..]));
