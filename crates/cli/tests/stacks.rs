@@ -84,6 +84,11 @@ fn ustack_unwinds_code_without_frame_pointers() {
     let bin = no_fp();
     let prog = format!("uprobe:{}:level4 {{ @[ustack] = count(); }}", bin.display());
     assert_chain(&run(&prog, &bin, "5", false), 0, "CFI");
+    // Upstream's `dw_ustack` (DWARF CFI unwinding) is the same stack.
+    for form in ["dw_ustack()", "dw_ustack"] {
+        let dw = format!("uprobe:{}:level4 {{ @[{form}] = count(); }}", bin.display());
+        assert_chain(&run(&dw, &bin, "5", false), 0, form);
+    }
     // Frame pointers alone lose the callers: the rbp walk stops after level3 (the
     // return address at level4's entry).
     let out = run(&prog, &bin, "5", true);

@@ -3111,6 +3111,9 @@ impl<'a> Checker<'a> {
                 Type::I64
             }
             ExprKind::Ident(name) => {
+                if name == "dw_ustack" {
+                    *name = "ustack".into();
+                }
                 // `__builtin_pid` is upstream's name of the builtin `pid`.
                 if let Some(plain) = name.strip_prefix("__builtin_") {
                     if BUILTIN_ALIASES.contains(&plain) {
@@ -4215,6 +4218,13 @@ impl<'a> Checker<'a> {
 
     fn call(&mut self, e: &mut Expr) -> Type {
         let span = e.span;
+        // Upstream's `dw_ustack` unwinds with the binary's DWARF CFI: weft's `ustack`
+        // always does (its `.eh_frame` tables, frame pointers only as the fallback).
+        if let ExprKind::Call { name, .. } = &mut e.kind {
+            if name == "dw_ustack" {
+                *name = "ustack".into();
+            }
+        }
         let ExprKind::Call {
             name,
             name_span,
