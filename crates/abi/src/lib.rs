@@ -24,7 +24,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64};
 
 pub const SHM_MAGIC: u64 = u64::from_le_bytes(*b"WEFTSHM1");
 /// Bumped whenever any layout or message in this crate changes.
-pub const VERSION: u32 = 21;
+pub const VERSION: u32 = 22;
 
 /// Number of error counters per thread (indexed by `weft_ir::ErrorKind as usize`).
 pub const ERROR_KINDS: usize = 8;
@@ -891,9 +891,12 @@ pub enum Helper {
     /// access after the store is missed. 1 when armed in time, 0 (counted as
     /// `ErrorKind::WatchLate`) when not.
     WatchBind,
+    /// `() -> u64`: the NUMA node of the CPU the thread runs on (Linux keeps it
+    /// above the CPU number in TSC_AUX).
+    NumaNode,
 }
 
-pub const HELPER_COUNT: usize = Helper::WatchBind as usize + 1;
+pub const HELPER_COUNT: usize = Helper::NumaNode as usize + 1;
 /// The longest a [`Helper::WatchBind`] waits for weft (a stopped weft must not
 /// stop the target for long).
 pub const WATCH_BIND_WAIT_NS: u64 = 200_000_000;

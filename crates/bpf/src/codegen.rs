@@ -885,6 +885,7 @@ impl Gen<'_> {
                 a.alu(ADD, R0, R1);
             }
             CtxValue::Cpu => a.call(helper::GET_SMP_PROCESSOR_ID),
+            CtxValue::NumaId => a.call(helper::GET_NUMA_NODE_ID),
             CtxValue::Rand => a.call(helper::GET_PRANDOM_U32),
             CtxValue::Cpid => a.mov_imm(R0, self.env.cpid as i64),
             CtxValue::ProbeId => a.mov_imm(R0, i64::from(self.env.probe_id)),

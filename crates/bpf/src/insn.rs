@@ -101,6 +101,7 @@ pub mod helper {
     pub const KTIME_GET_NS: i32 = 5;
     pub const GET_PRANDOM_U32: i32 = 7;
     pub const GET_SMP_PROCESSOR_ID: i32 = 8;
+    pub const GET_NUMA_NODE_ID: i32 = 42;
     pub const GET_CURRENT_PID_TGID: i32 = 14;
     pub const GET_CURRENT_UID_GID: i32 = 15;
     pub const GET_CURRENT_COMM: i32 = 16;

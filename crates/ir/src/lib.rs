@@ -1089,6 +1089,8 @@ pub enum CtxValue {
     /// Nanoseconds since the program started.
     Elapsed,
     Cpu,
+    /// The NUMA node of the CPU the thread runs on (`numaid`).
+    NumaId,
     /// Pid of the command launched with `-c`, else 0.
     Cpid,
     /// A pseudo-random u32.

@@ -954,6 +954,7 @@ impl Cx<'_> {
                 self.a.sub(rax, qword_ptr(rcx + HEADER_START_OFF))?;
             }
             CtxValue::Cpu => self.call(Helper::Cpu)?,
+            CtxValue::NumaId => self.call(Helper::NumaNode)?,
             CtxValue::Rand => {
                 self.a.mov(rdi, rbx)?;
                 self.call(Helper::Rand)?;

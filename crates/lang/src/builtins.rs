@@ -282,6 +282,7 @@ pub static TABLE: &[Builtin] = &[
     var("__weft_majflt").only(Where::InTarget).hidden(),
     var("__weft_csw").only(Where::InTarget).hidden(),
     var("cpu"),
+    var("numaid"),
     var("ncpus"),
     var("usermode"),
     var("cpid"),

@@ -391,7 +391,7 @@ pub fn check(mut program: Program, opts: &Options) -> (Checked, Vec<Diagnostic>)
 /// The builtins upstream also names `__builtin_NAME` (its parser's list).
 const BUILTIN_ALIASES: &[&str] = &[
     "cgroup", "comm", "cpid", "cpu", "curtask", "elapsed", "func", "gid", "jiffies", "ncpus",
-    "probe", "rand", "retval", "uid", "usermode", "username",
+    "numaid", "probe", "rand", "retval", "uid", "usermode", "username",
 ];
 
 // ---- type helpers -------------------------------------------------------------
@@ -4105,7 +4105,7 @@ impl<'a> Checker<'a> {
             self.allowed(b, name, span, span);
         }
         match name {
-            "pid" | "tid" | "uid" | "gid" | "cpu" | "cpid" | "nsecs" | "elapsed"
+            "pid" | "tid" | "uid" | "gid" | "cpu" | "cpid" | "nsecs" | "elapsed" | "numaid"
             | "__weft_cputime" | "__weft_faults" | "__weft_minflt" | "__weft_majflt"
             | "__weft_csw" => Type::U64,
             "rand" => Type::Int {

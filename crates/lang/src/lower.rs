@@ -1447,6 +1447,7 @@ impl<'a> Fx<'a> {
             "uid" => self.ctx(CtxValue::Uid),
             "gid" => self.ctx(CtxValue::Gid),
             "cpu" => self.ctx(CtxValue::Cpu),
+            "numaid" => self.ctx(CtxValue::NumaId),
             "cpid" => self.ctx(CtxValue::Cpid),
             "nsecs" => self.ctx(CtxValue::Nsecs),
             "elapsed" => self.ctx(CtxValue::Elapsed),

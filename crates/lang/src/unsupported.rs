@@ -69,7 +69,6 @@ pub fn builtin(name: &str) -> Option<String> {
         "username" => "username is not supported yet; use uid",
         "jiffies" => "jiffies: the kernel tick counter is not available in weft; use nsecs",
         "ctx" => "ctx: the raw BPF context is not available in weft; use argN or args",
-        "numaid" => "numaid is not available in weft",
         "sarg0" | "sarg1" | "sarg2" | "sarg3" | "sarg4" | "sarg5" => {
             "sargN is not supported; use argN (stack arguments are argN with N >= 6 in weft)"
         }

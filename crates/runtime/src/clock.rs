@@ -297,20 +297,52 @@ fn set(c: &TscClock, mult: u64, base_tsc: u64, base_ns: u64) {
     c.seq.store(s + 2, Ordering::Release);
 }
 
-/// The CPU this thread runs on: Linux stores it in the low 12 bits of TSC_AUX.
+/// TSC_AUX, where Linux keeps the CPU this thread runs on (low 12 bits) and that
+/// CPU's NUMA node (the bits above).
 #[inline]
-pub fn cpu() -> u64 {
+fn tsc_aux() -> u32 {
     let aux: u32;
     // SAFETY: rdtscp only reads the TSC and TSC_AUX; it clobbers eax/edx/ecx.
     unsafe {
         core::arch::asm!("rdtscp", out("eax") _, out("edx") _, out("ecx") aux, options(nomem, nostack));
     }
-    u64::from(aux & 0xfff)
+    aux
+}
+
+/// The CPU this thread runs on.
+#[inline]
+pub fn cpu() -> u64 {
+    u64::from(tsc_aux() & 0xfff)
+}
+
+/// The NUMA node of the CPU this thread runs on.
+#[inline]
+pub fn numa_node() -> u64 {
+    u64::from(tsc_aux() >> 12)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cpu_and_its_node_are_what_getcpu_says() {
+        // The thread may move between the reads: take a reading the CPU did not
+        // change around.
+        for _ in 0..1000 {
+            let (mut c, mut n) = (0u32, 0u32);
+            let before = cpu();
+            // SAFETY: getcpu writes two u32s through valid pointers.
+            let r = unsafe { libc::syscall(libc::SYS_getcpu, &mut c, &mut n, 0usize) };
+            assert_eq!(r, 0);
+            let node = numa_node();
+            if before == u64::from(c) && cpu() == before {
+                assert_eq!(node, u64::from(n));
+                return;
+            }
+        }
+        panic!("the thread never stayed on one CPU across three reads");
+    }
 
     #[test]
     fn a_raw_reading_is_converted_on_the_line_it_was_read_under() {

@@ -227,6 +227,12 @@ pub unsafe extern "C" fn weft_h_cpu() -> u64 {
     crate::clock::cpu()
 }
 
+/// # Safety
+/// None: reads the TSC_AUX register only.
+pub unsafe extern "C" fn weft_h_numa_node() -> u64 {
+    crate::clock::numa_node()
+}
+
 fn tstate<'a>(f: &Frame) -> Option<&'a mut AgentThread> {
     // SAFETY: frame.tstate is null or this thread's AgentThread, only used by it.
     unsafe { (f.tstate as *mut AgentThread).as_mut() }
@@ -724,6 +730,11 @@ pub fn helper_table() -> [u64; HELPER_COUNT] {
         weft_h_realtime_nsecs as *const () as usize,
     );
     set(&mut t, Helper::Cpu, weft_h_cpu as *const () as usize);
+    set(
+        &mut t,
+        Helper::NumaNode,
+        weft_h_numa_node as *const () as usize,
+    );
     set(
         &mut t,
         Helper::ThreadCpuTime,
