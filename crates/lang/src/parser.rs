@@ -1147,9 +1147,9 @@ impl<'a> Parser<'a> {
                     ..
                 }) => b.value = Some(Box::new(e)),
                 // `{ ...; if (c) { a } else { b } }`: the `if` is the value.
-                Some(s) => match if_value(s) {
-                    Ok(e) => b.value = Some(Box::new(e)),
-                    Err(mut s) => {
+                Some(mut s) => match if_value(&mut s) {
+                    Some(e) => b.value = Some(Box::new(e)),
+                    None => {
                         demote(&mut s);
                         b.stmts.push(s)
                     }
@@ -1441,10 +1441,10 @@ impl<'a> Parser<'a> {
 
     /// `if (c) { a } else { b }` where a value is expected.
     fn if_expr(&mut self) -> PResult<Expr> {
-        let (s, _) = self.deeper(|p| p.if_stmt())?;
-        match if_value(s) {
-            Ok(e) => Ok(e),
-            Err(s) => {
+        let (mut s, _) = self.deeper(|p| p.if_stmt())?;
+        match if_value(&mut s) {
+            Some(e) => Ok(e),
+            None => {
                 self.diags.push(
                     Diagnostic::error(s.span, "this `if` is used as a value, but it has none")
                         .with_help(
@@ -2045,33 +2045,33 @@ impl<'a> Parser<'a> {
 }
 
 /// An `if` statement as an expression: `cond ? {then} : {else}` when it has an
-/// `else` and every branch ends with a value (`else if` chains too); else the
-/// statement back.
-pub(crate) fn if_value(s: Stmt) -> Result<Expr, Stmt> {
-    if !has_if_value(&s) {
-        return Err(s);
+/// `else` and every branch ends with a value (`else if` chains too), taken out
+/// of `s`; else `None`, `s` untouched.
+pub(crate) fn if_value(s: &mut Stmt) -> Option<Expr> {
+    if !has_if_value(s) {
+        return None;
     }
     let StmtKind::If {
         cond,
         then,
         otherwise: Some(mut o),
-    } = s.kind
+    } = std::mem::replace(&mut s.kind, StmtKind::Break)
     else {
         unreachable!("checked by has_if_value")
     };
     if o.value.is_none() {
-        if let Some(Ok(e)) = o.stmts.pop().map(if_value) {
+        if let Some(e) = o.stmts.pop().and_then(|mut n| if_value(&mut n)) {
             o.value = Some(Box::new(e));
         }
     }
     let mut then = then;
     if then.value.is_none() {
-        if let Some(Ok(e)) = then.stmts.pop().map(if_value) {
+        if let Some(e) = then.stmts.pop().and_then(|mut n| if_value(&mut n)) {
             then.value = Some(Box::new(e));
         }
     }
     let (ts, os) = (then.span, o.span);
-    Ok(Expr::new(
+    Some(Expr::new(
         ExprKind::Ternary {
             cond: Box::new(cond),
             then: Box::new(Expr::new(ExprKind::Block(Box::new(then)), ts)),
