@@ -152,7 +152,7 @@ pub fn take(
                 Diagnostic::error(
                     end,
                     format!(
-                        "function `{}` can reach its end without returning a `{}`",
+                        "function `{}` can reach its end without returning a value of type `{}`",
                         def.name, def.ret
                     ),
                 )
@@ -349,7 +349,10 @@ impl Tail<'_> {
                 self.diags.push(
                     Diagnostic::error(
                         span,
-                        format!("function `{name}` must return a `{}`", self.def.ret),
+                        format!(
+                            "function `{name}` must return a value of type `{}`",
+                            self.def.ret
+                        ),
                     )
                     .with_note(Some(self.def.ret.span), "the result type is declared here"),
                 );
