@@ -59,6 +59,9 @@ pub enum Item {
     Config(ConfigBlock),
     /// `macro name(params) { body }`
     Macro(MacroDef),
+    /// `fn name($a: type, ...): type { body }`: a function, inlined at each call by
+    /// the expand stage (`crate::func`).
+    Fn(FnDef),
     /// `let @name = hash(100);` (a map declaration in the preamble).
     MapDecl(MapDeclItem),
     /// `struct name { fields };` (a C type definition in the preamble).
@@ -141,6 +144,33 @@ pub struct MacroDef {
     pub params: Vec<MacroParam>,
     pub body: Block,
     pub span: Span,
+}
+
+/// A user-defined function (upstream's `fn`). Its parameters are passed by value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FnDef {
+    pub name: String,
+    pub name_span: Span,
+    pub params: Vec<FnParam>,
+    /// The declared result type (`void` when none is written).
+    pub ret: TypeExpr,
+    pub body: Block,
+    pub span: Span,
+}
+
+impl FnDef {
+    /// Whether the function returns nothing (`: void`).
+    pub fn is_void(&self) -> bool {
+        self.ret.base == TypeName::Void && self.ret.pointer == 0 && self.ret.array.is_none()
+    }
+}
+
+/// `$name: type`
+#[derive(Clone, Debug, PartialEq)]
+pub struct FnParam {
+    pub name: String,
+    pub span: Span,
+    pub ty: TypeExpr,
 }
 
 /// A macro parameter: `$a` (a scratch variable), `@b` (a map) or `c` (an expression).

@@ -211,6 +211,9 @@ pub static TABLE: &[Builtin] = &[
     f("__weft_caller_in", 2, 2)
         .only(Where::EntryProbes)
         .hidden(),
+    // A recursive `fn` called deeper than weft inlines it (`crate::func`): the
+    // probe stops there (its value, an `int64`, is never used).
+    f("__weft_stop", 0, 0).hidden(),
     // `weft stap`'s sorted `foreach` on strings: -1, 0 or 1, bytewise.
     f("__weft_strorder", 2, 2).only(Where::UserSpace).hidden(),
     // Around advice: call the original function (with new first arguments).

@@ -729,6 +729,19 @@ fn jumps_away(s: &Stmt, in_loop: bool) -> Option<&'static str> {
     }
 }
 
+/// `let $x: T = value` where the value's type does not fit (a function's
+/// parameter is one too); for a function's result (`crate::func`), in its words.
+fn init_mismatch(var: &str, declared: &Type, given: &Type) -> String {
+    // Variables a macro or function body declares carry `#N` (`crate::expand`).
+    let name = var.split('#').next().unwrap_or(var);
+    match name.strip_prefix(crate::func::RETURN_VAR) {
+        Some(f) => format!("function `{f}` returns `{declared}`, not `{given}`"),
+        None => format!(
+            "cannot initialize `${name}` of type `{declared}` with a value of type `{given}`"
+        ),
+    }
+}
+
 fn literal_int(e: &Expr) -> Option<i64> {
     match &e.kind {
         ExprKind::Int(v) => Some(*v as i64),
@@ -965,7 +978,7 @@ impl<'a> Checker<'a> {
                         }
                     }
                 }
-                Item::Macro(_) | Item::Pointcut(_) => {}
+                Item::Macro(_) | Item::Fn(_) | Item::Pointcut(_) => {}
             }
         }
         self.env_config();
@@ -2306,7 +2319,8 @@ impl<'a> Checker<'a> {
                         let vt = self.value_expr(v);
                         match &declared {
                             Some(d) if vt != Type::Void && unify(d, &vt).is_none() => {
-                                self.err(v.span, format!("cannot initialize `${}` of type `{d}` with a value of type `{vt}`", var.name));
+                                let msg = init_mismatch(&var.name, d, &vt);
+                                self.err(v.span, msg);
                             }
                             _ => {}
                         }
@@ -4848,6 +4862,10 @@ impl<'a> Checker<'a> {
                     str_at(self, 1);
                 }
                 Type::Bool
+            }
+            "__weft_stop" => {
+                arity(self);
+                Type::I64
             }
             "__weft_strorder" => {
                 if arity(self) {

@@ -85,6 +85,18 @@ impl Dumper {
                 self.line(d, &format!("macro {}({})", m.name, params.join(", ")));
                 self.block(d + 1, &m.body);
             }
+            Item::Fn(f) => {
+                let params: Vec<String> = f
+                    .params
+                    .iter()
+                    .map(|p| format!("${}: {}", p.name, p.ty))
+                    .collect();
+                self.line(
+                    d,
+                    &format!("fn {}({}): {}", f.name, params.join(", "), f.ret),
+                );
+                self.block(d + 1, &f.body);
+            }
             Item::MapDecl(m) => self.line(d, &format!("let {} = {}({})", m.name, m.kind, m.size)),
             Item::Struct(s) => self.struct_def(d, s),
             Item::Enum(e) => {

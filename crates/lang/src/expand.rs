@@ -67,8 +67,17 @@ pub fn expand(program: &mut Program) -> Vec<Diagnostic> {
             }
         }
     }
+    let mut macro_names: Vec<(String, Span)> = macros
+        .values()
+        .map(|m| (m.name.clone(), m.name_span))
+        .collect();
+    macro_names.sort_by_key(|(_, at)| at.start);
+    let funcs = crate::func::take(program, &macro_names, &mut diags);
     let mut ex = Expander {
         macros,
+        funcs,
+        active: Vec::new(),
+        copies: 0,
         diags,
         counter: 0,
         depth: 0,
@@ -169,6 +178,13 @@ impl VisitMut for MapCollector {
 
 struct Expander {
     macros: HashMap<String, MacroDef>,
+    funcs: HashMap<String, crate::func::Func>,
+    /// The functions being inlined, outermost first (a recursive one is there
+    /// more than once).
+    active: Vec<String>,
+    /// Function bodies inlined for the current outermost call (see
+    /// [`crate::func::MAX_COPIES`]).
+    copies: u32,
     diags: Diags,
     counter: u32,
     depth: u32,
@@ -177,6 +193,16 @@ struct Expander {
 impl VisitMut for Expander {
     fn expr(&mut self, e: &mut Expr) {
         walk_expr(self, e);
+        if let ExprKind::Call {
+            name, name_span, ..
+        } = &e.kind
+        {
+            if self.funcs.contains_key(name) && !self.macros.contains_key(name) {
+                let (name, at) = (name.clone(), *name_span);
+                self.call_fn(e, &name, at);
+                return;
+            }
+        }
         let (name, args, span) = match &e.kind {
             ExprKind::Call {
                 name,
@@ -257,6 +283,103 @@ impl VisitMut for Expander {
         self.depth += 1;
         self.expr(&mut expanded);
         self.depth -= 1;
+        *e = expanded;
+    }
+}
+
+impl Expander {
+    /// A call of a user-defined function becomes a block expression: the
+    /// parameters declared from the arguments, then the rewritten body
+    /// ([`crate::func`]).
+    fn call_fn(&mut self, e: &mut Expr, name: &str, name_span: Span) {
+        let ExprKind::Call { args, .. } = &mut e.kind else {
+            return;
+        };
+        let f = &self.funcs[name];
+        let def = f.def.clone();
+        if def.params.len() != args.len() {
+            self.diags.push(
+                Diagnostic::error(
+                    e.span,
+                    format!(
+                        "function `{name}` takes {} argument(s) but {} were given",
+                        def.params.len(),
+                        args.len()
+                    ),
+                )
+                .with_note(Some(def.name_span), "the function is defined here"),
+            );
+            return;
+        }
+        let depth = f.max_depth;
+        if self.active.iter().filter(|n| *n == name).count() >= depth {
+            *e = crate::func::too_deep(&def, depth, e.span, &mut self.diags);
+            return;
+        }
+        if self.active.is_empty() {
+            self.copies = 0;
+        }
+        self.copies += 1;
+        if self.copies == crate::func::MAX_COPIES + 1 {
+            self.diags.error(
+                name_span,
+                format!(
+                    "inlining the calls here takes more than {} copies of function bodies \
+                     (weft inlines functions, and follows recursion {} calls deep)",
+                    crate::func::MAX_COPIES,
+                    crate::func::MAX_RECURSION
+                ),
+            );
+        }
+        if self.copies > crate::func::MAX_COPIES {
+            return;
+        }
+        if self.depth >= MAX_DEPTH + crate::func::MAX_RECURSION as u32 {
+            self.diags.error(
+                name_span,
+                format!("function `{name}` is called too deeply nested in other calls"),
+            );
+            return;
+        }
+        self.counter += 1;
+        let mut sub = Substitute {
+            exprs: HashMap::new(),
+            vars: HashMap::new(),
+            var_exprs: HashMap::new(),
+            maps: HashMap::new(),
+            suffix: format!("#{}", self.counter),
+        };
+        let mut body = f.inline.clone();
+        sub.block(&mut body);
+        // By value: each parameter a fresh variable of its declared type.
+        let mut stmts = Vec::with_capacity(def.params.len() + body.stmts.len());
+        for (p, a) in def.params.iter().zip(std::mem::take(args)) {
+            let span = a.span;
+            stmts.push(Stmt {
+                kind: StmtKind::Let {
+                    var: VarRef {
+                        name: format!("{}{}", p.name, sub.suffix),
+                        span: p.span,
+                        id: None,
+                    },
+                    ty: Some(p.ty.clone()),
+                    value: Some(a),
+                },
+                span,
+            });
+        }
+        stmts.append(&mut body.stmts);
+        let block = Block {
+            stmts,
+            value: body.value,
+            span: e.span,
+        };
+        let mut expanded = Expr::new(ExprKind::Block(Box::new(block)), e.span);
+        self.active.push(name.to_string());
+        self.depth += 1;
+        self.expr(&mut expanded);
+        self.depth -= 1;
+        self.active.pop();
         *e = expanded;
     }
 }

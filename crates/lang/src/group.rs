@@ -18,7 +18,7 @@
 //! instruction. A probe placed with `@NAME` gets `ingroup(NAME)` in front of its
 //! predicate.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use crate::ast::*;
 use crate::diag::{suggest, Diagnostic, Diags};
@@ -68,11 +68,22 @@ pub fn desugar(program: &mut Program, cli: &[(String, Vec<i32>)], diags: &mut Di
         Item::Probe(p) => p.group.is_some(),
         _ => false,
     });
-    if !has_groups && !uses && !mentions_group_builtins(program) {
+    // A script's own function or macro named `add` (say) is not the builtin.
+    let own: HashSet<String> = program
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            Item::Fn(f) => Some(f.name.clone()),
+            Item::Macro(m) => Some(m.name.clone()),
+            _ => None,
+        })
+        .collect();
+    if !has_groups && !uses && !mentions_group_builtins(program, &own) {
         return;
     }
     let mut rw = Rewrite {
         groups: &groups,
+        own: &own,
         diags,
     };
     for item in &mut program.items {
@@ -157,17 +168,19 @@ fn member(m: &Expr, g: &mut Group, diags: &mut Diags) {
     }
 }
 
-fn mentions_group_builtins(program: &mut Program) -> bool {
-    struct Finder(bool);
-    impl VisitMut for Finder {
+fn mentions_group_builtins(program: &mut Program, own: &HashSet<String>) -> bool {
+    struct Finder<'a>(bool, &'a HashSet<String>);
+    impl VisitMut for Finder<'_> {
         fn expr(&mut self, e: &mut Expr) {
-            if matches!(&e.kind, ExprKind::Call { name, .. } if is_group_builtin(name)) {
+            if matches!(&e.kind, ExprKind::Call { name, .. }
+                if is_group_builtin(name) && !self.1.contains(name))
+            {
                 self.0 = true;
             }
             walk_expr(self, e);
         }
     }
-    let mut f = Finder(false);
+    let mut f = Finder(false, own);
     for item in &mut program.items {
         if let Item::Probe(p) = item {
             if let Some(pred) = &mut p.predicate {
@@ -185,6 +198,8 @@ fn is_group_builtin(name: &str) -> bool {
 
 struct Rewrite<'a> {
     groups: &'a BTreeMap<String, Group>,
+    /// The script's own functions and macros, which hide the group builtins.
+    own: &'a HashSet<String>,
     diags: &'a mut Diags,
 }
 
@@ -262,6 +277,9 @@ impl VisitMut for Rewrite<'_> {
         let ExprKind::Call { name, args, .. } = &e.kind else {
             return;
         };
+        if self.own.contains(name) {
+            return;
+        }
         match name.as_str() {
             "ingroup" => {
                 let args = args.clone();
@@ -291,7 +309,7 @@ impl VisitMut for Rewrite<'_> {
             else {
                 continue;
             };
-            if name != "add" && name != "remove" {
+            if name != "add" && name != "remove" || self.own.contains(name.as_str()) {
                 continue;
             }
             let (name, span) = (name.clone(), *span);

@@ -17,6 +17,7 @@ pub mod check;
 pub mod diag;
 pub mod dump;
 pub mod expand;
+pub mod func;
 pub mod group;
 pub use weft_ir::format;
 pub mod lexer;

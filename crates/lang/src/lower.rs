@@ -1184,7 +1184,7 @@ impl<'a> Fx<'a> {
                 let (lt, le, lend) = (self.label(), self.label(), self.label());
                 let scalar = e.ty.is_scalar();
                 let out_reg = self.reg();
-                let out_place = if scalar {
+                let out_place = if scalar || e.ty == Type::Void {
                     None
                 } else {
                     Some(self.temp(e.ty.size()))
@@ -1197,6 +1197,11 @@ impl<'a> Fx<'a> {
                 for (l, branch) in [(lt, then), (le, otherwise)] {
                     self.emit(Inst::Label(l));
                     let v = self.expr(branch);
+                    // An `if` used as a statement-like value (`void` branches).
+                    if e.ty == Type::Void {
+                        self.emit(Inst::Jump(lend));
+                        continue;
+                    }
                     let v = self.convert(v, &branch.ty, &e.ty);
                     match out_place {
                         None => {
@@ -1211,6 +1216,9 @@ impl<'a> Fx<'a> {
                     self.emit(Inst::Jump(lend));
                 }
                 self.emit(Inst::Label(lend));
+                if e.ty == Type::Void {
+                    return Val::Unit;
+                }
                 match out_place {
                     None => Val::Reg(out_reg),
                     Some(p) => Val::Place(p),
@@ -1998,6 +2006,13 @@ impl<'a> Fx<'a> {
                     len: 8 * words,
                 });
                 Val::Unit
+            }
+            // The probe ends here, as `return;` does; the value is never read.
+            "__weft_stop" => {
+                self.emit(Inst::Return);
+                let l = self.label();
+                self.emit(Inst::Label(l));
+                Val::Reg(self.konst(0))
             }
             "__weft_exit" => {
                 let payload = args.first().map(|c| {

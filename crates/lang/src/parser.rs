@@ -422,6 +422,7 @@ impl<'a> Parser<'a> {
             match (word.as_str(), &t1) {
                 ("config", Tok::Assign) => return self.config().map(|c| Some(Item::Config(c))),
                 ("macro", Tok::Ident(_)) => return self.macro_def().map(|m| Some(Item::Macro(m))),
+                ("fn", Tok::Ident(_)) => return self.fn_def().map(|f| Some(Item::Fn(f))),
                 ("let", Tok::Map(_)) => return self.map_decl().map(|m| Some(Item::MapDecl(m))),
                 ("struct" | "union", Tok::Ident(_)) if self.peek_tok(2) == Tok::LBrace => {
                     return self.struct_def().map(|s| Some(Item::Struct(s)))
@@ -656,6 +657,76 @@ impl<'a> Parser<'a> {
             name,
             name_span: name_tok.span,
             params,
+            body,
+            span: self.span_from(start),
+        })
+    }
+
+    /// `fn NAME($a: TYPE, ...): TYPE { body }` (no `: TYPE` after the parameters:
+    /// `void`).
+    fn fn_def(&mut self) -> PResult<FnDef> {
+        let start = self.bump().span;
+        let name_tok = self.bump();
+        let Tok::Ident(name) = name_tok.tok else {
+            unreachable!("checked by item()")
+        };
+        self.expect(&Tok::LParen)?;
+        let mut params = Vec::new();
+        while !self.at(&Tok::RParen) {
+            let t = self.bump();
+            let Tok::Var(pname) = t.tok else {
+                self.diags.push(
+                    Diagnostic::error(
+                        t.span,
+                        format!(
+                            "expected a function parameter (`$name: type`), found {}",
+                            t.tok.describe()
+                        ),
+                    )
+                    .with_help(format!("write `fn {name}($a: int64, ...)`")),
+                );
+                return Err(Stop);
+            };
+            if !self.at(&Tok::Colon) {
+                let at = self.peek_span();
+                self.diags.push(
+                    Diagnostic::error(
+                        at,
+                        format!("the parameter `${pname}` of `{name}` needs a type"),
+                    )
+                    .with_help(format!("write `${pname}: int64` (or another type)")),
+                );
+                return Err(Stop);
+            }
+            self.bump();
+            let ty = self.type_expr()?;
+            params.push(FnParam {
+                name: pname,
+                span: t.span,
+                ty,
+            });
+            if !self.eat(&Tok::Comma) {
+                break;
+            }
+        }
+        let close = self.expect(&Tok::RParen)?.span;
+        let ret = if self.eat(&Tok::Colon) {
+            self.type_expr()?
+        } else {
+            TypeExpr {
+                base: TypeName::Void,
+                pointer: 0,
+                array: None,
+                dims: Vec::new(),
+                span: close,
+            }
+        };
+        let body = self.block()?;
+        Ok(FnDef {
+            name,
+            name_span: name_tok.span,
+            params,
+            ret,
             body,
             span: self.span_from(start),
         })
@@ -1035,13 +1106,26 @@ impl<'a> Parser<'a> {
     /// `{ stmt; stmt; ... }` used as a statement (a trailing expression without
     /// `;` stays a statement).
     fn block(&mut self) -> PResult<Block> {
-        Ok(self.block_inner()?.0)
+        let mut b = self.block_inner()?.0;
+        if let Some(last) = b.stmts.last_mut() {
+            demote(last);
+        }
+        Ok(b)
     }
 
-    /// `{ stmts; value }` used as an expression.
-    fn expr_block(&mut self) -> PResult<Block> {
+    /// A branch of an `if`: its final expression (or `if`) without `;` is kept as
+    /// its value, in case the `if` is used as one; [`demote`] puts it back when not.
+    fn branch_block(&mut self) -> PResult<Block> {
         let (mut b, value) = self.block_inner()?;
-        if value {
+        if value
+            && matches!(
+                b.stmts.last(),
+                Some(Stmt {
+                    kind: StmtKind::Expr(_),
+                    ..
+                })
+            )
+        {
             if let Some(Stmt {
                 kind: StmtKind::Expr(e),
                 ..
@@ -1049,6 +1133,32 @@ impl<'a> Parser<'a> {
             {
                 b.value = Some(Box::new(e));
             }
+        }
+        Ok(b)
+    }
+
+    /// `{ stmts; value }` used as an expression.
+    fn expr_block(&mut self) -> PResult<Block> {
+        let (mut b, value) = self.block_inner()?;
+        if value {
+            match b.stmts.pop() {
+                Some(Stmt {
+                    kind: StmtKind::Expr(e),
+                    ..
+                }) => b.value = Some(Box::new(e)),
+                // `{ ...; if (c) { a } else { b } }`: the `if` is the value.
+                Some(mut s) => match if_value(&mut s) {
+                    Some(e) => b.value = Some(Box::new(e)),
+                    None => {
+                        demote(&mut s);
+                        b.stmts.push(s)
+                    }
+                },
+                None => {}
+            }
+        }
+        if let Some(last) = b.stmts.last_mut() {
+            demote(last);
         }
         Ok(b)
     }
@@ -1082,7 +1192,7 @@ impl<'a> Parser<'a> {
             }
             match self.stmt() {
                 Ok((s, ends_with_block)) => {
-                    let is_expr = matches!(s.kind, StmtKind::Expr(_));
+                    let is_expr = matches!(s.kind, StmtKind::Expr(_) | StmtKind::If { .. });
                     stmts.push(s);
                     value_candidate = is_expr && self.at(&Tok::RBrace);
                     if !ends_with_block && !self.at(&Tok::Semi) && !self.at(&Tok::RBrace) {
@@ -1103,6 +1213,12 @@ impl<'a> Parser<'a> {
                 }
                 Err(Stop) => self.recover_stmt(),
             }
+        }
+        // Only a final `if` without `;` may be a value; the others are statements.
+        let keep = usize::from(value_candidate);
+        let n = stmts.len().saturating_sub(keep);
+        for s in &mut stmts[..n] {
+            demote(s);
         }
         Ok((
             Block {
@@ -1291,7 +1407,9 @@ impl<'a> Parser<'a> {
         let start = self.bump().span;
         // The condition is any expression: `(c)` is one in parentheses.
         let cond = self.nested(|p| p.expr())?;
-        let then = self.stmt_block()?;
+        // A branch keeps its final expression as its value, for an `if` used as one
+        // (a statement `if` evaluates it and drops it, as a statement).
+        let then = self.branch_block()?;
         let otherwise = if self.at_ident("else") {
             self.bump();
             if self.at_ident("if") {
@@ -1303,7 +1421,7 @@ impl<'a> Parser<'a> {
                     span: self.span_from(s),
                 })
             } else {
-                Some(self.stmt_block()?)
+                Some(self.branch_block()?)
             }
         } else {
             None
@@ -1319,6 +1437,24 @@ impl<'a> Parser<'a> {
             },
             true,
         ))
+    }
+
+    /// `if (c) { a } else { b }` where a value is expected.
+    fn if_expr(&mut self) -> PResult<Expr> {
+        let (mut s, _) = self.deeper(|p| p.if_stmt())?;
+        match if_value(&mut s) {
+            Some(e) => Ok(e),
+            None => {
+                self.diags.push(
+                    Diagnostic::error(s.span, "this `if` is used as a value, but it has none")
+                        .with_help(
+                            "an `if` expression needs an `else`, and each branch must end with \
+                             an expression without `;`: `if (c) { 1 } else { 2 }`",
+                        ),
+                );
+                Err(Stop)
+            }
+        }
     }
 
     fn for_stmt(&mut self) -> PResult<(Stmt, bool)> {
@@ -1735,6 +1871,7 @@ impl<'a> Parser<'a> {
                     full,
                 ))
             }
+            Tok::Ident(name) if name == "if" && self.peek_tok(1) != Tok::Assign => self.if_expr(),
             Tok::Ident(name) => {
                 self.bump();
                 match name.as_str() {
@@ -1923,6 +2060,82 @@ impl<'a> Parser<'a> {
             self.span_from(start),
         ))
     }
+}
+
+/// An `if` statement as an expression: `cond ? {then} : {else}` when it has an
+/// `else` and every branch ends with a value (`else if` chains too), taken out
+/// of `s`; else `None`, `s` untouched.
+pub(crate) fn if_value(s: &mut Stmt) -> Option<Expr> {
+    if !has_if_value(s) {
+        return None;
+    }
+    let StmtKind::If {
+        cond,
+        then,
+        otherwise: Some(mut o),
+    } = std::mem::replace(&mut s.kind, StmtKind::Break)
+    else {
+        unreachable!("checked by has_if_value")
+    };
+    if o.value.is_none() {
+        if let Some(e) = o.stmts.pop().and_then(|mut n| if_value(&mut n)) {
+            o.value = Some(Box::new(e));
+        }
+    }
+    let mut then = then;
+    if then.value.is_none() {
+        if let Some(e) = then.stmts.pop().and_then(|mut n| if_value(&mut n)) {
+            then.value = Some(Box::new(e));
+        }
+    }
+    let (ts, os) = (then.span, o.span);
+    Some(Expr::new(
+        ExprKind::Ternary {
+            cond: Box::new(cond),
+            then: Box::new(Expr::new(ExprKind::Block(Box::new(then)), ts)),
+            otherwise: Box::new(Expr::new(ExprKind::Block(Box::new(o)), os)),
+        },
+        s.span,
+    ))
+}
+
+/// An `if` that is a statement: each branch's final value becomes a statement again
+/// (as in a block that is not a value), in `else if` chains and final `if`s too.
+fn demote(s: &mut Stmt) {
+    let StmtKind::If {
+        then, otherwise, ..
+    } = &mut s.kind
+    else {
+        return;
+    };
+    for b in std::iter::once(then).chain(otherwise.as_mut()) {
+        if let Some(v) = b.value.take() {
+            let span = v.span;
+            b.stmts.push(Stmt {
+                kind: StmtKind::Expr(*v),
+                span,
+            });
+        } else if let Some(last) = b.stmts.last_mut() {
+            demote(last);
+        }
+    }
+}
+
+fn has_if_value(s: &Stmt) -> bool {
+    let StmtKind::If {
+        then,
+        otherwise: Some(o),
+        ..
+    } = &s.kind
+    else {
+        return false;
+    };
+    valued(then) && valued(o)
+}
+
+/// A branch that has a value: a final expression, or a final `if` that has one.
+fn valued(b: &Block) -> bool {
+    b.value.is_some() || b.stmts.last().is_some_and(has_if_value)
 }
 
 fn c_type_name(words: &[String]) -> TypeName {
