@@ -537,14 +537,15 @@ fn declared_map_holds_its_number_of_keys() {
 }
 
 /// `-l -e PROGRAM` and `-l FILE.bt` list the probes the program names, as bpftrace
-/// does: user-space patterns expanded over their binary, other kinds as written.
+/// does: user-space patterns expanded over their binary, timers as their type and
+/// unit, other kinds as written.
 #[test]
 fn list_the_probes_of_a_program() {
     let bin = build("calls.c", Variant::O2_PIE, &[]);
     let b = bin_str(&bin);
     let prog = format!("uprobe:{b}:wor* {{ }} interval:ms:10 {{ }} BEGIN {{ }}");
     let out = ok(&weft(&["-l", "-e", &prog], T));
-    assert_eq!(out, format!("uprobe:{b}:work\ninterval:ms:10\nBEGIN\n"));
+    assert_eq!(out, format!("uprobe:{b}:work\ninterval:ms:\nBEGIN\n"));
     let dir = std::env::temp_dir().join(format!("weft-list-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("p.bt");
