@@ -133,6 +133,23 @@ pub struct SiteSpec {
 }
 
 impl SiteSpec {
+    /// A site of `func` (named `name`) at `site_addr`, with no advice yet.
+    pub fn new(func: FunctionCode, name: String, site_addr: u64, label: String) -> SiteSpec {
+        SiteSpec {
+            func,
+            name,
+            site_addr,
+            entry: Vec::new(),
+            ret: Vec::new(),
+            around: None,
+            label,
+            usdt_args: None,
+            semaphore: None,
+            call: None,
+            stub_of: None,
+        }
+    }
+
     /// The function's address as advice and the site table report it.
     pub fn func_addr(&self) -> u64 {
         self.stub_of.unwrap_or(self.func.addr)

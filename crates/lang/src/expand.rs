@@ -130,6 +130,15 @@ pub fn expand(program: &mut Program) -> Vec<Diagnostic> {
     ex.diags.list
 }
 
+/// A call of a macro or function (`what`) with the wrong number of arguments.
+fn arity(what: &str, name: &str, want: usize, got: usize, at: Span, def: Span) -> Diagnostic {
+    Diagnostic::error(
+        at,
+        format!("{what} `{name}` takes {want} argument(s) but {got} were given"),
+    )
+    .with_note(Some(def), format!("the {what} is defined here"))
+}
+
 /// Finds the first node deeper than [`MAX_HEIGHT`] without going deeper itself.
 struct Height {
     depth: u32,
@@ -223,17 +232,14 @@ impl VisitMut for Expander {
         }
         let m = self.macros[&name].clone();
         if m.params.len() != args.len() {
-            self.diags.push(
-                Diagnostic::error(
-                    e.span,
-                    format!(
-                        "macro `{name}` takes {} argument(s) but {} were given",
-                        m.params.len(),
-                        args.len()
-                    ),
-                )
-                .with_note(Some(m.name_span), "the macro is defined here"),
-            );
+            self.diags.push(arity(
+                "macro",
+                &name,
+                m.params.len(),
+                args.len(),
+                e.span,
+                m.name_span,
+            ));
             return;
         }
         self.counter += 1;
@@ -298,17 +304,14 @@ impl Expander {
         let f = &self.funcs[name];
         let def = f.def.clone();
         if def.params.len() != args.len() {
-            self.diags.push(
-                Diagnostic::error(
-                    e.span,
-                    format!(
-                        "function `{name}` takes {} argument(s) but {} were given",
-                        def.params.len(),
-                        args.len()
-                    ),
-                )
-                .with_note(Some(def.name_span), "the function is defined here"),
-            );
+            self.diags.push(arity(
+                "function",
+                name,
+                def.params.len(),
+                args.len(),
+                e.span,
+                def.name_span,
+            ));
             return;
         }
         let depth = f.max_depth;

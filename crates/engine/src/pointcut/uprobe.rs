@@ -183,23 +183,18 @@ impl PointcutKind for Uprobe {
                 }
             }
             let site_addr = addr + offset;
-            let spec = by_addr.entry(site_addr).or_insert_with(|| SiteSpec {
-                func: weft_x86::FunctionCode {
-                    addr,
-                    bytes: f.bytes.clone(),
-                    size_known: f.size > 0,
-                    padding: f.padding.clone(),
-                },
-                name: f.demangled.clone().unwrap_or_else(|| f.name.clone()),
-                site_addr,
-                entry: Vec::new(),
-                ret: Vec::new(),
-                around: None,
-                label: label.clone(),
-                usdt_args: None,
-                semaphore: None,
-                stub_of: None,
-                call: None,
+            let spec = by_addr.entry(site_addr).or_insert_with(|| {
+                SiteSpec::new(
+                    weft_x86::FunctionCode {
+                        addr,
+                        bytes: f.bytes.clone(),
+                        size_known: f.size > 0,
+                        padding: f.padding.clone(),
+                    },
+                    f.demangled.clone().unwrap_or_else(|| f.name.clone()),
+                    site_addr,
+                    label.clone(),
+                )
             });
             let call = Call {
                 advice: pi as u64,

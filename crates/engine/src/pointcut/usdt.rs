@@ -128,17 +128,9 @@ fn add_probes(
             .map(|f| f.name().to_string())
             .unwrap_or_else(|| p.name.clone());
         let spec = out.sites.entry(site_addr).or_insert_with(|| SiteSpec {
-            func,
-            name: fname,
-            site_addr,
-            entry: Vec::new(),
-            ret: Vec::new(),
-            around: None,
-            label,
             usdt_args: Some(usdt_args),
             semaphore: p.semaphore.map(|s| module.runtime_addr(s)),
-            stub_of: None,
-            call: None,
+            ..SiteSpec::new(func, fname, site_addr, label)
         });
         spec.entry.push(Call {
             advice: probe_index as u64,
