@@ -243,13 +243,7 @@ impl VisitMut for Expander {
             return;
         }
         self.counter += 1;
-        let mut sub = Substitute {
-            exprs: HashMap::new(),
-            vars: HashMap::new(),
-            var_exprs: HashMap::new(),
-            maps: HashMap::new(),
-            suffix: format!("#{}", self.counter),
-        };
+        let mut sub = Substitute::new(self.counter);
         for (p, a) in m.params.iter().zip(args) {
             match p {
                 MacroParam::Expr(n, _) => {
@@ -345,13 +339,7 @@ impl Expander {
             return;
         }
         self.counter += 1;
-        let mut sub = Substitute {
-            exprs: HashMap::new(),
-            vars: HashMap::new(),
-            var_exprs: HashMap::new(),
-            maps: HashMap::new(),
-            suffix: format!("#{}", self.counter),
-        };
+        let mut sub = Substitute::new(self.counter);
         let mut body = f.inline.clone();
         sub.block(&mut body);
         // By value: each parameter a fresh variable of its declared type.
@@ -394,6 +382,19 @@ struct Substitute {
     var_exprs: HashMap<String, Expr>,
     maps: HashMap<String, String>,
     suffix: String,
+}
+
+impl Substitute {
+    /// Nothing substituted yet; local names get the suffix `#n`.
+    fn new(n: u32) -> Substitute {
+        Substitute {
+            exprs: HashMap::new(),
+            vars: HashMap::new(),
+            var_exprs: HashMap::new(),
+            maps: HashMap::new(),
+            suffix: format!("#{n}"),
+        }
+    }
 }
 
 impl VisitMut for Substitute {

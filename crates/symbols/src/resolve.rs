@@ -82,18 +82,29 @@ pub fn resolve(
 ) -> Result<Vec<ResolvedFunction>> {
     Ok(match_functions(elf, pattern)?
         .into_iter()
-        .map(|(f, n)| ResolvedFunction {
-            name: n.raw.clone(),
-            demangled: n.demangled.clone(),
-            path: elf.path().to_path_buf(),
-            vaddr: f.vaddr,
-            size: f.size,
-            runtime_addr: load_bias.map(|b| f.vaddr.wrapping_add(b)),
-            bytes: function_bytes(elf, f).to_vec(),
-            padding: padding_bytes(elf, f).to_vec(),
-            ifunc: f.ifunc,
-        })
+        .map(|(f, n)| resolved(elf, f, n, load_bias))
         .collect())
+}
+
+/// `f` of `elf`, under its name `n`, as a resolved function (its code read from the
+/// file; its run-time address when `load_bias` is known).
+fn resolved(
+    elf: &ElfFile,
+    f: &crate::elf::Function,
+    n: &crate::elf::FunctionName,
+    load_bias: Option<u64>,
+) -> ResolvedFunction {
+    ResolvedFunction {
+        name: n.raw.clone(),
+        demangled: n.demangled.clone(),
+        path: elf.path().to_path_buf(),
+        vaddr: f.vaddr,
+        size: f.size,
+        runtime_addr: load_bias.map(|b| f.vaddr.wrapping_add(b)),
+        bytes: function_bytes(elf, f).to_vec(),
+        padding: padding_bytes(elf, f).to_vec(),
+        ifunc: f.ifunc,
+    }
 }
 
 /// The sites of `FILE:LINE` in `elf` ([`crate::DebugInfo::line_sites`]), each as the
@@ -143,18 +154,7 @@ pub fn resolve_line(
                     line,
                     vaddr,
                 })?;
-            let n = &f.names[0];
-            let resolved = ResolvedFunction {
-                name: n.raw.clone(),
-                demangled: n.demangled.clone(),
-                path: path.clone(),
-                vaddr: f.vaddr,
-                size: f.size,
-                runtime_addr: load_bias.map(|b| f.vaddr.wrapping_add(b)),
-                bytes: function_bytes(elf, f).to_vec(),
-                padding: padding_bytes(elf, f).to_vec(),
-                ifunc: f.ifunc,
-            };
+            let resolved = resolved(elf, f, &f.names[0], load_bias);
             Ok((resolved, vaddr - f.vaddr))
         })
         .collect()

@@ -6,7 +6,7 @@ use anyhow::{anyhow, Result};
 use weft_ir::AttachPoint;
 
 use super::{module_of, Cx, PointcutKind, Resolved};
-use crate::weave::{Call, SiteSpec};
+use crate::weave::Call;
 
 pub struct SourceLine;
 
@@ -46,19 +46,10 @@ impl PointcutKind for SourceLine {
         for (f, offset) in sites {
             let Some(addr) = f.runtime_addr else { continue };
             let site_addr = addr + offset;
-            let spec = out.sites.entry(site_addr).or_insert_with(|| {
-                SiteSpec::new(
-                    weft_x86::FunctionCode {
-                        addr,
-                        bytes: f.bytes.clone(),
-                        size_known: f.size > 0,
-                        padding: f.padding.clone(),
-                    },
-                    f.demangled.clone().unwrap_or_else(|| f.name.clone()),
-                    site_addr,
-                    label.clone(),
-                )
-            });
+            let spec = out
+                .sites
+                .entry(site_addr)
+                .or_insert_with(|| super::function_site(&f, addr, site_addr, &label));
             spec.entry.push(Call {
                 advice: pi as u64,
                 probe,

@@ -207,6 +207,26 @@ impl Symbols<'_> {
 /// The binary as a probe's name shows it (`probe`, `-v`): a path as the user wrote
 /// it (`uprobe:./app:parse`, as bpftrace prints it), else the file a library name or
 /// a wildcard resolved to.
+/// A site at `site_addr` in `f`, which runs at `addr`, with no advice yet.
+fn function_site(
+    f: &weft_symbols::ResolvedFunction,
+    addr: u64,
+    site_addr: u64,
+    label: &str,
+) -> SiteSpec {
+    SiteSpec::new(
+        weft_x86::FunctionCode {
+            addr,
+            bytes: f.bytes.clone(),
+            size_known: f.size > 0,
+            padding: f.padding.clone(),
+        },
+        f.demangled.clone().unwrap_or_else(|| f.name.clone()),
+        site_addr,
+        label.to_string(),
+    )
+}
+
 fn shown_binary(spec: &str, module: &Module) -> String {
     if spec.contains('/') && !weft_symbols::glob::has_wildcards(spec) {
         spec.to_string()

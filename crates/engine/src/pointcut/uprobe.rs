@@ -183,19 +183,9 @@ impl PointcutKind for Uprobe {
                 }
             }
             let site_addr = addr + offset;
-            let spec = by_addr.entry(site_addr).or_insert_with(|| {
-                SiteSpec::new(
-                    weft_x86::FunctionCode {
-                        addr,
-                        bytes: f.bytes.clone(),
-                        size_known: f.size > 0,
-                        padding: f.padding.clone(),
-                    },
-                    f.demangled.clone().unwrap_or_else(|| f.name.clone()),
-                    site_addr,
-                    label.clone(),
-                )
-            });
+            let spec = by_addr
+                .entry(site_addr)
+                .or_insert_with(|| super::function_site(&f, addr, site_addr, &label));
             let call = Call {
                 advice: pi as u64,
                 probe,
