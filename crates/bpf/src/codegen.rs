@@ -45,6 +45,36 @@ pub(crate) const ZERO_VALUE: u32 = 40;
 /// (`di si dx r10 r8 r9`) are saved.
 const PT_REGS_ORIG_AX: i32 = 120;
 const PT_REGS_ARGS: [i32; 6] = [112, 104, 96, 56, 72, 64];
+/// A function's integer arguments (`di si dx cx r8 r9`), for uprobes.
+const PT_REGS_CALL_ARGS: [i16; 6] = [112, 104, 96, 88, 72, 64];
+const PT_REGS_AX: i16 = 80;
+const PT_REGS_IP: i16 = 128;
+const PT_REGS_SP: i16 = 152;
+
+/// Where `struct pt_regs` saves machine register `r`.
+fn pt_regs_offset(r: weft_ir::MachineReg) -> i16 {
+    use weft_ir::MachineReg as M;
+    match r {
+        M::R15 => 0,
+        M::R14 => 8,
+        M::R13 => 16,
+        M::R12 => 24,
+        M::Rbp => 32,
+        M::Rbx => 40,
+        M::R11 => 48,
+        M::R10 => 56,
+        M::R9 => 64,
+        M::R8 => 72,
+        M::Rax => 80,
+        M::Rcx => 88,
+        M::Rdx => 96,
+        M::Rsi => 104,
+        M::Rdi => 112,
+        M::Rip => 128,
+        M::Flags => 144,
+        M::Rsp => 152,
+    }
+}
 
 /// Most entries a read of a user-space map looks at (linear probing from the
 /// key's slot; the runtime keeps tables at most half full).
@@ -196,6 +226,62 @@ fn pid_filter(a: &mut Asm<MapRef>, out: Label) {
     a.bind(member);
 }
 
+/// A uprobe program's second test: leave for `out` once the current process's agent
+/// has started (its bit in `weft_handed`, which [`handover_program`] sets): from
+/// there on its own trampolines count, and the agent's start-up is not the
+/// program's.
+fn handed_check(a: &mut Asm<MapRef>, out: Label) {
+    let go_on = a.label();
+    a.call(helper::GET_CURRENT_PID_TGID);
+    a.alu_imm(RSH, R0, 32);
+    a.mov(R7, R0);
+    a.alu_imm(RSH, R0, 6);
+    a.store(W, R10, -4, R0);
+    a.load_map(R1, MapRef::Handed);
+    a.mov(R2, R10);
+    a.alu_imm(ADD, R2, -4);
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp_imm(JEQ, R0, 0, go_on);
+    a.load(DW, R1, R0, 0);
+    a.alu_imm(AND, R7, 63);
+    a.alu(RSH, R1, R7);
+    a.alu_imm(AND, R1, 1);
+    a.jmp_imm(JNE, R1, 0, out);
+    a.bind(go_on);
+}
+
+/// The handover program, on a uprobe at the agent's initializer in a launched
+/// process: sets the process's bit in `weft_handed`, so the uprobe programs that ran
+/// the user's probes since `exec` leave from now on (the agent's trampolines take
+/// over once weft has woven them, before the program goes on).
+pub fn handover_program() -> Result<Code, BpfError> {
+    let mut a: Asm<MapRef> = Asm::new();
+    let out = a.label();
+    a.call(helper::GET_CURRENT_PID_TGID);
+    a.alu_imm(RSH, R0, 32);
+    a.mov(R7, R0);
+    a.alu_imm(RSH, R0, 6);
+    a.store(W, R10, -4, R0);
+    a.load_map(R1, MapRef::Handed);
+    a.mov(R2, R10);
+    a.alu_imm(ADD, R2, -4);
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jmp_imm(JEQ, R0, 0, out);
+    a.alu_imm(AND, R7, 63);
+    a.mov_imm(R1, 1);
+    a.alu(LSH, R1, R7);
+    a.atomic_or(R0, 0, R1);
+    a.bind(out);
+    a.mov_imm(R0, 0);
+    a.exit();
+    let (insns, maps) = a.finish().map_err(|_| BpfError::TooLong)?;
+    Ok(Code {
+        insns,
+        maps,
+        scratch: 8,
+    })
+}
+
 /// The pid filter's program on `sched_process_fork`: a process in the filter that
 /// starts another puts it in the filter too, with its segment's address
 /// (`child_off`: the child's pid in the record). It runs in the parent.
@@ -272,6 +358,9 @@ impl Gen<'_> {
         }
         if self.env.filter_pids {
             pid_filter(a, self.out);
+        }
+        if self.env.uprobe.is_some() {
+            handed_check(a, self.out);
         }
         a.store_imm(W, R10, -8, 0);
         a.load_map(R1, MapRef::Scratch);
@@ -889,6 +978,34 @@ impl Gen<'_> {
             CtxValue::Rand => a.call(helper::GET_PRANDOM_U32),
             CtxValue::Cpid => a.mov_imm(R0, self.env.cpid as i64),
             CtxValue::ProbeId => a.mov_imm(R0, i64::from(self.env.probe_id)),
+            CtxValue::Arg(n) if self.env.uprobe == Some(false) => {
+                if let Some(&off) = PT_REGS_CALL_ARGS.get(usize::from(n)) {
+                    a.load(DW, R0, R6, off);
+                } else {
+                    // On the stack: at entry, [rsp] is the return address.
+                    let (ok, done) = (a.label(), a.label());
+                    a.load(DW, R3, R6, PT_REGS_SP);
+                    a.alu_imm(ADD, R3, 8 * (i32::from(n) - 5));
+                    a.mov(R1, R9);
+                    a.alu_imm(ADD, R1, i32::from(TMP));
+                    a.mov_imm(R2, 8);
+                    a.call(helper::PROBE_READ_USER);
+                    a.jmp_imm(JEQ, R0, 0, ok);
+                    self.count_error(ErrorKind::ReadFault);
+                    self.a.mov_imm(R0, 0);
+                    self.a.ja(done);
+                    self.a.bind(ok);
+                    self.a.load(DW, R0, R9, TMP);
+                    self.a.bind(done);
+                }
+            }
+            CtxValue::Retval if self.env.uprobe == Some(true) => a.load(DW, R0, R6, PT_REGS_AX),
+            CtxValue::Reg(r) if self.env.uprobe.is_some() => a.load(DW, R0, R6, pt_regs_offset(r)),
+            // At a function's entry the kernel has put `ip` back on the probed
+            // instruction before running the handlers.
+            CtxValue::FuncAddr | CtxValue::Ip if self.env.uprobe == Some(false) => {
+                a.load(DW, R0, R6, PT_REGS_IP)
+            }
             CtxValue::Arg(_) => return Err(unsupported("argN")),
             CtxValue::ThreadCpuTime => return Err(unsupported("a thread's CPU time")),
             CtxValue::ThreadRusage(_) => {

@@ -64,6 +64,10 @@ pub enum MapRef {
     Scratch,
     /// Per-CPU error counters by [`weft_ir::ErrorKind`].
     Errors,
+    /// Processes whose agent has started (a bit per pid, set by the handover
+    /// program at the agent's initializer): uprobe programs leave at once for them,
+    /// the agent's own trampolines count from there on.
+    Handed,
     /// weft map `i`.
     Map(u32),
 }
@@ -78,6 +82,7 @@ impl MapRef {
             MapRef::Segments => "weft_segs".into(),
             MapRef::Scratch => "weft_scratch".into(),
             MapRef::Errors => "weft_errors".into(),
+            MapRef::Handed => "weft_handed".into(),
             MapRef::Map(i) => format!("weft_m{i}"),
         }
     }
@@ -116,6 +121,9 @@ pub struct Env {
     pub key_buf: u32,
     /// A `syscalls:` tracepoint run from the raw `sys_enter`/`sys_exit` tracepoint.
     pub raw_syscall: Option<RawSyscall>,
+    /// A user-space probe run from a kernel uprobe (`Some(true)`: a uretprobe) until
+    /// the agent takes over: the context is the probed thread's `struct pt_regs`.
+    pub uprobe: Option<bool>,
 }
 
 /// A `syscalls:sys_enter_NAME`/`sys_exit_NAME` probe compiled for the raw
@@ -152,6 +160,38 @@ pub struct KernelProbe<'a> {
     pub raw: Option<RawSyscall>,
     /// Runs for every process, whatever `Options::filter_pids` says.
     pub system: bool,
+    /// A user-space probe's advice on a kernel uprobe (`Some(true)`: a uretprobe),
+    /// run in a launched program until its agent starts; `category`/`name` then only
+    /// label it.
+    pub uprobe: Option<bool>,
+}
+
+/// Where a program of [`Built`] attaches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProgramKind {
+    Tracepoint {
+        category: String,
+        name: String,
+    },
+    /// `sys_enter`/`sys_exit`: the system call's arguments, no record.
+    RawTracepoint(String),
+}
+
+/// A program for kernel uprobes, kept out of the object: it is loaded for a
+/// `uprobe_multi` link (every site of a file in one link, which the kernel takes
+/// out at once), which the object loader cannot ask for. Its map loads hold no
+/// descriptor yet: the loader puts each map's in.
+#[derive(Clone, Debug)]
+pub struct UprobeProgram {
+    /// Index into [`build`]'s `probes`; `usize::MAX` for the handover program.
+    pub probe: usize,
+    /// A uretprobe.
+    pub ret: bool,
+    /// Encoded instructions.
+    pub insns: Vec<u8>,
+    /// The instruction index of each map load (`BPF_LD_IMM64` with
+    /// `BPF_PSEUDO_MAP_FD`) and its map.
+    pub maps: Vec<(usize, MapRef)>,
 }
 
 /// The session-wide inputs of [`build`].
@@ -176,10 +216,13 @@ pub struct Options {
 /// An object ready to load.
 pub struct Built {
     pub object: Vec<u8>,
-    /// Program symbol, category, tracepoint name; in the order of the probes (then
-    /// the filter's own program on `sched_process_fork`, when there is one). An empty
-    /// category is a raw tracepoint (`sys_enter`, `sys_exit`).
-    pub programs: Vec<(String, String, String)>,
+    /// Program symbol and where it attaches; in the order of the probes (but those
+    /// on uprobes), then the filter's own program on `sched_process_fork`, when
+    /// there is one.
+    pub programs: Vec<(String, ProgramKind)>,
+    /// The uprobe programs, then the handover program when there are any (see
+    /// [`handover_program`](codegen::handover_program)).
+    pub uprobes: Vec<UprobeProgram>,
     /// Every map of the object.
     pub maps: Vec<(MapRef, MapSpec)>,
     /// Instructions per program (for `-v`).
@@ -284,6 +327,21 @@ pub fn user_maps_read(prog: &Program, kernel: &[usize]) -> Result<BTreeSet<u32>,
 /// Whether kernel probe `probe` compiles (`user`: from [`user_maps_read`]), before
 /// any kernel sees it: what the code generator refuses, with the reason.
 pub fn check(prog: &Program, probe: usize, user: &BTreeSet<u32>) -> Result<(), BpfError> {
+    check_as(prog, probe, user, None)
+}
+
+/// Whether user-space probe `probe` compiles for a kernel uprobe (`ret`: a
+/// uretprobe), to run before a launched program's agent starts.
+pub fn check_uprobe(prog: &Program, probe: usize, ret: bool) -> Result<(), BpfError> {
+    check_as(prog, probe, &BTreeSet::new(), Some(ret))
+}
+
+fn check_as(
+    prog: &Program,
+    probe: usize,
+    user: &BTreeSet<u32>,
+    uprobe: Option<bool>,
+) -> Result<(), BpfError> {
     let user_maps = user
         .iter()
         .map(|&m| {
@@ -315,6 +373,7 @@ pub fn check(prog: &Program, probe: usize, user: &BTreeSet<u32>) -> Result<(), B
         user_maps,
         key_buf: 8,
         raw_syscall: None,
+        uprobe,
     };
     codegen::compile(&prog.probes[probe].body, prog, &env).map(|_| ())
 }
@@ -380,9 +439,12 @@ pub fn build(
         * 8;
     let mut codes = Vec::new();
     let mut programs = Vec::new();
+    let mut uprobes = Vec::new();
+    let mut scratch_needed = 8;
     for (i, p) in probes.iter().enumerate() {
         let mut env = Env {
-            filter_pids: opts.filter_pids && !p.system,
+            // A uprobe's link names its one process already.
+            filter_pids: opts.filter_pids && !p.system && p.uprobe.is_none(),
             ncpus: opts.ncpus,
             cpid: opts.cpid,
             start_ns: opts.start_ns,
@@ -392,26 +454,46 @@ pub fn build(
             user_maps: opts.user_maps.clone(),
             key_buf,
             raw_syscall: None,
+            uprobe: p.uprobe,
         };
         let sym = format!("weft_p{i}");
+        if let Some(ret) = p.uprobe {
+            let code = codegen::compile(p.body, prog, &env).map_err(|e| (i, e))?;
+            scratch_needed = scratch_needed.max(code.scratch);
+            uprobes.push(UprobeProgram {
+                probe: i,
+                ret,
+                insns: code.insns.iter().flat_map(|i| i.encode()).collect(),
+                maps: code.maps,
+            });
+            continue;
+        }
         if let Some(raw) = p.raw {
             env.raw_syscall = Some(raw);
             if let Ok(code) = codegen::compile(p.body, prog, &env) {
                 codes.push(code);
                 let tp = if raw.exit { "sys_exit" } else { "sys_enter" };
-                programs.push((sym, String::new(), tp.to_string()));
+                programs.push((sym, ProgramKind::RawTracepoint(tp.to_string())));
                 continue;
             }
             env.raw_syscall = None;
         }
         codes.push(codegen::compile(p.body, prog, &env).map_err(|e| (i, e))?);
-        programs.push((sym, p.category.clone(), p.name.clone()));
+        programs.push((
+            sym,
+            ProgramKind::Tracepoint {
+                category: p.category.clone(),
+                name: p.name.clone(),
+            },
+        ));
     }
+    let any_uprobe = probes.iter().any(|p| p.uprobe.is_some());
     let scratch = codes
         .iter()
         .map(|c| c.scratch)
         .max()
         .unwrap_or(8)
+        .max(scratch_needed)
         .div_ceil(8)
         * 8;
     let fork = match (opts.filter_pids, opts.fork_child_pid_offset) {
@@ -474,6 +556,17 @@ pub fn build(
             },
         ),
     ];
+    if any_uprobe {
+        maps.push((
+            MapRef::Handed,
+            MapSpec {
+                map_type: MAP_ARRAY,
+                key_size: 4,
+                value_size: 8,
+                max_entries: opts.pid_max.div_ceil(64).max(1),
+            },
+        ));
+    }
     for &m in &used {
         maps.push((MapRef::Map(m), map_spec(prog, m)));
     }
@@ -481,15 +574,27 @@ pub fn build(
         codes.push(f);
         programs.push((
             "weft_fork".into(),
-            "sched".into(),
-            "sched_process_fork".into(),
+            ProgramKind::Tracepoint {
+                category: "sched".into(),
+                name: "sched_process_fork".into(),
+            },
         ));
+    }
+    if any_uprobe {
+        let code = codegen::handover_program().map_err(|e| (0, e))?;
+        uprobes.push(UprobeProgram {
+            probe: usize::MAX,
+            ret: false,
+            insns: code.insns.iter().flat_map(|i| i.encode()).collect(),
+            maps: code.maps,
+        });
     }
     let sizes = codes.iter().map(|c| c.insns.len()).collect();
     let object = write_object(&codes, &programs, &maps);
     Ok(Built {
         object,
         programs,
+        uprobes,
         maps,
         sizes,
     })
@@ -499,7 +604,7 @@ pub fn build(
 /// one section per program, and `R_BPF_64_64` relocations of map loads.
 fn write_object(
     codes: &[codegen::Code],
-    programs: &[(String, String, String)],
+    programs: &[(String, ProgramKind)],
     maps: &[(MapRef, MapSpec)],
 ) -> Vec<u8> {
     let mut obj = Object::new(BinaryFormat::Elf, Architecture::Bpf, Endianness::Little);
@@ -533,15 +638,17 @@ fn write_object(
         });
         syms.insert(*r, sym);
     }
-    for (code, (name, cat, tp)) in codes.iter().zip(programs) {
+    for (code, (name, kind)) in codes.iter().zip(programs) {
         let sec = obj.add_section(
             obj.segment_name(StandardSegment::Text).to_vec(),
-            if cat.is_empty() {
+            match kind {
                 // A raw tracepoint (`sys_enter`, `sys_exit`): its arguments, no record.
-                format!("raw_tracepoint/{tp}").into_bytes()
-            } else {
-                format!("tracepoint/{cat}/{tp}").into_bytes()
-            },
+                ProgramKind::RawTracepoint(tp) => format!("raw_tracepoint/{tp}"),
+                ProgramKind::Tracepoint { category, name } => {
+                    format!("tracepoint/{category}/{name}")
+                }
+            }
+            .into_bytes(),
             SectionKind::Text,
         );
         let bytes: Vec<u8> = code.insns.iter().flat_map(|i| i.encode()).collect();
