@@ -6,13 +6,13 @@
 //! with the `bpf(2)` map commands directly: their keys and values are byte strings
 //! whose sizes the script decides, which aya's typed maps cannot name.
 
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use anyhow::{anyhow, bail, Context, Result};
 use aya::maps::{Map, MapData, RingBuf};
 use aya::programs::{RawTracePoint, TracePoint};
 use aya::{Ebpf, EbpfLoader};
-use weft_bpf::{Built, MapRef, MapSpec};
+use weft_bpf::{Built, MapRef, MapSpec, ProgramKind};
 
 /// A kernel probe the kernel refused.
 #[derive(Debug)]
@@ -34,7 +34,7 @@ pub type Entry = (Vec<u8>, Vec<Vec<u8>>);
 /// The loaded object: programs attached, maps open.
 pub struct KernelProbes {
     /// Keeps the programs and their links alive.
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
     ring: RingBuf<MapData>,
     pids: MapData,
     segments: MapData,
@@ -55,7 +55,7 @@ fn load_programs(built: &Built, attach: bool) -> std::result::Result<Ebpf, Refus
     let mut ebpf = EbpfLoader::new()
         .load(&built.object)
         .map_err(|e| general(format!("loading the kernel probes: {e}")))?;
-    for (i, (sym, category, name)) in built.programs.iter().enumerate() {
+    for (i, (sym, kind)) in built.programs.iter().enumerate() {
         let prog = ebpf
             .program_mut(sym)
             .ok_or_else(|| general(format!("internal error: program {sym} missing")))?;
@@ -63,25 +63,27 @@ fn load_programs(built: &Built, attach: bool) -> std::result::Result<Ebpf, Refus
             probe: i,
             message: verifier_reason(&e),
         };
-        let unattached = |e: aya::programs::ProgramError| Refused {
+        let unattached = |what: &str, e: aya::programs::ProgramError| Refused {
             probe: i,
-            message: format!("attaching to tracepoint {category}:{name}: {}", chain(&e)),
+            message: format!("attaching to tracepoint {what}: {}", chain(&e)),
         };
-        if category.is_empty() {
-            let prog: &mut RawTracePoint = prog
-                .try_into()
-                .map_err(|e| general(format!("internal error: program {sym}: {e}")))?;
-            prog.load().map_err(refused)?;
-            if attach {
-                prog.attach(name).map_err(unattached)?;
+        let internal =
+            |e: aya::programs::ProgramError| general(format!("internal error: program {sym}: {e}"));
+        match kind {
+            ProgramKind::RawTracepoint(name) => {
+                let prog: &mut RawTracePoint = prog.try_into().map_err(internal)?;
+                prog.load().map_err(refused)?;
+                if attach {
+                    prog.attach(name).map_err(|e| unattached(name, e))?;
+                }
             }
-        } else {
-            let prog: &mut TracePoint = prog
-                .try_into()
-                .map_err(|e| general(format!("internal error: program {sym}: {e}")))?;
-            prog.load().map_err(refused)?;
-            if attach {
-                prog.attach(category, name).map_err(unattached)?;
+            ProgramKind::Tracepoint { category, name } => {
+                let prog: &mut TracePoint = prog.try_into().map_err(internal)?;
+                prog.load().map_err(refused)?;
+                if attach {
+                    prog.attach(category, name)
+                        .map_err(|e| unattached(&format!("{category}:{name}"), e))?;
+                }
             }
         }
     }
@@ -147,7 +149,7 @@ impl KernelProbes {
         })();
         let (ring, pids, segments, errors, maps) = taken.map_err(|e| general(format!("{e:#}")))?;
         Ok(KernelProbes {
-            _ebpf: ebpf,
+            ebpf,
             ring,
             pids,
             segments,
@@ -157,7 +159,84 @@ impl KernelProbes {
         })
     }
 
-    /// Events from the ring buffer, each the bytes of one record.
+    /// Load uprobe program `p` (see [`weft_bpf::UprobeProgram`]) for a
+    /// `uprobe_multi` link, its map loads given the maps of this object. The
+    /// verifier's refusal is the error, with its reason.
+    pub fn load_uprobe(&self, p: &weft_bpf::UprobeProgram) -> std::result::Result<OwnedFd, String> {
+        let mut insns = p.insns.clone();
+        for &(at, r) in &p.maps {
+            let fd = self
+                .map_fd(r)
+                .ok_or_else(|| format!("internal error: map {} missing", r.name()))?;
+            insns[at * 8 + 4..at * 8 + 8].copy_from_slice(&fd.to_le_bytes());
+        }
+        let license = c"GPL";
+        let mut log = vec![0u8; 64 * 1024];
+        let mut a = ProgLoadAttr {
+            prog_type: BPF_PROG_TYPE_KPROBE,
+            insn_cnt: (insns.len() / 8) as u32,
+            insns: insns.as_ptr() as u64,
+            license: license.as_ptr() as u64,
+            log_level: 1,
+            log_size: log.len() as u32,
+            log_buf: log.as_mut_ptr() as u64,
+            expected_attach_type: BPF_TRACE_UPROBE_MULTI,
+            ..Default::default()
+        };
+        // SAFETY: `a` is a valid bpf_attr prefix for BPF_PROG_LOAD; the instructions,
+        // license and log buffer it points to outlive the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_LOAD,
+                &mut a as *mut ProgLoadAttr,
+                std::mem::size_of::<ProgLoadAttr>(),
+            )
+        };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            let text =
+                String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)])
+                    .into_owned();
+            let why = text
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| {
+                    !l.is_empty()
+                        && !l.starts_with("processed ")
+                        && !l.starts_with("verification time")
+                        && !l.starts_with("stack depth")
+                })
+                .map(|l| format!("the kernel's eBPF verifier refused it: {l}"))
+                .unwrap_or_else(|| format!("the kernel refused it: {e}"));
+            return Err(why);
+        }
+        // SAFETY: the kernel returned a new descriptor that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
+    }
+
+    fn map_fd(&self, r: MapRef) -> Option<RawFd> {
+        match r {
+            MapRef::Ring => Some(self.ring.as_raw_fd()),
+            MapRef::Pids => Some(fd(&self.pids)),
+            MapRef::Segments => Some(fd(&self.segments)),
+            MapRef::Errors => Some(fd(&self.errors)),
+            MapRef::Map(id) => self
+                .maps
+                .iter()
+                .find(|(i, _, _)| *i == id)
+                .map(|(_, d, _)| fd(d)),
+            other => match self.ebpf.map(&other.name())? {
+                Map::HashMap(d) | Map::PerCpuHashMap(d) | Map::PerCpuArray(d) | Map::Array(d) => {
+                    Some(fd(d))
+                }
+                _ => None,
+            },
+        }
+    }
+
+    /// Events from the ring buffer, each the bytes of one record.    /// Events from the ring buffer, each the bytes of one record.
     pub fn drain(&mut self, mut f: impl FnMut(&[u8])) {
         while let Some(item) = self.ring.next() {
             f(&item);
@@ -345,6 +424,95 @@ fn verifier_reason(e: &aya::programs::ProgramError) -> String {
         };
     }
     chain(e)
+}
+
+// ---- uprobe_multi links ----------------------------------------------------------
+
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PROG_TYPE_KPROBE: u32 = 2;
+const BPF_TRACE_UPROBE_MULTI: u32 = 48;
+const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
+
+/// `union bpf_attr` for `BPF_PROG_LOAD`, up to `expected_attach_type`.
+#[repr(C)]
+#[derive(Default)]
+struct ProgLoadAttr {
+    prog_type: u32,
+    insn_cnt: u32,
+    insns: u64,
+    license: u64,
+    log_level: u32,
+    log_size: u32,
+    log_buf: u64,
+    kern_version: u32,
+    prog_flags: u32,
+    prog_name: [u8; 16],
+    prog_ifindex: u32,
+    expected_attach_type: u32,
+}
+
+/// `union bpf_attr` for `BPF_LINK_CREATE` of a `uprobe_multi` link.
+#[repr(C)]
+#[derive(Default)]
+struct UprobeMultiAttr {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    path: u64,
+    offsets: u64,
+    ref_ctr_offsets: u64,
+    cookies: u64,
+    cnt: u32,
+    multi_flags: u32,
+    pid: u32,
+}
+
+/// Set program `prog` (from [`KernelProbes::load_uprobe`]) at `offsets` of `file`
+/// for process `pid` only, as one link (`ret`: uretprobes). The kernel puts the
+/// breakpoints in that process's mapping of the file, now or when it maps it.
+/// Closing the link takes them all out at once (before the kernel's grace
+/// periods, which the close then waits for).
+pub fn attach_uprobe_multi(
+    prog: &OwnedFd,
+    file: &std::path::Path,
+    offsets: &[u64],
+    ret: bool,
+    pid: u32,
+) -> Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(file.as_os_str().as_bytes())?;
+    let mut a = UprobeMultiAttr {
+        prog_fd: prog.as_raw_fd() as u32,
+        attach_type: BPF_TRACE_UPROBE_MULTI,
+        path: path.as_ptr() as u64,
+        offsets: offsets.as_ptr() as u64,
+        cnt: offsets.len() as u32,
+        multi_flags: if ret { BPF_F_UPROBE_MULTI_RETURN } else { 0 },
+        pid,
+        ..Default::default()
+    };
+    // SAFETY: `a` is a valid bpf_attr prefix for BPF_LINK_CREATE; the path and the
+    // offsets it points to outlive the call.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_CREATE,
+            &mut a as *mut UprobeMultiAttr,
+            std::mem::size_of::<UprobeMultiAttr>(),
+        )
+    };
+    if r < 0 {
+        bail!(
+            "setting {} kernel uprobes on {}: {}",
+            offsets.len(),
+            file.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
 }
 
 // ---- bpf(2) map commands -----------------------------------------------------------

@@ -30,6 +30,7 @@ fn load(prog: &Program, filter: bool) -> KernelProbes {
             probe_id: 0,
             raw: None,
             system: false,
+            uprobe: None,
         })
         .collect();
     let opts = Options {
