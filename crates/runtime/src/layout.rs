@@ -190,7 +190,9 @@ impl LayoutBuilder {
         let site_hash_cap = (self.max_sites * 2).next_power_of_two();
         let site_hash_off = off;
         off = page_up(off + u64::from(site_hash_cap) * 4);
-        let slot_count = FIRST_THREAD_SLOT + 2 * self.max_live;
+        // Twice the live limit (a gone thread's slot waits for weft to drain it),
+        // and one for the kernel's events (`slots::claim_uncounted`).
+        let slot_count = FIRST_THREAD_SLOT + 2 * self.max_live + 1;
         let free_off = off;
         off = page_up(off + u64::from(slot_count) * 4);
         let ring_off = THREAD_HEADER_SIZE;

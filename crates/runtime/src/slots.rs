@@ -56,6 +56,22 @@ pub fn claim(shm: &Shm, pid: u32, tid: u32) -> Option<*mut ThreadSlot> {
     Some(slot)
 }
 
+/// weft: a slot for what the kernel produces (`tid` a pseudo thread of weft's
+/// process `pid`), not counted against `max_live`: the target's threads keep all
+/// of `--max-threads`.
+pub fn claim_uncounted(shm: &Shm, pid: u32, tid: u32) -> Option<*mut ThreadSlot> {
+    let idx = shm.free_slots().pop().or_else(|| never_used(shm))?;
+    let slot = shm.thread_slot(idx);
+    // SAFETY: slot idx is ours alone, as in `claim`.
+    unsafe {
+        (*slot).tid = tid;
+        (*slot).pid = pid;
+        (*slot).counted.store(0, Ordering::Relaxed);
+        (*slot).state.store(THREAD_LIVE, Ordering::Release);
+    }
+    Some(slot)
+}
+
 /// The next slot never handed out, if any is left.
 fn never_used(shm: &Shm) -> Option<u32> {
     let h = shm.header();
@@ -312,12 +328,15 @@ mod tests {
     #[test]
     fn slots_run_out_when_weft_does_not_drain() {
         let (_m, shm) = segment(1, &[]);
-        // Two slots per live thread: the second serves while the first is not drained.
+        // Two slots per live thread: the second serves while the first is not
+        // drained; and one for the kernel's events, here taken by the kernel.
+        assert!(claim_uncounted(&shm, 1, u32::MAX - 1).is_some());
         let a = claim(&shm, 7, 1).unwrap();
         release(&shm, a);
         let b = claim(&shm, 7, 2).unwrap();
         release(&shm, b);
         assert!(claim(&shm, 7, 3).is_none());
+        assert!(claim_uncounted(&shm, 1, u32::MAX - 1).is_none());
         assert_eq!(shm.header().threads_live.load(Ordering::Relaxed), 0);
         retire(&shm, &dead(&shm));
         assert!(claim(&shm, 7, 3).is_some());
