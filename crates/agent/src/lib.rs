@@ -45,7 +45,11 @@ unsafe extern "C" {
     static mut environ: *mut *mut libc::c_char;
 }
 
-extern "C" fn weft_agent_init(
+/// Exported: in a launched program, weft's kernel uprobe on its first instruction
+/// marks where the agent takes over from the uprobes that ran the probes since
+/// `exec` (`weft_bpf`'s handover program).
+#[unsafe(no_mangle)]
+pub extern "C" fn weft_agent_init(
     _argc: libc::c_int,
     _argv: *const *const libc::c_char,
     envp: *mut *mut libc::c_char,

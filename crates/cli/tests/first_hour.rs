@@ -838,8 +838,14 @@ fn launch_sees_constructors_and_preinit() {
 /// is the C library's `__libc_early_init`; the same resolver run lazily (`-z lazy`,
 /// at the first call), the library's constructor and `main`'s call are each
 /// counted once. README ("Usage by example", first paragraph) says the same.
+/// A launched program is probed from its first instruction: the loader's start-up
+/// (an IFUNC resolver run while `-z now` relocates, `__libc_early_init`) runs
+/// before the agent can, on kernel uprobes set in that one process at its `exec`;
+/// the agent's trampolines take over at its initializer. Each call is counted once
+/// (entry and return, printf order kept), a probe eBPF cannot run there says so
+/// with `-v`, and without eBPF the start-up is what the agent misses.
 #[test]
-fn launch_starts_after_relocation_before_constructors() {
+fn launch_sees_the_loaders_start_up() {
     let dir = scratch_dir("ifunc");
     let src = repo_root().join("tests/targets");
     let (lib, prog) = (src.join("ifunclib.c"), src.join("ifuncprog.c"));
@@ -866,7 +872,8 @@ fn launch_starts_after_relocation_before_constructors() {
             .unwrap();
         assert!(st.success(), "gcc {args:?}");
     }
-    let probes = "uprobe:./libifunc.so:seen_in { @[arg0] = count(); }
+    let probes = "uprobe:./libifunc.so:seen_in { @[arg0] = count(); printf(\"seen %d\\n\", arg0); }
+                  uretprobe:./libifunc.so:seen_in { @ret = count(); }
                   uprobe:libc:__libc_early_init { @early = count(); }";
     let want = |resolver: bool| {
         let mut w = std::collections::BTreeMap::new();
@@ -877,13 +884,65 @@ fn launch_starts_after_relocation_before_constructors() {
         w.insert("3".to_string(), 1);
         w
     };
-    for (cmd, resolver_seen) in [("./now", false), ("./lazy", true)] {
+    // The resolver runs before the library's constructor under `-z now`, at
+    // pick's first call (from main) under `-z lazy`: the order of weft's lines,
+    // the kernel's events merged with the agent's by time, says which.
+    for (cmd, lines) in [
+        ("./now", ["seen 1", "seen 2", "seen 3"]),
+        ("./lazy", ["seen 2", "seen 1", "seen 3"]),
+    ] {
         let o = weft_in(&dir, &["-e", probes, "-c", cmd]);
         let out = ok(&o);
-        assert!(out.starts_with("pick 1\n"), "{cmd}: {out}");
-        assert_eq!(keyed(&out, "@"), want(resolver_seen), "{cmd}: {out}");
-        assert_eq!(map_value(&out, "@early").unwrap_or(0), 0, "{cmd}: {out}");
+        let printed: Vec<&str> = out.lines().filter(|l| l.starts_with("seen ")).collect();
+        assert_eq!(printed, lines, "{cmd}: {out}");
+        assert!(out.contains("pick 1\n"), "{cmd}: {out}");
+        assert_eq!(keyed(&out, "@"), want(true), "{cmd}: {out}");
+        assert_eq!(map_value(&out, "@ret"), Some(3), "{cmd}: {out}");
+        assert_eq!(map_value(&out, "@early"), Some(1), "{cmd}: {out}");
     }
+    // Advice eBPF does not run (assigning a map) starts with the agent, and -v says
+    // why; the agent's own calls are never counted (the hand-over is at its first
+    // instruction, before it calls the C library).
+    let o = weft_in(
+        &dir,
+        &[
+            "-v",
+            "-e",
+            "uprobe:./libifunc.so:seen_in { @last[arg0] = 1; }
+             uprobe:libc:socket { @sockets = count(); }
+             uprobe:libc:getenv { @getenv = count(); }",
+            "-c",
+            "./now",
+        ],
+    );
+    let out = ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(
+            "from the first instruction until the agent starts, not probed: \
+             uprobe:./libifunc.so:seen_in: its advice reads or assigns a map"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("2 kernel uprobes run 2 probes"), "{err}");
+    assert!(!out.contains("@last[1]"), "{out}");
+    assert!(
+        out.contains("@last[2]: 1") && out.contains("@last[3]: 1"),
+        "{out}"
+    );
+    // The agent connects to weft with socket(2) and reads its environment.
+    assert_eq!(map_value(&out, "@sockets"), Some(0), "{out}");
+    assert_eq!(map_value(&out, "@getenv"), Some(0), "{out}");
+    // Without eBPF, the loader's start-up is what a launch misses.
+    let o = Command::new(weft_bin())
+        .args(["-e", probes, "-c", "./now"])
+        .env("WEFT_TEST_NO_EBPF", "1")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    assert_eq!(keyed(&out, "@"), want(false), "{out}");
+    assert_eq!(map_value(&out, "@early").unwrap_or(0), 0, "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

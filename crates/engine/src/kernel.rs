@@ -21,15 +21,24 @@
 //! * **The pid filter**: with targets, the kernel runs the advice only for the
 //!   session's processes and the processes they start (a `sched_process_fork`
 //!   program adds each child of a filtered process); without, for every process.
+//! * **Early probes**: a launched program runs its loader's start-up (IFUNC
+//!   resolvers, `__libc_early_init`) before its agent can start. Each user-space
+//!   probe whose advice eBPF can run ([`early_probes`]) runs there on kernel uprobes
+//!   set in that one process at `exec`; a uprobe at the agent's initializer marks
+//!   the hand-over (the programs leave from there), and weft takes the uprobes out
+//!   before it weaves. Their maps are kernel maps like a tracepoint's, merged the
+//!   same way, so a count is the sum of both sides, each call counted once.
 
 use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
+use std::os::fd::OwnedFd;
 use weft_abi::{EventHeader, ThreadSlot, EVENT_HEADER_SIZE};
 use weft_bpf::KernelProbe;
-use weft_ir::{AttachPoint, Program};
-use weft_kernel::probes::KernelProbes;
+use weft_ir::{AttachPoint, CtxValue, Inst, Program};
+use weft_kernel::probes::{attach_uprobe_multi, KernelProbes};
 use weft_runtime::map;
 use weft_runtime::shm::Shm;
 
@@ -54,6 +63,227 @@ pub struct KernelSide {
     /// Of those, the ones on the raw system call tracepoints.
     pub raw: usize,
     pub instructions: usize,
+    /// Early probes' programs (loaded for `uprobe_multi` links), whether each is a
+    /// uretprobe, and their sites by file; the handover program.
+    early: Vec<EarlyProgram>,
+    handover: Option<OwnedFd>,
+    /// The links set in a launched process until its agent takes over.
+    links: Vec<OwnedFd>,
+    /// The early probes the kernel refused, each with its reason (for `-v`).
+    pub refused: Vec<String>,
+    /// Uprobes set in a launched process until its agent takes over.
+    pub early_sites: usize,
+    /// That process, and each uprobe's place as (device, inode, file offset) with
+    /// the file's byte there: how weft sees the kernel's breakpoints gone.
+    early_pid: u32,
+    early_bytes: Vec<(u64, u64, u64, u8)>,
+}
+
+/// Most kernel uprobes set for a launched program's start-up (each is a
+/// breakpoint the kernel puts in and takes out of the process's code).
+const MAX_EARLY_SITES: usize = 4096;
+
+/// Longest wait for the kernel to take the early uprobes' breakpoints out.
+const EARLY_REMOVAL: Duration = Duration::from_secs(3);
+
+/// An early probe's program, loaded: a uretprobe or not, and its sites by file.
+struct EarlyProgram {
+    prog: OwnedFd,
+    ret: bool,
+    files: Vec<(PathBuf, Vec<u64>)>,
+}
+
+/// A user-space probe's advice on kernel uprobes, in a launched program from its
+/// `exec` until its agent starts.
+#[derive(Clone, Debug)]
+pub struct EarlyProbe {
+    /// Index into the program's probes, and its `probe` name index.
+    pub probe: usize,
+    pub name: u32,
+    /// A uretprobe.
+    pub ret: bool,
+    /// The attach point, for messages.
+    pub label: String,
+    /// Each site: the file and the file offset.
+    pub sites: Vec<(PathBuf, u64)>,
+}
+
+/// The user-space probes among `selected` that can run from the first instruction
+/// of launched program `exe` on kernel uprobes (see [`EarlyProbe`]), with one line
+/// for each that cannot, saying why (for `-v`). Such a probe's advice only
+/// aggregates and sends events (what eBPF runs and weft merges exactly); it is a
+/// function's entry or return in a file known without a process.
+pub fn early_probes(
+    prog: &Program,
+    selected: &[usize],
+    names: &[Vec<u32>],
+    exe: &Path,
+) -> (Vec<EarlyProbe>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut notes = Vec::new();
+    let Ok(exe_elf) = weft_symbols::ElfFile::open(exe) else {
+        return (out, notes);
+    };
+    let search = weft_symbols::LibrarySearch::system();
+    let ctx = weft_symbols::TargetContext {
+        process: None,
+        executable: Some(&exe_elf),
+        search: &search,
+    };
+    let mut total = 0;
+    for &i in selected {
+        let p = &prog.probes[i];
+        for (a, &name) in p.attach.iter().zip(&names[i]) {
+            let (target, func, offset, ret) = match a {
+                AttachPoint::Uprobe {
+                    target,
+                    func,
+                    offset,
+                } => (target, func, *offset, false),
+                AttachPoint::Uretprobe { target, func } => (target, func, 0, true),
+                a if a.runs_in_target() => {
+                    notes.push(format!("{a}: not a function's entry or return"));
+                    continue;
+                }
+                _ => continue,
+            };
+            let why = early_refusal(prog, i, func).or_else(|| {
+                weft_bpf::check_uprobe(prog, i, ret)
+                    .err()
+                    .map(|e| e.to_string())
+            });
+            if let Some(why) = why {
+                notes.push(format!("{a}: {why}"));
+                continue;
+            }
+            if target.contains(['*', '?', '[']) {
+                notes.push(format!("{a}: a wildcard binary is known only in a process"));
+                continue;
+            }
+            let Ok(t) = weft_symbols::resolve_target(target, &ctx) else {
+                continue;
+            };
+            let Ok(elf) = weft_symbols::ElfFile::open(&t.path) else {
+                continue;
+            };
+            let Ok(found) = weft_symbols::match_functions(&elf, func) else {
+                continue;
+            };
+            let sites: Vec<(PathBuf, u64)> = found
+                .iter()
+                // An IFUNC's symbol is its resolver; in a process weft probes what
+                // the resolver chose.
+                .filter(|(f, _)| !f.ifunc)
+                .filter_map(|(f, _)| elf.vaddr_to_file_offset(f.vaddr + offset))
+                .map(|off| (t.path.clone(), off))
+                .collect();
+            if sites.is_empty() {
+                continue;
+            }
+            if total + sites.len() > MAX_EARLY_SITES {
+                notes.push(format!(
+                    "{a}: {} functions, more than the {MAX_EARLY_SITES} kernel uprobes set \
+                     for a program's start-up",
+                    sites.len()
+                ));
+                continue;
+            }
+            total += sites.len();
+            out.push(EarlyProbe {
+                probe: i,
+                name,
+                ret,
+                label: a.to_string(),
+                sites,
+            });
+        }
+    }
+    (out, notes)
+}
+
+/// `sites` grouped by file, for one link per file.
+fn by_file(sites: &[(PathBuf, u64)]) -> Vec<(PathBuf, Vec<u64>)> {
+    let mut out: Vec<(PathBuf, Vec<u64>)> = Vec::new();
+    for (f, off) in sites {
+        match out.iter_mut().find(|(g, _)| g == f) {
+            Some((_, v)) => v.push(*off),
+            None => out.push((f.clone(), vec![*off])),
+        }
+    }
+    out
+}
+
+/// Where a uprobe is: the file's device and inode, the offset, and the file's
+/// byte there.
+fn file_byte(path: &Path, off: u64) -> Result<(u64, u64, u64, u8)> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let f = std::fs::File::open(path)?;
+    let m = f.metadata()?;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, off)?;
+    Ok((m.dev(), m.ino(), off, b[0]))
+}
+
+/// Whether process `pid`'s code holds the file's byte at every place of `bytes`
+/// it maps (a place it does not map holds no breakpoint).
+fn breakpoints_gone(pid: u32, bytes: &[(u64, u64, u64, u8)]) -> bool {
+    use std::os::unix::fs::FileExt;
+    let (Ok(maps), Ok(mem)) = (
+        weft_symbols::ProcMaps::read(pid),
+        std::fs::File::open(format!("/proc/{pid}/mem")),
+    ) else {
+        // Gone: nothing of it to weave.
+        return true;
+    };
+    bytes.iter().all(|&(dev, ino, off, want)| {
+        maps.mappings
+            .iter()
+            .filter(|m| {
+                m.inode == ino
+                    && libc::makedev(m.dev.0, m.dev.1) == dev
+                    && m.offset <= off
+                    && off < m.offset + (m.end - m.start)
+            })
+            .all(|m| {
+                let mut b = [0u8; 1];
+                mem.read_exact_at(&mut b, m.start + (off - m.offset))
+                    .is_err()
+                    || b[0] == want
+            })
+    })
+}
+
+/// Why probe `i` (attached at function pattern `func`) cannot run on kernel
+/// uprobes before the agent starts, if it cannot.
+fn early_refusal(prog: &Program, i: usize, func: &str) -> Option<String> {
+    let p = &prog.probes[i];
+    if p.hidden || p.around {
+        return Some("an aspect's own probe".into());
+    }
+    for inst in &p.body.code {
+        match inst {
+            Inst::MapLoad { .. }
+            | Inst::MapHasKey { .. }
+            | Inst::MapLen { .. }
+            | Inst::MapIterStart { .. }
+            | Inst::MapIterNext { .. }
+            | Inst::MapStore { .. }
+            | Inst::MapDelete { .. } => {
+                return Some(
+                    "its advice reads or assigns a map (only aggregations run before the agent)"
+                        .into(),
+                )
+            }
+            Inst::Ctx {
+                value: CtxValue::ProbeId,
+                ..
+            } if func.contains(['*', '?', '[']) => {
+                return Some("`probe` of a wildcard names each function in a process".into())
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 struct Mirrored {
@@ -91,14 +321,42 @@ impl KernelSide {
         prog: &Program,
         which: &[(usize, String, String)],
         names: &[u32],
+        early: &[EarlyProbe],
         shm: &Shm,
         slot: *mut ThreadSlot,
         filter: bool,
     ) -> Result<KernelSide> {
         weft_kernel::probes::check_privileges()?;
-        let built = compile(prog, which, names, shm, filter)?;
+        let built = compile(prog, which, names, early, shm, filter)?;
         let loaded = KernelProbes::load(&built)
-            .map_err(|e| anyhow!("{}: {e}", probe_label(prog, which, e.probe)))?;
+            .map_err(|e| anyhow!("{}: {e}", probe_label(prog, which, early, e.probe)))?;
+        // An early probe the verifier refuses is left out (it runs once the agent
+        // is in), and so are all of them without the handover program.
+        let mut progs = Vec::new();
+        let mut handover = None;
+        let mut refused = Vec::new();
+        for u in &built.uprobes {
+            let fd = loaded.load_uprobe(u);
+            match (
+                u.probe.checked_sub(which.len()).and_then(|k| early.get(k)),
+                fd,
+            ) {
+                (Some(e), Ok(prog)) => progs.push(EarlyProgram {
+                    prog,
+                    ret: e.ret,
+                    files: by_file(&e.sites),
+                }),
+                (Some(e), Err(why)) => refused.push(format!("{}: {why}", e.label)),
+                (None, Ok(fd)) => handover = Some(fd),
+                (None, Err(why)) => {
+                    refused.push(format!("the hand-over program: {why}"));
+                    progs.clear();
+                }
+            }
+        }
+        if handover.is_none() {
+            progs.clear();
+        }
         let maps = built
             .maps
             .iter()
@@ -127,10 +385,92 @@ impl KernelSide {
             raw: built
                 .programs
                 .iter()
-                .filter(|(_, c, _)| c.is_empty())
+                .filter(|(_, k)| matches!(k, weft_bpf::ProgramKind::RawTracepoint(_)))
                 .count(),
             instructions: built.sizes.iter().sum(),
+            early_sites: 0,
+            early_pid: 0,
+            early_bytes: Vec::new(),
+            early: progs,
+            handover,
+            links: Vec::new(),
+            refused,
         })
+    }
+
+    /// Set the early probes' uprobes in launched process `pid` (stopped at its
+    /// `exec`), and the hand-over uprobe at the first instruction of the agent
+    /// (`agent`, the library it preloads). On an error none stays set.
+    pub fn attach_early(&mut self, pid: u32, agent: &Path) -> Result<()> {
+        let Some(handover) = self.handover.as_ref().filter(|_| !self.early.is_empty()) else {
+            return Ok(());
+        };
+        let elf = weft_symbols::ElfFile::open(agent)?;
+        let init = elf
+            .symbol_vaddr("weft_agent_init")
+            .and_then(|v| elf.vaddr_to_file_offset(v))
+            .ok_or_else(|| anyhow!("{} has no weft_agent_init", agent.display()))?;
+        let mut links = vec![attach_uprobe_multi(handover, agent, &[init], false, pid)?];
+        let mut bytes = vec![file_byte(agent, init)?];
+        for e in &self.early {
+            for (file, offsets) in &e.files {
+                for &off in offsets {
+                    bytes.push(file_byte(file, off)?);
+                }
+                // On an error, the links made so far close as `links` drops.
+                links.push(attach_uprobe_multi(&e.prog, file, offsets, e.ret, pid)?);
+            }
+        }
+        self.early_sites = bytes.len() - 1;
+        self.early_bytes = bytes;
+        self.early_pid = pid;
+        self.links = links;
+        Ok(())
+    }
+
+    /// The agent has taken over: take the early uprobes out of the process, before
+    /// weft reads or weaves it. What they counted stays in the kernel's maps.
+    /// Closing a link takes its breakpoints out at once, then waits for the
+    /// kernel's grace periods (about 75 ms here): the links close in threads of
+    /// their own, and weft goes on when the process's code is the file's again.
+    pub fn end_early(&mut self) -> Result<()> {
+        if self.links.is_empty() {
+            return Ok(());
+        }
+        self.early_sites = 0;
+        // The programs too: they run no more, and a program's last close waits as
+        // well.
+        let progs: Vec<OwnedFd> = std::mem::take(&mut self.early)
+            .into_iter()
+            .map(|e| e.prog)
+            .chain(self.handover.take())
+            .collect();
+        for fds in std::mem::take(&mut self.links)
+            .into_iter()
+            .map(|l| vec![l])
+            .chain([progs])
+        {
+            let spawned = std::thread::Builder::new()
+                .name("weft-unprobe".into())
+                .stack_size(64 * 1024)
+                .spawn(move || drop(fds));
+            if let Err(e) = spawned {
+                bail!("taking the kernel uprobes out: {e}");
+            }
+        }
+        let start = Instant::now();
+        let bytes = std::mem::take(&mut self.early_bytes);
+        while !breakpoints_gone(self.early_pid, &bytes) {
+            if start.elapsed() > EARLY_REMOVAL {
+                bail!(
+                    "the kernel has not taken its uprobes out of process {} after {:?}",
+                    self.early_pid,
+                    EARLY_REMOVAL
+                );
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        Ok(())
     }
 
     /// Let the advice run for member `pid` (and the processes it starts), which
@@ -269,6 +609,7 @@ fn compile(
     prog: &Program,
     which: &[(usize, String, String)],
     names: &[u32],
+    early: &[EarlyProbe],
     shm: &Shm,
     filter: bool,
 ) -> Result<weft_bpf::Built> {
@@ -284,7 +625,17 @@ fn compile(
             probe_id,
             raw: raw_syscall(category, name),
             system: prog.probes[*i].system,
+            uprobe: None,
         })
+        .chain(early.iter().map(|e| KernelProbe {
+            body: &prog.probes[e.probe].body,
+            category: String::new(),
+            name: e.label.clone(),
+            probe_id: e.name,
+            raw: None,
+            system: false,
+            uprobe: Some(e.ret),
+        }))
         .collect();
     let opts = weft_bpf::Options {
         filter_pids: filter,
@@ -303,7 +654,7 @@ fn compile(
         user_maps,
     };
     weft_bpf::build(prog, &probes, &opts)
-        .map_err(|(i, e)| anyhow!("{}: {e}", probe_label(prog, which, i)))
+        .map_err(|(i, e)| anyhow!("{}: {e}", probe_label(prog, which, early, i)))
 }
 
 /// What can be known before any process is touched: the privileges, the maps both
@@ -316,9 +667,9 @@ pub fn check(
     shm: &Shm,
 ) -> Result<()> {
     weft_kernel::probes::check_privileges()?;
-    let built = compile(prog, which, names, shm, true)?;
+    let built = compile(prog, which, names, &[], shm, true)?;
     weft_kernel::probes::verify(&built)
-        .map_err(|e| anyhow!("{}: {e}", probe_label(prog, which, e.probe)))
+        .map_err(|e| anyhow!("{}: {e}", probe_label(prog, which, &[], e.probe)))
 }
 
 /// The maps user-space probes write and kernel probes read (`weft_bpf::user_maps_read`),
@@ -387,9 +738,18 @@ fn fork_child_pid_offset() -> Result<u32> {
     }
 }
 
-fn probe_label(prog: &Program, which: &[(usize, String, String)], i: usize) -> String {
-    match which.get(i) {
-        Some((_, c, n)) => format!("kernel probe tracepoint:{c}:{n}"),
-        None => format!("kernel probes of a {}-probe program", prog.probes.len()),
+fn probe_label(
+    prog: &Program,
+    which: &[(usize, String, String)],
+    early: &[EarlyProbe],
+    i: usize,
+) -> String {
+    match (
+        which.get(i),
+        i.checked_sub(which.len()).and_then(|k| early.get(k)),
+    ) {
+        (Some((_, c, n)), _) => format!("kernel probe tracepoint:{c}:{n}"),
+        (_, Some(e)) => format!("{} (on a kernel uprobe before the agent starts)", e.label),
+        _ => format!("kernel probes of a {}-probe program", prog.probes.len()),
     }
 }

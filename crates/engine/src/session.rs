@@ -213,6 +213,8 @@ pub struct Session<'p> {
     /// once [`Session::prepare`] loaded them, the loaded side.
     kernel_probes: (Vec<(usize, String, String)>, Vec<u32>),
     kernel: Option<crate::kernel::KernelSide>,
+    /// Kernel probes started at a launch's `exec`, not yet counted by `prepare`.
+    kernel_started: usize,
     /// Local advice ran since the kernel's maps were last mirrored.
     local_ran: bool,
     /// `set:addr(@p, N)` watches: the address each (member pid, watch index) was
@@ -305,6 +307,7 @@ impl<'p> Session<'p> {
             refused: std::collections::HashSet::new(),
             kernel_probes,
             kernel: None,
+            kernel_started: 0,
             local_ran: false,
         })
     }
@@ -323,6 +326,20 @@ impl<'p> Session<'p> {
     /// [`Session::go`].
     pub fn launch(&mut self, argv: &[String]) -> Result<i32> {
         let agent = target::agent_path()?;
+        // Kernel probes, and user-space probes eBPF can run, start at the exec:
+        // the command is held there until they are in. (Following wrappers, the
+        // program comes later, in a process of its own.)
+        let early = !self.opts.follow_fork
+            && std::env::var_os("WEFT_TEST_NO_EBPF").is_none()
+            && std::env::var_os("WEFT_NO_EARLY").is_none();
+        let hold = early
+            && (!self.kernel_probes.0.is_empty()
+                || self.selected().iter().any(|&i| {
+                    self.prog.probes[i]
+                        .attach
+                        .iter()
+                        .any(|a| a.runs_in_target())
+                }));
         let mut c = target::launch(
             argv,
             &agent,
@@ -338,8 +355,18 @@ impl<'p> Session<'p> {
                 ),
             }
             .as_deref(),
+            hold,
         )?;
         let pid = c.id() as i32;
+        if hold {
+            let started = self.start_at_exec(pid, argv, &agent);
+            let released = target::release(pid);
+            if let Err(e) = started.and(released) {
+                let _ = c.kill();
+                let _ = c.wait();
+                return Err(e);
+            }
+        }
         let a = self
             .listener
             .accept(pid, Duration::from_secs(30), || match c.try_wait()? {
@@ -356,6 +383,64 @@ impl<'p> Session<'p> {
         };
         self.join(pid, a, Some(c))?;
         Ok(pid)
+    }
+
+    /// Launched process `pid` is stopped at its `exec`: start the kernel probes for
+    /// it, and the early probes (the user-space probes eBPF can run, until the agent
+    /// takes over; see `crate::kernel`). A user-space probe that cannot run there is
+    /// said with `-v`; what the kernel refuses of the early probes leaves them out.
+    fn start_at_exec(&mut self, pid: i32, argv: &[String], agent: &std::path::Path) -> Result<()> {
+        let (uid, gid) = proc_ids(pid).unwrap_or((0, 0));
+        self.seg.set_target(pid as u32, pid as u64, uid, gid);
+        let exe = target::which(&argv[0]).unwrap_or_else(|| argv[0].clone().into());
+        let selected = self.selected();
+        let (early, mut notes) = if weft_kernel::probes::check_privileges().is_ok() {
+            let names = crate::pointcut::attach_name_indices(self.prog);
+            crate::kernel::early_probes(self.prog, &selected, &names, &exe)
+        } else {
+            Default::default()
+        };
+        self.kernel_started = self.start_kernel(&selected, &early)?;
+        if let Some(k) = self.kernel.as_mut() {
+            notes.append(&mut k.refused);
+        }
+        for n in &notes {
+            self.verbose(&format!(
+                "from the first instruction until the agent starts, not probed: {n}"
+            ));
+        }
+        let Some(k) = self.kernel.as_mut() else {
+            return Ok(());
+        };
+        // The kernel probes count for it from `join` on, as for any member: what
+        // the agent does at its start is not the program's.
+        let attached = if early.is_empty() {
+            Ok(0)
+        } else {
+            k.attach_early(pid as u32, agent).map(|()| k.early_sites)
+        };
+        match attached {
+            Ok(0) => {}
+            Ok(n) => self.verbose(&format!(
+                "{n} kernel uprobes run {} probes from the first instruction until the \
+                 agent starts",
+                early.len()
+            )),
+            Err(e) => self.verbose(&format!(
+                "from the first instruction until the agent starts, not probed: {e:#}"
+            )),
+        }
+        Ok(())
+    }
+
+    /// The kernel probes among `probes` and their `probe` indices.
+    fn kernel_probes_of(&self, probes: &[usize]) -> (Vec<(usize, String, String)>, Vec<u32>) {
+        let (all, names) = &self.kernel_probes;
+        all.iter()
+            .zip(names)
+            .filter(|((i, _, _), _)| probes.contains(i))
+            .map(|(w, n)| (w.clone(), *n))
+            .unzip()
     }
 
     /// Catch the processes that start running the probed files from now on
@@ -446,7 +531,12 @@ impl<'p> Session<'p> {
     /// As [`Session::prepare`], for the probes `probes` only (by index); the others
     /// may be woven later ([`Session::weave`]).
     pub fn prepare_probes(&mut self, probes: &[usize]) -> Result<usize> {
-        let kernel = self.start_kernel(probes)?;
+        let kernel = self.start_kernel(probes, &[])?;
+        if let Some(k) = self.kernel.as_mut() {
+            // The agent has taken over: the early uprobes leave before weft reads
+            // or patches the code they are in.
+            k.end_early()?;
+        }
         let (w, n) = self.plan(probes, None)?;
         self.initial = w;
         // Following children and execs, a probe may have its sites only in the
@@ -506,20 +596,21 @@ impl<'p> Session<'p> {
 
     /// Compile, load and attach the kernel probes among `probes`, filtered to the
     /// members (and their children) unless `kernel_all`; how many there are.
-    fn start_kernel(&mut self, probes: &[usize]) -> Result<usize> {
-        let (all, names) = &self.kernel_probes;
-        let (which, names): (Vec<_>, Vec<u32>) = all
-            .iter()
-            .zip(names)
-            .filter(|((i, _, _), _)| probes.contains(i))
-            .map(|(w, n)| (w.clone(), *n))
-            .unzip();
-        if which.is_empty() || self.kernel.is_some() {
+    fn start_kernel(
+        &mut self,
+        probes: &[usize],
+        early: &[crate::kernel::EarlyProbe],
+    ) -> Result<usize> {
+        let (which, names) = self.kernel_probes_of(probes);
+        if self.kernel.is_some() {
+            return Ok(std::mem::take(&mut self.kernel_started));
+        }
+        if which.is_empty() && early.is_empty() {
             return Ok(0);
         }
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::getpid() } as u32;
-        let slot = weft_runtime::slots::claim(&self.seg.shm, me, KERNEL_TID)
+        let slot = weft_runtime::slots::claim_uncounted(&self.seg.shm, me, KERNEL_TID)
             .ok_or_else(|| anyhow::anyhow!("no thread slot left for the kernel probes"))?;
         // SAFETY: the slot was just claimed by weft; nothing else writes its names.
         unsafe {
@@ -530,6 +621,7 @@ impl<'p> Session<'p> {
             self.prog,
             &which,
             &names,
+            early,
             &self.seg.shm,
             slot,
             !self.opts.kernel_all,
@@ -539,18 +631,20 @@ impl<'p> Session<'p> {
                 k.add_member(m.pid as u32, m.shm_base())?;
             }
         }
-        self.verbose(&format!(
-            "kernel probes: {} eBPF programs ({} on the raw system call tracepoints), {} \
+        if !which.is_empty() {
+            self.verbose(&format!(
+                "kernel probes: {} eBPF programs ({} on the raw system call tracepoints), {} \
              instructions, {}",
-            k.programs,
-            k.raw,
-            k.instructions,
-            if k.filtered {
-                "for the session's processes and their children"
-            } else {
-                "for every process"
-            }
-        ));
+                k.programs,
+                k.raw,
+                k.instructions,
+                if k.filtered {
+                    "for the session's processes and their children"
+                } else {
+                    "for every process"
+                }
+            ));
+        }
         self.kernel = Some(k);
         Ok(which.len())
     }

@@ -138,7 +138,16 @@ pub fn which(cmd: &str) -> Option<PathBuf> {
 /// Start `argv` with the agent preloaded; its constructor connects to `socket` and
 /// holds `main` until weft says go. `follow`: the value of
 /// [`weft_abi::ENV_FOLLOW`] (none: the agent takes itself out of the environment).
-pub fn launch(argv: &[String], agent: &Path, socket: &str, follow: Option<&str>) -> Result<Child> {
+///
+/// `hold`: the command stops at its `exec` (traced, before its first instruction),
+/// and this returns only then; [`release`] lets it go.
+pub fn launch(
+    argv: &[String],
+    agent: &Path,
+    socket: &str,
+    follow: Option<&str>,
+    hold: bool,
+) -> Result<Child> {
     let exe = which(&argv[0]).ok_or_else(|| anyhow!("command not found: {}", argv[0]))?;
     check_executable(&exe)?;
     let mut preload = agent.display().to_string();
@@ -154,7 +163,48 @@ pub fn launch(argv: &[String], agent: &Path, socket: &str, follow: Option<&str>)
     if let Some(value) = follow {
         cmd.env(weft_abi::ENV_FOLLOW, value);
     }
-    cmd.spawn().with_context(|| format!("starting {}", argv[0]))
+    if hold {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: ptrace(PTRACE_TRACEME) is a system call, async-signal-safe, as
+        // code between fork and exec must be.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", argv[0]))?;
+    if hold {
+        // The exec succeeded (spawn says so): the child stops with SIGTRAP after it,
+        // before the loader's first instruction.
+        let pid = child.id() as i32;
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
+        if r != pid || !libc::WIFSTOPPED(status) {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{} did not stop at its exec (status {status:#x})", argv[0]);
+        }
+    }
+    Ok(child)
+}
+
+/// Let a command [`launch`] held at its `exec` run.
+pub fn release(pid: i32) -> Result<()> {
+    // SAFETY: detaching from our own traced, stopped child, with no signal.
+    if unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) } != 0 {
+        bail!(
+            "letting process {pid} go after its exec: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 /// Address of an exported function in a process's modules (first module that
