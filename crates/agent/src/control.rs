@@ -235,9 +235,11 @@ fn mark_control_thread() {
         let mut all: libc::sigset_t = core::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
-        // But not the faults and traps of its own instructions: its allocations
-        // may touch a heap page protected for a data watch (`page`), whose fault and
-        // emulation trap must reach the agent's handlers (blocked, they kill).
+        // But not the faults and traps of its own instructions: it may touch a
+        // page protected for a data watch (`page`; the C library's code it calls
+        // may, though the agent's own heap is never watched), whose fault and
+        // emulation trap must reach the agent's handlers (blocked, they kill), and
+        // its fault-tolerant reads fault.
         let mut sync: libc::sigset_t = core::mem::zeroed();
         libc::sigemptyset(&mut sync);
         libc::sigaddset(&mut sync, libc::SIGSEGV);
