@@ -21,8 +21,9 @@ static REQUEST: AtomicU32 = AtomicU32::new(0);
 /// once no session is left to serve, so that between sessions the agent holds no
 /// thread; `weft_agent_connect` starts the next one.
 static CONTROL: AtomicBool = AtomicBool::new(false);
-/// What the reaper learned, kept from one control thread to the next.
-static REAPER: std::sync::Mutex<Option<reap::Reaper>> = std::sync::Mutex::new(None);
+/// What the reaper learned, kept from one control thread to the next while the
+/// thread pool stays (with the pool's epoch it was learnt in: see `take_reaper`).
+static REAPER: std::sync::Mutex<Option<(u32, reap::Reaper)>> = std::sync::Mutex::new(None);
 /// The socket name of the latest connection request.
 struct RequestName(std::cell::UnsafeCell<[u8; 108]>);
 // SAFETY: written by `weft_agent_connect` before it bumps REQUEST (Release), read by
@@ -143,16 +144,55 @@ pub fn start_control(initial: Option<OwnedFd>, seen: u32) -> bool {
 
 /// Starts the thread named `weft-agent` running `body` (panics caught), with every
 /// signal blocked from its first instruction (see [`with_signals_blocked`]).
-fn spawn_control(body: impl FnOnce() + Send + std::panic::UnwindSafe + 'static) -> bool {
-    with_signals_blocked(|| {
-        std::thread::Builder::new()
-            .name("weft-agent".into())
-            .stack_size(256 * 1024)
-            .spawn(move || {
-                let _ = std::panic::catch_unwind(body);
-            })
-            .is_ok()
-    })
+///
+/// A plain detached `pthread_create`, not `std::thread`: the standard library's
+/// thread start registers a thread-local destructor through the C library's
+/// `__cxa_thread_atexit_impl`, which `calloc`s, and that first `malloc` on the thread
+/// would give it a malloc arena the process keeps (the agent allocates from its
+/// own memory, see `alloc`). Its 256 KiB stack is glibc's, cached by glibc for the
+/// program's next thread when this one ends.
+fn spawn_control(body: impl FnOnce() + Send + 'static) -> bool {
+    type Body = Box<dyn FnOnce() + Send>;
+    extern "C" fn start(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: naming this thread (PR_SET_NAME copies at most 16 bytes).
+        unsafe {
+            libc::prctl(
+                libc::PR_SET_NAME,
+                c"weft-agent".as_ptr() as libc::c_ulong,
+                0,
+                0,
+                0,
+            )
+        };
+        // SAFETY: `arg` is the box `spawn_control` leaked for this thread alone.
+        let body = unsafe { Box::from_raw(arg as *mut Body) };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || (*body)()));
+        core::ptr::null_mut()
+    }
+    crate::alloc::keep();
+    let arg = Box::into_raw(Box::new(Box::new(body) as Body));
+    let started = with_signals_blocked(|| {
+        // SAFETY: a default attribute object, given a stack size and the detached
+        // state, used once and destroyed; `start` takes ownership of `arg` only if
+        // the thread was created.
+        unsafe {
+            let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+            if libc::pthread_attr_init(&mut attr) != 0 {
+                return false;
+            }
+            libc::pthread_attr_setstacksize(&mut attr, 256 * 1024);
+            libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+            let mut thread: libc::pthread_t = 0;
+            let r = libc::pthread_create(&mut thread, &attr, start, arg as *mut libc::c_void);
+            libc::pthread_attr_destroy(&mut attr);
+            r == 0
+        }
+    });
+    if !started {
+        // SAFETY: the thread was not created: the box is still ours.
+        drop(unsafe { Box::from_raw(arg) });
+    }
+    started
 }
 
 /// Runs `f` (which starts a thread) with every signal blocked in the calling thread,
@@ -195,9 +235,11 @@ fn mark_control_thread() {
         let mut all: libc::sigset_t = core::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_BLOCK, &all, core::ptr::null_mut());
-        // But not the faults and traps of its own instructions: its allocations
-        // may touch a heap page protected for a data watch (`page`), whose fault and
-        // emulation trap must reach the agent's handlers (blocked, they kill).
+        // But not the faults and traps of its own instructions: it may touch a
+        // page protected for a data watch (`page`; the C library's code it calls
+        // may, though the agent's own heap is never watched), whose fault and
+        // emulation trap must reach the agent's handlers (blocked, they kill), and
+        // its fault-tolerant reads fault.
         let mut sync: libc::sigset_t = core::mem::zeroed();
         libc::sigemptyset(&mut sync);
         libc::sigaddset(&mut sync, libc::SIGSEGV);
@@ -215,6 +257,9 @@ fn mark_control_thread() {
 
 /// Body of the control thread. `initial` is the connection of a launched target.
 fn main(initial: Option<OwnedFd>, seen: u32) {
+    // The thread pool, given back at the end of the last session, is mapped again
+    // (without it threads run no advice: their hits are counted as dropped).
+    let _ = threads::ensure();
     mark_control_thread();
     // Threads that ended between sessions are found at the next one.
     let mut reaper = take_reaper();
@@ -224,20 +269,43 @@ fn main(initial: Option<OwnedFd>, seen: u32) {
     }
     // A request made before this thread ran counts (weft asks right after dlopen).
     serve_requests(&mut reaper, seen);
-    keep_reaper(reaper);
+    end_control(reaper);
 }
 
 fn take_reaper() -> reap::Reaper {
+    let epoch = threads::epoch();
+    // try_lock: in the child of a fork() the lock may be held by a thread the
+    // child does not have.
     REAPER
-        .lock()
+        .try_lock()
         .ok()
         .and_then(|mut r| r.take())
+        // What it learnt of an earlier pool's entries is not about this one's.
+        .filter(|(e, _)| *e == epoch)
+        .map(|(_, r)| r)
         .unwrap_or_default()
 }
 
 fn keep_reaper(reaper: reap::Reaper) {
-    if let Ok(mut r) = REAPER.lock() {
-        *r = Some(reaper);
+    if let Ok(mut r) = REAPER.try_lock() {
+        *r = Some((threads::epoch(), reaper));
+    }
+}
+
+/// The control thread is ending (no request left). If no session is left either
+/// and none is coming, the agent gives back what it holds for sessions: the thread
+/// pool (when nothing can reach it any more, see `threads::release`; kept
+/// otherwise, with the reaper's knowledge of its entries) and its heap's chunks
+/// (unmapped as the last block is freed, when this thread's own are).
+fn end_control(reaper: reap::Reaper) {
+    let idle = || !CONTROL.load(Ordering::Acquire) && session::current().is_none();
+    match threads::release(idle, session::leaked()) {
+        Ok(()) => drop(reaper),
+        Err(_) => keep_reaper(reaper),
+    }
+    if idle() {
+        forget_socket();
+        crate::alloc::release_when_idle();
     }
 }
 
@@ -269,14 +337,29 @@ fn serve_requests(reaper: &mut reap::Reaper, mut seen: u32) {
 }
 
 /// The name of weft's socket of the current session (a forked child reconnects to
-/// it).
-static SOCKET: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+/// it), NUL-padded: a fixed buffer, so that nothing stays allocated between
+/// sessions.
+static SOCKET: std::sync::Mutex<[u8; 108]> = std::sync::Mutex::new([0; 108]);
 
 /// Remember the socket of the session being served.
 pub fn remember_socket(name: &str) {
     if let Ok(mut s) = SOCKET.lock() {
-        name.clone_into(&mut s);
+        *s = [0; 108];
+        let n = name.len().min(107);
+        s[..n].copy_from_slice(&name.as_bytes()[..n]);
     }
+}
+
+/// No session is left: no forked child will look for weft's socket.
+fn forget_socket() {
+    if let Ok(mut s) = SOCKET.try_lock() {
+        *s = [0; 108];
+    }
+}
+
+fn socket_name(bytes: &[u8; 108]) -> String {
+    let n = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..n]).into_owned()
 }
 
 /// In the child of a fork() of a process whose session follows forks (see
@@ -287,8 +370,8 @@ pub fn start_forked(parent: u32, parent_space: u32) -> bool {
     // The child has one thread: the lock is free (a parent thread that held it is
     // not here), but its state may be poisoned or held: take it without waiting.
     let name = match SOCKET.try_lock() {
-        Ok(s) => s.clone(),
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
+        Ok(s) => socket_name(&s),
+        Err(std::sync::TryLockError::Poisoned(p)) => socket_name(&p.into_inner()),
         Err(std::sync::TryLockError::WouldBlock) => return false,
     };
     if name.is_empty() {
@@ -297,6 +380,7 @@ pub fn start_forked(parent: u32, parent_space: u32) -> bool {
     let seen_at_fork = REQUEST.load(Ordering::Acquire);
     CONTROL.store(true, Ordering::Release);
     spawn_control(move || {
+        let _ = threads::ensure();
         mark_control_thread();
         let mut reaper = reap::Reaper::default();
         match proto::connect(&name).map(crate::fds::high) {
@@ -311,6 +395,7 @@ pub fn start_forked(parent: u32, parent_space: u32) -> bool {
         // Later sessions (`weft -p CHILD`) are served as in any process
         // (requests the parent had are not the child's).
         serve_requests(&mut reaper, seen_at_fork);
+        end_control(reaper);
     })
 }
 
@@ -612,7 +697,7 @@ fn weft_gone(ending: Option<Box<session::Session>>) {
     if let Some(s) = session::take() {
         // Keep the mappings: the trap handler may still resume threads through the
         // relocated code of restored sites.
-        std::mem::forget(s);
+        session::leak(s);
     }
     if let Some(s) = ending {
         // Abandoned (leaked) first: the trap handler finds the sites being restored

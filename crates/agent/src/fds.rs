@@ -68,7 +68,7 @@ pub fn grow_table() {
     if floor <= 3 {
         return;
     }
-    let one_thread = std::fs::read_dir("/proc/self/task").is_ok_and(|d| d.count() == 1);
+    let one_thread = tasks().is_some_and(|t| t.len() == 1);
     if !one_thread {
         return;
     }
@@ -83,5 +83,94 @@ pub fn grow_table() {
             libc::close(high);
         }
         libc::close(fd);
+    }
+}
+
+/// The ids of the process's threads (`/proc/self/task`), `None` if it cannot be
+/// read. Read with `getdents64` on a descriptor of the directory: `opendir` (behind
+/// `std::fs::read_dir`) allocates its buffer with the target's `malloc`, whose first
+/// use on the control thread would give it a malloc arena for good.
+pub fn tasks() -> Option<Vec<i32>> {
+    // SAFETY: opening a directory by a static path.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/task".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just opened and is owned here.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut buf = vec![0u64; 1024];
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: getdents64 writes at most the buffer's length into it.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
+                buf.as_mut_ptr(),
+                buf.len() * 8,
+            )
+        };
+        if n < 0 {
+            return None;
+        }
+        if n == 0 {
+            return Some(out);
+        }
+        // SAFETY: the kernel filled `n` bytes of the buffer.
+        let bytes = unsafe { core::slice::from_raw_parts(buf.as_ptr() as *const u8, n as usize) };
+        out.extend(
+            dirents(bytes).filter_map(|name| std::str::from_utf8(name).ok()?.parse::<i32>().ok()),
+        );
+    }
+}
+
+/// The names in a `getdents64` buffer (`struct linux_dirent64`: inode 8 bytes,
+/// offset 8, record length 2, type 1, then the NUL-terminated name).
+fn dirents(mut bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    core::iter::from_fn(move || {
+        if bytes.len() < 19 {
+            return None;
+        }
+        let len = u16::from_ne_bytes([bytes[16], bytes[17]]) as usize;
+        if len < 19 || len > bytes.len() {
+            return None;
+        }
+        let name = &bytes[19..len];
+        let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+        bytes = &bytes[len..];
+        Some(name)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tasks_lists_this_process_threads() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            let _ = rx.recv();
+            tid
+        });
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() };
+        let mut want: Vec<i32> = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+            .collect();
+        let mut got = super::tasks().unwrap();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want);
+        assert!(got.contains(&me));
+        drop(tx);
+        let other = h.join().unwrap();
+        assert!(want.contains(&other));
     }
 }

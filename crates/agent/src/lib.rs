@@ -19,6 +19,7 @@
 //!
 //! No Rust panic may unwind into the target: entry points catch unwinding.
 
+mod alloc;
 mod control;
 mod fds;
 mod page;
@@ -33,6 +34,10 @@ mod trap;
 mod watch;
 
 use std::os::fd::OwnedFd;
+
+/// The agent allocates from its own memory, never with the target's `malloc`.
+#[global_allocator]
+static ALLOC: alloc::AgentAlloc = alloc::AgentAlloc;
 
 /// The constructor. glibc calls `.init_array` entries with `(argc, argv, envp)`.
 type Init = extern "C" fn(libc::c_int, *const *const libc::c_char, *mut *mut libc::c_char);
@@ -77,8 +82,14 @@ fn init() {
     let chain: fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = signals::chain;
     weft_runtime::safe::CHAIN.store(chain as usize, core::sync::atomic::Ordering::Release);
     let _ = signals::init();
-    // SAFETY: registering a fork handler; it only touches our own state.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    // SAFETY: registering fork handlers; they only touch our own state.
+    unsafe {
+        libc::pthread_atfork(
+            Some(before_fork),
+            Some(after_fork_parent),
+            Some(after_fork_child),
+        )
+    };
     // A launched target's control thread serves its session at once; an attached
     // one's is started by `weft_agent_connect`, right after this `dlopen`.
     if let Some(fd) = launch_socket() {
@@ -157,6 +168,16 @@ unsafe fn shorten_in_place(name: &str, value: &str) {
     }
 }
 
+/// Before fork(): the agent's heap is locked, so that the child does not inherit it
+/// locked by a thread it does not have (glibc does the same for its `malloc`).
+extern "C" fn before_fork() {
+    alloc::before_fork();
+}
+
+extern "C" fn after_fork_parent() {
+    alloc::after_fork();
+}
+
 /// In a child after fork(), while it has a single thread.
 ///
 /// If the session follows forks, the child stays woven: its code, its trampolines
@@ -175,6 +196,7 @@ unsafe fn shorten_in_place(name: &str, value: &str) {
 /// trampoline's relocated instructions. Children made without the `fork()` wrapper
 /// (a raw `clone` system call) do not run this handler.
 extern "C" fn after_fork_child() {
+    alloc::after_fork();
     control::after_fork_child();
     watch::after_fork_child();
     page::after_fork_child();
@@ -198,7 +220,8 @@ extern "C" fn after_fork_child() {
     threads::detach_all();
     if let Some(s) = session::take() {
         // The mappings are the parent's too (MAP_SHARED): never unmap them here.
-        std::mem::forget(s);
+        // The forking thread may return into a trampoline's relocated code.
+        session::leak(s);
     }
     patch::close_mem();
 }

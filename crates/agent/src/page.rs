@@ -1056,7 +1056,7 @@ fn run_watches(
     if hits == 0 {
         return;
     }
-    let _using = threads::using_session(threads::get_or_create());
+    let _using = threads::hold_session();
     let Some(s) = session::current() else {
         return;
     };

@@ -228,11 +228,11 @@ fn guarded_signal_pending() -> bool {
     let guarded = [libc::SIGTRAP, libc::SIGSEGV, libc::SIGBUS]
         .iter()
         .fold(0u64, |m, &s| m | 1 << (s - 1));
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+    let Some(tasks) = crate::fds::tasks() else {
         return false;
     };
-    tasks.flatten().any(|t| {
-        std::fs::read_to_string(t.path().join("status")).is_ok_and(|st| {
+    tasks.into_iter().any(|t| {
+        std::fs::read_to_string(format!("/proc/self/task/{t}/status")).is_ok_and(|st| {
             st.lines()
                 .find_map(|l| l.strip_prefix("SigPnd:"))
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())

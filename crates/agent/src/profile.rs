@@ -56,12 +56,7 @@ impl Timers {
         }
         // SAFETY: gettid has no preconditions.
         let me = unsafe { libc::gettid() };
-        let tids: Vec<i32> = std::fs::read_dir("/proc/self/task")
-            .map(|d| {
-                d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let tids: Vec<i32> = crate::fds::tasks().unwrap_or_default();
         // Drop timers of threads that are gone.
         self.timers.retain(|(tid, _), t| {
             let alive = tids.contains(tid);
@@ -151,7 +146,7 @@ extern "C" fn on_sample(_sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         (v.sival_ptr as usize, &mut *(ctx as *mut libc::ucontext_t))
     };
     // Marked before the session is loaded: weft frees no session while we hold it.
-    let _using = threads::using_session(threads::get_or_create());
+    let _using = threads::hold_session();
     let Some(s) = session::current() else { return };
     let Some(p) = s.profiles.get(index) else {
         return;

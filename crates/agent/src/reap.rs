@@ -267,7 +267,7 @@ fn shadow_idle(t: *mut weft_abi::AgentThread) -> bool {
 /// Read `size` (4 or 8) bytes at each of `addrs` in our own process, without
 /// faulting: `None` where nothing is mapped. `Err` when `process_vm_readv` cannot be
 /// used at all.
-fn read_own(addrs: &[u64], size: usize) -> Result<Vec<Option<u64>>, ()> {
+pub(crate) fn read_own(addrs: &[u64], size: usize) -> Result<Vec<Option<u64>>, ()> {
     const IOV_MAX: usize = 1024;
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
@@ -323,6 +323,59 @@ fn read_own(addrs: &[u64], size: usize) -> Result<Vec<Option<u64>>, ()> {
     Ok(out)
 }
 
+/// Write 8 zero bytes at each of `addrs` in our own process, without faulting (an
+/// address no longer mapped is skipped). `Err` when `process_vm_writev` cannot be
+/// used at all.
+pub(crate) fn zero_own(addrs: &[u64]) -> Result<(), ()> {
+    const IOV_MAX: usize = 1024;
+    let zero = 0u64;
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut start = 0;
+    while start < addrs.len() {
+        let end = (start + IOV_MAX).min(addrs.len());
+        let local = libc::iovec {
+            iov_base: &zero as *const u64 as *mut libc::c_void,
+            iov_len: 8,
+        };
+        let locals = vec![local; end - start];
+        let remote: Vec<libc::iovec> = addrs[start..end]
+            .iter()
+            .map(|&a| libc::iovec {
+                iov_base: a as *mut libc::c_void,
+                iov_len: 8,
+            })
+            .collect();
+        // SAFETY: the local buffers are our 8 zero bytes (only read); the kernel
+        // checks the remote addresses and reports what it could not write.
+        let r = unsafe {
+            libc::process_vm_writev(
+                pid,
+                locals.as_ptr(),
+                locals.len() as libc::c_ulong,
+                remote.as_ptr(),
+                remote.len() as libc::c_ulong,
+                0,
+            )
+        };
+        let done = if r < 0 {
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT) {
+                return Err(());
+            }
+            0
+        } else {
+            r as usize / 8
+        };
+        // The element after the complete ones could not be written: skip it.
+        start = if start + done < end {
+            start + done + 1
+        } else {
+            end
+        };
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,6 +402,33 @@ mod tests {
         assert_eq!(v, vec![Some(0x5566_7788), None, Some(42)]);
         let v = read_own(&addrs[..1], 8).unwrap();
         assert_eq!(v, vec![Some(a)]);
+    }
+
+    #[test]
+    fn zeroes_own_memory_and_skips_holes() {
+        let mut a = [u64::MAX; 3];
+        // SAFETY: mapping and unmapping a page of our own.
+        let hole = unsafe {
+            let p = libc::mmap(
+                core::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            libc::munmap(p, 4096);
+            p as u64
+        };
+        let addrs = [
+            &mut a[0] as *mut u64 as u64,
+            hole,
+            &mut a[2] as *mut u64 as u64,
+        ];
+        zero_own(&addrs).unwrap();
+        // SAFETY: reading our own array after the kernel wrote it.
+        let v = unsafe { core::ptr::read_volatile(&a) };
+        assert_eq!(v, [0, u64::MAX, 0]);
     }
 
     #[test]

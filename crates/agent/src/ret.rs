@@ -374,25 +374,25 @@ fn entry(t: *const AgentThread, i: usize) -> *mut ShadowEntry {
 }
 
 fn slot_of<'a>(e: *mut ShadowEntry) -> &'a AtomicU64 {
-    // SAFETY: e points into a shadow stack (pool memory, never unmapped); the slot
+    // SAFETY: e points into a shadow stack (pool memory, mapped while it can be reached: see `threads::release`); the slot
     // field is 8-aligned and accessed atomically wherever threads may share it.
     unsafe { AtomicU64::from_ptr(core::ptr::addr_of_mut!((*e).slot)) }
 }
 
 fn depth_of<'a>(t: *mut AgentThread) -> &'a AtomicU32 {
-    // SAFETY: t is a pool AgentThread (never unmapped); the field is 4-aligned.
+    // SAFETY: t is a pool AgentThread (mapped while reachable); the field is 4-aligned.
     unsafe { AtomicU32::from_ptr(core::ptr::addr_of_mut!((*t).shadow_depth)) }
 }
 
 fn flag<'a>(p: *mut u32) -> &'a AtomicU32 {
-    // SAFETY: p is a 4-aligned field of a pool AgentThread (never unmapped).
+    // SAFETY: p is a 4-aligned field of a pool AgentThread (mapped while reachable).
     unsafe { AtomicU32::from_ptr(p) }
 }
 
 /// The stack slots of `t`'s shadow entries not claimed yet (control thread: the
 /// reaper asks before reusing a gone thread's stack).
 pub fn pending_slots(t: *mut AgentThread) -> Vec<u64> {
-    // SAFETY: a pool AgentThread (never unmapped); cap is fixed once set.
+    // SAFETY: a pool AgentThread (mapped while reachable); cap is fixed once set.
     let cap = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*t).shadow_cap)) };
     // SAFETY: as above.
     let base = unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*t).shadow)) };
@@ -515,7 +515,7 @@ fn steal(me: *mut AgentThread, slot: u64) -> Option<ShadowEntry> {
         if other == me {
             continue;
         }
-        // SAFETY: pool fields (the pool is never unmapped).
+        // SAFETY: pool fields (mapped: a hijacked return is outstanding).
         let (gcf, thieves) = unsafe {
             (
                 flag(core::ptr::addr_of_mut!((*other).shadow_gc)),

@@ -51,6 +51,9 @@ pub static CURRENT_GENERATION: AtomicU32 = AtomicU32::new(0);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// The latest abandoned session (leaked: never freed, never unmapped).
 static ABANDONED: AtomicPtr<Session> = AtomicPtr::new(core::ptr::null_mut());
+/// A session was leaked ([`leak`], [`abandon`]): its code stays mapped, and a
+/// thread may still run through it (and so into the thread pool) at any time.
+static LEAKED: AtomicBool = AtomicBool::new(false);
 
 impl Session {
     pub fn space(&self) -> u32 {
@@ -86,10 +89,23 @@ pub fn take() -> Option<Box<Session>> {
     (!p.is_null()).then(|| unsafe { Box::from_raw(p) })
 }
 
+/// Leak a session no one can prove quiescent (weft died; a forked child's copy of
+/// its parent's): its mappings stay.
+pub fn leak(s: Box<Session>) {
+    LEAKED.store(true, Ordering::Release);
+    std::mem::forget(s);
+}
+
+/// Whether a session was ever leaked or abandoned in this process.
+pub fn leaked() -> bool {
+    LEAKED.load(Ordering::Acquire)
+}
+
 /// Leak an ended session that will never be freed, and make it the one
 /// [`abandoned`] returns: the SIGTRAP handler finds its sites there while the agent
 /// restores them.
 pub fn abandon(s: Box<Session>) -> &'static Session {
+    LEAKED.store(true, Ordering::Release);
     let s: &'static Session = Box::leak(s);
     ABANDONED.store(s as *const Session as *mut Session, Ordering::Release);
     s

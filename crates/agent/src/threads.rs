@@ -1,15 +1,22 @@
 //! Per-thread state: one `AgentThread` per target thread, found through an
 //! initial-exec TLS slot so a trampoline reaches it with `mov rax, fs:[off]`.
 //!
-//! `AgentThread`s come from a pool mapped once at load time (no allocation, no
-//! system call when a thread first hits a probe, apart from one `gettid` and one
+//! `AgentThread`s come from a pool mapped at load time (no allocation, no system
+//! call when a thread first hits a probe, apart from one `gettid` and one
 //! `prctl(PR_GET_TID_ADDRESS)` per thread and one `prctl(PR_GET_NAME)` per thread and
 //! session). Shadow stacks live beside them. When a thread is gone, the control
 //! thread's reaper ([`crate::reap`]) gives its slot back to the session and its
 //! entry (with its shadow stack) to the next new thread.
+//!
+//! When the last session is over, the control thread gives the pool back
+//! ([`release`]) if nothing can reach it any more, and the next control thread maps
+//! it again ([`ensure`]). Code that may run between sessions (signal handlers, the
+//! exit hook) touches the pool only inside a [`PoolHold`], which the release waits
+//! for; everything else reaches it from a session's trampolines, or from a hijacked
+//! return, and the release happens only once there is neither.
 
 use core::arch::{asm, global_asm};
-use core::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use weft_abi::{AgentThread, ShadowEntry, ThreadAttach, ThreadSlot, THREAD_FLAG_IGNORE};
 use weft_runtime::queue::IndexQueue;
 use weft_runtime::slots;
@@ -72,6 +79,50 @@ pub const SHADOW_ENTRIES: usize = 4096;
 
 static POOL: AtomicPtr<AgentThread> = AtomicPtr::new(core::ptr::null_mut());
 static SHADOWS: AtomicPtr<ShadowEntry> = AtomicPtr::new(core::ptr::null_mut());
+/// The pool's gate: [`GATE_CLOSED`] while the pool is not mapped or being
+/// released; the bits below count the threads inside a [`PoolHold`].
+static GATE: AtomicU64 = AtomicU64::new(GATE_CLOSED);
+const GATE_CLOSED: u64 = 1 << 63;
+/// How far a release has gone (`STAGE_*`), for the child of a fork() made meanwhile.
+static STAGE: AtomicU32 = AtomicU32::new(STAGE_NONE);
+const STAGE_NONE: u32 = 0;
+/// The gate is closed for a release; the pool is still published and mapped.
+const STAGE_CLOSED: u32 = 1;
+/// `POOL` is null, the mapping at [`RELEASING`] is still there.
+const STAGE_UNPUBLISHED: u32 = 2;
+/// The mapping is gone; the bookkeeping is not reset yet.
+const STAGE_UNMAPPED: u32 = 3;
+/// The thread table and shadow stacks being released (their addresses).
+static RELEASING: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+/// Serializes [`release`] and [`ensure`] (an ending control thread and the next
+/// one). Not a `std` mutex: the child of a fork() made while a parent thread held
+/// it frees it ([`after_fork_child`]).
+static POOL_LOCK: AtomicBool = AtomicBool::new(false);
+/// Bumped by every release: what the reaper learnt is about one pool's entries.
+static EPOCH: AtomicU32 = AtomicU32::new(0);
+
+struct PoolLock;
+
+fn pool_lock() -> PoolLock {
+    while POOL_LOCK
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    PoolLock
+}
+
+impl Drop for PoolLock {
+    fn drop(&mut self) {
+        POOL_LOCK.store(false, Ordering::Release);
+    }
+}
+
+/// The pool's epoch (see [`EPOCH`]).
+pub fn epoch() -> u32 {
+    EPOCH.load(Ordering::Acquire)
+}
 /// Pool entries handed out at least once: `[0, NEXT)` (never above POOL_THREADS).
 static NEXT: AtomicU32 = AtomicU32::new(0);
 /// Pool entries whose thread is gone, ready for a new thread (pushed by the control
@@ -130,17 +181,58 @@ fn free_list() -> IndexQueue<'static> {
     IndexQueue::new(&FREE_HEAD, &FREE_TAIL, &FREE)
 }
 
-/// Map the pool (once, at load).
+const TABLE_BYTES: usize = POOL_THREADS * core::mem::size_of::<AgentThread>();
+const SHADOW_BYTES: usize = POOL_THREADS * SHADOW_ENTRIES * core::mem::size_of::<ShadowEntry>();
+
+/// At load: map the pool.
 pub fn init() -> std::io::Result<()> {
-    let tsize = POOL_THREADS * core::mem::size_of::<AgentThread>();
-    let ssize = POOL_THREADS * SHADOW_ENTRIES * core::mem::size_of::<ShadowEntry>();
-    let threads = map_anon(tsize)? as *mut AgentThread;
-    let shadows = map_anon(ssize)? as *mut ShadowEntry;
-    SHADOWS.store(shadows, Ordering::Release);
-    POOL.store(threads, Ordering::Release);
     // SAFETY: getpid has no preconditions.
     PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
+    ensure()
+}
+
+/// Map the pool if it is not (at load, and when a control thread starts after a
+/// [`release`]), and open its gate.
+pub fn ensure() -> std::io::Result<()> {
+    let _lock = pool_lock();
+    if POOL.load(Ordering::Acquire).is_null() {
+        let threads = map_anon(TABLE_BYTES)? as *mut AgentThread;
+        let shadows = match map_anon(SHADOW_BYTES) {
+            Ok(p) => p as *mut ShadowEntry,
+            Err(e) => {
+                // SAFETY: unmapping what we just mapped, never published.
+                unsafe { libc::munmap(threads as *mut libc::c_void, TABLE_BYTES) };
+                return Err(e);
+            }
+        };
+        SHADOWS.store(shadows, Ordering::Release);
+        POOL.store(threads, Ordering::Release);
+    }
+    GATE.fetch_and(!GATE_CLOSED, Ordering::SeqCst);
     Ok(())
+}
+
+/// Held by code that may touch the pool at any time, between sessions too (signal
+/// handlers, the exit hook): while one is held, the pool is not released. Never
+/// held across anything that may not return (the target's own handlers).
+pub struct PoolHold(());
+
+impl PoolHold {
+    /// `None` while the pool is not mapped or being released.
+    pub fn enter() -> Option<PoolHold> {
+        let v = GATE.fetch_add(1, Ordering::SeqCst);
+        if v & GATE_CLOSED != 0 {
+            GATE.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(PoolHold(()))
+    }
+}
+
+impl Drop for PoolHold {
+    fn drop(&mut self) {
+        GATE.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Create the key whose destructor runs [`thread_ending`] in every thread that took
@@ -166,6 +258,11 @@ pub fn init_exit_hook() {
 
 /// The exit hook: the calling thread (whose `AgentThread` is `arg`) is ending.
 extern "C" fn thread_ending(arg: *mut libc::c_void) {
+    // Between sessions too: the pool may be released meanwhile, and then the
+    // thread's slot is null.
+    let Some(_hold) = PoolHold::enter() else {
+        return;
+    };
     let t = current();
     if t.is_null() || t as *mut libc::c_void != arg {
         return;
@@ -185,10 +282,44 @@ pub fn pid() -> u32 {
     PID.load(Ordering::Relaxed)
 }
 
-/// After fork() in the child: the pid changed and no session is ours.
+/// After fork() in the child: the pid changed and no session is ours. The child has
+/// one thread, which holds no [`PoolHold`] (none is held across a fork): the holds
+/// of the parent's other threads are not the child's. A release the parent was
+/// making is undone or finished here, by how far it had gone.
 pub fn after_fork_child() {
     // SAFETY: getpid has no preconditions.
     PID.store(unsafe { libc::getpid() } as u32, Ordering::Relaxed);
+    POOL_LOCK.store(false, Ordering::Release);
+    GATE.fetch_and(GATE_CLOSED, Ordering::SeqCst);
+    match STAGE.load(Ordering::Acquire) {
+        STAGE_NONE => {}
+        STAGE_CLOSED => {
+            // Nothing was changed yet: the pool is the child's as it was.
+            STAGE.store(STAGE_NONE, Ordering::Release);
+            GATE.fetch_and(!GATE_CLOSED, Ordering::SeqCst);
+        }
+        stage => {
+            let table = RELEASING[0].load(Ordering::Acquire);
+            // This thread's slot (the others are copies of threads the child does
+            // not have; glibc sets up their TLS again before a new thread runs).
+            let me = current() as u64;
+            if me >= table && me < table + TABLE_BYTES as u64 {
+                set_current(core::ptr::null_mut());
+            }
+            if stage == STAGE_UNPUBLISHED {
+                // SAFETY: the mapping the parent was releasing, still here: no
+                // thread of the child reaches it (its only thread's slot is null).
+                unsafe {
+                    libc::munmap(table as *mut libc::c_void, TABLE_BYTES);
+                    libc::munmap(
+                        RELEASING[1].load(Ordering::Acquire) as *mut libc::c_void,
+                        SHADOW_BYTES,
+                    );
+                }
+            }
+            reset_bookkeeping();
+        }
+    }
 }
 
 fn map_anon(size: usize) -> std::io::Result<*mut u8> {
@@ -230,10 +361,11 @@ pub fn high_water() -> usize {
     (NEXT.load(Ordering::Acquire) as usize).min(POOL_THREADS)
 }
 
-/// Pool entry `i` (< [`high_water`]).
+/// Pool entry `i` (< [`high_water`]), of the mapped pool.
 pub fn entry(i: usize) -> *mut AgentThread {
     debug_assert!(i < POOL_THREADS);
-    // SAFETY: the pool has POOL_THREADS entries and is never unmapped.
+    // SAFETY: the pool has POOL_THREADS entries (an address is computed; callers
+    // read it only while the pool is mapped: a session runs, or a hold is held).
     unsafe { POOL.load(Ordering::Acquire).add(i) }
 }
 
@@ -411,9 +543,37 @@ pub fn mark_ignored() {
 /// until dropped. weft does not free a session while any thread is marked: code the
 /// compiler emits here may call libc (memcpy...), so "PC inside the agent" alone
 /// does not show it. Mark before loading the session pointer.
-pub struct UsingSession(*mut AgentThread);
+pub struct UsingSession {
+    t: *mut AgentThread,
+    /// Dropped after `busy` is lowered.
+    _hold: Option<PoolHold>,
+}
 
+/// For the trampolines' slow path (a session's code: the pool is mapped).
 pub fn using_session(t: *mut AgentThread) -> UsingSession {
+    mark_busy(t);
+    UsingSession { t, _hold: None }
+}
+
+/// For a signal handler, which may run between sessions: holds the pool (see
+/// [`PoolHold`]) and marks this thread's state, created if need be (none while the
+/// pool is not mapped).
+pub fn hold_session() -> UsingSession {
+    let Some(hold) = PoolHold::enter() else {
+        return UsingSession {
+            t: core::ptr::null_mut(),
+            _hold: None,
+        };
+    };
+    let t = get_or_create();
+    mark_busy(t);
+    UsingSession {
+        t,
+        _hold: Some(hold),
+    }
+}
+
+fn mark_busy(t: *mut AgentThread) {
     if !t.is_null() {
         // SAFETY: our own pool AgentThread; weft reads `busy` with the world stopped.
         unsafe {
@@ -422,16 +582,15 @@ pub fn using_session(t: *mut AgentThread) -> UsingSession {
         }
         core::sync::atomic::fence(Ordering::SeqCst);
     }
-    UsingSession(t)
 }
 
 impl Drop for UsingSession {
     fn drop(&mut self) {
-        if !self.0.is_null() {
+        if !self.t.is_null() {
             core::sync::atomic::fence(Ordering::SeqCst);
-            // SAFETY: as in `using_session`.
+            // SAFETY: as in `mark_busy`; the pool is still held.
             unsafe {
-                let p = core::ptr::addr_of_mut!((*self.0).busy);
+                let p = core::ptr::addr_of_mut!((*self.t).busy);
                 p.write_volatile(p.read_volatile() - 1);
             }
         }
@@ -502,4 +661,148 @@ pub fn detach_all() {
         // quiescence check weft makes before the segment is unmapped.
         unsafe { core::ptr::addr_of_mut!((*t).slot).write_volatile(core::ptr::null_mut()) };
     }
+}
+
+/// Why [`release`] kept the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// A control thread or a session is there (or coming).
+    InUse,
+    /// A session was leaked (weft died, or it was abandoned): its code stays
+    /// mapped and a thread may still run through it.
+    Leaked,
+    /// A thread stayed inside a [`PoolHold`] (a signal handler, the exit hook).
+    Held,
+    /// A gone thread's shadow stack may still be returned through (a coroutine).
+    Coroutine,
+    /// A thread has a hijacked return outstanding, or is inside advice.
+    Pending,
+    /// The threads' TLS slots could not be read or written (`process_vm_*`).
+    NoVm,
+    /// The pool is not mapped.
+    NotMapped,
+}
+
+/// Give the pool back (unmap the thread table and the shadow stacks) once no
+/// thread can reach it: the control thread, at the end of the last session, when no
+/// control thread is coming (`idle`, asked under the lock). Refused (and kept, the
+/// reason returned) when it is doubtful: a leaked session, an entry kept for a
+/// coroutine, a return still hijacked, a thread inside advice or a [`PoolHold`].
+/// Every TLS slot that points into the pool is nulled first, through
+/// `process_vm_readv`/`process_vm_writev` on our own process (a TLS block unmapped
+/// meanwhile reads as a hole, not a fault); a thread takes a new entry at its next
+/// hit in a later session.
+pub fn release(idle: impl Fn() -> bool, leaked: bool) -> Result<(), Kept> {
+    let _lock = pool_lock();
+    let table = POOL.load(Ordering::Acquire);
+    if table.is_null() {
+        return Err(Kept::NotMapped);
+    }
+    if !idle() {
+        return Err(Kept::InUse);
+    }
+    if leaked {
+        return Err(Kept::Leaked);
+    }
+    STAGE.store(STAGE_CLOSED, Ordering::Release);
+    GATE.fetch_or(GATE_CLOSED, Ordering::SeqCst);
+    let reopen = |why: Kept| {
+        GATE.fetch_and(!GATE_CLOSED, Ordering::SeqCst);
+        STAGE.store(STAGE_NONE, Ordering::Release);
+        Err(why)
+    };
+    // Holds are short (a handler's look at an absent session, the exit hook).
+    let start = std::time::Instant::now();
+    while GATE.load(Ordering::SeqCst) & !GATE_CLOSED != 0 {
+        if start.elapsed() > std::time::Duration::from_millis(200) {
+            return reopen(Kept::Held);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    if !idle() {
+        return reopen(Kept::InUse);
+    }
+    let n = high_water();
+    let mut slots: Vec<u64> = Vec::new();
+    for (i, r) in RECORDS.iter().enumerate().take(n) {
+        match r.state.load(Ordering::Acquire) {
+            RECORD_KEPT => return reopen(Kept::Coroutine),
+            RECORD_IN_USE => {}
+            _ => continue,
+        }
+        let t = entry(i);
+        // SAFETY: a pool entry; these fields are read racily, as weft's
+        // quiescence checks do (no session: nothing raises them any more).
+        let (nest, busy, around) = unsafe {
+            (
+                core::ptr::addr_of!((*t).nest).read_volatile(),
+                core::ptr::addr_of!((*t).busy).read_volatile(),
+                core::ptr::addr_of!((*t).around).read_volatile(),
+            )
+        };
+        if nest != 0 || busy != 0 || around != 0 || !crate::ret::pending_slots(t).is_empty() {
+            return reopen(Kept::Pending);
+        }
+        let slot = r.tls_slot.load(Ordering::Relaxed);
+        if slot != 0 {
+            slots.push(slot);
+        }
+    }
+    // Only the slots that point into the table are nulled (a TLS block reused by a
+    // new thread holds 0 or that thread's own entry, recorded too).
+    let lo = table as u64;
+    let hi = lo + TABLE_BYTES as u64;
+    let Ok(values) = crate::reap::read_own(&slots, 8) else {
+        return reopen(Kept::NoVm);
+    };
+    let into: Vec<u64> = slots
+        .iter()
+        .zip(values)
+        .filter(|(_, v)| v.is_some_and(|v| v >= lo && v < hi))
+        .map(|(&a, _)| a)
+        .collect();
+    let shadows = SHADOWS.load(Ordering::Acquire);
+    RELEASING[0].store(lo, Ordering::Release);
+    RELEASING[1].store(shadows as u64, Ordering::Release);
+    // Unpublished first: a fork() child from now on finishes the release itself.
+    POOL.store(core::ptr::null_mut(), Ordering::Release);
+    SHADOWS.store(core::ptr::null_mut(), Ordering::Release);
+    STAGE.store(STAGE_UNPUBLISHED, Ordering::Release);
+    if crate::reap::zero_own(&into).is_err() {
+        // Some slots may be nulled already: their threads take new entries. The
+        // pool stays, published again.
+        SHADOWS.store(shadows, Ordering::Release);
+        POOL.store(table, Ordering::Release);
+        return reopen(Kept::NoVm);
+    }
+    // SAFETY: no TLS slot points into the pool any more, no thread holds it (the
+    // gate is closed and drained), no session's code or hijacked return leads into
+    // it (checked above): nothing reaches these mappings.
+    unsafe {
+        libc::munmap(table as *mut libc::c_void, TABLE_BYTES);
+        libc::munmap(shadows as *mut libc::c_void, SHADOW_BYTES);
+    }
+    STAGE.store(STAGE_UNMAPPED, Ordering::Release);
+    reset_bookkeeping();
+    Ok(())
+}
+
+/// The pool is gone: no entry is handed out, none is free.
+fn reset_bookkeeping() {
+    NEXT.store(0, Ordering::Release);
+    FREE_HEAD.store(0, Ordering::Release);
+    FREE_TAIL.store(0, Ordering::Release);
+    for f in &FREE {
+        f.store(0, Ordering::Relaxed);
+    }
+    for r in &RECORDS {
+        r.state.store(RECORD_FREE, Ordering::Relaxed);
+        r.uses.store(0, Ordering::Relaxed);
+        r.tid_address.store(0, Ordering::Relaxed);
+        r.tls_slot.store(0, Ordering::Relaxed);
+    }
+    RELEASING[0].store(0, Ordering::Release);
+    RELEASING[1].store(0, Ordering::Release);
+    EPOCH.fetch_add(1, Ordering::AcqRel);
+    STAGE.store(STAGE_NONE, Ordering::Release);
 }

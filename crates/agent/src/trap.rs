@@ -94,7 +94,7 @@ pub(crate) extern "C" fn on_trap(
     }
     if si.si_code == SI_KERNEL {
         // Marked before the session is loaded: weft frees no session while we hold it.
-        let _using = threads::using_session(threads::get_or_create());
+        let _using = threads::hold_session();
         if let Some(s) = session::current() {
             if let Some(idx) = s.shm.site_by_addr(ip, s.space()) {
                 let site = s.shm.site(idx);

@@ -199,12 +199,7 @@ impl Events {
         let mut armed: Vec<i32> = Vec::new();
         // Threads made meanwhile by a thread not yet armed: look again until none.
         for _ in 0..8 {
-            let tids: Vec<i32> = std::fs::read_dir("/proc/self/task")
-                .map(|d| {
-                    d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                        .collect()
-                })
-                .unwrap_or_default();
+            let tids: Vec<i32> = crate::fds::tasks().unwrap_or_default();
             let new: Vec<i32> = tids
                 .into_iter()
                 .filter(|t| *t != me && !armed.contains(t))
@@ -349,7 +344,7 @@ pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
     let index = (data & 0xff) as usize;
     let generation = (data >> 8) & 0xffff_ffff;
     // Marked before the session is loaded: weft frees no session while we hold it.
-    let _using = threads::using_session(threads::get_or_create());
+    let _using = threads::hold_session();
     let Some(s) = session::current() else {
         return true;
     };
@@ -376,7 +371,7 @@ pub fn on_unclaimed_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> boo
     if weft_runtime::safe::load(rip.wrapping_sub(1), 1) == Some(0xf1) {
         return false;
     }
-    let _using = threads::using_session(threads::get_or_create());
+    let _using = threads::hold_session();
     let Some(s) = session::current() else {
         return false;
     };
