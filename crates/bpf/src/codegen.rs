@@ -226,12 +226,9 @@ fn pid_filter(a: &mut Asm<MapRef>, out: Label) {
     a.bind(member);
 }
 
-/// A uprobe program's second test: leave for `out` once the current process's agent
-/// has started (its bit in `weft_handed`, which [`handover_program`] sets): from
-/// there on its own trampolines count, and the agent's start-up is not the
-/// program's.
-fn handed_check(a: &mut Asm<MapRef>, out: Label) {
-    let go_on = a.label();
+/// `r0` = the address of the current process's word of `weft_handed` (to `miss`
+/// when there is none), `r7` = the index of its bit in that word.
+fn handed_word(a: &mut Asm<MapRef>, miss: Label) {
     a.call(helper::GET_CURRENT_PID_TGID);
     a.alu_imm(RSH, R0, 32);
     a.mov(R7, R0);
@@ -241,9 +238,18 @@ fn handed_check(a: &mut Asm<MapRef>, out: Label) {
     a.mov(R2, R10);
     a.alu_imm(ADD, R2, -4);
     a.call(helper::MAP_LOOKUP_ELEM);
-    a.jmp_imm(JEQ, R0, 0, go_on);
-    a.load(DW, R1, R0, 0);
+    a.jmp_imm(JEQ, R0, 0, miss);
     a.alu_imm(AND, R7, 63);
+}
+
+/// A uprobe program's second test: leave for `out` once the current process's agent
+/// has started (its bit in `weft_handed`, which [`handover_program`] sets): from
+/// there on its own trampolines count, and the agent's start-up is not the
+/// program's.
+fn handed_check(a: &mut Asm<MapRef>, out: Label) {
+    let go_on = a.label();
+    handed_word(a, go_on);
+    a.load(DW, R1, R0, 0);
     a.alu(RSH, R1, R7);
     a.alu_imm(AND, R1, 1);
     a.jmp_imm(JNE, R1, 0, out);
@@ -257,17 +263,7 @@ fn handed_check(a: &mut Asm<MapRef>, out: Label) {
 pub fn handover_program() -> Result<Code, BpfError> {
     let mut a: Asm<MapRef> = Asm::new();
     let out = a.label();
-    a.call(helper::GET_CURRENT_PID_TGID);
-    a.alu_imm(RSH, R0, 32);
-    a.mov(R7, R0);
-    a.alu_imm(RSH, R0, 6);
-    a.store(W, R10, -4, R0);
-    a.load_map(R1, MapRef::Handed);
-    a.mov(R2, R10);
-    a.alu_imm(ADD, R2, -4);
-    a.call(helper::MAP_LOOKUP_ELEM);
-    a.jmp_imm(JEQ, R0, 0, out);
-    a.alu_imm(AND, R7, 63);
+    handed_word(&mut a, out);
     a.mov_imm(R1, 1);
     a.alu(LSH, R1, R7);
     a.atomic_or(R0, 0, R1);

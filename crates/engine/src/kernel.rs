@@ -134,18 +134,11 @@ pub fn early_probes(
     for &i in selected {
         let p = &prog.probes[i];
         for (a, &name) in p.attach.iter().zip(&names[i]) {
-            let (target, func, offset, ret) = match a {
-                AttachPoint::Uprobe {
-                    target,
-                    func,
-                    offset,
-                } => (target, func, *offset, false),
-                AttachPoint::Uretprobe { target, func } => (target, func, 0, true),
-                a if a.runs_in_target() => {
+            let Some((target, func, offset, ret)) = a.function() else {
+                if a.runs_in_target() {
                     notes.push(format!("{a}: not a function's entry or return"));
-                    continue;
                 }
-                _ => continue,
+                continue;
             };
             let why = early_refusal(prog, i, func).or_else(|| {
                 weft_bpf::check_uprobe(prog, i, ret)

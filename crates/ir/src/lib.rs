@@ -878,6 +878,20 @@ impl AttachPoint {
         )
     }
 
+    /// A function's entry (`uprobe`) or return (`uretprobe`): its binary, function
+    /// pattern, offset in the function, and whether it is the return.
+    pub fn function(&self) -> Option<(&str, &str, u64, bool)> {
+        match self {
+            AttachPoint::Uprobe {
+                target,
+                func,
+                offset,
+            } => Some((target, func, *offset, false)),
+            AttachPoint::Uretprobe { target, func } => Some((target, func, 0, true)),
+            _ => None,
+        }
+    }
+
     /// True for probes whose advice runs in the kernel (compiled to eBPF).
     pub fn runs_in_kernel(&self) -> bool {
         matches!(self, AttachPoint::Tracepoint { .. })

@@ -185,33 +185,19 @@ impl KernelProbes {
         };
         // SAFETY: `a` is a valid bpf_attr prefix for BPF_PROG_LOAD; the instructions,
         // license and log buffer it points to outlive the call.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_PROG_LOAD,
-                &mut a as *mut ProgLoadAttr,
-                std::mem::size_of::<ProgLoadAttr>(),
-            )
+        let r = unsafe { bpf_call(BPF_PROG_LOAD, &mut a) };
+        let r = match r {
+            Ok(fd) => fd,
+            Err(e) => {
+                let text =
+                    String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)])
+                        .into_owned();
+                return Err(match last_verifier_line(&text) {
+                    Some(l) => format!("the kernel's eBPF verifier refused it: {l}"),
+                    None => format!("the kernel refused it: {e}"),
+                });
+            }
         };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            let text =
-                String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)])
-                    .into_owned();
-            let why = text
-                .lines()
-                .rev()
-                .map(str::trim)
-                .find(|l| {
-                    !l.is_empty()
-                        && !l.starts_with("processed ")
-                        && !l.starts_with("verification time")
-                        && !l.starts_with("stack depth")
-                })
-                .map(|l| format!("the kernel's eBPF verifier refused it: {l}"))
-                .unwrap_or_else(|| format!("the kernel refused it: {e}"));
-            return Err(why);
-        }
         // SAFETY: the kernel returned a new descriptor that nothing else owns.
         Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
     }
@@ -405,25 +391,22 @@ fn verifier_reason(e: &aya::programs::ProgramError) -> String {
         verifier_log,
     } = e
     {
-        let log = verifier_log.to_string();
-        let last: Vec<&str> = log
-            .lines()
-            .rev()
-            .filter(|l| {
-                let l = l.trim();
-                !l.is_empty()
-                    && !l.starts_with("processed ")
-                    && !l.starts_with("verification time")
-                    && !l.starts_with("stack depth")
-            })
-            .take(1)
-            .collect();
-        return match last.first() {
-            Some(l) => format!("the kernel's eBPF verifier refused it: {}", l.trim()),
+        return match last_verifier_line(&verifier_log.to_string()) {
+            Some(l) => format!("the kernel's eBPF verifier refused it: {l}"),
             None => format!("the kernel refused it: {io_error}"),
         };
     }
     chain(e)
+}
+
+/// The last line of a verifier log that says what was wrong (not its statistics).
+fn last_verifier_line(log: &str) -> Option<&str> {
+    log.lines().rev().map(str::trim).find(|l| {
+        !l.is_empty()
+            && !l.starts_with("processed ")
+            && !l.starts_with("verification time")
+            && !l.starts_with("stack depth")
+    })
 }
 
 // ---- uprobe_multi links ----------------------------------------------------------
@@ -495,22 +478,13 @@ pub fn attach_uprobe_multi(
     };
     // SAFETY: `a` is a valid bpf_attr prefix for BPF_LINK_CREATE; the path and the
     // offsets it points to outlive the call.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            &mut a as *mut UprobeMultiAttr,
-            std::mem::size_of::<UprobeMultiAttr>(),
-        )
-    };
-    if r < 0 {
-        bail!(
-            "setting {} kernel uprobes on {}: {}",
+    let r = unsafe { bpf_call(BPF_LINK_CREATE, &mut a) }.map_err(|e| {
+        anyhow!(
+            "setting {} kernel uprobes on {}: {e}",
             offsets.len(),
-            file.display(),
-            std::io::Error::last_os_error()
-        );
-    }
+            file.display()
+        )
+    })?;
     // SAFETY: the kernel returned a new descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
 }
@@ -536,18 +510,21 @@ struct MapElemAttr {
 fn bpf(cmd: libc::c_long, attr: &mut MapElemAttr) -> std::io::Result<()> {
     // SAFETY: attr is a valid bpf_attr prefix for the map element commands, and the
     // buffers it points to outlive the call with the sizes the map has.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            attr as *mut MapElemAttr,
-            std::mem::size_of::<MapElemAttr>(),
-        )
-    };
+    unsafe { bpf_call(cmd, attr) }.map(drop)
+}
+
+/// `bpf(cmd, attr)`: its result, or the error.
+///
+/// # Safety
+/// `attr` must be a valid `union bpf_attr` prefix for `cmd`, and what it points to
+/// must outlive the call.
+unsafe fn bpf_call<T>(cmd: libc::c_long, attr: &mut T) -> std::io::Result<libc::c_long> {
+    // SAFETY: the caller's promise.
+    let r = unsafe { libc::syscall(libc::SYS_bpf, cmd, attr as *mut T, std::mem::size_of::<T>()) };
     if r < 0 {
         Err(std::io::Error::last_os_error())
     } else {
-        Ok(())
+        Ok(r)
     }
 }
 

@@ -28,14 +28,8 @@ impl PointcutKind for Uprobe {
         cx: &mut Cx<'_>,
         out: &mut Resolved,
     ) -> Result<()> {
-        let (target_spec, func, offset, is_ret) = match a {
-            AttachPoint::Uprobe {
-                target,
-                func,
-                offset,
-            } => (target, func, *offset, false),
-            AttachPoint::Uretprobe { target, func } => (target, func, 0, true),
-            _ => return Ok(()),
+        let Some((target_spec, func, offset, is_ret)) = a.function() else {
+            return Ok(());
         };
         let Some(module) = module_of(a, target_spec, cx)? else {
             return Ok(());
