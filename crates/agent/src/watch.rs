@@ -351,7 +351,22 @@ pub fn on_trap(si: &libc::siginfo_t, uc: &mut libc::ucontext_t) -> bool {
     if s.generation & 0xffff_ffff != generation {
         return true;
     }
-    hit(s, index, uc);
+    // Hardware watches on the same bytes trap on the same access, but their perf
+    // events' SIGTRAPs merge into one (a standard signal does not queue): each of
+    // them gets the hit, in the order of the program's probes.
+    let Some(w) = s.watches.get(index) else {
+        return true;
+    };
+    let same = |v: &Watch| {
+        v.addr.load(Ordering::Acquire) == w.addr.load(Ordering::Acquire)
+            && v.len.load(Ordering::Acquire) == w.len.load(Ordering::Acquire)
+            && v.access.load(Ordering::Acquire) == w.access.load(Ordering::Acquire)
+    };
+    for (i, v) in s.watches.iter().enumerate() {
+        if i == index || (v.access.load(Ordering::Acquire) & WATCH_PAGE == 0 && same(v)) {
+            hit(s, i, uc);
+        }
+    }
     true
 }
 
