@@ -355,6 +355,12 @@ pub(crate) fn trace(t: TraceArgs) -> Result<i32> {
             .collect(),
         clock_offsets: clock_offsets(),
         helper_warnings: t.warnings > 0,
+        target_program: executable_path.clone().or_else(|| {
+            let pid = t.pids().first().copied()?;
+            std::fs::read_link(format!("/proc/{pid}/exe"))
+                .ok()
+                .map(|p| p.display().to_string())
+        }),
     };
     let stap =
         (t.stap || file.ends_with(".stp")).then(|| stap_options(&t, executable_path.clone()));

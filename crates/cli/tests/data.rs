@@ -1290,3 +1290,70 @@ fn ip_is_the_accessing_instruction_under_every_mechanism() {
         }
     }
 }
+
+/// bpftrace's `watchpoint:FUNC+argN:LEN:MODE`: from each entry of FUNC on, the
+/// address its argument N holds is watched (the entry waits until it is, so the
+/// function's own write is seen); two probes on the same bytes both run, in
+/// order; `unwatch(addr)` stops it before the advice goes on; `probe` names the
+/// program and the function as upstream does; without a target it is refused.
+#[test]
+fn watchpoint_on_a_functions_argument() {
+    let bin = build("wpfunc.c", Variant::O2_PIE, &[]);
+    let b = bin.display().to_string();
+    let cmd = format!("{b} 5");
+    // Each call's write and main's write after it: 10, values 1..=10.
+    let prog = "watchpoint:increment+arg1:4:w { @n = count(); @max = max(new); \
+                @sum = sum(new - old); @p[probe] = count(); }";
+    let o = weft(&["-e", prog, "-c", &cmd], T);
+    let out = ok(&o);
+    let why = format!("{out}\n{}", text(&o.stderr));
+    assert!(out.contains("a=10 b=4"), "{why}");
+    assert_eq!(map_value(&out, "@n"), Some(10), "{why}");
+    assert_eq!(map_value(&out, "@max"), Some(10), "{why}");
+    assert_eq!(map_value(&out, "@sum"), Some(10), "{why}");
+    let name = format!("@p[watchpoint:{b}:increment:4:w]: 10");
+    assert!(out.contains(&name), "{name} in {why}");
+    assert!(!out.contains("__seq_watch"), "hidden maps printed: {why}");
+    // Two probes on the same bytes: both, in the program's order, each time.
+    let prog = "watchpoint:increment+arg1:4:w { printf(\"first\"); } \
+                asyncwatchpoint:increment+arg1:4:w { printf(\" second\\n\"); }";
+    let o = weft(&["-e", prog, "-c", &cmd], T);
+    let out = ok(&o);
+    let lines = out.lines().filter(|l| *l == "first second").count();
+    assert_eq!(lines, 10, "{out}");
+    // unwatch: bump's write is seen, main's two after it are not.
+    let prog = format!(
+        "uprobe:{b}:bump {{ @addr = arg0; }} \
+         watchpoint:bump+arg0:4:w {{ @w = count(); @v = max(new); unwatch(@addr); }}"
+    );
+    let o = weft(&["-e", &prog, "-c", &cmd], T);
+    let out = ok(&o);
+    assert_eq!(map_value(&out, "@w"), Some(1), "{out}");
+    assert_eq!(map_value(&out, "@v"), Some(2), "{out}");
+    // No target: the function is the target program's.
+    let o = weft(
+        &["-e", "watchpoint:increment+arg1:4:w { @n = count(); }"],
+        T,
+    );
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("a watchpoint on a function's argument needs a target process"),
+        "{err}"
+    );
+    let o = weft(
+        &[
+            "-e",
+            "watchpoint:increment+arg9:4:w { @n = count(); }",
+            "-c",
+            &cmd,
+        ],
+        T,
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o.stderr).contains("N from 0 to 5"),
+        "{}",
+        text(&o.stderr)
+    );
+}

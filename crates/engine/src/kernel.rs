@@ -135,7 +135,12 @@ pub fn early_probes(
         let p = &prog.probes[i];
         for (a, &name) in p.attach.iter().zip(&names[i]) {
             let Some((target, func, offset, ret)) = a.function() else {
-                if a.runs_in_target() {
+                if matches!(
+                    a,
+                    AttachPoint::Call { .. }
+                        | AttachPoint::Usdt { .. }
+                        | AttachPoint::SourceLine { .. }
+                ) {
                     notes.push(format!("{a}: not a function's entry or return"));
                 }
                 continue;

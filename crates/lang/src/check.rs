@@ -1636,6 +1636,12 @@ impl<'a> Checker<'a> {
         // `probe` names BEGIN/END as written (`begin` or `BEGIN`), as upstream does.
         let name = match a.provider.as_str() {
             "BEGIN" | "END" if a.raw.eq_ignore_ascii_case(&a.provider) => a.raw.clone(),
+            // A function-argument watchpoint (`watchpoint` desugars it to these).
+            "set" | "get"
+                if a.raw.starts_with("watchpoint:") || a.raw.starts_with("asyncwatchpoint:") =>
+            {
+                a.raw.clone()
+            }
             _ => crate::dump::attach_text(a),
         };
         if matches!(a.provider.as_str(), "tracepoint" | "kernel") {
@@ -2146,7 +2152,7 @@ impl<'a> Checker<'a> {
                 let addr = addr.ok_or_else(|| {
                     format!(
                         "invalid watchpoint `{}`: expected watchpoint:ADDR:LEN:MODE with an \
-                         absolute address (weft has no function+argument form)",
+                         absolute address, or watchpoint:FUNCTION+argN:LEN:MODE",
                         a.raw
                     )
                 })?;

@@ -28,6 +28,7 @@ pub mod pointcut;
 pub mod seq;
 pub mod stap;
 pub mod unsupported;
+pub mod watchpoint;
 pub mod wildcard;
 
 use std::sync::Arc;
@@ -173,6 +174,9 @@ pub struct Options {
     /// `-k`: warn, where it happens, when a map read finds no element or a
     /// `delete` has nothing to delete (upstream's helper-error warnings).
     pub helper_warnings: bool,
+    /// The program `-c` runs or `-p` names (its executable's path): the binary of
+    /// `watchpoint:FUNC+argN:...`.
+    pub target_program: Option<String>,
 }
 
 /// Nanoseconds to add to CLOCK_MONOTONIC for another clock, taken once.
@@ -317,6 +321,9 @@ pub fn compile_ast(
     group::desugar(&mut ast, &opts.groups, &mut group_diags);
     let mut diags = group_diags.list;
     diags.extend(expand(&mut ast));
+    let mut watch_diags = diag::Diags::default();
+    watchpoint::desugar(&mut ast, opts.target_program.as_deref(), &mut watch_diags);
+    diags.extend(watch_diags.list);
     let failed = diags.iter().any(Diagnostic::is_error);
     out.diagnostics.extend(diags);
     if wants(Stage::Expand) {

@@ -47,9 +47,6 @@ pub fn provider(name: &str, kernel: Option<&KernelOffers>) -> Option<String> {
         "software" | "hardware" => {
             format!("{name}: perf {name} events are not available in weft; use profile: to sample threads")
         }
-        "asyncwatchpoint" => {
-            format!("{name}: asynchronous watchpoints are not available in weft; use watchpoint:")
-        }
         "iter" => "iter: BPF iterators over kernel objects are not available in weft".to_string(),
         "self" => "self: bpftrace runtime signal probes are not supported by weft".to_string(),
         "bench" | "test" => {
