@@ -2043,8 +2043,14 @@ impl<'a> Checker<'a> {
             }
             "set" | "get" => {
                 arity(&[1, 2])?;
+                // `watchpoint:FUNC+argN:LEN:rw` becomes one `get` on every access.
+                let rw = (a.raw.starts_with("watchpoint:")
+                    || a.raw.starts_with("asyncwatchpoint:"))
+                    && (a.raw.ends_with(":rw") || a.raw.ends_with(":wr"));
                 let access = if prov == "set" {
                     DataAccess::Write
+                } else if rw {
+                    DataAccess::ReadWrite
                 } else {
                     DataAccess::Read
                 };

@@ -11,7 +11,7 @@
 //! watchpoint:increment+arg1:4:w { BODY }
 //! =>
 //! uprobe:TARGET:increment { @__seq_watch0 = arg1; }       (hidden)
-//! set:addr(@__seq_watch0, 4) { BODY }                     (`rw`: and get:addr(...))
+//! set:addr(@__seq_watch0, 4) { BODY }                     (`r`/`rw`: get:addr, every access for rw)
 //!
 //! unwatch(E);
 //! =>
@@ -85,11 +85,8 @@ pub fn desugar(program: &mut Program, target: Option<&str>, diags: &mut Diags) {
             };
             match mode {
                 "w" => attach.push(watched("set")),
-                "rw" | "wr" => {
-                    attach.push(watched("set"));
-                    attach.push(watched("get"));
-                }
-                "r" => attach.push(watched("get")),
+                // The checker reads the mode from the name: every access.
+                "rw" | "wr" | "r" => attach.push(watched("get")),
                 m => {
                     diags.error(
                         a.span,
