@@ -416,6 +416,31 @@ fn usdt_arguments_and_semaphores() {
     }
 }
 
+/// A probe whose argument is its semaphore, read just before it fires: weft raises
+/// the semaphore in a stop before the one that patches the probe, so even the first
+/// woven hit carries 1 (upstream's "attach to probe with semaphore" test). Twice,
+/// the second attach after the first left.
+#[test]
+fn usdt_first_hit_sees_its_semaphore_raised() {
+    let bin = build("sdt_sem.c", Variant::O2_PIE, &[]);
+    let b = bin_str(&bin);
+    let mut t = Spawned::start(&bin, &[]);
+    t.wait_line("ready", T);
+    let pid = t.pid().to_string();
+    let prog = format!(
+        "usdt:{b}:app:seen {{ @min = min(arg0); @max = max(arg0); @n = count(); }} \
+         interval:ms:100 {{ exit(); }}"
+    );
+    for round in 0..2 {
+        let out = ok(&weft(&["-e", &prog, "-p", &pid], T));
+        assert!(map_value(&out, "@n").unwrap() > 0, "round {round}: {out}");
+        assert_eq!(map_value(&out, "@min"), Some(1), "round {round}: {out}");
+        assert_eq!(map_value(&out, "@max"), Some(1), "round {round}: {out}");
+    }
+    t.assert_healthy();
+    assert!(code_matches_file(t.pid(), &bin));
+}
+
 #[test]
 fn usdt_semaphore_drops_after_detach() {
     let bin = build("sdt.c", Variant::O2_PIE, &[]);

@@ -102,6 +102,25 @@ pub fn apply_stepping_out_of(
         .filter(|r| !r.is_empty())
         .collect();
     inside.extend(bodies.iter().cloned());
+    // USDT semaphores go up in a stop of their own, before the sites are patched:
+    // a program that reads its semaphore before the probe (to build the probe's
+    // arguments only when traced) has read it again by the time the probe fires
+    // woven, instead of carrying the 0 it read before the stop that patched it.
+    let bumped: Vec<usize> = sites
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !s.patch.is_empty() && s.index != u32::MAX && s.semaphore.is_some())
+        .map(|(i, _)| i)
+        .collect();
+    if !bumped.is_empty() {
+        let w = StoppedProcess::stop(pid).map_err(|e| anyhow!("{e}"))?;
+        for &i in &bumped {
+            if let Some(sem) = sites[i].semaphore {
+                bump_semaphore(&w, sem, 1)?;
+            }
+        }
+        w.resume().map_err(|e| anyhow!("{e}"))?;
+    }
     // A signal handler that interrupted a thread inside the bytes to replace would
     // return into the middle of a jump: let such handlers finish first (the thread
     // itself can be stepped out; its interrupted pc cannot).
@@ -151,7 +170,8 @@ pub fn apply_stepping_out_of(
         report.stepped_threads += 1;
     }
     let mut cur = [0u8; weft_abi::SITE_MAX_BYTES];
-    for s in sites.iter_mut() {
+    let mut patched = vec![false; sites.len()];
+    for (i, s) in sites.iter_mut().enumerate() {
         if s.patch.is_empty() || s.index == u32::MAX {
             continue;
         }
@@ -170,10 +190,14 @@ pub fn apply_stepping_out_of(
         w.write_mem(s.addr, &s.patch).map_err(|e| anyhow!("{e}"))?;
         weft_inject::die::at("site-written");
         d.state.store(SITE_PATCHED, Ordering::Release);
-        if let Some(sem) = s.semaphore {
-            bump_semaphore(&w, sem, 1)?;
-        }
+        patched[i] = true;
         report.patched += 1;
+    }
+    // A site left out after all gives its semaphore back.
+    for &i in bumped.iter().filter(|&&i| !patched[i]) {
+        if let Some(sem) = sites[i].semaphore {
+            bump_semaphore(&w, sem, -1)?;
+        }
     }
     report.pause = w.resume().map_err(|e| anyhow!("{e}"))?;
     Ok(report)
