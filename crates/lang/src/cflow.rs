@@ -448,7 +448,7 @@ fn string(s: &str, span: Span) -> Expr {
     Expr::new(ExprKind::Str(s.as_bytes().to_vec()), span)
 }
 
-fn map_ref(name: &str, span: Span) -> MapRef {
+pub(crate) fn map_ref(name: &str, span: Span) -> MapRef {
     MapRef {
         name: name.to_string(),
         name_span: span,

@@ -23,6 +23,7 @@
 //! functions it names: the one entered last binds it.
 
 use crate::ast::*;
+use crate::cflow::map_ref;
 use crate::diag::Diags;
 
 /// Hidden maps (never printed): `weft_ir::HIDDEN_MAP_PREFIX`'s.
@@ -192,15 +193,6 @@ fn bind_probe(target: &str, func: &str, arg: u8, map: &str, span: Span) -> Probe
         },
         span,
         hidden: true,
-    }
-}
-
-fn map_ref(name: &str, span: Span) -> MapRef {
-    MapRef {
-        name: name.to_string(),
-        name_span: span,
-        keys: None,
-        span,
     }
 }
 
