@@ -268,31 +268,19 @@ fn shadow_idle(t: *mut weft_abi::AgentThread) -> bool {
 /// faulting: `None` where nothing is mapped. `Err` when `process_vm_readv` cannot be
 /// used at all.
 pub(crate) fn read_own(addrs: &[u64], size: usize) -> Result<Vec<Option<u64>>, ()> {
-    const IOV_MAX: usize = 1024;
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    let mut out = vec![None; addrs.len()];
     let mut bufs = vec![0u64; addrs.len()];
-    let mut start = 0;
-    while start < addrs.len() {
-        let end = (start + IOV_MAX).min(addrs.len());
-        let local: Vec<libc::iovec> = bufs[start..end]
+    let mut out = vec![None; addrs.len()];
+    let done = own_batches(addrs, size, |pid, range, remote| {
+        let local: Vec<libc::iovec> = bufs[range]
             .iter_mut()
             .map(|b| libc::iovec {
                 iov_base: b as *mut u64 as *mut libc::c_void,
                 iov_len: size,
             })
             .collect();
-        let remote: Vec<libc::iovec> = addrs[start..end]
-            .iter()
-            .map(|&a| libc::iovec {
-                iov_base: a as *mut libc::c_void,
-                iov_len: size,
-            })
-            .collect();
         // SAFETY: `local` describes our own buffers (size <= 8 bytes each); the
         // kernel checks the remote addresses and reports what it could not read.
-        let r = unsafe {
+        unsafe {
             libc::process_vm_readv(
                 pid,
                 local.as_ptr(),
@@ -301,24 +289,10 @@ pub(crate) fn read_own(addrs: &[u64], size: usize) -> Result<Vec<Option<u64>>, (
                 remote.len() as libc::c_ulong,
                 0,
             )
-        };
-        let done = if r < 0 {
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT) {
-                return Err(());
-            }
-            0
-        } else {
-            r as usize / size
-        };
-        for k in start..start + done {
-            out[k] = Some(bufs[k]);
         }
-        // The element after the complete ones could not be read: skip it.
-        start = if start + done < end {
-            start + done + 1
-        } else {
-            end
-        };
+    })?;
+    for k in done {
+        out[k] = Some(bufs[k]);
     }
     Ok(out)
 }
@@ -327,28 +301,16 @@ pub(crate) fn read_own(addrs: &[u64], size: usize) -> Result<Vec<Option<u64>>, (
 /// address no longer mapped is skipped). `Err` when `process_vm_writev` cannot be
 /// used at all.
 pub(crate) fn zero_own(addrs: &[u64]) -> Result<(), ()> {
-    const IOV_MAX: usize = 1024;
     let zero = 0u64;
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    let mut start = 0;
-    while start < addrs.len() {
-        let end = (start + IOV_MAX).min(addrs.len());
+    own_batches(addrs, 8, |pid, range, remote| {
         let local = libc::iovec {
             iov_base: &zero as *const u64 as *mut libc::c_void,
             iov_len: 8,
         };
-        let locals = vec![local; end - start];
-        let remote: Vec<libc::iovec> = addrs[start..end]
-            .iter()
-            .map(|&a| libc::iovec {
-                iov_base: a as *mut libc::c_void,
-                iov_len: 8,
-            })
-            .collect();
+        let locals = vec![local; range.len()];
         // SAFETY: the local buffers are our 8 zero bytes (only read); the kernel
         // checks the remote addresses and reports what it could not write.
-        let r = unsafe {
+        unsafe {
             libc::process_vm_writev(
                 pid,
                 locals.as_ptr(),
@@ -357,23 +319,52 @@ pub(crate) fn zero_own(addrs: &[u64]) -> Result<(), ()> {
                 remote.len() as libc::c_ulong,
                 0,
             )
-        };
+        }
+    })
+    .map(drop)
+}
+
+/// `io` (a `process_vm_readv`/`writev` of our own pid) over `addrs`, `size` bytes
+/// each, in batches of at most `IOV_MAX`: given the pid, the batch's range of
+/// `addrs` and its remote iovecs, it returns the syscall's result. An element the
+/// kernel could not reach ends its batch short and is skipped. The indices of the
+/// elements transferred; `Err` when the call fails otherwise than `EFAULT`.
+fn own_batches(
+    addrs: &[u64],
+    size: usize,
+    mut io: impl FnMut(libc::pid_t, std::ops::Range<usize>, &[libc::iovec]) -> isize,
+) -> Result<Vec<usize>, ()> {
+    const IOV_MAX: usize = 1024;
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut done_all = Vec::new();
+    let mut start = 0;
+    while start < addrs.len() {
+        let end = (start + IOV_MAX).min(addrs.len());
+        let remote: Vec<libc::iovec> = addrs[start..end]
+            .iter()
+            .map(|&a| libc::iovec {
+                iov_base: a as *mut libc::c_void,
+                iov_len: size,
+            })
+            .collect();
+        let r = io(pid, start..end, &remote);
         let done = if r < 0 {
             if std::io::Error::last_os_error().raw_os_error() != Some(libc::EFAULT) {
                 return Err(());
             }
             0
         } else {
-            r as usize / 8
+            r as usize / size
         };
-        // The element after the complete ones could not be written: skip it.
+        done_all.extend(start..start + done);
         start = if start + done < end {
             start + done + 1
         } else {
             end
         };
     }
-    Ok(())
+    Ok(done_all)
 }
 
 #[cfg(test)]

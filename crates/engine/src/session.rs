@@ -332,14 +332,16 @@ impl<'p> Session<'p> {
         let early = !self.opts.follow_fork
             && std::env::var_os("WEFT_TEST_NO_EBPF").is_none()
             && std::env::var_os("WEFT_NO_EARLY").is_none();
+        // (Without the privileges eBPF needs, only kernel probes, which then fail.)
         let hold = early
             && (!self.kernel_probes.0.is_empty()
-                || self.selected().iter().any(|&i| {
-                    self.prog.probes[i]
-                        .attach
-                        .iter()
-                        .any(|a| a.runs_in_target())
-                }));
+                || (weft_kernel::probes::check_privileges().is_ok()
+                    && self.selected().iter().any(|&i| {
+                        self.prog.probes[i]
+                            .attach
+                            .iter()
+                            .any(|a| a.function().is_some())
+                    })));
         let mut c = target::launch(
             argv,
             &agent,
